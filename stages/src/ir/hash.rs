@@ -1,0 +1,224 @@
+//! Structural hashing of graphs and subgraphs.
+//!
+//! The hash is a Merkle hash over the dataflow: a value's hash covers the op, attributes and types that
+//! compute it and, recursively, the hashes of its inputs. Names and node order never enter it, so renaming
+//! tensors or listing nodes in another valid order keeps the hash; changing any op, attribute, shape, dtype,
+//! edge or constant byte changes it. Like cranelift's incremental cache "stencil", a subgraph's hash treats
+//! its boundary inputs as numbered placeholders, so the same partition in two models hashes the same and the
+//! caller re-binds concrete values through [`SubgraphSignature::inputs`] / [`SubgraphSignature::outputs`].
+
+use super::graph::{Graph, NodeId, ValueDef, ValueId};
+use super::tensor::TensorType;
+use std::collections::{BTreeMap, BTreeSet};
+use tessera_store::Digest;
+
+/// Bump when anything about the hashed form changes: every key built on it changes with it.
+pub const STRUCTURAL_HASH_VERSION: u32 = 1;
+
+/// How constants enter the hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConstMode {
+    /// By content digest: a different weight byte gives a different hash (compile and link keys).
+    ByContent,
+    /// By type only: weight values are ignored (tuning keys, where only shapes and dtypes matter).
+    ByType,
+}
+
+/// The structural identity of a subgraph and the canonical order of its boundary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubgraphSignature {
+    pub digest: Digest,
+    /// Values entering the subgraph from outside, in canonical order (placeholder 0, 1, ...).
+    pub inputs: Vec<ValueId>,
+    /// Values the subgraph provides to the outside, in canonical order.
+    pub outputs: Vec<ValueId>,
+}
+
+type H = [u8; 32];
+
+fn h_type(h: &mut blake3::Hasher, t: &TensorType) {
+    h.update(&postcard::to_stdvec(t).expect("type encodes"));
+}
+
+/// Hashes of every value reachable by `nodes` (given in topological order), with boundary values hashed by
+/// `leaf`.
+fn merkle(g: &Graph, nodes: &[NodeId], mode: ConstMode, leaf: &dyn Fn(ValueId) -> H) -> BTreeMap<ValueId, H> {
+    let inside: BTreeSet<NodeId> = nodes.iter().copied().collect();
+    let mut vh: BTreeMap<ValueId, H> = BTreeMap::new();
+    let value_hash = |v: ValueId, vh: &BTreeMap<ValueId, H>| -> H {
+        if let Some(h) = vh.get(&v) {
+            return *h;
+        }
+        let val = g.value(v);
+        match &val.def {
+            ValueDef::Const(t) => {
+                let mut h = blake3::Hasher::new();
+                h.update(b"const");
+                h_type(&mut h, &val.ty);
+                if mode == ConstMode::ByContent {
+                    h.update(&t.digest());
+                }
+                *h.finalize().as_bytes()
+            }
+            ValueDef::Node { node, .. } if inside.contains(node) => unreachable!("inner value hashed before its node"),
+            _ => leaf(v),
+        }
+    };
+    for &n in nodes {
+        let node = g.node(n);
+        let mut h = blake3::Hasher::new();
+        h.update(b"node");
+        h.update(&postcard::to_stdvec(&node.op).expect("op encodes"));
+        h.update(&(node.inputs.len() as u64).to_le_bytes());
+        for &i in &node.inputs {
+            let ih = value_hash(i, &vh);
+            vh.insert(i, ih);
+            h.update(&ih);
+        }
+        let nh = *h.finalize().as_bytes();
+        for (k, &o) in node.outputs.iter().enumerate() {
+            let mut h = blake3::Hasher::new();
+            h.update(b"out");
+            h.update(&nh);
+            h.update(&(k as u64).to_le_bytes());
+            h_type(&mut h, g.ty(o));
+            vh.insert(o, *h.finalize().as_bytes());
+        }
+    }
+    vh
+}
+
+fn placeholder(index: Option<usize>, t: &TensorType) -> H {
+    let mut h = blake3::Hasher::new();
+    h.update(b"input");
+    if let Some(i) = index {
+        h.update(&(i as u64).to_le_bytes());
+    }
+    h_type(&mut h, t);
+    *h.finalize().as_bytes()
+}
+
+fn finish(inputs: &[ValueId], outputs: &[ValueId], g: &Graph, vh: &BTreeMap<ValueId, H>, mode: ConstMode) -> Digest {
+    let mut h = blake3::Hasher::new();
+    h.update(b"tessera.structural");
+    h.update(&STRUCTURAL_HASH_VERSION.to_le_bytes());
+    h.update(&[(mode == ConstMode::ByContent) as u8]);
+    h.update(&(inputs.len() as u64).to_le_bytes());
+    for &i in inputs {
+        h_type(&mut h, g.ty(i));
+    }
+    h.update(&(outputs.len() as u64).to_le_bytes());
+    for &o in outputs {
+        h.update(&vh[&o]);
+    }
+    Digest::from(h.finalize())
+}
+
+/// Structural hash of a whole graph: inputs by position and type, outputs in order, constants by content.
+pub fn graph_hash(g: &Graph) -> Digest {
+    graph_hash_with(g, ConstMode::ByContent)
+}
+
+pub fn graph_hash_with(g: &Graph, mode: ConstMode) -> Digest {
+    let nodes: Vec<NodeId> = (0..g.nodes.len() as u32).map(NodeId).collect();
+    let pos: BTreeMap<ValueId, usize> = g.inputs.iter().enumerate().map(|(i, &v)| (v, i)).collect();
+    let leaf = |v: ValueId| placeholder(Some(pos[&v]), g.ty(v));
+    let mut vh = merkle(g, &nodes, mode, &leaf);
+    for &o in g.outputs.iter().chain(&g.inputs) {
+        vh.entry(o).or_insert_with(|| match &g.value(o).def {
+            ValueDef::Input(p) => placeholder(Some(*p), g.ty(o)),
+            _ => {
+                let mut h = blake3::Hasher::new();
+                h.update(b"const");
+                h_type(&mut h, g.ty(o));
+                if let (ConstMode::ByContent, Some(t)) = (mode, g.constant(o)) {
+                    h.update(&t.digest());
+                }
+                *h.finalize().as_bytes()
+            }
+        });
+    }
+    finish(&g.inputs, &g.outputs, g, &vh, mode)
+}
+
+/// Structural signature of the subgraph made of `nodes` (any order; they must form a subgraph of `g`).
+/// Boundary inputs are values used inside and defined outside (graph inputs or outer node outputs; constants
+/// are part of the subgraph). Outputs are inner values used outside or listed as graph outputs.
+pub fn subgraph_signature(g: &Graph, nodes: &[NodeId], mode: ConstMode) -> SubgraphSignature {
+    let mut sorted: Vec<NodeId> = nodes.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    let inside: BTreeSet<NodeId> = sorted.iter().copied().collect();
+    let is_boundary = |v: ValueId| match g.value(v).def {
+        ValueDef::Input(_) => true,
+        ValueDef::Const(_) => false,
+        ValueDef::Node { node, .. } => !inside.contains(&node),
+    };
+
+    // Pass 1: placeholders without positions, to find a canonical node order independent of names and of
+    // the original node order.
+    let anon = |v: ValueId| placeholder(None, g.ty(v));
+    let vh1 = merkle(g, &sorted, mode, &anon);
+    let node_h1 = |n: NodeId| -> H { vh1[&g.node(n).outputs[0]] };
+    let canon = canonical_order(g, &sorted, &inside, &node_h1);
+
+    // Boundary inputs numbered by first use in canonical order.
+    let mut inputs: Vec<ValueId> = Vec::new();
+    for &n in &canon {
+        for &i in &g.node(n).inputs {
+            if is_boundary(i) && !inputs.contains(&i) {
+                inputs.push(i);
+            }
+        }
+    }
+    let pos: BTreeMap<ValueId, usize> = inputs.iter().enumerate().map(|(i, &v)| (v, i)).collect();
+    let leaf = |v: ValueId| placeholder(Some(pos[&v]), g.ty(v));
+    let vh = merkle(g, &canon, mode, &leaf);
+
+    // Outputs: inner values consumed outside the subgraph or exported by the graph.
+    let graph_outputs: BTreeSet<ValueId> = g.outputs.iter().copied().collect();
+    let mut used_outside: BTreeSet<ValueId> = BTreeSet::new();
+    for (ni, node) in g.nodes.iter().enumerate() {
+        if !inside.contains(&NodeId(ni as u32)) {
+            used_outside.extend(node.inputs.iter().copied());
+        }
+    }
+    let mut outputs: Vec<ValueId> = canon
+        .iter()
+        .flat_map(|&n| g.node(n).outputs.iter().copied())
+        .filter(|v| used_outside.contains(v) || graph_outputs.contains(v))
+        .collect();
+    outputs.sort_by(|a, b| vh[a].cmp(&vh[b]).then(a.cmp(b)));
+    let digest = finish(&inputs, &outputs, g, &vh, mode);
+    SubgraphSignature { digest, inputs, outputs }
+}
+
+/// Kahn's algorithm over the subgraph, choosing among ready nodes by pass-1 hash (then node id, which only
+/// matters between structurally identical nodes).
+fn canonical_order(g: &Graph, nodes: &[NodeId], inside: &BTreeSet<NodeId>, h1: &dyn Fn(NodeId) -> H) -> Vec<NodeId> {
+    let mut indeg: BTreeMap<NodeId, usize> = nodes.iter().map(|&n| (n, 0)).collect();
+    let mut users: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
+    for &n in nodes {
+        for &i in &g.node(n).inputs {
+            if let ValueDef::Node { node: p, .. } = g.value(i).def {
+                if inside.contains(&p) {
+                    *indeg.get_mut(&n).unwrap() += 1;
+                    users.entry(p).or_default().push(n);
+                }
+            }
+        }
+    }
+    let mut ready: BTreeSet<(H, NodeId)> = indeg.iter().filter(|(_, &d)| d == 0).map(|(&n, _)| (h1(n), n)).collect();
+    let mut order = Vec::with_capacity(nodes.len());
+    while let Some((_, n)) = ready.pop_first() {
+        order.push(n);
+        for &u in users.get(&n).map(|v| v.as_slice()).unwrap_or(&[]) {
+            let d = indeg.get_mut(&u).unwrap();
+            *d -= 1;
+            if *d == 0 {
+                ready.insert((h1(u), u));
+            }
+        }
+    }
+    order
+}

@@ -1,0 +1,17 @@
+//! The graph IR: dtypes, tensors, ops, graphs, shape inference, verification and structural hashing.
+
+pub mod dtype;
+pub mod graph;
+pub mod hash;
+pub mod infer;
+pub mod op;
+pub mod tensor;
+pub mod verify;
+
+pub use dtype::DType;
+pub use graph::{BuildError, Graph, Node, NodeId, Value, ValueDef, ValueId};
+pub use hash::{graph_hash, subgraph_signature, ConstMode, SubgraphSignature};
+pub use infer::{broadcast_shapes, infer_op, InferError};
+pub use op::*;
+pub use tensor::{Tensor, TensorType};
+pub use verify::{verify, VerifyError};

@@ -1,0 +1,278 @@
+//! Operators of the IR, with typed attributes.
+//!
+//! Attributes are normalized at import: axes are non-negative, padding is explicit (auto_pad resolved against
+//! static shapes), shape-like operands that ONNX passes as tensors (Reshape's shape, Slice's starts, Clip's
+//! bounds...) are folded into attributes. So a backend never re-derives what the importer already knew, and the
+//! structural hash sees one spelling of each computation.
+
+use super::dtype::DType;
+use serde::{Deserialize, Serialize};
+
+/// Elementwise operators of one input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum UnaryOp {
+    Relu,
+    Sigmoid,
+    Tanh,
+    Erf,
+    Sqrt,
+    Exp,
+    Log,
+    Neg,
+    Reciprocal,
+    Abs,
+    Floor,
+    Ceil,
+    /// x * relu6(x + 3) / 6
+    HardSwish,
+    /// bool -> bool
+    Not,
+    /// float -> bool
+    IsNaN,
+}
+
+/// Elementwise operators of two inputs, with NumPy broadcasting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Min,
+    Max,
+    /// Integer modulo with the sign of the divisor (ONNX Mod, fmod=0).
+    Mod,
+    /// C fmod: the sign of the dividend (ONNX Mod, fmod=1).
+    FMod,
+    Equal,
+    Less,
+    Greater,
+    LessOrEqual,
+    GreaterOrEqual,
+    And,
+    Or,
+}
+
+impl BinaryOp {
+    /// Comparison and logical ops produce bool.
+    pub fn returns_bool(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Equal
+                | BinaryOp::Less
+                | BinaryOp::Greater
+                | BinaryOp::LessOrEqual
+                | BinaryOp::GreaterOrEqual
+                | BinaryOp::And
+                | BinaryOp::Or
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ReduceKind {
+    Sum,
+    Mean,
+    Max,
+    Min,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum GeluApprox {
+    /// 0.5 x (1 + erf(x / sqrt 2))
+    Erf,
+    /// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    Tanh,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum PadMode {
+    Constant,
+    Reflect,
+    Edge,
+}
+
+/// Convolution attributes for N spatial dimensions (input layout NCHW..., weights OIHW...).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConvAttrs {
+    pub strides: Vec<usize>,
+    /// Explicit padding: `[begin_0, .., begin_n, end_0, .., end_n]` as in ONNX.
+    pub pads: Vec<usize>,
+    pub dilations: Vec<usize>,
+    pub group: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConvTransposeAttrs {
+    pub strides: Vec<usize>,
+    pub pads: Vec<usize>,
+    pub dilations: Vec<usize>,
+    pub group: usize,
+    pub output_padding: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PoolAttrs {
+    pub kernel: Vec<usize>,
+    pub strides: Vec<usize>,
+    /// `[begin.., end..]`, explicit.
+    pub pads: Vec<usize>,
+    pub dilations: Vec<usize>,
+    pub ceil_mode: bool,
+}
+
+/// One operator with its attributes. Inputs are positional (documented per variant); optional trailing inputs
+/// are simply absent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    /// x -> x. Importers may emit it; simplification removes it.
+    Identity,
+    Unary(UnaryOp),
+    LeakyRelu { alpha: f32 },
+    /// max(0, min(1, alpha x + beta))
+    HardSigmoid { alpha: f32, beta: f32 },
+    /// Bounds are attributes (±inf when absent).
+    Clip { min: f32, max: f32 },
+    Gelu { approximate: GeluApprox },
+    Binary(BinaryOp),
+    /// (cond: bool, x, y) -> broadcast select.
+    Where,
+    Cast { to: DType },
+    /// (a, b): NumPy matmul semantics, batched and broadcast; rank-1 operands promoted as NumPy does.
+    MatMul,
+    /// (x, w, [bias])
+    Conv(ConvAttrs),
+    /// (x, w, [bias]); w is [C_in, C_out/group, k...]
+    ConvTranspose(ConvTransposeAttrs),
+    /// (x, scale, bias, mean, var), inference mode.
+    BatchNorm { epsilon: f32 },
+    MaxPool(PoolAttrs),
+    AveragePool { pool: PoolAttrs, count_include_pad: bool },
+    GlobalAveragePool,
+    /// Axes sorted, non-negative; empty axes never appear (importers turn a no-op reduce into Identity).
+    Reduce { kind: ReduceKind, axes: Vec<usize>, keepdims: bool },
+    Softmax { axis: usize },
+    LogSoftmax { axis: usize },
+    /// (x, scale, [bias]): normalize over axes `axis..rank`.
+    LayerNorm { axis: usize, epsilon: f32 },
+    /// Static target shape (no -1 or 0 left).
+    Reshape { shape: Vec<usize> },
+    Transpose { perm: Vec<usize> },
+    /// (x0, x1, ...)
+    Concat { axis: usize },
+    /// One output per entry of `sizes`.
+    Split { axis: usize, sizes: Vec<usize> },
+    /// Per listed axis: start, end, step, already clamped to the dimension (end may be -1 for a negative step
+    /// running through index 0).
+    Slice { axes: Vec<usize>, starts: Vec<i64>, ends: Vec<i64>, steps: Vec<i64> },
+    /// (data, indices)
+    Gather { axis: usize },
+    /// (data, indices)
+    GatherElements { axis: usize },
+    /// Broadcast to a static shape.
+    Expand { shape: Vec<usize> },
+    /// `[begin.., end..]`, negative values crop.
+    Pad { pads: Vec<i64>, mode: PadMode, value: f32 },
+    Tile { repeats: Vec<usize> },
+}
+
+impl Op {
+    /// The op's name as reports and errors show it (ONNX spelling where one exists).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Identity => "Identity",
+            Op::Unary(u) => match u {
+                UnaryOp::Relu => "Relu",
+                UnaryOp::Sigmoid => "Sigmoid",
+                UnaryOp::Tanh => "Tanh",
+                UnaryOp::Erf => "Erf",
+                UnaryOp::Sqrt => "Sqrt",
+                UnaryOp::Exp => "Exp",
+                UnaryOp::Log => "Log",
+                UnaryOp::Neg => "Neg",
+                UnaryOp::Reciprocal => "Reciprocal",
+                UnaryOp::Abs => "Abs",
+                UnaryOp::Floor => "Floor",
+                UnaryOp::Ceil => "Ceil",
+                UnaryOp::HardSwish => "HardSwish",
+                UnaryOp::Not => "Not",
+                UnaryOp::IsNaN => "IsNaN",
+            },
+            Op::LeakyRelu { .. } => "LeakyRelu",
+            Op::HardSigmoid { .. } => "HardSigmoid",
+            Op::Clip { .. } => "Clip",
+            Op::Gelu { .. } => "Gelu",
+            Op::Binary(b) => match b {
+                BinaryOp::Add => "Add",
+                BinaryOp::Sub => "Sub",
+                BinaryOp::Mul => "Mul",
+                BinaryOp::Div => "Div",
+                BinaryOp::Pow => "Pow",
+                BinaryOp::Min => "Min",
+                BinaryOp::Max => "Max",
+                BinaryOp::Mod => "Mod",
+                BinaryOp::FMod => "FMod",
+                BinaryOp::Equal => "Equal",
+                BinaryOp::Less => "Less",
+                BinaryOp::Greater => "Greater",
+                BinaryOp::LessOrEqual => "LessOrEqual",
+                BinaryOp::GreaterOrEqual => "GreaterOrEqual",
+                BinaryOp::And => "And",
+                BinaryOp::Or => "Or",
+            },
+            Op::Where => "Where",
+            Op::Cast { .. } => "Cast",
+            Op::MatMul => "MatMul",
+            Op::Conv(_) => "Conv",
+            Op::ConvTranspose(_) => "ConvTranspose",
+            Op::BatchNorm { .. } => "BatchNormalization",
+            Op::MaxPool(_) => "MaxPool",
+            Op::AveragePool { .. } => "AveragePool",
+            Op::GlobalAveragePool => "GlobalAveragePool",
+            Op::Reduce { kind, .. } => match kind {
+                ReduceKind::Sum => "ReduceSum",
+                ReduceKind::Mean => "ReduceMean",
+                ReduceKind::Max => "ReduceMax",
+                ReduceKind::Min => "ReduceMin",
+            },
+            Op::Softmax { .. } => "Softmax",
+            Op::LogSoftmax { .. } => "LogSoftmax",
+            Op::LayerNorm { .. } => "LayerNormalization",
+            Op::Reshape { .. } => "Reshape",
+            Op::Transpose { .. } => "Transpose",
+            Op::Concat { .. } => "Concat",
+            Op::Split { .. } => "Split",
+            Op::Slice { .. } => "Slice",
+            Op::Gather { .. } => "Gather",
+            Op::GatherElements { .. } => "GatherElements",
+            Op::Expand { .. } => "Expand",
+            Op::Pad { .. } => "Pad",
+            Op::Tile { .. } => "Tile",
+        }
+    }
+
+    /// Elementwise ops (one output element depends on the same-index element of each broadcast input).
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            Op::Identity
+                | Op::Unary(_)
+                | Op::LeakyRelu { .. }
+                | Op::HardSigmoid { .. }
+                | Op::Clip { .. }
+                | Op::Gelu { .. }
+                | Op::Binary(_)
+                | Op::Where
+                | Op::Cast { .. }
+        )
+    }
+
+    /// Number of outputs this op produces.
+    pub fn num_outputs(&self) -> usize {
+        match self {
+            Op::Split { sizes, .. } => sizes.len(),
+            _ => 1,
+        }
+    }
+}
