@@ -2,3 +2,4 @@
 //! graph passes, and (later) the five hashed stages and one module per backend.
 
 pub mod ir;
+pub mod passes;

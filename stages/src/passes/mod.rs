@@ -1,0 +1,1 @@
+//! Graph passes: constant folding and the simplifications importers need.
