@@ -155,12 +155,30 @@ pub fn subgraph_signature(g: &Graph, nodes: &[NodeId], mode: ConstMode) -> Subgr
         ValueDef::Node { node, .. } => !inside.contains(&node),
     };
 
-    // Pass 1: placeholders without positions, to find a canonical node order independent of names and of
-    // the original node order.
+    // Canonical node order, independent of names and of the original node order. Pass 1 hashes bottom-up
+    // with anonymous placeholders; a top-down pass then hashes how each value is used (color refinement), so
+    // placeholders of the same type are told apart by their context (tanh(a)*b vs tanh(b)*a); pass 3 hashes
+    // bottom-up again with those refined placeholders. Ties left after that are structural symmetries, where
+    // either choice gives the same digest.
     let anon = |v: ValueId| placeholder(None, g.ty(v));
     let vh1 = merkle(g, &sorted, mode, &anon);
-    let node_h1 = |n: NodeId| -> H { vh1[&g.node(n).outputs[0]] };
-    let canon = canonical_order(g, &sorted, &inside, &node_h1);
+    let down = top_down(g, &sorted, &inside, &vh1);
+    let refined = |v: ValueId| -> H {
+        let mut h = blake3::Hasher::new();
+        h.update(&placeholder(None, g.ty(v)));
+        h.update(&down.get(&v).copied().unwrap_or([0; 32]));
+        *h.finalize().as_bytes()
+    };
+    let vh3 = merkle(g, &sorted, mode, &refined);
+    let node_key = |n: NodeId| -> H {
+        let mut h = blake3::Hasher::new();
+        h.update(&vh3[&g.node(n).outputs[0]]);
+        for o in &g.node(n).outputs {
+            h.update(&down.get(o).copied().unwrap_or([0; 32]));
+        }
+        *h.finalize().as_bytes()
+    };
+    let canon = canonical_order(g, &sorted, &inside, &node_key);
 
     // Boundary inputs numbered by first use in canonical order.
     let mut inputs: Vec<ValueId> = Vec::new();
@@ -193,9 +211,61 @@ pub fn subgraph_signature(g: &Graph, nodes: &[NodeId], mode: ConstMode) -> Subgr
     SubgraphSignature { digest, inputs, outputs }
 }
 
-/// Kahn's algorithm over the subgraph, choosing among ready nodes by pass-1 hash (then node id, which only
-/// matters between structurally identical nodes).
-fn canonical_order(g: &Graph, nodes: &[NodeId], inside: &BTreeSet<NodeId>, h1: &dyn Fn(NodeId) -> H) -> Vec<NodeId> {
+/// Top-down context hash of every value used inside the subgraph: which (bottom-up) node consumes it at which
+/// input slot, recursively, and whether it leaves the subgraph.
+fn top_down(g: &Graph, nodes: &[NodeId], inside: &BTreeSet<NodeId>, vh1: &BTreeMap<ValueId, H>) -> BTreeMap<ValueId, H> {
+    let mut uses: BTreeMap<ValueId, Vec<H>> = BTreeMap::new();
+    let used_outside: BTreeSet<ValueId> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !inside.contains(&NodeId(*i as u32)))
+        .flat_map(|(_, n)| n.inputs.iter().copied())
+        .chain(g.outputs.iter().copied())
+        .collect();
+    let mut down: BTreeMap<ValueId, H> = BTreeMap::new();
+    for &n in nodes.iter().rev() {
+        let node = g.node(n);
+        // The node's context: its own bottom-up hash and the contexts of its outputs.
+        let mut h = blake3::Hasher::new();
+        h.update(&vh1[&node.outputs[0]]);
+        for &o in &node.outputs {
+            let mut u = uses.remove(&o).unwrap_or_default();
+            if used_outside.contains(&o) {
+                u.push([0xff; 32]);
+            }
+            u.sort();
+            let mut vhh = blake3::Hasher::new();
+            for x in &u {
+                vhh.update(x);
+            }
+            let d = *vhh.finalize().as_bytes();
+            down.insert(o, d);
+            h.update(&d);
+        }
+        let nh = *h.finalize().as_bytes();
+        for (slot, &i) in node.inputs.iter().enumerate() {
+            let mut uh = blake3::Hasher::new();
+            uh.update(&nh);
+            uh.update(&(slot as u64).to_le_bytes());
+            uses.entry(i).or_default().push(*uh.finalize().as_bytes());
+        }
+    }
+    // Values defined outside the subgraph (placeholders, constants): their uses inside.
+    for (v, mut u) in uses {
+        u.sort();
+        let mut vhh = blake3::Hasher::new();
+        for x in &u {
+            vhh.update(x);
+        }
+        down.insert(v, *vhh.finalize().as_bytes());
+    }
+    down
+}
+
+/// Kahn's algorithm over the subgraph, choosing among ready nodes by their refined key (then node id, which only
+/// matters between structurally symmetric nodes).
+fn canonical_order(g: &Graph, nodes: &[NodeId], inside: &BTreeSet<NodeId>, key: &dyn Fn(NodeId) -> H) -> Vec<NodeId> {
     let mut indeg: BTreeMap<NodeId, usize> = nodes.iter().map(|&n| (n, 0)).collect();
     let mut users: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
     for &n in nodes {
@@ -208,7 +278,7 @@ fn canonical_order(g: &Graph, nodes: &[NodeId], inside: &BTreeSet<NodeId>, h1: &
             }
         }
     }
-    let mut ready: BTreeSet<(H, NodeId)> = indeg.iter().filter(|(_, &d)| d == 0).map(|(&n, _)| (h1(n), n)).collect();
+    let mut ready: BTreeSet<(H, NodeId)> = indeg.iter().filter(|(_, &d)| d == 0).map(|(&n, _)| (key(n), n)).collect();
     let mut order = Vec::with_capacity(nodes.len());
     while let Some((_, n)) = ready.pop_first() {
         order.push(n);
@@ -216,7 +286,7 @@ fn canonical_order(g: &Graph, nodes: &[NodeId], inside: &BTreeSet<NodeId>, h1: &
             let d = indeg.get_mut(&u).unwrap();
             *d -= 1;
             if *d == 0 {
-                ready.insert((h1(u), u));
+                ready.insert((key(u), u));
             }
         }
     }

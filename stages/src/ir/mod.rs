@@ -8,9 +8,12 @@ pub mod op;
 pub mod tensor;
 pub mod verify;
 
+#[cfg(test)]
+mod hash_tests;
+
 pub use dtype::DType;
 pub use graph::{BuildError, Graph, Node, NodeId, Value, ValueDef, ValueId};
-pub use hash::{graph_hash, subgraph_signature, ConstMode, SubgraphSignature};
+pub use hash::{graph_hash, graph_hash_with, subgraph_signature, ConstMode, SubgraphSignature};
 pub use infer::{broadcast_shapes, infer_op, InferError};
 pub use op::*;
 pub use tensor::{Tensor, TensorType};
