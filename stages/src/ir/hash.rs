@@ -8,7 +8,7 @@
 //! caller re-binds concrete values through [`SubgraphSignature::inputs`] / [`SubgraphSignature::outputs`].
 
 use super::graph::{Graph, NodeId, ValueDef, ValueId};
-use super::tensor::TensorType;
+use super::tensor::{Tensor, TensorType};
 use std::collections::{BTreeMap, BTreeSet};
 use tessera_store::Digest;
 
@@ -22,6 +22,38 @@ pub enum ConstMode {
     ByContent,
     /// By type only: weight values are ignored (tuning keys, where only shapes and dtypes matter).
     ByType,
+    /// Constants of more than this many elements are lifted out: in a subgraph they become boundary inputs
+    /// (parameters passed by pointer, so compiled code never depends on weight values); smaller constants stay
+    /// inside, by content (a backend may inline them into code).
+    LiftLarge(usize),
+}
+
+impl ConstMode {
+    /// Whether this constant is treated as an input rather than as part of the computation.
+    pub fn lifts(self, t: &Tensor) -> bool {
+        matches!(self, ConstMode::LiftLarge(n) if t.numel() > n)
+    }
+
+    fn tag(self) -> [u8; 9] {
+        let (k, n) = match self {
+            ConstMode::ByContent => (0u8, 0u64),
+            ConstMode::ByType => (1, 0),
+            ConstMode::LiftLarge(n) => (2, n as u64),
+        };
+        let mut b = [k; 9];
+        b[1..].copy_from_slice(&n.to_le_bytes());
+        b
+    }
+}
+
+fn const_hash(mode: ConstMode, t: &Tensor) -> H {
+    let mut h = blake3::Hasher::new();
+    h.update(b"const");
+    h_type(&mut h, &t.ty);
+    if mode != ConstMode::ByType && !mode.lifts(t) {
+        h.update(&t.digest());
+    }
+    *h.finalize().as_bytes()
 }
 
 /// The structural identity of a subgraph and the canonical order of its boundary.
@@ -32,6 +64,9 @@ pub struct SubgraphSignature {
     pub inputs: Vec<ValueId>,
     /// Values the subgraph provides to the outside, in canonical order.
     pub outputs: Vec<ValueId>,
+    /// The subgraph's nodes in canonical order (a topological order independent of names and node order), so
+    /// anything generated from the subgraph comes out the same whichever model it was found in.
+    pub nodes: Vec<NodeId>,
 }
 
 type H = [u8; 32];
@@ -51,15 +86,7 @@ fn merkle(g: &Graph, nodes: &[NodeId], mode: ConstMode, leaf: &dyn Fn(ValueId) -
         }
         let val = g.value(v);
         match &val.def {
-            ValueDef::Const(t) => {
-                let mut h = blake3::Hasher::new();
-                h.update(b"const");
-                h_type(&mut h, &val.ty);
-                if mode == ConstMode::ByContent {
-                    h.update(&t.digest());
-                }
-                *h.finalize().as_bytes()
-            }
+            ValueDef::Const(t) if !mode.lifts(t) => const_hash(mode, t),
             ValueDef::Node { node, .. } if inside.contains(node) => unreachable!("inner value hashed before its node"),
             _ => leaf(v),
         }
@@ -102,7 +129,7 @@ fn finish(inputs: &[ValueId], outputs: &[ValueId], g: &Graph, vh: &BTreeMap<Valu
     let mut h = blake3::Hasher::new();
     h.update(b"tessera.structural");
     h.update(&STRUCTURAL_HASH_VERSION.to_le_bytes());
-    h.update(&[(mode == ConstMode::ByContent) as u8]);
+    h.update(&mode.tag());
     h.update(&(inputs.len() as u64).to_le_bytes());
     for &i in inputs {
         h_type(&mut h, g.ty(i));
@@ -122,20 +149,17 @@ pub fn graph_hash(g: &Graph) -> Digest {
 pub fn graph_hash_with(g: &Graph, mode: ConstMode) -> Digest {
     let nodes: Vec<NodeId> = (0..g.nodes.len() as u32).map(NodeId).collect();
     let pos: BTreeMap<ValueId, usize> = g.inputs.iter().enumerate().map(|(i, &v)| (v, i)).collect();
-    let leaf = |v: ValueId| placeholder(Some(pos[&v]), g.ty(v));
+    // In a whole graph nothing is outside: a lifted constant is hashed by type.
+    let leaf = |v: ValueId| match &g.value(v).def {
+        ValueDef::Const(t) => const_hash(ConstMode::ByType, t),
+        _ => placeholder(Some(pos[&v]), g.ty(v)),
+    };
     let mut vh = merkle(g, &nodes, mode, &leaf);
     for &o in g.outputs.iter().chain(&g.inputs) {
         vh.entry(o).or_insert_with(|| match &g.value(o).def {
-            ValueDef::Input(p) => placeholder(Some(*p), g.ty(o)),
-            _ => {
-                let mut h = blake3::Hasher::new();
-                h.update(b"const");
-                h_type(&mut h, g.ty(o));
-                if let (ConstMode::ByContent, Some(t)) = (mode, g.constant(o)) {
-                    h.update(&t.digest());
-                }
-                *h.finalize().as_bytes()
-            }
+            ValueDef::Const(t) if mode.lifts(t) => const_hash(ConstMode::ByType, t),
+            ValueDef::Const(t) => const_hash(mode, t),
+            _ => placeholder(Some(pos[&o]), g.ty(o)),
         });
     }
     finish(&g.inputs, &g.outputs, g, &vh, mode)
@@ -149,10 +173,10 @@ pub fn subgraph_signature(g: &Graph, nodes: &[NodeId], mode: ConstMode) -> Subgr
     sorted.sort();
     sorted.dedup();
     let inside: BTreeSet<NodeId> = sorted.iter().copied().collect();
-    let is_boundary = |v: ValueId| match g.value(v).def {
+    let is_boundary = |v: ValueId| match &g.value(v).def {
         ValueDef::Input(_) => true,
-        ValueDef::Const(_) => false,
-        ValueDef::Node { node, .. } => !inside.contains(&node),
+        ValueDef::Const(t) => mode.lifts(t),
+        ValueDef::Node { node, .. } => !inside.contains(node),
     };
 
     // Canonical node order, independent of names and of the original node order. Pass 1 hashes bottom-up
@@ -208,7 +232,7 @@ pub fn subgraph_signature(g: &Graph, nodes: &[NodeId], mode: ConstMode) -> Subgr
         .collect();
     outputs.sort_by(|a, b| vh[a].cmp(&vh[b]).then(a.cmp(b)));
     let digest = finish(&inputs, &outputs, g, &vh, mode);
-    SubgraphSignature { digest, inputs, outputs }
+    SubgraphSignature { digest, inputs, outputs, nodes: canon }
 }
 
 /// Top-down context hash of every value used inside the subgraph: which (bottom-up) node consumes it at which

@@ -1,6 +1,7 @@
 //! The graph IR: dtypes, tensors, ops, graphs, shape inference, verification and structural hashing.
 
 pub mod dtype;
+pub mod extract;
 pub mod graph;
 pub mod hash;
 pub mod infer;
@@ -12,6 +13,7 @@ pub mod verify;
 mod hash_tests;
 
 pub use dtype::DType;
+pub use extract::extract_subgraph;
 pub use graph::{BuildError, Graph, Node, NodeId, Value, ValueDef, ValueId};
 pub use hash::{graph_hash, graph_hash_with, subgraph_signature, ConstMode, SubgraphSignature};
 pub use infer::{broadcast_shapes, infer_op, InferError};

@@ -1,0 +1,90 @@
+//! Extraction of a subgraph as a standalone graph: what a backend compiles for one partition.
+
+use super::graph::{Graph, ValueDef, ValueId};
+use super::hash::SubgraphSignature;
+use std::collections::BTreeMap;
+
+/// Builds the standalone graph of a subgraph from its signature: inputs in the signature's canonical input
+/// order (lifted constants included, as inputs), outputs in its canonical output order, nodes in canonical order,
+/// and canonical names (`in0`, `c0`, `n0`, `n0:1`, `out0` never appear from the model). The result is a pure
+/// function of the signature's structure, so code generated from it is the same in whichever model the
+/// partition was found.
+pub fn extract_subgraph(g: &Graph, sig: &SubgraphSignature) -> Graph {
+    let mut out = Graph::new(format!("sub_{}", sig.digest.short()));
+    let mut map: BTreeMap<ValueId, ValueId> = BTreeMap::new();
+    for (i, &v) in sig.inputs.iter().enumerate() {
+        map.insert(v, out.add_input(format!("in{i}"), g.ty(v).clone()));
+    }
+    let mut n_consts = 0;
+    for (k, &n) in sig.nodes.iter().enumerate() {
+        let node = g.node(n);
+        let mut inputs = Vec::with_capacity(node.inputs.len());
+        for &i in &node.inputs {
+            let v = match map.get(&i) {
+                Some(&v) => v,
+                None => {
+                    let ValueDef::Const(t) = &g.value(i).def else {
+                        panic!("extract_subgraph: value {i} is neither a boundary input, a constant, nor defined inside");
+                    };
+                    let c = out.add_const(format!("c{n_consts}"), t.clone());
+                    n_consts += 1;
+                    map.insert(i, c);
+                    c
+                }
+            };
+            inputs.push(v);
+        }
+        let names: Vec<String> = match node.outputs.len() {
+            1 => vec![format!("n{k}")],
+            m => (0..m).map(|j| format!("n{k}:{j}")).collect(),
+        };
+        let outs = out
+            .add_node_named(format!("n{k}"), node.op.clone(), &inputs, names)
+            .expect("a node that typed in its graph types in the extracted subgraph");
+        for (&a, &b) in node.outputs.iter().zip(&outs) {
+            map.insert(a, b);
+        }
+    }
+    for &o in &sig.outputs {
+        out.outputs.push(map[&o]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+
+    #[test]
+    fn extracted_subgraph_is_canonical_and_lifts_weights() {
+        let mk = |prefix: &str, swap: bool| {
+            let mut g = Graph::new("m");
+            let x = g.add_input(format!("{prefix}x"), TensorType::f32([2, 4]));
+            let w = g.add_const(format!("{prefix}w"), Tensor::from_f32([4, 3], &[0.5; 12]));
+            let b = g.add_const(format!("{prefix}b"), Tensor::from_f32([3], &[1.0, 2.0, 3.0]));
+            let r = g.add(format!("{prefix}r"), Op::Unary(UnaryOp::Relu), &[x]).unwrap();
+            let (m, e) = if swap {
+                let e = g.add(format!("{prefix}e"), Op::Unary(UnaryOp::Exp), &[x]).unwrap();
+                (g.add(format!("{prefix}m"), Op::MatMul, &[r, w]).unwrap(), e)
+            } else {
+                let m = g.add(format!("{prefix}m"), Op::MatMul, &[r, w]).unwrap();
+                (m, g.add(format!("{prefix}e"), Op::Unary(UnaryOp::Exp), &[x]).unwrap())
+            };
+            let y = g.add(format!("{prefix}y"), Op::Binary(BinaryOp::Add), &[m, b]).unwrap();
+            g.outputs.extend([y, e]);
+            g
+        };
+        let (g1, g2) = (mk("a", false), mk("b", true));
+        let all = |g: &Graph| (0..g.nodes.len() as u32).map(NodeId).collect::<Vec<_>>();
+        let s1 = subgraph_signature(&g1, &all(&g1), ConstMode::LiftLarge(4));
+        let s2 = subgraph_signature(&g2, &all(&g2), ConstMode::LiftLarge(4));
+        assert_eq!(s1.digest, s2.digest);
+        // x and the 12-element weight are inputs; the 3-element bias stays inside.
+        assert_eq!(s1.inputs.len(), 2);
+        let (e1, e2) = (extract_subgraph(&g1, &s1), extract_subgraph(&g2, &s2));
+        verify(&e1).unwrap();
+        assert_eq!(format!("{:?}", e1.nodes), format!("{:?}", e2.nodes));
+        assert_eq!(graph_hash(&e1), graph_hash(&e2));
+        assert_eq!(e1.values.iter().filter(|v| matches!(v.def, ValueDef::Const(_))).count(), 1);
+    }
+}
