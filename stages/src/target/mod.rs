@@ -1,0 +1,264 @@
+//! Targets (stage 1): the one place for options.
+//!
+//! A target names a device kind and refines it with typed attributes, in the syntax of the seeds
+//! (`cuda -arch=sm_90 -compiler=cublas`, `cpu -compiler=gemm -opt-level=3`) or as JSON
+//! (`{"kind": "cpu", "compiler": "gemm"}`). A backend is a device kind plus its `-compiler`; every backend
+//! option is an attribute with a default and a validator. The canonical form fills every default and sorts
+//! attributes, so two spellings of one target have one digest; nothing outside the target (environment
+//! variables, globals) changes what a backend emits.
+
+mod registry;
+
+pub use registry::{AttrSpec, AttrType, KindSpec, KINDS, REGISTRY_VERSION};
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use tessera_store::Digest;
+
+/// A typed attribute value.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AttrValue {
+    Bool(bool),
+    Int(i64),
+    Str(String),
+}
+
+impl fmt::Display for AttrValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttrValue::Bool(b) => write!(f, "{b}"),
+            AttrValue::Int(i) => write!(f, "{i}"),
+            AttrValue::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A validated target in canonical form: every attribute of its kind present, sorted by name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Target {
+    pub kind: String,
+    pub attrs: BTreeMap<String, AttrValue>,
+}
+
+/// A target string, JSON value or set that is not valid; the message names the target and lists what is valid.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct TargetError(pub String);
+
+fn terr<T>(msg: impl Into<String>) -> Result<T, TargetError> {
+    Err(TargetError(msg.into()))
+}
+
+impl Target {
+    /// Parses one target: `kind -key=value -flag ...`, or a JSON object.
+    pub fn parse(text: &str) -> Result<Target, TargetError> {
+        let trimmed = text.trim();
+        if trimmed.starts_with('{') {
+            let v: serde_json::Value = serde_json::from_str(trimmed).map_err(|e| TargetError(format!("target {trimmed}: invalid JSON: {e}")))?;
+            return Self::from_json(&v);
+        }
+        let mut words = trimmed.split_whitespace();
+        let Some(kind) = words.next() else {
+            return terr("empty target string; valid kinds: ".to_string() + &registry::kind_names());
+        };
+        let mut given: Vec<(String, Option<String>)> = Vec::new();
+        for w in words {
+            let Some(body) = w.strip_prefix('-') else {
+                return terr(format!("target '{trimmed}': expected '-key=value' or '-flag', got '{w}'"));
+            };
+            let body = body.strip_prefix('-').unwrap_or(body);
+            match body.split_once('=') {
+                Some((k, v)) => given.push((k.to_string(), Some(v.to_string()))),
+                None => given.push((body.to_string(), None)),
+            }
+        }
+        Self::build(trimmed, kind, given)
+    }
+
+    /// A target from a JSON object `{"kind": "...", "<attr>": value, ...}`.
+    pub fn from_json(v: &serde_json::Value) -> Result<Target, TargetError> {
+        let shown = v.to_string();
+        let Some(obj) = v.as_object() else {
+            return terr(format!("target {shown}: a JSON target must be an object with a \"kind\""));
+        };
+        let Some(kind) = obj.get("kind").and_then(|k| k.as_str()) else {
+            return terr(format!("target {shown}: missing \"kind\"; valid kinds: {}", registry::kind_names()));
+        };
+        let mut given = Vec::new();
+        for (k, val) in obj {
+            if k == "kind" {
+                continue;
+            }
+            let text = match val {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Bool(b) => b.to_string(),
+                serde_json::Value::Number(n) => n.to_string(),
+                other => return terr(format!("target {shown}: attribute \"{k}\" has unsupported value {other}")),
+            };
+            given.push((k.clone(), Some(text)));
+        }
+        Self::build(&shown, kind, given)
+    }
+
+    fn build(shown: &str, kind: &str, given: Vec<(String, Option<String>)>) -> Result<Target, TargetError> {
+        let Some(spec) = registry::kind(kind) else {
+            return terr(format!("target '{shown}': unknown kind '{kind}'; valid kinds: {}", registry::kind_names()));
+        };
+        let mut attrs: BTreeMap<String, AttrValue> = BTreeMap::new();
+        for (name, value) in given {
+            let Some(a) = spec.attrs.iter().find(|a| a.name == name) else {
+                return terr(format!("target '{shown}': unknown attribute '-{name}' for kind '{kind}'; valid attributes: {}", spec.attr_names()));
+            };
+            let v = a.ty.parse(value.as_deref()).map_err(|why| TargetError(format!("target '{shown}': -{name}: {why}")))?;
+            if attrs.insert(name.clone(), v).is_some() {
+                return terr(format!("target '{shown}': attribute '-{name}' given twice"));
+            }
+        }
+        for a in spec.attrs {
+            attrs.entry(a.name.to_string()).or_insert_with(|| a.default());
+        }
+        Ok(Target { kind: kind.to_string(), attrs })
+    }
+
+    pub fn spec(&self) -> &'static KindSpec {
+        registry::kind(&self.kind).expect("a constructed target has a registered kind")
+    }
+
+    pub fn attr(&self, name: &str) -> &AttrValue {
+        self.attrs.get(name).unwrap_or_else(|| panic!("target kind '{}' has no attribute '{name}'", self.kind))
+    }
+
+    pub fn str_attr(&self, name: &str) -> &str {
+        match self.attr(name) {
+            AttrValue::Str(s) => s,
+            other => panic!("attribute '{name}' is {other:?}, not a string"),
+        }
+    }
+
+    pub fn int_attr(&self, name: &str) -> i64 {
+        match self.attr(name) {
+            AttrValue::Int(i) => *i,
+            other => panic!("attribute '{name}' is {other:?}, not an integer"),
+        }
+    }
+
+    pub fn bool_attr(&self, name: &str) -> bool {
+        match self.attr(name) {
+            AttrValue::Bool(b) => *b,
+            other => panic!("attribute '{name}' is {other:?}, not a bool"),
+        }
+    }
+
+    /// The compiler (backend) this target selects on its device.
+    pub fn compiler(&self) -> &str {
+        self.str_attr("compiler")
+    }
+
+    /// The backend's name, as reports and the artifact show it (`c`, `gemm`, `cuda`, `cublas`, ...).
+    pub fn backend_name(&self) -> &'static str {
+        let spec = self.spec();
+        spec.compilers.iter().find(|(c, _)| *c == self.compiler()).map(|(_, b)| *b).expect("validated compiler")
+    }
+
+    /// The device this target runs on (targets of one device can exchange buffers without copies).
+    pub fn device(&self) -> &str {
+        &self.kind
+    }
+
+    /// True for the device's default compiler: the target that takes what no other backend claims.
+    pub fn is_least_specialized(&self) -> bool {
+        self.compiler() == self.spec().default_compiler()
+    }
+
+    /// The canonical text form, every attribute present and sorted: `cpu -compiler=c -fast-math=false ...`.
+    pub fn canonical(&self) -> String {
+        self.to_string()
+    }
+
+    /// Digest of the canonical form and the registry version.
+    pub fn digest(&self) -> Digest {
+        let mut h = blake3::Hasher::new();
+        h.update(b"tessera.target");
+        h.update(&REGISTRY_VERSION.to_le_bytes());
+        h.update(&postcard::to_stdvec(self).expect("target encodes"));
+        Digest::from(h.finalize())
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.kind)?;
+        for (k, v) in &self.attrs {
+            write!(f, " -{k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A canonical, validated, ordered set of targets: duplicates removed, at most one target per backend, and the
+/// least-specialized target of every device present (added with the device's other attributes if not given),
+/// so every node has somewhere to run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetSet {
+    pub targets: Vec<Target>,
+}
+
+impl TargetSet {
+    /// Parses and canonicalizes a list of target strings / JSON texts (a JSON array counts as several).
+    pub fn parse(texts: &[String]) -> Result<TargetSet, TargetError> {
+        let mut targets = Vec::new();
+        for t in texts {
+            let trimmed = t.trim();
+            if trimmed.starts_with('[') {
+                let v: serde_json::Value = serde_json::from_str(trimmed).map_err(|e| TargetError(format!("targets {trimmed}: invalid JSON: {e}")))?;
+                for item in v.as_array().expect("starts with [") {
+                    targets.push(Target::from_json(item)?);
+                }
+            } else {
+                targets.push(Target::parse(trimmed)?);
+            }
+        }
+        Self::from_targets(targets)
+    }
+
+    pub fn from_targets(mut targets: Vec<Target>) -> Result<TargetSet, TargetError> {
+        if targets.is_empty() {
+            return terr("no targets given");
+        }
+        targets.sort();
+        targets.dedup();
+        for w in targets.windows(2) {
+            if w[0].kind == w[1].kind && w[0].compiler() == w[1].compiler() {
+                return terr(format!("two targets select backend '{}': '{}' and '{}'; give one", w[0].backend_name(), w[0], w[1]));
+            }
+        }
+        // Every device needs its least-specialized target as the fallback.
+        let devices: Vec<String> = targets.iter().map(|t| t.kind.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        for d in devices {
+            if !targets.iter().any(|t| t.kind == d && t.is_least_specialized()) {
+                let mut fallback = targets.iter().find(|t| t.kind == d).expect("device present").clone();
+                fallback.attrs.insert("compiler".into(), AttrValue::Str(fallback.spec().default_compiler().to_string()));
+                targets.push(fallback);
+            }
+        }
+        targets.sort();
+        Ok(TargetSet { targets })
+    }
+
+    /// The least-specialized target of a device.
+    pub fn fallback(&self, device: &str) -> Option<&Target> {
+        self.targets.iter().find(|t| t.device() == device && t.is_least_specialized())
+    }
+
+    pub fn digest(&self) -> Digest {
+        let mut h = blake3::Hasher::new();
+        h.update(b"tessera.targets");
+        h.update(&REGISTRY_VERSION.to_le_bytes());
+        h.update(&postcard::to_stdvec(self).expect("targets encode"));
+        Digest::from(h.finalize())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,117 @@
+//! The target-kind registry: every kind, its attributes, their types and defaults. Its version is part of
+//! every target digest, so changing a default invalidates what was compiled with the old one.
+
+use super::AttrValue;
+
+/// Bump whenever a kind, attribute, type or default changes.
+pub const REGISTRY_VERSION: u32 = 1;
+
+#[derive(Debug)]
+pub enum AttrType {
+    Bool,
+    Int { min: i64, max: i64 },
+    Enum(&'static [&'static str]),
+}
+
+#[derive(Debug)]
+pub struct AttrSpec {
+    pub name: &'static str,
+    pub ty: AttrType,
+    /// The default, as it would be written after `-name=`.
+    pub default: &'static str,
+    pub doc: &'static str,
+}
+
+#[derive(Debug)]
+pub struct KindSpec {
+    pub name: &'static str,
+    pub doc: &'static str,
+    pub attrs: &'static [AttrSpec],
+    /// `-compiler` values and the backend each selects; the first is the device's default (least specialized).
+    pub compilers: &'static [(&'static str, &'static str)],
+}
+
+impl AttrType {
+    /// Parses a written value (`None` for a bare `-flag`).
+    pub fn parse(&self, text: Option<&str>) -> Result<AttrValue, String> {
+        match (self, text) {
+            (AttrType::Bool, None) => Ok(AttrValue::Bool(true)),
+            (AttrType::Bool, Some("true" | "1")) => Ok(AttrValue::Bool(true)),
+            (AttrType::Bool, Some("false" | "0")) => Ok(AttrValue::Bool(false)),
+            (AttrType::Bool, Some(v)) => Err(format!("'{v}' is not a bool (true or false)")),
+            (_, None) => Err(format!("needs a value ({})", self.describe())),
+            (AttrType::Int { min, max }, Some(v)) => match v.parse::<i64>() {
+                Ok(i) if (*min..=*max).contains(&i) => Ok(AttrValue::Int(i)),
+                Ok(i) => Err(format!("{i} is out of range {min}..={max}")),
+                Err(_) => Err(format!("'{v}' is not an integer ({})", self.describe())),
+            },
+            (AttrType::Enum(options), Some(v)) => {
+                if options.contains(&v) {
+                    Ok(AttrValue::Str(v.to_string()))
+                } else {
+                    Err(format!("'{v}' is not one of: {}", options.join(", ")))
+                }
+            }
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            AttrType::Bool => "bool".into(),
+            AttrType::Int { min, max } => format!("integer {min}..={max}"),
+            AttrType::Enum(o) => format!("one of {}", o.join("|")),
+        }
+    }
+}
+
+impl AttrSpec {
+    pub fn default(&self) -> AttrValue {
+        self.ty.parse(Some(self.default)).expect("registry defaults are valid")
+    }
+}
+
+impl KindSpec {
+    pub fn attr_names(&self) -> String {
+        self.attrs.iter().map(|a| format!("-{}", a.name)).collect::<Vec<_>>().join(", ")
+    }
+
+    pub fn default_compiler(&self) -> &'static str {
+        self.compilers[0].0
+    }
+}
+
+const CPU_COMPILERS: &[&str] = &["c", "gemm"];
+const CUDA_COMPILERS: &[&str] = &["nvrtc", "cublas", "cudnn", "cutlass"];
+
+/// Every target kind tessera knows.
+pub static KINDS: &[KindSpec] = &[
+    KindSpec {
+        name: "cpu",
+        doc: "the host CPU",
+        compilers: &[("c", "c"), ("gemm", "gemm")],
+        attrs: &[
+            AttrSpec { name: "compiler", ty: AttrType::Enum(CPU_COMPILERS), default: "c", doc: "backend: c = generated C compiled to a shared object (runs everything); gemm = matmul and conv through the matrixmultiply crate" },
+            AttrSpec { name: "opt-level", ty: AttrType::Int { min: 0, max: 3 }, default: "2", doc: "C compiler optimization level (-O)" },
+            AttrSpec { name: "fast-math", ty: AttrType::Bool, default: "false", doc: "let the C compiler reassociate floating point (-ffast-math); results may differ in the last bits" },
+            AttrSpec { name: "march", ty: AttrType::Enum(&["generic", "x86-64-v2", "x86-64-v3", "native"]), default: "generic", doc: "instruction set for generated code; native ties artifacts to the build machine" },
+        ],
+    },
+    KindSpec {
+        name: "cuda",
+        doc: "an NVIDIA GPU",
+        compilers: &[("nvrtc", "cuda"), ("cublas", "cublas"), ("cudnn", "cudnn"), ("cutlass", "cutlass")],
+        attrs: &[
+            AttrSpec { name: "compiler", ty: AttrType::Enum(CUDA_COMPILERS), default: "nvrtc", doc: "backend: nvrtc = tessera's CUDA codegen; cublas = cuBLASLt; cudnn = cuDNN; cutlass = CUTLASS templates" },
+            AttrSpec { name: "arch", ty: AttrType::Enum(&["sm_80", "sm_86", "sm_89", "sm_90"]), default: "sm_90", doc: "GPU architecture to compile for" },
+            AttrSpec { name: "fast-math", ty: AttrType::Bool, default: "false", doc: "fast math intrinsics in generated kernels" },
+        ],
+    },
+];
+
+pub fn kind(name: &str) -> Option<&'static KindSpec> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+pub fn kind_names() -> String {
+    KINDS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,66 @@
+use super::*;
+
+#[test]
+fn canonical_form_fills_defaults_and_sorts() {
+    let a = Target::parse("cpu -opt-level=3 -compiler=gemm").unwrap();
+    let b = Target::parse(r#"{"kind": "cpu", "compiler": "gemm", "opt-level": 3}"#).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.digest(), b.digest());
+    assert_eq!(a.canonical(), "cpu -compiler=gemm -fast-math=false -march=generic -opt-level=3");
+    assert_eq!(Target::parse(&a.canonical()).unwrap(), a);
+    assert_eq!(a.backend_name(), "gemm");
+    assert!(!a.is_least_specialized());
+}
+
+#[test]
+fn flags_and_double_dashes() {
+    let t = Target::parse("cpu --fast-math").unwrap();
+    assert!(t.bool_attr("fast-math"));
+    assert_eq!(t.backend_name(), "c");
+    assert!(t.is_least_specialized());
+}
+
+#[test]
+fn errors_list_what_is_valid() {
+    let e = Target::parse("tpu").unwrap_err().0;
+    assert!(e.contains("unknown kind 'tpu'") && e.contains("cpu, cuda"), "{e}");
+    let e = Target::parse("cpu -foo=1").unwrap_err().0;
+    assert!(e.contains("unknown attribute '-foo'") && e.contains("-opt-level"), "{e}");
+    let e = Target::parse("cpu -opt-level=7").unwrap_err().0;
+    assert!(e.contains("out of range 0..=3"), "{e}");
+    let e = Target::parse("cuda -compiler=tensorrt").unwrap_err().0;
+    assert!(e.contains("nvrtc, cublas, cudnn, cutlass"), "{e}");
+    let e = Target::parse("cpu opt").unwrap_err().0;
+    assert!(e.contains("expected '-key=value'"), "{e}");
+    assert!(Target::parse("cpu -opt-level=1 -opt-level=2").is_err());
+    assert!(Target::parse("{\"compiler\": \"c\"}").unwrap_err().0.contains("missing \"kind\""));
+}
+
+#[test]
+fn every_attribute_changes_the_digest() {
+    let base = Target::parse("cpu").unwrap();
+    for a in base.spec().attrs {
+        let other = match &a.ty {
+            AttrType::Bool => format!("cpu -{}={}", a.name, !base.bool_attr(a.name)),
+            AttrType::Int { min, max } => format!("cpu -{}={}", a.name, if base.int_attr(a.name) == *max { min } else { max }),
+            AttrType::Enum(o) => format!("cpu -{}={}", a.name, o.iter().find(|v| **v != base.str_attr(a.name)).unwrap()),
+        };
+        assert_ne!(Target::parse(&other).unwrap().digest(), base.digest(), "{other}");
+    }
+}
+
+#[test]
+fn target_sets_gain_the_fallback_and_reject_conflicts() {
+    let set = TargetSet::parse(&["cpu -compiler=gemm -opt-level=3".into()]).unwrap();
+    assert_eq!(set.targets.len(), 2);
+    let fb = set.fallback("cpu").unwrap();
+    assert_eq!(fb.backend_name(), "c");
+    assert_eq!(fb.int_attr("opt-level"), 3);
+    // Order and spelling do not matter.
+    let a = TargetSet::parse(&["cpu".into(), "cpu -compiler=gemm".into()]).unwrap();
+    let b = TargetSet::parse(&[r#"[{"kind":"cpu","compiler":"gemm"},{"kind":"cpu"}]"#.into()]).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.digest(), b.digest());
+    let e = TargetSet::parse(&["cpu -opt-level=1".into(), "cpu -opt-level=2".into()]).unwrap_err().0;
+    assert!(e.contains("two targets select backend 'c'"), "{e}");
+}
