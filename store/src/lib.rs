@@ -1,5 +1,38 @@
 //! tessera's content-addressed store: blake3-named objects, the memo table, roots and counters.
+//!
+//! See `store/README.md` for the format on disk, the durability and repair story, and what the worst
+//! case loses. Module map, one job each:
+//! - [`digest`], [`key`]: how things are named; the one key builder every stage uses.
+//! - [`objects`]: verified, atomically written blobs (the local object tier).
+//! - `index` (sled, private), `journal` (private): the memo table, roots and counters, and the log
+//!   that lets the index be rebuilt.
+//! - [`store`]: the `Store` handle the pipeline uses; `maintenance` (verify, gc) and [`archive`]
+//!   (export, import) add methods to it.
+//! - [`tier`]: the narrow interfaces a remote tier would implement.
 
+pub mod archive;
 pub mod digest;
+pub mod error;
+mod index;
+mod journal;
+pub mod key;
+mod layout;
+mod lock;
+pub mod maintenance;
+pub mod memo;
+pub mod objects;
+pub mod stats;
+pub mod store;
+pub mod tier;
 
+pub use archive::{ExportReport, ImportReport, Manifest};
 pub use digest::Digest;
+pub use error::{Result, StoreError};
+pub use key::{canonical_bytes, canonical_digest, Ingredient, IngredientKind, KeyBuilder, KeyExplained, KEY_FORMAT_VERSION};
+pub use layout::{default_dir, resolve_dir, DEFAULT_DIR, STORE_ENV};
+pub use maintenance::{BadObject, GcReport, VerifyReport};
+pub use memo::{MemoEntry, MemoRecord};
+pub use objects::{LocalObjects, PutOutcome, VerifiedReader};
+pub use stats::{StageStats, Stats};
+pub use store::{OpenOptions, OpenReport, Store};
+pub use tier::{MemoTier, ObjectTier};

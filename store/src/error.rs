@@ -1,0 +1,80 @@
+//! The store's one error type. Every variant names the file, digest or entry at fault, so that a
+//! message read in a CI log says where to look without a debugger.
+
+use crate::Digest;
+use std::path::PathBuf;
+
+/// Result alias for store operations.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// An I/O call failed; `what` says which step (e.g. "writing object temp file").
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// An object file's content does not hash to its name (torn, truncated or tampered).
+    /// Its bytes are never returned.
+    #[error("object {digest} at {path} is corrupt: its content hashes to {actual} ({size} bytes); run `tessera store verify` to quarantine it")]
+    Corrupt { digest: Digest, path: PathBuf, actual: Digest, size: u64 },
+
+    /// No object with this digest is in the store.
+    #[error("object {digest} is not in the store (looked for {path})")]
+    NotFound { digest: Digest, path: PathBuf },
+
+    /// A memo entry names an output object that is not in the store.
+    #[error("memo entry for stage '{stage}' key {key} names output {output}, which is not in the store: put the output before recording it")]
+    MissingOutput { stage: String, key: Digest, output: Digest },
+
+    /// A memo entry's size does not match its output object.
+    #[error("memo entry for stage '{stage}' key {key} says its output {output} has {claimed} bytes, but the object has {actual}")]
+    OutputSizeMismatch { stage: String, key: Digest, output: Digest, claimed: u64, actual: u64 },
+
+    /// Another process holds the store's writer lock.
+    #[error("the store {dir} is in use by another process ({holder}); wait for it to finish, or pass --wait")]
+    Locked { dir: PathBuf, holder: String },
+
+    /// The store was opened read-only and a write was attempted.
+    #[error("the store {dir} was opened read-only; '{op}' needs a writable store")]
+    ReadOnly { dir: PathBuf, op: &'static str },
+
+    /// The directory is not a tessera store (read-only open of a missing store, or a foreign format).
+    #[error("{path} is not a tessera store: {reason}")]
+    NotAStore { path: PathBuf, reason: String },
+
+    /// The sled index could not be opened or a record in it could not be decoded.
+    #[error("the store index at {path} is damaged ({detail}); run `tessera store verify --repair` to rebuild it from the journal and the objects")]
+    IndexDamaged { path: PathBuf, detail: String },
+
+    /// A journal frame could not be decoded (only reported by verify / repair; see journal.rs).
+    #[error("the journal {path} is damaged at byte {offset}: {detail}")]
+    JournalDamaged { path: PathBuf, offset: u64, detail: String },
+
+    /// An export archive is malformed or one of its objects does not match its name.
+    #[error("archive {path}: {detail}")]
+    Archive { path: PathBuf, detail: String },
+
+    /// A value could not be encoded canonically (postcard).
+    #[error("cannot encode {what} canonically: {source}")]
+    Encode {
+        what: String,
+        #[source]
+        source: postcard::Error,
+    },
+
+    /// A name given by the caller is unusable (empty stage or root name, ...).
+    #[error("invalid {what} '{value}': {reason}")]
+    InvalidName { what: &'static str, value: String, reason: &'static str },
+}
+
+impl StoreError {
+    pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> StoreError {
+        let path = path.into();
+        move |source| StoreError::Io { what, path, source }
+    }
+}

@@ -1,0 +1,668 @@
+//! `Store`: the local object tier, the index and the journal behind one handle, with the operations
+//! the pipeline calls (put, get, memo lookup and record, roots, stats).
+//!
+//! Order of writes, which is what makes a crash safe:
+//! 1. an output object is written (atomically) before any memo entry or root may name it
+//!    (`memo_record` and `set_root` check);
+//! 2. a memo or root change is appended to the journal and fsynced, then applied to sled and flushed;
+//!    the call returns only after both.
+//!
+//! So after a crash at any moment, every entry whose call returned is in the journal, and in sled too
+//! unless sled lost it — in which case the next open replays it from the journal.
+
+use crate::error::{Result, StoreError};
+use crate::index::Index;
+use crate::journal::{Journal, JournalMeta, JournalRecord, HEADER_LEN};
+use crate::layout::Layout;
+use crate::lock::WriterLock;
+use crate::memo::{MemoEntry, MemoRecord};
+use crate::objects::{LocalObjects, PutOutcome, VerifiedReader};
+use crate::stats::{Counters, StageStats, Stats};
+use crate::Digest;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// How to open a store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Wait for another process holding the store instead of failing with [`StoreError::Locked`].
+    pub wait: bool,
+    /// Open without changing anything: no creation, no crash recovery, writes fail with
+    /// [`StoreError::ReadOnly`], lookups are not counted. (The lock is still exclusive: see lock.rs.)
+    pub read_only: bool,
+}
+
+impl OpenOptions {
+    pub fn writable() -> Self {
+        OpenOptions::default()
+    }
+    pub fn read_only() -> Self {
+        OpenOptions { read_only: true, ..Default::default() }
+    }
+    pub fn wait(mut self, wait: bool) -> Self {
+        self.wait = wait;
+        self
+    }
+}
+
+/// What opening the store found and fixed after an earlier crash.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Temp files of interrupted writes, removed.
+    pub tmp_files_removed: usize,
+    /// Journal frames applied to the index (changes the index missed in a crash).
+    pub journal_frames_replayed: usize,
+    /// Bytes of a torn journal tail cut off (an append that never returned).
+    pub journal_torn_bytes: u64,
+    /// Why the journal was rewritten from the index, if it was.
+    pub journal_rewritten: Option<String>,
+    /// Where the damaged index was moved, if the index was rebuilt from the journal.
+    pub index_rebuilt: Option<PathBuf>,
+}
+
+impl OpenReport {
+    /// One line per thing done, for people.
+    pub fn lines(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.tmp_files_removed > 0 {
+            v.push(format!("removed {} temp file(s) of interrupted writes", self.tmp_files_removed));
+        }
+        if self.journal_frames_replayed > 0 {
+            v.push(format!("replayed {} journal record(s) into the index", self.journal_frames_replayed));
+        }
+        if self.journal_torn_bytes > 0 {
+            v.push(format!("cut a torn journal tail of {} byte(s)", self.journal_torn_bytes));
+        }
+        if let Some(why) = &self.journal_rewritten {
+            v.push(format!("rewrote the journal from the index ({why})"));
+        }
+        if let Some(p) = &self.index_rebuilt {
+            v.push(format!("rebuilt the index from the journal; the damaged index was moved to {}", p.display()));
+        }
+        v
+    }
+}
+
+/// A tessera store. `Send + Sync`: share `&Store` between worker threads.
+pub struct Store {
+    pub(crate) layout: Layout,
+    pub(crate) read_only: bool,
+    pub(crate) objects: LocalObjects,
+    pub(crate) index: Index,
+    /// The journal; its mutex also serializes every index write, so journal offsets stay in order.
+    pub(crate) journal: Mutex<Journal>,
+    /// Counter increments not yet written to the index.
+    pub(crate) pending: Mutex<Counters>,
+    open_report: OpenReport,
+    _lock: WriterLock,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in another thread while holding one of these leaves consistent data (every mutation is a
+    // single assignment after the I/O succeeded), so poisoning is not a reason to fail.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Store {
+    /// Opens (creating it if needed, unless read-only) the store in `dir`, taking its lock.
+    pub fn open(dir: &Path, opts: OpenOptions) -> Result<Store> {
+        Store::open_inner(dir, opts, false)
+    }
+
+    /// As [`open`](Self::open), but if the index is damaged (sled cannot open it), moves it aside and
+    /// rebuilds it from the journal. What `tessera store verify --repair` uses.
+    pub fn open_repairing(dir: &Path, opts: OpenOptions) -> Result<Store> {
+        match Store::open_inner(dir, opts, false) {
+            Err(StoreError::IndexDamaged { .. }) if !opts.read_only => Store::open_inner(dir, opts, true),
+            other => other,
+        }
+    }
+
+    fn open_inner(dir: &Path, opts: OpenOptions, rebuild: bool) -> Result<Store> {
+        let layout = Layout::new(dir);
+        let exists = layout.check_existing()?;
+        if !exists {
+            if opts.read_only {
+                return Err(StoreError::NotAStore { path: dir.to_path_buf(), reason: "there is no store here yet".into() });
+            }
+            fs::create_dir_all(dir).map_err(StoreError::io("creating store directory", dir))?;
+        }
+        let lock = WriterLock::acquire(dir, &layout.lock_file(), opts.wait)?;
+        let mut report = OpenReport::default();
+        if !opts.read_only {
+            // Idempotent: also finishes a creation that a crash interrupted.
+            layout.create()?;
+        }
+        let objects = LocalObjects::new(&layout);
+        if !opts.read_only {
+            report.tmp_files_removed = objects.clean_tmp()?;
+        }
+        if !opts.read_only {
+            remove_stale_indexes(&layout, &layout.index_name()?)?;
+        }
+        let index = if rebuild {
+            let (index, old_name) = switch_to_new_index(&layout)?;
+            report.index_rebuilt = Some(retire_index(&layout, &old_name)?);
+            index
+        } else {
+            let index = Index::open(&layout.dir.join(layout.index_name()?))?;
+            // Reading the journal position also proves the index's records decode.
+            index.meta()?;
+            index
+        };
+        let mut journal = Journal::open(&layout.journal(), !opts.read_only)?;
+        if !opts.read_only {
+            reconcile(&layout, &index, &mut journal, &mut report)?;
+        }
+        Ok(Store {
+            layout,
+            read_only: opts.read_only,
+            objects,
+            index,
+            journal: Mutex::new(journal),
+            pending: Mutex::new(Counters::default()),
+            open_report: report,
+            _lock: lock,
+        })
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.layout.dir
+    }
+
+    /// What opening found and fixed after an earlier crash.
+    pub fn open_report(&self) -> &OpenReport {
+        &self.open_report
+    }
+
+    /// The local object tier (paths, scans, streaming reads).
+    pub fn objects(&self) -> &LocalObjects {
+        &self.objects
+    }
+
+    pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
+        if self.read_only {
+            Err(StoreError::ReadOnly { dir: self.layout.dir.clone(), op })
+        } else {
+            Ok(())
+        }
+    }
+
+    // ---- objects ----------------------------------------------------------------------------------
+
+    /// Stores bytes; returns their digest. Content already present is not written again (counted as
+    /// dedupe in stats).
+    pub fn put(&self, bytes: &[u8]) -> Result<Digest> {
+        Ok(self.put_outcome(bytes)?.digest)
+    }
+
+    /// As [`put`](Self::put), saying whether the content was already present.
+    pub fn put_outcome(&self, bytes: &[u8]) -> Result<PutOutcome> {
+        self.check_writable("put")?;
+        let o = self.objects.put(bytes)?;
+        self.count_put(&o);
+        Ok(o)
+    }
+
+    /// Streams an object in (hundreds of MB of weights): one buffer of memory whatever the size.
+    pub fn put_reader(&self, r: impl Read) -> Result<Digest> {
+        self.check_writable("put")?;
+        let o = self.objects.put_reader(r)?;
+        self.count_put(&o);
+        Ok(o.digest)
+    }
+
+    pub(crate) fn count_put(&self, o: &PutOutcome) {
+        let mut p = lock(&self.pending);
+        p.dedupe.puts += 1;
+        p.dedupe.put_bytes += o.size;
+        if o.already_present {
+            p.dedupe.dedupe_puts += 1;
+            p.dedupe.dedupe_bytes += o.size;
+        }
+    }
+
+    /// Reads a whole object, re-hashed: a damaged object is an error naming its digest and path.
+    pub fn get(&self, d: &Digest) -> Result<Vec<u8>> {
+        self.objects.get(d)
+    }
+
+    /// Streams a verified object into `w`; returns its size. Nothing is written unless it verified.
+    pub fn get_to_writer(&self, d: &Digest, w: &mut impl Write) -> Result<u64> {
+        self.objects.get_to_writer(d, w)
+    }
+
+    /// Opens a verified object for streaming reads.
+    pub fn open_verified(&self, d: &Digest) -> Result<VerifiedReader> {
+        self.objects.open_verified(d)
+    }
+
+    /// Whether an object is present (one `stat`, no re-hash; `get` verifies).
+    pub fn contains(&self, d: &Digest) -> bool {
+        self.objects.contains(d)
+    }
+
+    // ---- memo ------------------------------------------------------------------------------------
+
+    /// Looks up what `stage` produced for `key`, counting a hit or a miss. An entry whose output object
+    /// is gone (quarantined, or a gc interrupted halfway) is a miss.
+    pub fn memo_lookup(&self, stage: &str, key: &Digest) -> Result<Option<MemoEntry>> {
+        let found = self.index.memo_get(stage, key)?.filter(|e| self.objects.contains(&e.output));
+        if !self.read_only {
+            let mut p = lock(&self.pending);
+            let c = p.stages.entry(stage.to_string()).or_default();
+            if found.is_some() {
+                c.hits += 1;
+            } else {
+                c.misses += 1;
+            }
+        }
+        Ok(found)
+    }
+
+    /// Records what `stage` produced for `key`. The output object must already be in the store with
+    /// the size the entry claims. Durable when this returns.
+    pub fn memo_record(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {
+        self.check_writable("memo record")?;
+        check_name("stage name", stage)?;
+        match self.objects.size_of(&entry.output) {
+            None => return Err(StoreError::MissingOutput { stage: stage.into(), key: *key, output: entry.output }),
+            Some(actual) if actual != entry.size => {
+                return Err(StoreError::OutputSizeMismatch {
+                    stage: stage.into(),
+                    key: *key,
+                    output: entry.output,
+                    claimed: entry.size,
+                    actual,
+                })
+            }
+            Some(_) => {}
+        }
+        self.write(vec![JournalRecord::MemoSet(MemoRecord { stage: stage.into(), key: *key, entry: *entry })])
+    }
+
+    /// Every memo entry, sorted by (stage, key).
+    pub fn memo_entries(&self) -> Result<Vec<MemoRecord>> {
+        let (good, bad) = self.index.memo_all()?;
+        if let Some(b) = bad.first() {
+            return Err(StoreError::IndexDamaged { path: self.layout.dir.clone(), detail: b.detail.clone() });
+        }
+        Ok(good)
+    }
+
+    // ---- roots -----------------------------------------------------------------------------------
+
+    /// Names what a build produced: gc keeps exactly the objects some root lists. Every digest must be
+    /// in the store. Replaces an existing root of that name. Durable when this returns.
+    pub fn set_root(&self, name: &str, digests: &[Digest]) -> Result<()> {
+        self.check_writable("set root")?;
+        check_name("root name", name)?;
+        let set: BTreeSet<Digest> = digests.iter().copied().collect();
+        for d in &set {
+            if !self.objects.contains(d) {
+                return Err(StoreError::NotFound { digest: *d, path: self.objects.path_of(d) });
+            }
+        }
+        self.write(vec![JournalRecord::RootSet { name: name.into(), digests: set.into_iter().collect() }])
+    }
+
+    /// Removes a root (its objects become collectable). Durable when this returns.
+    pub fn remove_root(&self, name: &str) -> Result<()> {
+        self.check_writable("remove root")?;
+        self.write(vec![JournalRecord::RootRemove { name: name.into() }])
+    }
+
+    /// The digests a root lists.
+    pub fn root(&self, name: &str) -> Result<Option<Vec<Digest>>> {
+        self.index.root_get(name)
+    }
+
+    /// Every root.
+    pub fn roots(&self) -> Result<BTreeMap<String, Vec<Digest>>> {
+        let (good, bad) = self.index.roots()?;
+        if let Some(b) = bad.first() {
+            return Err(StoreError::IndexDamaged { path: self.layout.dir.clone(), detail: b.detail.clone() });
+        }
+        Ok(good)
+    }
+
+    // ---- writes ----------------------------------------------------------------------------------
+
+    /// Journal first (fsync), then the index (flush), with the pending counters.
+    pub(crate) fn write(&self, records: Vec<JournalRecord>) -> Result<()> {
+        let mut j = lock(&self.journal);
+        let end = j.append(&records)?;
+        let meta = JournalMeta { generation: j.generation(), applied: end };
+        let counters = std::mem::take(&mut *lock(&self.pending));
+        if let Err(e) = self.index.apply(&records, &counters, Some(meta)) {
+            lock(&self.pending).add(&counters);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Writes pending counters to the index (they are also written with every memo or root change and
+    /// when the store is dropped).
+    pub fn flush(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let _j = lock(&self.journal);
+        let counters = std::mem::take(&mut *lock(&self.pending));
+        if counters.is_zero() {
+            return Ok(());
+        }
+        if let Err(e) = self.index.apply(&[], &counters, None) {
+            lock(&self.pending).add(&counters);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    // ---- stats -----------------------------------------------------------------------------------
+
+    /// Objects, bytes, memo entries, hits and misses per stage, dedupe savings. Scans `objects/`.
+    pub fn stats(&self) -> Result<Stats> {
+        let files = self.objects.scan()?;
+        let (objects, object_bytes) =
+            files.iter().filter(|f| f.digest.is_some()).fold((0u64, 0u64), |(n, b), f| (n + 1, b + f.size));
+        let mut counters = self.index.counters()?;
+        counters.add(&lock(&self.pending));
+        let mut stages: BTreeMap<String, StageStats> = BTreeMap::new();
+        let entries = self.memo_entries()?;
+        for r in &entries {
+            stages.entry(r.stage.clone()).or_default().entries += 1;
+        }
+        for (s, c) in &counters.stages {
+            let st = stages.entry(s.clone()).or_default();
+            st.hits = c.hits;
+            st.misses = c.misses;
+        }
+        let d = counters.dedupe;
+        let written = d.put_bytes - d.dedupe_bytes;
+        let quarantined = fs::read_dir(self.layout.quarantine()).map(|rd| rd.count() as u64).unwrap_or(0);
+        Ok(Stats {
+            dir: self.layout.dir.display().to_string(),
+            objects,
+            object_bytes,
+            memo_entries: entries.len() as u64,
+            roots: self.roots()?.len() as u64,
+            hits: stages.values().map(|s| s.hits).sum(),
+            misses: stages.values().map(|s| s.misses).sum(),
+            stages,
+            puts: d.puts,
+            dedupe_puts: d.dedupe_puts,
+            bytes_saved_by_dedupe: d.dedupe_bytes,
+            dedupe_ratio: if written == 0 { 1.0 } else { d.put_bytes as f64 / written as f64 },
+            quarantined,
+        })
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Counters are statistics: losing them to an error here is acceptable, panicking is not.
+        let _ = self.flush();
+        let _ = self.index.flush();
+    }
+}
+
+pub(crate) fn check_name(what: &'static str, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(StoreError::InvalidName { what, value: String::new(), reason: "must not be empty" });
+    }
+    Ok(())
+}
+
+/// Brings the index and the journal into agreement after open (see journal.rs for the rules).
+fn reconcile(layout: &Layout, index: &Index, journal: &mut Journal, report: &mut OpenReport) -> Result<()> {
+    let meta = index.meta()?;
+    let from = match meta {
+        Some(m) if m.generation == journal.generation() => m.applied.max(HEADER_LEN),
+        Some(_) => {
+            report.journal_rewritten = Some("its generation differs from the one the index applied".into());
+            return rewrite_journal(layout, index, journal);
+        }
+        // The index never applied this journal: a new store, or an index rebuilt or lost. Replay it all.
+        None => HEADER_LEN,
+    };
+    let scan = journal.scan_from(from)?;
+    if from > scan.file_len {
+        report.journal_rewritten = Some(format!("it is {} bytes long but the index applied up to byte {from}", scan.file_len));
+        return rewrite_journal(layout, index, journal);
+    }
+    if !scan.records.is_empty() || meta.is_none() {
+        let records: Vec<JournalRecord> = scan.records.iter().map(|(_, r)| r.clone()).collect();
+        report.journal_frames_replayed = records.len();
+        index.apply(&records, &Counters::default(), Some(JournalMeta { generation: journal.generation(), applied: scan.valid_end }))?;
+    }
+    if scan.valid_end < scan.file_len {
+        report.journal_torn_bytes = scan.file_len - scan.valid_end;
+        journal.truncate(scan.valid_end)?;
+    }
+    Ok(())
+}
+
+/// Replaces the journal by one holding the index's current memo entries and roots.
+pub(crate) fn rewrite_journal(layout: &Layout, index: &Index, journal: &mut Journal) -> Result<()> {
+    let (memo, bad_memo) = index.memo_all()?;
+    let (roots, bad_roots) = index.roots()?;
+    if let Some(b) = bad_memo.first().or(bad_roots.first()) {
+        return Err(StoreError::IndexDamaged { path: layout.dir.clone(), detail: b.detail.clone() });
+    }
+    let mut records: Vec<JournalRecord> = memo.into_iter().map(JournalRecord::MemoSet).collect();
+    records.extend(roots.into_iter().map(|(name, digests)| JournalRecord::RootSet { name, digests }));
+    let generation = journal.generation().wrapping_add(1).max(1);
+    *journal = Journal::create_fresh(&layout.journal(), generation, &records)?;
+    index.apply(&[], &Counters::default(), Some(JournalMeta { generation, applied: journal.end() }))
+}
+
+/// Opens a fresh, empty index directory `index-N` and points INDEX at it; returns it with the name of
+/// the index it replaces. The fresh index has no journal position, so the next reconcile (or the
+/// caller) replays the whole journal into it. Drop the old handle before [`retire_index`].
+pub(crate) fn switch_to_new_index(layout: &Layout) -> Result<(Index, String)> {
+    let old_name = layout.index_name()?;
+    let new_name = format!("index-{}", next_free_suffix(&layout.dir, "index-"));
+    let new_path = layout.dir.join(&new_name);
+    let fresh = Index::open(&new_path)?;
+    layout.set_index_name(&new_name)?;
+    Ok((fresh, old_name))
+}
+
+/// Moves a replaced index directory to `<name>.damaged-N` (kept for a post-mortem; delete at will).
+pub(crate) fn retire_index(layout: &Layout, old_name: &str) -> Result<PathBuf> {
+    let old_path = layout.dir.join(old_name);
+    let prefix = format!("{old_name}.damaged-");
+    let moved = layout.dir.join(format!("{prefix}{}", next_free_suffix(&layout.dir, &prefix)));
+    if old_path.exists() {
+        fs::rename(&old_path, &moved).map_err(StoreError::io("moving damaged index to", &moved))?;
+    }
+    Ok(moved)
+}
+
+/// Removes `index-N` directories that INDEX does not name: leftovers of a rebuild a crash interrupted.
+fn remove_stale_indexes(layout: &Layout, current: &str) -> Result<()> {
+    for e in fs::read_dir(&layout.dir).map_err(StoreError::io("listing", &layout.dir))?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let stale = name != current
+            && name.strip_prefix("index-").is_some_and(|n| n.parse::<u64>().is_ok());
+        if stale {
+            fs::remove_dir_all(e.path()).map_err(StoreError::io("removing stale index", e.path()))?;
+        }
+    }
+    Ok(())
+}
+
+fn next_free_suffix(dir: &Path, prefix: &str) -> u64 {
+    let mut max = 0u64;
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(rest) = name.strip_prefix(prefix) {
+                if let Ok(n) = rest.parse::<u64>() {
+                    max = max.max(n);
+                }
+            }
+        }
+    }
+    max + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn store_is_send_sync() {
+        assert_send_sync::<Store>();
+    }
+
+    #[test]
+    fn memo_requires_output_and_counts() {
+        let t = tempfile::tempdir().unwrap();
+        let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        let key = Digest::of(b"key");
+        let out = Digest::of(b"out");
+        let err = s.memo_record("tune", &key, &MemoEntry::new(out, 3, Duration::from_millis(5))).unwrap_err();
+        assert!(matches!(err, StoreError::MissingOutput { .. }), "{err}");
+        assert_eq!(s.put(b"out").unwrap(), out);
+        let err = s.memo_record("tune", &key, &MemoEntry::new(out, 4, Duration::ZERO)).unwrap_err();
+        assert!(matches!(err, StoreError::OutputSizeMismatch { .. }), "{err}");
+        assert_eq!(s.memo_lookup("tune", &key).unwrap(), None);
+        let e = MemoEntry::new(out, 3, Duration::from_millis(5));
+        s.memo_record("tune", &key, &e).unwrap();
+        assert_eq!(s.memo_lookup("tune", &key).unwrap(), Some(e));
+        assert_eq!(s.memo_lookup("compile", &key).unwrap(), None);
+        let st = s.stats().unwrap();
+        assert_eq!(st.stages["tune"], StageStats { entries: 1, hits: 1, misses: 1 });
+        assert_eq!(st.stages["compile"], StageStats { entries: 0, hits: 0, misses: 1 });
+        drop(s);
+        // Counters survive a reopen.
+        let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        assert_eq!(s.stats().unwrap().hits, 1);
+        assert_eq!(s.stats().unwrap().misses, 2);
+    }
+
+    #[test]
+    fn second_open_names_the_holder() {
+        let t = tempfile::tempdir().unwrap();
+        let _s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        let err = Store::open(t.path(), OpenOptions::read_only()).err().expect("second open must fail");
+        let msg = err.to_string();
+        assert!(matches!(err, StoreError::Locked { .. }));
+        assert!(msg.contains(&format!("pid {}", std::process::id())), "{msg}");
+    }
+
+    #[test]
+    fn read_only_refuses_writes_and_missing_store() {
+        let t = tempfile::tempdir().unwrap();
+        assert!(matches!(Store::open(&t.path().join("nope"), OpenOptions::read_only()), Err(StoreError::NotAStore { .. })));
+        drop(Store::open(t.path(), OpenOptions::writable()).unwrap());
+        let s = Store::open(t.path(), OpenOptions::read_only()).unwrap();
+        assert!(matches!(s.put(b"x"), Err(StoreError::ReadOnly { .. })));
+    }
+
+    #[test]
+    fn dedupe_is_counted() {
+        let t = tempfile::tempdir().unwrap();
+        let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        s.put(&[1u8; 100]).unwrap();
+        s.put(&[1u8; 100]).unwrap();
+        s.put_reader(&[1u8; 100][..]).unwrap();
+        let st = s.stats().unwrap();
+        assert_eq!((st.objects, st.object_bytes), (1, 100));
+        assert_eq!((st.puts, st.dedupe_puts, st.bytes_saved_by_dedupe), (3, 2, 200));
+        assert!((st.dedupe_ratio - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn roots_must_name_present_objects() {
+        let t = tempfile::tempdir().unwrap();
+        let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        let a = s.put(b"a").unwrap();
+        assert!(s.set_root("build", &[a, Digest::of(b"missing")]).is_err());
+        s.set_root("build", &[a, a]).unwrap();
+        assert_eq!(s.root("build").unwrap(), Some(vec![a]));
+        s.remove_root("build").unwrap();
+        assert_eq!(s.root("build").unwrap(), None);
+    }
+
+    #[test]
+    fn index_lost_is_rebuilt_from_journal() {
+        let t = tempfile::tempdir().unwrap();
+        let key = Digest::of(b"k");
+        let e = {
+            let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+            let out = s.put(b"output").unwrap();
+            let e = MemoEntry::new(out, 6, Duration::ZERO);
+            s.memo_record("partition", &key, &e).unwrap();
+            s.set_root("b", &[out]).unwrap();
+            e
+        };
+        fs::remove_dir_all(t.path().join("index")).unwrap();
+        let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        assert_eq!(s.open_report().journal_frames_replayed, 2);
+        assert_eq!(s.memo_lookup("partition", &key).unwrap(), Some(e));
+        assert_eq!(s.root("b").unwrap(), Some(vec![e.output]));
+    }
+
+    #[test]
+    fn damaged_index_is_rebuilt_by_open_repairing() {
+        let t = tempfile::tempdir().unwrap();
+        let key = Digest::of(b"k");
+        let e = {
+            let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+            let out = s.put(b"output").unwrap();
+            let e = MemoEntry::new(out, 6, Duration::ZERO);
+            s.memo_record("partition", &key, &e).unwrap();
+            e
+        };
+        // Replace sled's config file by garbage: sled refuses to open.
+        let conf = t.path().join("index").join("conf");
+        assert!(conf.exists());
+        fs::write(&conf, b"\xff\xfe not a sled config").unwrap();
+        let err = Store::open(t.path(), OpenOptions::writable()).err().expect("damaged index must not open");
+        assert!(matches!(err, StoreError::IndexDamaged { .. }), "{err}");
+        assert!(err.to_string().contains("verify --repair"));
+        let s = Store::open_repairing(t.path(), OpenOptions::writable()).unwrap();
+        assert!(s.open_report().index_rebuilt.is_some());
+        assert_eq!(s.memo_lookup("partition", &key).unwrap(), Some(e));
+        drop(s);
+        let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        assert_eq!(s.memo_lookup("partition", &key).unwrap(), Some(e));
+    }
+
+    #[test]
+    fn torn_journal_tail_is_cut_and_lost_journal_rewritten() {
+        let t = tempfile::tempdir().unwrap();
+        let key = Digest::of(b"k");
+        {
+            let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+            let out = s.put(b"o").unwrap();
+            s.memo_record("s", &key, &MemoEntry::new(out, 1, Duration::ZERO)).unwrap();
+        }
+        let jp = t.path().join("journal");
+        let mut f = fs::OpenOptions::new().append(true).open(&jp).unwrap();
+        f.write_all(&[200, 0, 0, 0, 1, 2, 3]).unwrap();
+        drop(f);
+        let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        assert_eq!(s.open_report().journal_torn_bytes, 7);
+        drop(s);
+        fs::remove_file(&jp).unwrap();
+        let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        assert!(s.open_report().journal_rewritten.is_some(), "{:?}", s.open_report());
+        assert!(s.memo_lookup("s", &key).unwrap().is_some());
+        drop(s);
+        // The rewritten journal alone rebuilds the index.
+        fs::remove_dir_all(t.path().join("index")).unwrap();
+        let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        assert!(s.memo_lookup("s", &key).unwrap().is_some());
+    }
+}
