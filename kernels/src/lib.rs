@@ -1,1 +1,6 @@
-//! placeholder until its issue lands
+//! tessera's kernels crate: C code templates used by the `c` backend (kernels/c/), the artifact format and the
+//! linker that writes it (stage 5), and the runtime that loads an artifact and replays its plan.
+//!
+//! It depends on tessera-stages for the IR and module types; the pipeline calls [`link`] as stage 5.
+
+pub mod runtime;
