@@ -2,6 +2,7 @@
 //! graph passes, and (later) the five hashed stages and one module per backend.
 
 pub mod backend;
+pub mod interp;
 pub mod ir;
 pub mod passes;
 pub mod target;

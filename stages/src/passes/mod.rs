@@ -1,1 +1,3 @@
 //! Graph passes: constant folding and the simplifications importers need.
+
+pub mod fold;

@@ -1,0 +1,180 @@
+//! Strided views: the one copying kernel behind Transpose, Slice, Expand, Tile, Split and broadcasting.
+//!
+//! A view is (shape, offset, strides in elements); gathering it yields a contiguous row-major vector.
+//! Adjacent dimensions that are contiguous with each other are merged first, so the inner loop is as
+//! long as the data allows (a slice copy when the innermost stride is 1, a fill when it is 0).
+
+use std::borrow::Cow;
+
+/// Row-major strides, in elements, of a contiguous tensor of `shape`.
+pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
+    let mut s = vec![0isize; shape.len()];
+    let mut acc = 1isize;
+    for i in (0..shape.len()).rev() {
+        s[i] = acc;
+        acc *= shape[i] as isize;
+    }
+    s
+}
+
+/// Drops size-1 dimensions and merges neighbours whose strides make them one run.
+fn coalesce(shape: &[usize], strides: &[isize]) -> (Vec<usize>, Vec<isize>) {
+    let mut sh: Vec<usize> = Vec::with_capacity(shape.len());
+    let mut st: Vec<isize> = Vec::with_capacity(shape.len());
+    for (&d, &s) in shape.iter().zip(strides) {
+        if d == 1 {
+            continue;
+        }
+        if let (Some(&pd), Some(&ps)) = (sh.last(), st.last()) {
+            if ps == s * d as isize {
+                let k = sh.len() - 1;
+                sh[k] = pd * d;
+                st[k] = s;
+                continue;
+            }
+        }
+        sh.push(d);
+        st.push(s);
+    }
+    (sh, st)
+}
+
+/// Copies the view `src[offset + Σ i_k · strides[k]]` over every multi-index `i` of `shape`, row-major.
+/// The caller guarantees every addressed element lies inside `src`.
+pub(crate) fn gather_strided<T: Copy>(src: &[T], shape: &[usize], offset: isize, strides: &[isize]) -> Vec<T> {
+    let numel: usize = shape.iter().product();
+    if numel == 0 {
+        return Vec::new();
+    }
+    let (sh, st) = coalesce(shape, strides);
+    let mut out = Vec::with_capacity(numel);
+    let Some((&n, outer)) = sh.split_last() else {
+        out.push(src[offset as usize]);
+        return out;
+    };
+    let s = st[st.len() - 1];
+    let outer_strides = &st[..st.len() - 1];
+    let mut idx = vec![0usize; outer.len()];
+    let mut base = offset;
+    loop {
+        match s {
+            1 => out.extend_from_slice(&src[base as usize..base as usize + n]),
+            0 => out.extend(std::iter::repeat_n(src[base as usize], n)),
+            _ => out.extend((0..n as isize).map(|i| src[(base + i * s) as usize])),
+        }
+        // Odometer over the outer dimensions, keeping `base` in step.
+        let mut k = outer.len();
+        loop {
+            if k == 0 {
+                return out;
+            }
+            k -= 1;
+            idx[k] += 1;
+            base += outer_strides[k];
+            if idx[k] < outer[k] {
+                break;
+            }
+            base -= outer_strides[k] * outer[k] as isize;
+            idx[k] = 0;
+        }
+    }
+}
+
+/// Strides that read a tensor of `shape` as if broadcast (NumPy rules) to `out` (0 on broadcast axes).
+/// The caller has checked that the shapes broadcast.
+pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<isize> {
+    let own = contiguous_strides(shape);
+    let lead = out.len() - shape.len();
+    (0..out.len())
+        .map(|i| if i < lead || shape[i - lead] == 1 { 0 } else { own[i - lead] })
+        .collect()
+}
+
+/// The data of a tensor of `shape` broadcast to `out`: borrowed when nothing changes.
+pub(crate) fn broadcast_to<'a, T: Copy>(x: &'a [T], shape: &[usize], out: &[usize]) -> Cow<'a, [T]> {
+    if shape == out {
+        Cow::Borrowed(x)
+    } else {
+        Cow::Owned(gather_strided(x, out, 0, &broadcast_strides(shape, out)))
+    }
+}
+
+/// Calls `f` with every multi-index of `shape` in row-major order (for the few kernels that need
+/// coordinates rather than a strided copy).
+pub(crate) fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut idx = vec![0usize; shape.len()];
+    loop {
+        f(&idx);
+        let mut k = shape.len();
+        loop {
+            if k == 0 {
+                return;
+            }
+            k -= 1;
+            idx[k] += 1;
+            if idx[k] < shape[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The obvious per-element definition the fast kernel must agree with.
+    fn naive(src: &[u32], shape: &[usize], offset: isize, strides: &[isize]) -> Vec<u32> {
+        let mut out = Vec::new();
+        for_each_index(shape, |i| {
+            let at = offset + i.iter().zip(strides).map(|(&a, &s)| a as isize * s).sum::<isize>();
+            out.push(src[at as usize]);
+        });
+        out
+    }
+
+    #[test]
+    fn transpose_view() {
+        let src: Vec<u32> = (0..6).collect(); // [[0,1,2],[3,4,5]]
+        assert_eq!(gather_strided(&src, &[3, 2], 0, &[1, 3]), vec![0, 3, 1, 4, 2, 5]);
+    }
+
+    #[test]
+    fn negative_strides_and_broadcast() {
+        let src: Vec<u32> = (0..4).collect();
+        assert_eq!(gather_strided(&src, &[4], 3, &[-1]), vec![3, 2, 1, 0]);
+        assert_eq!(broadcast_to(&src[..2], &[2, 1], &[2, 3]).into_owned(), vec![0, 0, 0, 1, 1, 1]);
+        assert_eq!(broadcast_to(&src[..3], &[3], &[2, 3]).into_owned(), vec![0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn scalar_and_empty() {
+        assert_eq!(gather_strided(&[7u32], &[], 0, &[]), vec![7]);
+        assert!(gather_strided(&[7u32], &[0, 3], 0, &[3, 1]).is_empty());
+    }
+
+    proptest! {
+        /// Any permutation of any small shape: the coalescing kernel equals the per-element definition.
+        #[test]
+        fn gather_matches_naive(dims in proptest::collection::vec(1usize..4, 0..5), seed in any::<u64>()) {
+            let n: usize = dims.iter().product();
+            let src: Vec<u32> = (0..n as u32).collect();
+            let mut perm: Vec<usize> = (0..dims.len()).collect();
+            // A seed-driven shuffle: deterministic per case.
+            let mut s = seed;
+            for i in (1..perm.len()).rev() {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                perm.swap(i, (s >> 33) as usize % (i + 1));
+            }
+            let own = contiguous_strides(&dims);
+            let shape: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+            let strides: Vec<isize> = perm.iter().map(|&p| own[p]).collect();
+            prop_assert_eq!(gather_strided(&src, &shape, 0, &strides), naive(&src, &shape, 0, &strides));
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Seeded random inputs: what `tessera run` feeds inputs the user did not give, and what tests and
+//! benchmarks feed models. The values are a documented function of (seed, input position), so a run can
+//! be reproduced from its seed, and never all zeros, so a benchmark never times a degenerate case.
+//!
+//! Distribution, per input `i`, from a ChaCha20 stream keyed by `seed` with stream number `i` (so the
+//! values of one input do not depend on the sizes of the others):
+//! - floats: `k · 2⁻²³ − 1` for `k` the top 24 bits of a 32-bit draw, i.e. uniform on a 2⁻²³ grid of
+//!   [-1, 1), redrawn if exactly 0, then rounded to f16/bf16 for those dtypes (still never 0);
+//! - integers: uniform in [0, B) by multiply-shift of a 32-bit draw, with B = [`INT_INPUT_BOUND`] (100)
+//!   lowered to the axis size wherever the input (directly or through Reshape, Cast, Transpose and
+//!   other index-preserving ops) indexes a Gather or GatherElements, so every index is valid (BERT's
+//!   token_type_ids index a table of 2 rows);
+//! - bools: a fair coin (lowest bit of a draw).
+
+use super::view::{from_bools, from_floats, from_ints};
+use crate::ir::{DType, Graph, Op, Tensor, TensorType};
+use chacha20::ChaCha20Rng;
+use rand_core::{Rng, SeedableRng};
+
+/// Exclusive upper bound of random integer inputs when nothing in the graph asks for less.
+pub const INT_INPUT_BOUND: i64 = 100;
+
+fn float_draw(rng: &mut ChaCha20Rng) -> f32 {
+    loop {
+        let k = rng.next_u32() >> 8;
+        if k != 1 << 23 {
+            return k as f32 * 2f32.powi(-23) - 1.0;
+        }
+    }
+}
+
+/// One random tensor of type `ty` from stream `stream` of `seed`; integers in [0, int_bound).
+pub fn random_tensor(ty: &TensorType, seed: u64, stream: u64, int_bound: i64) -> Tensor {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    rng.set_stream(stream);
+    let n = ty.numel();
+    let bound = int_bound.clamp(1, u32::MAX as i64) as u64;
+    let made = match ty.dtype {
+        DType::F32 | DType::F16 | DType::BF16 => {
+            let v: Vec<f32> = (0..n).map(|_| float_draw(&mut rng)).collect();
+            from_floats(ty.dtype, &ty.shape, &v)
+        }
+        DType::I64 | DType::I32 => {
+            let v: Vec<i64> = (0..n).map(|_| ((rng.next_u32() as u64 * bound) >> 32) as i64).collect();
+            from_ints(ty.dtype, &ty.shape, &v)
+        }
+        DType::Bool => {
+            let v: Vec<bool> = (0..n).map(|_| rng.next_u32() & 1 == 1).collect();
+            from_bools(&ty.shape, &v)
+        }
+    };
+    // The builders only fail when the length and the shape disagree, which cannot happen here.
+    made.unwrap_or_else(|e| unreachable!("random_tensor: {}", e.0))
+}
+
+/// Ops through which integer values reach their output unchanged (as a multiset of values), on the
+/// input positions that carry them.
+fn passes_values(op: &Op, input_pos: usize) -> bool {
+    match op {
+        Op::Identity
+        | Op::Reshape { .. }
+        | Op::Transpose { .. }
+        | Op::Slice { .. }
+        | Op::Split { .. }
+        | Op::Expand { .. }
+        | Op::Tile { .. }
+        | Op::Pad { .. }
+        | Op::Concat { .. } => true,
+        Op::Cast { to } => to.is_int(),
+        Op::Gather { .. } | Op::GatherElements { .. } => input_pos == 0,
+        Op::Where => input_pos > 0,
+        _ => false,
+    }
+}
+
+/// For each graph input, the exclusive bound its integer values must respect: the smallest axis size
+/// it (or a value copied from it) indexes, capped at [`INT_INPUT_BOUND`].
+fn int_bounds(g: &Graph) -> Vec<i64> {
+    let consumers = g.consumers();
+    g.inputs
+        .iter()
+        .map(|&input| {
+            let mut bound = INT_INPUT_BOUND;
+            let mut seen = vec![false; g.values.len()];
+            let mut stack = vec![input];
+            while let Some(v) = stack.pop() {
+                if std::mem::replace(&mut seen[v.index()], true) {
+                    continue;
+                }
+                for &n in &consumers[v.index()] {
+                    let node = g.node(n);
+                    for (pos, _) in node.inputs.iter().enumerate().filter(|(_, &i)| i == v) {
+                        match &node.op {
+                            Op::Gather { axis } | Op::GatherElements { axis } if pos == 1 => {
+                                let dim = g.ty(node.inputs[0]).shape[*axis] as i64;
+                                bound = bound.min(dim.max(1));
+                            }
+                            op if passes_values(op, pos) => stack.extend(node.outputs.iter().copied()),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            bound
+        })
+        .collect()
+}
+
+/// Random inputs for every graph input, in `g.inputs` order (see the module documentation for the
+/// distribution). Integer inputs that index a Gather stay inside the gathered axis.
+pub fn random_inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
+    let bounds = int_bounds(g);
+    g.inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| random_tensor(g.ty(v), seed, i as u64, bounds[i]))
+        .collect()
+}
