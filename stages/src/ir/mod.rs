@@ -6,6 +6,7 @@ pub mod graph;
 pub mod hash;
 pub mod infer;
 pub mod op;
+pub mod serial;
 pub mod tensor;
 pub mod verify;
 

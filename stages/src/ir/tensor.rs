@@ -4,7 +4,7 @@ use super::dtype::DType;
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The static type of a value: element type and shape. Every shape in the IR is static; importers resolve
 /// symbolic dimensions (from `--shape` or the model) before a graph is built.
@@ -50,11 +50,19 @@ impl fmt::Display for TensorType {
 }
 
 /// A constant tensor: its type and its little-endian bytes. The bytes are shared (`Arc`), so cloning a graph
-/// or handing weights to a backend never copies them.
-#[derive(Clone, PartialEq)]
+/// or handing weights to a backend never copies them; the digest is computed once and shared by the clones
+/// (hashing BERT-base's weights costs a fraction of a second, and every stage key needs them).
+#[derive(Clone)]
 pub struct Tensor {
     pub ty: TensorType,
     data: Arc<[u8]>,
+    digest: Arc<OnceLock<[u8; 32]>>,
+}
+
+impl PartialEq for Tensor {
+    fn eq(&self, other: &Self) -> bool {
+        self.ty == other.ty && self.data == other.data
+    }
 }
 
 impl fmt::Debug for Tensor {
@@ -80,31 +88,31 @@ impl Tensor {
         if data.len() != expected {
             return Err(TensorSizeError { ty, expected, got: data.len() });
         }
-        Ok(Tensor { ty, data })
+        Ok(Tensor { ty, data, digest: Arc::default() })
     }
 
     pub fn from_f32(shape: impl Into<Vec<usize>>, values: &[f32]) -> Self {
         let ty = TensorType::f32(shape);
         assert_eq!(ty.numel(), values.len(), "from_f32: shape and data length differ");
-        Tensor { ty, data: values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>().into() }
+        Tensor { ty, data: values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>().into(), digest: Arc::default() }
     }
 
     pub fn from_i64(shape: impl Into<Vec<usize>>, values: &[i64]) -> Self {
         let ty = TensorType::new(DType::I64, shape);
         assert_eq!(ty.numel(), values.len(), "from_i64: shape and data length differ");
-        Tensor { ty, data: values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>().into() }
+        Tensor { ty, data: values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>().into(), digest: Arc::default() }
     }
 
     pub fn from_i32(shape: impl Into<Vec<usize>>, values: &[i32]) -> Self {
         let ty = TensorType::new(DType::I32, shape);
         assert_eq!(ty.numel(), values.len(), "from_i32: shape and data length differ");
-        Tensor { ty, data: values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>().into() }
+        Tensor { ty, data: values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>().into(), digest: Arc::default() }
     }
 
     pub fn from_bool(shape: impl Into<Vec<usize>>, values: &[bool]) -> Self {
         let ty = TensorType::new(DType::Bool, shape);
         assert_eq!(ty.numel(), values.len(), "from_bool: shape and data length differ");
-        Tensor { ty, data: values.iter().map(|&b| b as u8).collect::<Vec<u8>>().into() }
+        Tensor { ty, data: values.iter().map(|&b| b as u8).collect::<Vec<u8>>().into(), digest: Arc::default() }
     }
 
     /// Builds a tensor of `dtype` from f64 values, rounding to the element type (used by folding and tests).
@@ -122,7 +130,7 @@ impl Tensor {
                 DType::Bool => data.push((v != 0.0) as u8),
             }
         }
-        Tensor { ty, data: data.into() }
+        Tensor { ty, data: data.into(), digest: Arc::default() }
     }
 
     pub fn scalar_f32(v: f32) -> Self {
@@ -153,16 +161,18 @@ impl Tensor {
     pub fn reshaped(&self, shape: impl Into<Vec<usize>>) -> Self {
         let ty = TensorType::new(self.ty.dtype, shape);
         assert_eq!(ty.numel(), self.numel(), "reshaped: element count differs");
-        Tensor { ty, data: self.data.clone() }
+        Tensor { ty, data: self.data.clone(), digest: Arc::default() }
     }
 
     /// blake3 digest of the type and the bytes: how constants are named in hashes, the store and artifacts.
     pub fn digest(&self) -> [u8; 32] {
-        let mut h = blake3::Hasher::new();
-        h.update(b"tessera.tensor.v1");
-        h.update(&postcard::to_stdvec(&self.ty).expect("tensor type encodes"));
-        h.update(&self.data);
-        *h.finalize().as_bytes()
+        *self.digest.get_or_init(|| {
+            let mut h = blake3::Hasher::new();
+            h.update(b"tessera.tensor.v1");
+            h.update(&postcard::to_stdvec(&self.ty).expect("tensor type encodes"));
+            h.update(&self.data);
+            *h.finalize().as_bytes()
+        })
     }
 
     /// Every element converted to f64 (exact for all supported types except i64 beyond 2^53).

@@ -1,0 +1,155 @@
+//! A serializable form of a graph, with constants by reference, so the pipeline can keep a model's graph in
+//! the content-addressed store (structure in one small object, each weight in its own object, deduplicated)
+//! and reload it only when a stage actually needs it.
+
+use super::graph::{Graph, Node, NodeId, Value, ValueDef, ValueId};
+use super::op::Op;
+use super::tensor::{Tensor, TensorType};
+use serde::{Deserialize, Serialize};
+use tessera_store::Digest;
+
+/// Format version of [`GraphDoc`]: part of every key that stores one.
+pub const GRAPH_DOC_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ValueDefDoc {
+    Input(u32),
+    /// The constant's bytes are the object with this digest.
+    Const(Digest),
+    Node { node: u32, output: u32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ValueDoc {
+    pub name: String,
+    pub ty: TensorType,
+    pub def: ValueDefDoc,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeDoc {
+    pub name: String,
+    pub op: Op,
+    pub inputs: Vec<u32>,
+    pub outputs: Vec<u32>,
+}
+
+/// A graph with constants replaced by the digests of their bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GraphDoc {
+    pub version: u32,
+    pub name: String,
+    pub values: Vec<ValueDoc>,
+    pub nodes: Vec<NodeDoc>,
+    pub inputs: Vec<u32>,
+    pub outputs: Vec<u32>,
+}
+
+/// Loading a document failed: a constant is missing or has the wrong size.
+#[derive(Debug, thiserror::Error)]
+#[error("graph '{graph}': {msg}")]
+pub struct GraphDocError {
+    pub graph: String,
+    pub msg: String,
+}
+
+impl GraphDoc {
+    /// Describes `g`, handing each constant to `put` (which stores its bytes and returns their digest).
+    pub fn from_graph<E>(g: &Graph, mut put: impl FnMut(&Tensor) -> Result<Digest, E>) -> Result<GraphDoc, E> {
+        let mut values = Vec::with_capacity(g.values.len());
+        for v in &g.values {
+            let def = match &v.def {
+                ValueDef::Input(i) => ValueDefDoc::Input(*i as u32),
+                ValueDef::Const(t) => ValueDefDoc::Const(put(t)?),
+                ValueDef::Node { node, output } => ValueDefDoc::Node { node: node.0, output: *output as u32 },
+            };
+            values.push(ValueDoc { name: v.name.clone(), ty: v.ty.clone(), def });
+        }
+        Ok(GraphDoc {
+            version: GRAPH_DOC_VERSION,
+            name: g.name.clone(),
+            values,
+            nodes: g
+                .nodes
+                .iter()
+                .map(|n| NodeDoc {
+                    name: n.name.clone(),
+                    op: n.op.clone(),
+                    inputs: n.inputs.iter().map(|v| v.0).collect(),
+                    outputs: n.outputs.iter().map(|v| v.0).collect(),
+                })
+                .collect(),
+            inputs: g.inputs.iter().map(|v| v.0).collect(),
+            outputs: g.outputs.iter().map(|v| v.0).collect(),
+        })
+    }
+
+    /// Rebuilds the graph, fetching constant bytes with `get`, and verifies it.
+    pub fn to_graph(&self, mut get: impl FnMut(&Digest) -> Result<Vec<u8>, String>) -> Result<Graph, GraphDocError> {
+        let fail = |msg: String| GraphDocError { graph: self.name.clone(), msg };
+        if self.version != GRAPH_DOC_VERSION {
+            return Err(fail(format!("document version {} is not {GRAPH_DOC_VERSION}", self.version)));
+        }
+        let mut values = Vec::with_capacity(self.values.len());
+        for v in &self.values {
+            let def = match &v.def {
+                ValueDefDoc::Input(i) => ValueDef::Input(*i as usize),
+                ValueDefDoc::Const(d) => {
+                    let bytes = get(d).map_err(|e| fail(format!("constant '{}' ({d}): {e}", v.name)))?;
+                    let t = Tensor::from_bytes(v.ty.clone(), bytes).map_err(|e| fail(format!("constant '{}': {e}", v.name)))?;
+                    ValueDef::Const(t)
+                }
+                ValueDefDoc::Node { node, output } => ValueDef::Node { node: NodeId(*node), output: *output as usize },
+            };
+            values.push(Value { name: v.name.clone(), ty: v.ty.clone(), def });
+        }
+        let g = Graph {
+            name: self.name.clone(),
+            values,
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| Node {
+                    name: n.name.clone(),
+                    op: n.op.clone(),
+                    inputs: n.inputs.iter().map(|&v| ValueId(v)).collect(),
+                    outputs: n.outputs.iter().map(|&v| ValueId(v)).collect(),
+                })
+                .collect(),
+            inputs: self.inputs.iter().map(|&v| ValueId(v)).collect(),
+            outputs: self.outputs.iter().map(|&v| ValueId(v)).collect(),
+        };
+        super::verify(&g).map_err(|e| fail(e.msg))?;
+        Ok(g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn round_trip_keeps_structure_names_and_constants() {
+        let mut g = Graph::new("m");
+        let x = g.add_input("x", TensorType::f32([2, 3]));
+        let w = g.add_const("w", Tensor::from_f32([3], &[1.0, 2.0, 3.0]));
+        let y = g.add("y", Op::Binary(BinaryOp::Mul), &[x, w]).unwrap();
+        g.outputs.push(y);
+        let mut objects: BTreeMap<Digest, Vec<u8>> = BTreeMap::new();
+        let doc = GraphDoc::from_graph(&g, |t| -> Result<Digest, ()> {
+            let d = Digest::of(t.bytes());
+            objects.insert(d, t.bytes().to_vec());
+            Ok(d)
+        })
+        .unwrap();
+        let bytes = postcard::to_stdvec(&doc).unwrap();
+        let back: GraphDoc = postcard::from_bytes(&bytes).unwrap();
+        let g2 = back.to_graph(|d| objects.get(d).cloned().ok_or_else(|| "missing".to_string())).unwrap();
+        assert_eq!(graph_hash(&g), graph_hash(&g2));
+        assert_eq!(g2.value(g2.outputs[0]).name, "y");
+        let err = back.to_graph(|_| Err("gone".into())).unwrap_err();
+        assert!(err.to_string().contains("constant 'w'"), "{err}");
+    }
+}
