@@ -4,5 +4,6 @@
 pub mod backend;
 pub mod interp;
 pub mod ir;
+pub mod npy;
 pub mod passes;
 pub mod target;

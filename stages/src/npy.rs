@@ -1,0 +1,300 @@
+//! NumPy `.npy` files in and out, for `tessera run` inputs and outputs (through the `npyz` crate).
+//!
+//! Reading accepts format versions 1, 2 and 3, either byte order, C or Fortran order (Fortran data is
+//! transposed to the IR's row-major layout), and the dtypes f4, f2, i8, i4 and b1 (f32, f16, i64, i32,
+//! bool). Two conversions, and only these, happen when a file is read for a given IR dtype:
+//! - an f8 (f64) file read for an f32 value is rounded to f32 (NumPy's default float is f64, so
+//!   `np.random.rand(...)` saved as is should just work for an f32 input); f64 is refused for every other
+//!   dtype, since rounding it to f16 or to integers would silently change the data;
+//! - an f4 or f8 file read for a bf16 value is rounded to bf16 (NumPy has no bfloat16 dtype).
+//!
+//! Writing produces version 1 files (2 when the header needs it) in little-endian C order. bf16 tensors
+//! are written as f4 (widening is exact), since NumPy cannot read bfloat16.
+//!
+//! Every error names the file.
+
+use crate::interp::eval_op;
+use crate::ir::{DType, Op, Tensor, TensorType};
+use half::f16;
+use npyz::{Order, TypeChar, WriterBuilder};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Reading or writing a `.npy` file failed; `path` is the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {msg}", path.display())]
+pub struct NpyError {
+    pub path: PathBuf,
+    pub msg: String,
+}
+
+fn err(path: &Path, msg: impl Into<String>) -> NpyError {
+    NpyError { path: path.to_path_buf(), msg: msg.into() }
+}
+
+/// The element types a file can hold that we read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FileType {
+    F64,
+    Ir(DType),
+}
+
+fn file_type(path: &Path, dtype: &npyz::DType) -> Result<FileType, NpyError> {
+    let npyz::DType::Plain(ts) = dtype else {
+        return Err(err(path, format!("structured or array dtype {} is not supported", dtype.descr())));
+    };
+    Ok(match (ts.type_char(), ts.size_field()) {
+        (TypeChar::Float, 8) => FileType::F64,
+        (TypeChar::Float, 4) => FileType::Ir(DType::F32),
+        (TypeChar::Float, 2) => FileType::Ir(DType::F16),
+        (TypeChar::Int, 8) => FileType::Ir(DType::I64),
+        (TypeChar::Int, 4) => FileType::Ir(DType::I32),
+        (TypeChar::Bool, 1) => FileType::Ir(DType::Bool),
+        _ => {
+            return Err(err(
+                path,
+                format!("dtype '{ts}' is not supported (supported: float32, float16, int64, int32, bool; float64 for f32 and bf16 values)"),
+            ))
+        }
+    })
+}
+
+fn io_err(path: &Path, what: &str, e: impl std::fmt::Display) -> NpyError {
+    err(path, format!("{what}: {e}"))
+}
+
+/// Decoded file contents: the element type, the shape as stored, and the elements as stored.
+struct Raw {
+    ty: FileType,
+    shape: Vec<usize>,
+    fortran: bool,
+    data: RawData,
+}
+
+enum RawData {
+    F64(Vec<f64>),
+    T(Tensor),
+}
+
+fn read_raw(path: &Path) -> Result<Raw, NpyError> {
+    let bytes = std::fs::read(path).map_err(|e| io_err(path, "cannot read", e))?;
+    let file = npyz::NpyFile::new(&bytes[..]).map_err(|e| io_err(path, "not a valid .npy file", e))?;
+    let ty = file_type(path, &file.dtype())?;
+    let shape: Vec<usize> = file.shape().iter().map(|&d| d as usize).collect();
+    let fortran = file.order() == Order::Fortran;
+    // Fortran data is the transpose's row-major data: read it with the reversed shape.
+    let stored: Vec<usize> = if fortran { shape.iter().rev().copied().collect() } else { shape.clone() };
+    let read = |e| io_err(path, "truncated or corrupt data", e);
+    let data = match ty {
+        FileType::F64 => RawData::F64(file.into_vec::<f64>().map_err(read)?),
+        FileType::Ir(d) => RawData::T(match d {
+            DType::F32 => Tensor::from_f32(stored, &file.into_vec::<f32>().map_err(read)?),
+            DType::F16 => {
+                let v: Vec<u8> = file.into_vec::<f16>().map_err(read)?.iter().flat_map(|x| x.to_le_bytes()).collect();
+                Tensor::from_bytes(TensorType::new(DType::F16, stored), v).map_err(|e| err(path, e.to_string()))?
+            }
+            DType::I64 => Tensor::from_i64(stored, &file.into_vec::<i64>().map_err(read)?),
+            DType::I32 => Tensor::from_i32(stored, &file.into_vec::<i32>().map_err(read)?),
+            DType::Bool => Tensor::from_bool(stored, &file.into_vec::<bool>().map_err(read)?),
+            DType::BF16 => unreachable!("file_type never yields bf16"),
+        }),
+    };
+    Ok(Raw { ty, shape, fortran, data })
+}
+
+/// Puts a tensor stored with the reversed shape (Fortran order) back into row-major order.
+fn from_fortran(path: &Path, t: Tensor) -> Result<Tensor, NpyError> {
+    let r = t.shape().len();
+    if r < 2 {
+        return Ok(t);
+    }
+    let perm: Vec<usize> = (0..r).rev().collect();
+    let mut out = eval_op(&Op::Transpose { perm }, &[&t]).map_err(|e| err(path, e.to_string()))?;
+    Ok(out.remove(0))
+}
+
+/// Reads a file holding one of the IR's dtypes (f32, f16, i64, i32, bool), as stored.
+pub fn read(path: &Path) -> Result<Tensor, NpyError> {
+    let raw = read_raw(path)?;
+    match raw.data {
+        RawData::F64(_) => Err(err(path, "holds float64, which the IR has no dtype for (read it for an f32 value instead)")),
+        RawData::T(t) if raw.fortran => from_fortran(path, t),
+        RawData::T(t) => Ok(t),
+    }
+}
+
+/// Reads a file for a value of dtype `want`, applying only the documented conversions (f64 to f32,
+/// f64 or f32 to bf16); any other dtype mismatch is an error naming both dtypes.
+pub fn read_as(path: &Path, want: DType) -> Result<Tensor, NpyError> {
+    let raw = read_raw(path)?;
+    let stored: Vec<usize> = if raw.fortran { raw.shape.iter().rev().copied().collect() } else { raw.shape.clone() };
+    let t = match (raw.data, want) {
+        (RawData::F64(v), DType::F32 | DType::BF16) => Tensor::from_f64_as(want, stored, &v),
+        (RawData::T(t), DType::BF16) if t.dtype() == DType::F32 => Tensor::from_f64_as(DType::BF16, stored, &t.to_f64_vec()),
+        (RawData::T(t), w) if t.dtype() == w => t,
+        (_, w) => {
+            let has = match raw.ty {
+                FileType::F64 => "float64".to_string(),
+                FileType::Ir(d) => d.to_string(),
+            };
+            return Err(err(path, format!("holds {has} data, the value needs {w}")));
+        }
+    };
+    if raw.fortran {
+        from_fortran(path, t)
+    } else {
+        Ok(t)
+    }
+}
+
+fn write_elems<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[usize], v: impl IntoIterator<Item = T>) -> Result<(), NpyError> {
+    let file = std::fs::File::create(path).map_err(|e| io_err(path, "cannot create", e))?;
+    let mut buf = std::io::BufWriter::new(file);
+    let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&dims)
+        .writer(&mut buf)
+        .begin_nd()
+        .map_err(|e| io_err(path, "cannot write", e))?;
+    w.extend(v).map_err(|e| io_err(path, "cannot write", e))?;
+    w.finish().map_err(|e| io_err(path, "cannot write", e))?;
+    buf.flush().map_err(|e| io_err(path, "cannot write", e))
+}
+
+/// Writes a tensor as a little-endian, C-order `.npy` file (bf16 as float32).
+pub fn write(path: &Path, t: &Tensor) -> Result<(), NpyError> {
+    let s = t.shape();
+    let b = t.bytes();
+    match t.dtype() {
+        DType::F32 | DType::BF16 => write_elems(path, s, t.to_f32_vec()),
+        DType::F16 => write_elems(path, s, b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]))),
+        DType::I64 => write_elems(path, s, t.to_i64_vec()),
+        DType::I32 => write_elems(path, s, b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+        DType::Bool => write_elems(path, s, b.iter().map(|&x| x != 0)),
+    }
+}
+
+/// The dtype a tensor of `dtype` has once written (bf16 becomes f32; everything else is kept).
+pub fn written_dtype(dtype: DType) -> DType {
+    if dtype == DType::BF16 {
+        DType::F32
+    } else {
+        dtype
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    /// A .npy file built by hand: magic, version, header length, header dict (padded), then data.
+    fn handmade(version: u8, descr: &str, fortran: bool, shape: &str, data: &[u8]) -> Vec<u8> {
+        let dict = format!("{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}", if fortran { "True" } else { "False" });
+        let len_bytes = if version == 1 { 2 } else { 4 };
+        let pre = 6 + 2 + len_bytes;
+        let mut header = dict.into_bytes();
+        while (pre + header.len() + 1) % 64 != 0 {
+            header.push(b' ');
+        }
+        header.push(b'\n');
+        let mut out = b"\x93NUMPY".to_vec();
+        out.extend([version, 0]);
+        if version == 1 {
+            out.extend((header.len() as u16).to_le_bytes());
+        } else {
+            out.extend((header.len() as u32).to_le_bytes());
+        }
+        out.extend(header);
+        out.extend_from_slice(data);
+        out
+    }
+
+    #[test]
+    fn round_trips_every_dtype() {
+        let d = tmp();
+        let cases = [
+            Tensor::from_f32(vec![2, 3], &[1., -2., 3.5, f32::NAN, 0., 6.]),
+            Tensor::from_f64_as(DType::F16, vec![3], &[1.0, -0.5, 65504.0]),
+            Tensor::from_i64(vec![1, 2, 2], &[i64::MIN, -1, 0, i64::MAX]),
+            Tensor::from_i32(vec![], &[-7]),
+            Tensor::from_bool(vec![3], &[true, false, true]),
+            Tensor::from_f32(vec![0, 4], &[]),
+        ];
+        for (k, t) in cases.iter().enumerate() {
+            let p = d.path().join(format!("{k}.npy"));
+            write(&p, t).unwrap();
+            let back = read(&p).unwrap();
+            assert_eq!(back.ty, t.ty);
+            assert_eq!(back.bytes(), t.bytes(), "case {k}");
+        }
+    }
+
+    #[test]
+    fn bf16_is_written_as_f32_and_read_back_as_bf16() {
+        let d = tmp();
+        let p = d.path().join("b.npy");
+        let t = Tensor::from_f64_as(DType::BF16, vec![2], &[1.5, -3.0]);
+        write(&p, &t).unwrap();
+        assert_eq!(read(&p).unwrap().dtype(), DType::F32);
+        assert_eq!(read_as(&p, DType::BF16).unwrap(), t);
+    }
+
+    #[test]
+    fn reads_v1_v2_v3_big_endian_and_fortran_order() {
+        let d = tmp();
+        let le: Vec<u8> = [1f32, 2., 3., 4., 5., 6.].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let be: Vec<u8> = [1f32, 2., 3., 4., 5., 6.].iter().flat_map(|x| x.to_be_bytes()).collect();
+        for (k, (v, descr, data)) in [(1u8, "<f4", &le), (2, "<f4", &le), (3, ">f4", &be)].into_iter().enumerate() {
+            let p = d.path().join(format!("v{k}.npy"));
+            std::fs::write(&p, handmade(v, descr, false, "(2, 3)", data)).unwrap();
+            let t = read(&p).unwrap();
+            assert_eq!((t.shape(), t.to_f32_vec()), (&[2, 3][..], vec![1., 2., 3., 4., 5., 6.]), "version {v}");
+        }
+        // Fortran order: column-major data of [[1,2,3],[4,5,6]] is 1,4,2,5,3,6.
+        let cm: Vec<u8> = [1f32, 4., 2., 5., 3., 6.].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let p = d.path().join("f.npy");
+        std::fs::write(&p, handmade(1, "<f4", true, "(2, 3)", &cm)).unwrap();
+        let t = read(&p).unwrap();
+        assert_eq!((t.shape(), t.to_f32_vec()), (&[2, 3][..], vec![1., 2., 3., 4., 5., 6.]));
+    }
+
+    #[test]
+    fn f64_only_for_f32_and_bf16() {
+        let d = tmp();
+        let data: Vec<u8> = [0.1f64, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let p = d.path().join("d.npy");
+        std::fs::write(&p, handmade(1, "<f8", false, "(2,)", &data)).unwrap();
+        let t = read_as(&p, DType::F32).unwrap();
+        assert_eq!(t.to_f32_vec(), vec![0.1f32, 2.0]);
+        let e = read_as(&p, DType::F16).unwrap_err().to_string();
+        assert!(e.contains("d.npy") && e.contains("float64") && e.contains("f16"), "{e}");
+        assert!(read(&p).unwrap_err().to_string().contains("float64"));
+        let e = read_as(&d.path().join("missing.npy"), DType::F32).unwrap_err().to_string();
+        assert!(e.contains("missing.npy") && e.contains("cannot read"), "{e}");
+    }
+
+    #[test]
+    fn bad_files_are_errors_naming_the_file() {
+        let d = tmp();
+        let p = d.path().join("junk.npy");
+        std::fs::write(&p, b"not numpy at all").unwrap();
+        let e = read(&p).unwrap_err().to_string();
+        assert!(e.contains("junk.npy") && e.contains("not a valid .npy file"), "{e}");
+        // Header promises 6 floats, data has 2.
+        let short: Vec<u8> = [1f32, 2.].iter().flat_map(|x| x.to_le_bytes()).collect();
+        std::fs::write(&p, handmade(1, "<f4", false, "(2, 3)", &short)).unwrap();
+        assert!(read(&p).unwrap_err().to_string().contains("junk.npy"));
+        std::fs::write(&p, handmade(1, "<u2", false, "(1,)", &[0, 0])).unwrap();
+        let e = read(&p).unwrap_err().to_string();
+        assert!(e.contains("not supported"), "{e}");
+        let i = Tensor::from_i32(vec![1], &[1]);
+        write(&p, &i).unwrap();
+        let e = read_as(&p, DType::I64).unwrap_err().to_string();
+        assert!(e.contains("holds i32 data, the value needs i64"), "{e}");
+    }
+}
