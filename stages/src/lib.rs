@@ -5,5 +5,6 @@ pub mod backend;
 pub mod interp;
 pub mod ir;
 pub mod npy;
+pub mod partition;
 pub mod passes;
 pub mod target;
