@@ -68,7 +68,11 @@ impl VerifyReport {
             v.push(format!("MISSING output {} of memo entry stage '{}' key {}", m.entry.output, m.stage, m.key));
         }
         for (root, missing) in &self.incomplete_roots {
-            v.push(format!("MISSING {} object(s) of root '{root}', e.g. {}", missing.len(), missing[0]));
+            v.push(format!(
+                "MISSING {} object(s) of root '{root}', e.g. {} (re-running the build that made the root puts them back)",
+                missing.len(),
+                missing[0]
+            ));
         }
         for j in &self.journal_problems {
             v.push(format!("JOURNAL {j}"));

@@ -132,6 +132,11 @@ impl fmt::Display for Stats {
     }
 }
 
+/// Pretty JSON of any report (stats, verify, gc), for `--json` outputs.
+pub fn to_json<T: Serialize + ?Sized>(v: &T) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(v)
+}
+
 /// Bytes in binary units, for people.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -269,20 +269,38 @@ impl Store {
     pub fn memo_record(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {
         self.check_writable("memo record")?;
         check_name("stage name", stage)?;
-        match self.objects.size_of(&entry.output) {
-            None => return Err(StoreError::MissingOutput { stage: stage.into(), key: *key, output: entry.output }),
-            Some(actual) if actual != entry.size => {
-                return Err(StoreError::OutputSizeMismatch {
-                    stage: stage.into(),
-                    key: *key,
-                    output: entry.output,
-                    claimed: entry.size,
-                    actual,
-                })
-            }
-            Some(_) => {}
-        }
+        self.check_output(stage, key, entry)?;
         self.write(vec![JournalRecord::MemoSet(MemoRecord { stage: stage.into(), key: *key, entry: *entry })])
+    }
+
+    /// Records many entries with one journal append and one index flush (import, bulk loads): the
+    /// same checks as [`memo_record`](Self::memo_record), all-or-nothing.
+    pub fn memo_record_batch(&self, records: &[MemoRecord]) -> Result<()> {
+        self.check_writable("memo record")?;
+        let mut ops = Vec::with_capacity(records.len());
+        for r in records {
+            check_name("stage name", &r.stage)?;
+            self.check_output(&r.stage, &r.key, &r.entry)?;
+            ops.push(JournalRecord::MemoSet(r.clone()));
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.write(ops)
+    }
+
+    fn check_output(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {
+        match self.objects.size_of(&entry.output) {
+            None => Err(StoreError::MissingOutput { stage: stage.into(), key: *key, output: entry.output }),
+            Some(actual) if actual != entry.size => Err(StoreError::OutputSizeMismatch {
+                stage: stage.into(),
+                key: *key,
+                output: entry.output,
+                claimed: entry.size,
+                actual,
+            }),
+            Some(_) => Ok(()),
+        }
     }
 
     /// Every memo entry, sorted by (stage, key).

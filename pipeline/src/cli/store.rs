@@ -1,13 +1,169 @@
-//! `tessera store ...`: (being written) store maintenance commands.
+//! `tessera store ...`: inspect and maintain the content-addressed store (see store/README.md).
+//!
+//! Every subcommand takes `--store DIR` (default `$TESSERA_STORE`, else `.tessera` in the working
+//! directory) and `--wait`. All of them hold the store's lock while they run, `stats` included (sled
+//! allows one process at a time); without `--wait` a second process fails at once, naming the holder.
 
-use clap::Subcommand;
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use std::path::{Path, PathBuf};
+use tessera_store::{OpenOptions, Store, StoreError};
+
+/// Options every `tessera store` subcommand takes.
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    /// The store directory.
+    #[arg(long = "store", value_name = "DIR", env = tessera_store::STORE_ENV, default_value = tessera_store::DEFAULT_DIR)]
+    pub dir: PathBuf,
+    /// If another process holds the store, wait for it instead of failing.
+    #[arg(long)]
+    pub wait: bool,
+}
 
 #[derive(Subcommand, Debug)]
 pub enum StoreCommand {
-    /// Object and memo counts, bytes, hits and misses.
-    Stats,
+    /// Object and memo counts, bytes, hits and misses per stage, dedupe savings.
+    Stats {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-hash every object, check the index and the journal; bad objects are moved to quarantine/.
+    /// Exits non-zero when anything was wrong.
+    Verify {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Also repair the index: rebuild it from the journal if damaged, drop memo entries whose
+        /// output is gone, rewrite a damaged journal.
+        #[arg(long)]
+        repair: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove every object no root lists, and the memo entries that point at them.
+    Gc {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Only report what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Write a build's closure (objects a root lists, their memo entries, the root) to one archive file.
+    Export {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The archive to write (a tar file).
+        file: PathBuf,
+        /// Export only this root (default: every root).
+        #[arg(long)]
+        root: Option<String>,
+    },
+    /// Read an archive written by `export`, verifying every object.
+    Import {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The archive to read.
+        file: PathBuf,
+    },
 }
 
 pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
-    anyhow::bail!("tessera store {cmd:?} is not implemented yet")
+    match cmd {
+        StoreCommand::Stats { store, json } => {
+            let s = open(&store, OpenOptions::read_only(), false)?;
+            let stats = s.stats()?;
+            if json {
+                say(&format!("{}\n", stats.to_json()))
+            } else {
+                say(&stats.to_string())
+            }
+        }
+        StoreCommand::Verify { store, repair, json } => {
+            let mut s = open(&store, OpenOptions::writable(), repair)?;
+            let report = s.verify(repair)?;
+            if json {
+                say(&format!("{}\n", serde_json_report(&report)?))?;
+            } else {
+                say_lines(&report.lines())?;
+            }
+            if !report.is_clean() {
+                let hint = if repair { "" } else { "; `--repair` fixes what the index and journal can" };
+                bail!("verify found problems in {}{hint}", store.dir.display());
+            }
+            Ok(())
+        }
+        StoreCommand::Gc { store, dry_run } => {
+            let mut s = open(&store, OpenOptions::writable(), false)?;
+            say_lines(&s.gc(dry_run)?.lines())
+        }
+        StoreCommand::Export { store, file, root } => {
+            let s = open(&store, OpenOptions::read_only(), false)?;
+            let r = s.export(&file, root.as_deref())?;
+            say(&format!(
+                "exported {} root(s), {} object(s) ({}), {} memo entr(ies) to {}",
+                r.roots,
+                r.objects,
+                tessera_store::stats::human_bytes(r.bytes),
+                r.memo_entries,
+                file.display()
+            ))
+        }
+        StoreCommand::Import { store, file } => {
+            let s = open(&store, OpenOptions::writable(), false)?;
+            let r = s.import(&file)?;
+            say(&format!(
+                "imported {} root(s), {} memo entr(ies); {} new object(s) ({}), {} already present",
+                r.roots,
+                r.memo_entries,
+                r.objects_added,
+                tessera_store::stats::human_bytes(r.bytes_added),
+                r.objects_already_present
+            ))
+        }
+    }
+}
+
+/// Opens the store; with `--wait`, says on stderr who it is waiting for. `repair` rebuilds a
+/// damaged index from the journal. Prints what crash recovery did, if anything.
+fn open(args: &StoreArgs, opts: OpenOptions, repair: bool) -> anyhow::Result<Store> {
+    let try_open = |o: OpenOptions| if repair { Store::open_repairing(&args.dir, o) } else { Store::open(&args.dir, o) };
+    let store = match try_open(opts) {
+        Err(StoreError::Locked { holder, .. }) if args.wait => {
+            eprintln!("waiting for the store {}: in use by {holder}", args.dir.display());
+            try_open(opts.wait(true))
+        }
+        other => other,
+    }
+    .with_context(|| format!("opening the store {}", show(&args.dir)))?;
+    for line in store.open_report().lines() {
+        eprintln!("store: {line}");
+    }
+    Ok(store)
+}
+
+/// Writes to stdout; a closed pipe (`| head`) ends output quietly instead of panicking as `println!` does.
+fn say(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
+        _ => Ok(()),
+    }
+}
+
+fn say_lines(lines: &[String]) -> anyhow::Result<()> {
+    let mut text = lines.join("\n");
+    text.push('\n');
+    say(&text)
+}
+
+fn show(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn serde_json_report(r: &tessera_store::VerifyReport) -> anyhow::Result<String> {
+    tessera_store::stats::to_json(r).context("encoding the verify report")
 }
