@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job: build tessera (release) and compile the bundled model zoo (fixtures/zoo.toml) with the
+# embedded store (.tessera/ here, or $TESSERA_STORE), for every backend this machine can run.
+# Artifacts land in out/<model>.tsr; a second run is served from the store.
+# Usage: bash scripts/zoo.sh [extra `tessera compile` args, e.g. --json or --target 'cpu -compiler=gemm']
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc; }
+cargo build --release --locked -p tessera
+exec target/release/tessera compile fixtures/zoo.toml --out out "$@"
