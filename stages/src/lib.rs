@@ -5,6 +5,7 @@ pub mod backend;
 pub mod interp;
 pub mod ir;
 pub mod npy;
+pub mod onnx;
 pub mod partition;
 pub mod passes;
 pub mod target;

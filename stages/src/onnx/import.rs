@@ -1,0 +1,429 @@
+//! The import driver: decodes the model, declares inputs and initializers, converts nodes in order (folding
+//! constants eagerly), binds outputs, then simplifies and verifies.
+
+use super::attrs::Attrs;
+use super::error::{ImportError, ImportErrorKind, NResult, NodeError, NodeLocation};
+use super::ops;
+use super::proto::{type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
+use super::tensor::{dtype_from_onnx, tensor_from_proto};
+use super::{ImportOptions, MAX_OPSET, MIN_OPSET};
+use crate::ir::{infer_op, DType, Graph, Op, Tensor, TensorType, ValueDef, ValueId};
+use prost::Message;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One ONNX node being converted, with what converters need to read it and to name what they emit.
+pub struct NodeCx<'a> {
+    pub proto: &'a NodeProto,
+    pub attrs: Attrs<'a>,
+    pub op_type: &'a str,
+    /// Base name for the IR nodes it becomes: the ONNX node name, else its first output's name, else `#index`.
+    pub base: String,
+    /// How many IR nodes it has emitted (suffixes the names of helper nodes).
+    emitted: std::cell::Cell<usize>,
+}
+
+impl NodeCx<'_> {
+    /// Number of inputs as written (including empty optional slots).
+    pub fn num_inputs(&self) -> usize {
+        self.proto.input.len()
+    }
+
+    /// Number of named outputs the model asks for.
+    pub fn num_outputs(&self) -> usize {
+        self.proto.output.len()
+    }
+
+    fn next_name(&self) -> String {
+        let k = self.emitted.get();
+        self.emitted.set(k + 1);
+        if k == 0 {
+            self.base.clone()
+        } else {
+            format!("{}/{k}", self.base)
+        }
+    }
+}
+
+/// The state of one import.
+pub struct Importer<'a> {
+    pub g: Graph,
+    /// ONNX value name -> IR value.
+    env: BTreeMap<String, ValueId>,
+    /// Outputs a converter declined to produce (a Dropout mask, BatchNormalization's running statistics):
+    /// using one is an error that says why.
+    unavailable: BTreeMap<String, String>,
+    /// The model's default-domain opset version.
+    pub opset: i64,
+    #[allow(dead_code)]
+    base_dir: Option<&'a Path>,
+}
+
+impl<'a> Importer<'a> {
+    pub fn ty(&self, v: ValueId) -> &TensorType {
+        self.g.ty(v)
+    }
+
+    pub fn dtype(&self, v: ValueId) -> DType {
+        self.g.ty(v).dtype
+    }
+
+    pub fn shape(&self, v: ValueId) -> Vec<usize> {
+        self.g.ty(v).shape.clone()
+    }
+
+    pub fn rank(&self, v: ValueId) -> usize {
+        self.g.ty(v).rank()
+    }
+
+    /// The constant behind a value, if it is one (after folding).
+    pub fn constant(&self, v: ValueId) -> Option<&Tensor> {
+        self.g.constant(v)
+    }
+
+    fn lookup(&self, name: &str, what: &str) -> NResult<ValueId> {
+        if let Some(&v) = self.env.get(name) {
+            return Ok(v);
+        }
+        if let Some(why) = self.unavailable.get(name) {
+            return Err(NodeError::unsupported("unsupported optional output", format!("{what} '{name}' is {why}")));
+        }
+        Err(NodeError::missing(format!(
+            "{what} '{name}' is not a graph input, an initializer or an output of an earlier node"
+        )))
+    }
+
+    /// Required input `i`.
+    pub fn input(&self, n: &NodeCx, i: usize) -> NResult<ValueId> {
+        match n.proto.input.get(i).filter(|s| !s.is_empty()) {
+            Some(name) => self.lookup(name, &format!("input {i}")),
+            None => Err(NodeError::missing(format!("required input {i} is absent ({} given)", n.num_inputs()))),
+        }
+    }
+
+    /// Optional input `i` (absent or empty name: `None`).
+    pub fn opt_input(&self, n: &NodeCx, i: usize) -> NResult<Option<ValueId>> {
+        match n.proto.input.get(i).filter(|s| !s.is_empty()) {
+            Some(name) => self.lookup(name, &format!("input {i}")).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// All present inputs (variadic ops).
+    pub fn inputs(&self, n: &NodeCx) -> NResult<Vec<ValueId>> {
+        (0..n.num_inputs()).filter_map(|i| self.opt_input(n, i).transpose()).collect()
+    }
+
+    /// Input `i`, which must be a constant once folded (a shape-like operand). `what` says what it is.
+    pub fn const_input(&self, n: &NodeCx, i: usize, what: &str) -> NResult<Tensor> {
+        let v = self.input(n, i)?;
+        self.const_value(v, i, what)
+    }
+
+    /// Optional constant input.
+    pub fn opt_const_input(&self, n: &NodeCx, i: usize, what: &str) -> NResult<Option<Tensor>> {
+        match self.opt_input(n, i)? {
+            None => Ok(None),
+            Some(v) => self.const_value(v, i, what).map(Some),
+        }
+    }
+
+    fn const_value(&self, v: ValueId, i: usize, what: &str) -> NResult<Tensor> {
+        match self.g.constant(v) {
+            Some(t) => Ok(t.clone()),
+            None => Err(NodeError::not_static(format!(
+                "input {i} ('{}', the {what}) is computed at run time; it must be a constant once folded",
+                self.g.value(v).name
+            ))),
+        }
+    }
+
+    /// Adds a constant.
+    pub fn konst(&mut self, n: &NodeCx, t: Tensor) -> ValueId {
+        let name = format!("{}/const{}", n.base, self.g.values.len());
+        self.g.add_const(name, t)
+    }
+
+    /// A scalar constant of `dtype`.
+    pub fn scalar(&mut self, n: &NodeCx, dtype: DType, v: f64) -> ValueId {
+        self.konst(n, Tensor::from_f64_as(dtype, Vec::<usize>::new(), &[v]))
+    }
+
+    /// Emits a single-output op, folding it when every input is a constant.
+    pub fn emit(&mut self, n: &NodeCx, op: Op, inputs: &[ValueId]) -> NResult<ValueId> {
+        Ok(self.emit_multi(n, op, inputs)?[0])
+    }
+
+    /// Emits an op, folding it when every input is a constant. Folding goes through the reference
+    /// interpreter, the same code that defines the op's meaning at run time, so folded and unfolded graphs agree.
+    pub fn emit_multi(&mut self, n: &NodeCx, op: Op, inputs: &[ValueId]) -> NResult<Vec<ValueId>> {
+        let types: Vec<&TensorType> = inputs.iter().map(|&v| self.g.ty(v)).collect();
+        let out_types = infer_op(&op, &types).map_err(|e| NodeError::invalid(format!("{}: {e}", op.name())))?;
+        let consts: Option<Vec<&Tensor>> = inputs.iter().map(|&v| self.g.constant(v)).collect();
+        let name = n.next_name();
+        if let Some(consts) = consts.filter(|c| !c.is_empty()) {
+            if matches!(op, Op::Identity) {
+                return Ok(vec![inputs[0]]);
+            }
+            let outs = fold(&op, &consts).map_err(|e| NodeError::invalid(format!("folding {} over constants failed: {e}", op.name())))?;
+            if outs.len() != out_types.len() || outs.iter().zip(&out_types).any(|(t, ty)| &t.ty != ty) {
+                return Err(NodeError::invalid(format!(
+                    "folding {} gave {:?}, shape inference says {:?}",
+                    op.name(),
+                    outs.iter().map(|t| t.ty.to_string()).collect::<Vec<_>>(),
+                    out_types.iter().map(|t| t.to_string()).collect::<Vec<_>>()
+                )));
+            }
+            return Ok(outs
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| self.g.add_const(if i == 0 { name.clone() } else { format!("{name}:{i}") }, t))
+                .collect());
+        }
+        self.g.add_node(name, op, inputs).map_err(|e| NodeError::invalid(e.source.to_string()))
+    }
+
+    /// Emits a Reshape unless the shape already matches.
+    pub fn reshape(&mut self, n: &NodeCx, v: ValueId, shape: Vec<usize>) -> NResult<ValueId> {
+        if self.g.ty(v).shape == shape {
+            return Ok(v);
+        }
+        self.emit(n, Op::Reshape { shape }, &[v])
+    }
+
+    /// Emits a Cast unless the dtype already matches.
+    pub fn cast(&mut self, n: &NodeCx, v: ValueId, to: DType) -> NResult<ValueId> {
+        if self.g.ty(v).dtype == to {
+            return Ok(v);
+        }
+        self.emit(n, Op::Cast { to }, &[v])
+    }
+
+    /// Marks output `i` of the node as not produced, with the reason shown if something uses it.
+    pub fn decline_output(&mut self, n: &NodeCx, i: usize, why: &str) {
+        if let Some(name) = n.proto.output.get(i).filter(|s| !s.is_empty()) {
+            self.unavailable.insert(name.clone(), format!("output {i} of {}, which {why}", n.op_type));
+        }
+    }
+}
+
+/// Constant folding of one op, by the reference interpreter.
+fn fold(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, String> {
+    crate::interp::eval_op(op, inputs).map_err(|e| e.to_string())
+}
+
+fn err(file: &str, kind: ImportErrorKind) -> ImportError {
+    ImportError::new(file, kind)
+}
+
+/// The node's label in errors: its name, or `#index` when unnamed.
+fn node_label(n: &NodeProto, index: usize) -> String {
+    match n.name.as_deref() {
+        Some(s) if !s.is_empty() => s.to_string(),
+        _ => format!("#{index}"),
+    }
+}
+
+fn op_label(n: &NodeProto) -> String {
+    let op = n.op_type.clone().unwrap_or_default();
+    match n.domain.as_deref() {
+        None | Some("") | Some("ai.onnx") => op,
+        Some(d) => format!("{d}:{op}"),
+    }
+}
+
+pub fn import(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &ImportOptions) -> Result<Graph, ImportError> {
+    let model = ModelProto::decode(bytes).map_err(|e| err(file, ImportErrorKind::Decode(e)))?;
+    let opset = default_opset(&model).map_err(|k| err(file, k))?;
+    let Some(graph) = model.graph.as_ref() else {
+        return Err(err(file, ImportErrorKind::Invalid("the model has no graph".into())));
+    };
+    let mut im = Importer { g: Graph::new(super::model_name(file)), env: BTreeMap::new(), unavailable: BTreeMap::new(), opset, base_dir };
+    declare_values(&mut im, graph, base_dir, opts).map_err(|k| err(file, k))?;
+    for (index, node) in graph.node.iter().enumerate() {
+        convert_node(&mut im, node, index).map_err(|e| ImportError {
+            file: file.to_string(),
+            location: Some(NodeLocation { node: node_label(node, index), op: op_label(node), attribute: e.attribute }),
+            kind: e.kind,
+        })?;
+    }
+    bind_outputs(&mut im, graph).map_err(|k| err(file, k))?;
+    let mut g = im.g;
+    crate::passes::simplify::simplify(&mut g)
+        .map_err(|e| err(file, ImportErrorKind::Invalid(format!("internal error: the imported graph does not verify: {e}"))))?;
+    Ok(g)
+}
+
+fn default_opset(model: &ModelProto) -> Result<i64, ImportErrorKind> {
+    let mut found = None;
+    for o in &model.opset_import {
+        if matches!(o.domain.as_deref(), None | Some("") | Some("ai.onnx")) {
+            found = Some(o.version.unwrap_or(0));
+        }
+    }
+    let v = found.ok_or_else(|| ImportErrorKind::Invalid("the model imports no default-domain (ai.onnx) opset".into()))?;
+    if !(MIN_OPSET..=MAX_OPSET).contains(&v) {
+        return Err(ImportErrorKind::UnsupportedOpset { domain: String::new(), version: v });
+    }
+    Ok(v)
+}
+
+/// Initializers become constants; graph inputs that are not initializers become IR inputs with static types.
+fn declare_values(im: &mut Importer, graph: &GraphProto, base_dir: Option<&Path>, opts: &ImportOptions) -> Result<(), ImportErrorKind> {
+    if let Some(s) = graph.sparse_initializer.first() {
+        let name = s.values.as_ref().and_then(|v| v.name.clone()).unwrap_or_default();
+        return Err(ImportErrorKind::Unsupported {
+            what: "sparse initializer".into(),
+            detail: format!("sparse initializer '{name}'"),
+        });
+    }
+    for t in &graph.initializer {
+        let name = t.name.clone().unwrap_or_default();
+        if name.is_empty() {
+            return Err(ImportErrorKind::Invalid("an initializer has no name".into()));
+        }
+        let tensor = tensor_from_proto(t, base_dir)?;
+        let v = im.g.add_const(name.clone(), tensor);
+        im.env.insert(name, v);
+    }
+    let mut used_shapes = 0;
+    for vi in &graph.input {
+        let name = vi.name.clone().unwrap_or_default();
+        if im.env.contains_key(&name) {
+            continue; // an input with a default value: a constant, as the ONNX runtime treats it in inference
+        }
+        let ty = input_type(vi, &name, opts)?;
+        if opts.shapes.contains_key(&name) {
+            used_shapes += 1;
+        }
+        let v = im.g.add_input(name.clone(), ty);
+        im.env.insert(name, v);
+    }
+    if used_shapes != opts.shapes.len() {
+        let unknown: Vec<&String> = opts.shapes.keys().filter(|k| !graph.input.iter().any(|i| i.name.as_ref() == Some(k))).collect();
+        let inputs: Vec<&str> = im.g.inputs.iter().map(|&v| im.g.value(v).name.as_str()).collect();
+        return Err(ImportErrorKind::Missing(format!("--shape names {unknown:?}, which are not graph inputs (inputs: {inputs:?})")));
+    }
+    Ok(())
+}
+
+/// The static type of a graph input: its element type, and its dimensions with symbolic ones taken from `--shape`.
+fn input_type(vi: &ValueInfoProto, name: &str, opts: &ImportOptions) -> Result<TensorType, ImportErrorKind> {
+    let what = format!("graph input '{name}'");
+    let tt = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(type_proto::Value::TensorType(tt)) => tt,
+        Some(_) => {
+            return Err(ImportErrorKind::Unsupported {
+                what: "non-tensor input".into(),
+                detail: format!("{what} is not a tensor (sequence, map, optional or sparse)"),
+            })
+        }
+        None => return Err(ImportErrorKind::Invalid(format!("{what} has no type"))),
+    };
+    let dtype = dtype_from_onnx(tt.elem_type.unwrap_or(0), &what)?;
+    let given = opts.shapes.get(name);
+    let Some(shape) = &tt.shape else {
+        return match given {
+            Some(s) => Ok(TensorType::new(dtype, s.clone())),
+            None => Err(ImportErrorKind::NotStatic(format!("{what} has no shape in the model; give one with --shape {name}=..."))),
+        };
+    };
+    use super::proto::tensor_shape_proto::dimension::Value as Dim;
+    if let Some(g) = given {
+        if g.len() != shape.dim.len() {
+            return Err(ImportErrorKind::Invalid(format!(
+                "--shape {name} has rank {}, but the model declares rank {}",
+                g.len(),
+                shape.dim.len()
+            )));
+        }
+    }
+    let mut dims = Vec::with_capacity(shape.dim.len());
+    for (i, d) in shape.dim.iter().enumerate() {
+        let fixed = match d.value {
+            Some(Dim::DimValue(v)) if v >= 0 => Some(v as usize),
+            _ => None,
+        };
+        match (fixed, given) {
+            (Some(f), Some(g)) if g[i] != f => {
+                return Err(ImportErrorKind::Invalid(format!(
+                    "--shape {name}: dimension {i} is {} but the model fixes it to {f}",
+                    g[i]
+                )))
+            }
+            (Some(f), _) => dims.push(f),
+            (None, Some(g)) => dims.push(g[i]),
+            (None, None) => {
+                let sym = match &d.value {
+                    Some(Dim::DimParam(p)) => format!("'{p}'"),
+                    _ => "unknown".into(),
+                };
+                return Err(ImportErrorKind::NotStatic(format!(
+                    "{what} has a symbolic dimension {sym} at axis {i}; fix it with --shape {name}=..."
+                )));
+            }
+        }
+    }
+    Ok(TensorType::new(dtype, dims))
+}
+
+fn convert_node(im: &mut Importer, node: &NodeProto, index: usize) -> NResult<()> {
+    let op_type = node.op_type.as_deref().unwrap_or("");
+    if !matches!(node.domain.as_deref(), None | Some("") | Some("ai.onnx")) {
+        return Err(NodeError { attribute: None, kind: ImportErrorKind::UnsupportedOp { op: op_label(node) } });
+    }
+    let Some(convert) = ops::converter(op_type) else {
+        return Err(NodeError { attribute: None, kind: ImportErrorKind::UnsupportedOp { op: op_type.to_string() } });
+    };
+    let base = match node.name.as_deref() {
+        Some(s) if !s.is_empty() => s.to_string(),
+        _ => node.output.iter().find(|s| !s.is_empty()).cloned().unwrap_or_else(|| format!("#{index}")),
+    };
+    let n = NodeCx { proto: node, attrs: Attrs::new(node), op_type, base, emitted: std::cell::Cell::new(0) };
+    let first_new = im.g.values.len();
+    let outs = convert(im, &n)?;
+    for (i, name) in node.output.iter().enumerate() {
+        if name.is_empty() {
+            continue;
+        }
+        match outs.get(i) {
+            Some(&v) => {
+                // Values created by this node take the ONNX output names; aliases (an Identity-like node
+                // returning its input) keep theirs.
+                if v.index() >= first_new {
+                    im.g.values[v.index()].name = name.clone();
+                }
+                im.env.insert(name.clone(), v);
+            }
+            None => {
+                if !im.unavailable.contains_key(name) {
+                    im.unavailable.insert(name.clone(), format!("output {i} of {op_type}, which this importer does not produce"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn bind_outputs(im: &mut Importer, graph: &GraphProto) -> Result<(), ImportErrorKind> {
+    if graph.output.is_empty() {
+        return Err(ImportErrorKind::Invalid("the graph has no outputs".into()));
+    }
+    for o in &graph.output {
+        let name = o.name.clone().unwrap_or_default();
+        let v = match im.env.get(&name) {
+            Some(&v) => v,
+            None => {
+                return Err(match im.unavailable.get(&name) {
+                    Some(why) => ImportErrorKind::Unsupported { what: "unsupported optional output".into(), detail: format!("graph output '{name}' is {why}") },
+                    None => ImportErrorKind::Missing(format!("graph output '{name}' is not produced by any node")),
+                })
+            }
+        };
+        if matches!(im.g.value(v).def, ValueDef::Node { .. } | ValueDef::Const(_)) && !im.g.outputs.contains(&v) {
+            im.g.values[v.index()].name = name;
+        }
+        im.g.outputs.push(v);
+    }
+    Ok(())
+}

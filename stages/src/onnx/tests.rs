@@ -1,0 +1,395 @@
+//! Importer tests on small models built with the prost types: each kind of bad input gets an error naming
+//! the file, node, op and attribute; shape subgraphs fold away; numerics match hand-computed values.
+
+use super::proto::{
+    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto,
+    OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use super::*;
+use crate::interp::run_graph;
+use crate::ir::{Op, Tensor};
+use prost::Message;
+
+/// A dimension: a number, or a symbol.
+enum D {
+    N(i64),
+    S(&'static str),
+}
+
+fn vi(name: &str, elem: i32, dims: &[D]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|d| tensor_shape_proto::Dimension {
+            value: Some(match d {
+                D::N(n) => tensor_shape_proto::dimension::Value::DimValue(*n),
+                D::S(s) => tensor_shape_proto::dimension::Value::DimParam(s.to_string()),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: Some(TensorShapeProto { dim }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn f32s(name: &str, dims: &[usize]) -> ValueInfoProto {
+    vi(name, 1, &dims.iter().map(|&d| D::N(d as i64)).collect::<Vec<_>>())
+}
+
+fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.into()),
+        name: Some(name.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        attribute: attrs,
+        ..Default::default()
+    }
+}
+
+fn a_ints(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Ints as i32), ints: v.to_vec(), ..Default::default() }
+}
+fn a_int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Int as i32), i: Some(v), ..Default::default() }
+}
+fn a_float(name: &str, v: f32) -> AttributeProto {
+    AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Float as i32), f: Some(v), ..Default::default() }
+}
+fn a_str(name: &str, v: &str) -> AttributeProto {
+    AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::String as i32), s: Some(v.as_bytes().to_vec()), ..Default::default() }
+}
+
+fn init(name: &str, t: &Tensor) -> TensorProto {
+    tensor_to_proto(name, t)
+}
+
+fn model(opset: i64, nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: &[&str], inits: Vec<TensorProto>) -> Vec<u8> {
+    let m = ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: nodes,
+            input: inputs,
+            output: outputs.iter().map(|o| ValueInfoProto { name: Some(o.to_string()), ..Default::default() }).collect(),
+            initializer: inits,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    m.encode_to_vec()
+}
+
+fn import(bytes: &[u8]) -> Result<crate::ir::Graph, ImportError> {
+    import_bytes(bytes, None, "models/test_model.onnx", &ImportOptions::default())
+}
+
+fn err_of(bytes: &[u8]) -> (ImportError, String) {
+    let e = import(bytes).expect_err("import should fail");
+    let s = e.to_string();
+    (e, s)
+}
+
+fn run1(g: &crate::ir::Graph, inputs: &[Tensor]) -> Vec<f32> {
+    run_graph(g, inputs).unwrap()[0].to_f32_vec()
+}
+
+#[test]
+fn relu_model_imports_named_after_the_file_stem() {
+    let b = model(17, vec![node("Relu", "r", &["x"], &["y"], vec![])], vec![f32s("x", &[3])], &["y"], vec![]);
+    let g = import(&b).unwrap();
+    assert_eq!(g.name, "test_model");
+    assert_eq!(g.value(g.outputs[0]).name, "y");
+    assert_eq!(run1(&g, &[Tensor::from_f32([3], &[-1.0, 0.0, 2.0])]), vec![0.0, 0.0, 2.0]);
+}
+
+#[test]
+fn unsupported_op_names_file_node_and_op() {
+    let b = model(17, vec![node("Hardmax", "hm", &["x"], &["y"], vec![])], vec![f32s("x", &[3])], &["y"], vec![]);
+    let (e, s) = err_of(&b);
+    assert!(e.is_unsupported());
+    assert_eq!(e.unsupported_key().as_deref(), Some("Hardmax"));
+    assert!(s.contains("models/test_model.onnx") && s.contains("node 'hm'") && s.contains("Hardmax"), "{s}");
+    // Other domains are named with their domain.
+    let mut n = node("FusedGemm", "", &["x"], &["y"], vec![]);
+    n.domain = Some("com.microsoft".into());
+    let (_, s) = err_of(&model(17, vec![n], vec![f32s("x", &[3])], &["y"], vec![]));
+    assert!(s.contains("node '#0'") && s.contains("com.microsoft:FusedGemm"), "{s}");
+}
+
+#[test]
+fn missing_input_is_named() {
+    let b = model(17, vec![node("Add", "add", &["x", "nope"], &["y"], vec![])], vec![f32s("x", &[3])], &["y"], vec![]);
+    let (e, s) = err_of(&b);
+    assert!(matches!(e.kind, ImportErrorKind::Missing(_)));
+    assert!(s.contains("node 'add' (Add)") && s.contains("'nope'"), "{s}");
+    let b = model(17, vec![node("Relu", "r", &["x"], &["y"], vec![])], vec![f32s("x", &[3])], &["z"], vec![]);
+    assert!(err_of(&b).1.contains("graph output 'z'"));
+}
+
+#[test]
+fn malformed_and_truncated_files_are_decode_errors() {
+    let b = model(17, vec![node("Relu", "r", &["x"], &["y"], vec![])], vec![f32s("x", &[3])], &["y"], vec![]);
+    for cut in [1, b.len() / 2, b.len() - 1] {
+        match import(&b[..cut]) {
+            Err(e) => assert!(e.to_string().contains("models/test_model.onnx"), "{e}"),
+            Ok(_) => panic!("a model truncated to {cut} of {} bytes imported", b.len()),
+        }
+    }
+    let (e, s) = err_of(&[0xff, 0xff, 0xff, 0xff]);
+    assert!(matches!(e.kind, ImportErrorKind::Decode(_)), "{s}");
+    assert!(s.contains("malformed or truncated"));
+}
+
+#[test]
+fn bad_attributes_are_named() {
+    let b = model(17, vec![node("Transpose", "t", &["x"], &["y"], vec![a_ints("perm", &[0, 5])])], vec![f32s("x", &[2, 3])], &["y"], vec![]);
+    let s = err_of(&b).1;
+    assert!(s.contains("node 't' (Transpose), attribute 'perm'"), "{s}");
+    // Wrong attribute type.
+    let b = model(17, vec![node("LeakyRelu", "l", &["x"], &["y"], vec![a_str("alpha", "big")])], vec![f32s("x", &[2])], &["y"], vec![]);
+    let s = err_of(&b).1;
+    assert!(s.contains("attribute 'alpha'") && s.contains("expected type FLOAT"), "{s}");
+    let b = model(17, vec![node("Conv", "c", &["x", "w"], &["y"], vec![a_str("auto_pad", "SOMETIMES")])], vec![f32s("x", &[1, 1, 4, 4])], &["y"], vec![init("w", &Tensor::from_f32([1, 1, 1, 1], &[1.0]))]);
+    assert!(err_of(&b).1.contains("attribute 'auto_pad'"));
+}
+
+#[test]
+fn opsets_outside_the_range_are_rejected() {
+    for v in [5, 22] {
+        let b = model(v, vec![node("Relu", "r", &["x"], &["y"], vec![])], vec![f32s("x", &[3])], &["y"], vec![]);
+        let (e, s) = err_of(&b);
+        assert!(matches!(e.kind, ImportErrorKind::UnsupportedOpset { version, .. } if version == v), "{s}");
+        assert!(s.contains(&format!("version {v}")), "{s}");
+    }
+}
+
+#[test]
+fn symbolic_dims_need_shapes() {
+    let b = model(17, vec![node("Relu", "r", &["ids"], &["y"], vec![])], vec![vi("ids", 1, &[D::S("batch"), D::N(4)])], &["y"], vec![]);
+    let (e, s) = err_of(&b);
+    assert!(matches!(e.kind, ImportErrorKind::NotStatic(_)) && s.contains("'batch'") && s.contains("--shape ids="), "{s}");
+    let (name, dims) = parse_shape_arg("ids=2x4").unwrap();
+    let opts = ImportOptions { shapes: [(name, dims)].into() };
+    let g = import_bytes(&b, None, "m.onnx", &opts).unwrap();
+    assert_eq!(g.ty(g.inputs[0]).shape, vec![2, 4]);
+    // A shape that contradicts a fixed dimension, or names no input, is an error.
+    let opts = ImportOptions { shapes: [("ids".to_string(), vec![2, 5])].into() };
+    assert!(import_bytes(&b, None, "m.onnx", &opts).unwrap_err().to_string().contains("fixes it to 4"));
+    let opts = ImportOptions { shapes: [("ids".to_string(), vec![2, 4]), ("other".to_string(), vec![1])].into() };
+    assert!(import_bytes(&b, None, "m.onnx", &opts).unwrap_err().to_string().contains("other"));
+}
+
+#[test]
+fn shape_args_parse() {
+    assert_eq!(parse_shape_arg("input_ids=1x128").unwrap(), ("input_ids".to_string(), vec![1, 128]));
+    assert_eq!(parse_shape_arg("a=b=3,4").unwrap(), ("a=b".to_string(), vec![3, 4]));
+    assert_eq!(parse_shape_arg("s=").unwrap(), ("s".to_string(), vec![]));
+    assert!(parse_shape_arg("noequals").is_err());
+    assert!(parse_shape_arg("=1x2").is_err());
+    assert!(parse_shape_arg("x=1xq").unwrap_err().contains("'q'"));
+}
+
+#[test]
+fn runtime_shape_operand_is_not_static() {
+    let b = model(
+        17,
+        vec![node("Reshape", "rs", &["x", "s"], &["y"], vec![])],
+        vec![f32s("x", &[2, 3]), vi("s", 7, &[D::N(2)])],
+        &["y"],
+        vec![],
+    );
+    let (e, s) = err_of(&b);
+    assert!(matches!(e.kind, ImportErrorKind::NotStatic(_)), "{s}");
+    assert!(s.contains("node 'rs' (Reshape)") && s.contains("'s'"), "{s}");
+}
+
+#[test]
+fn shape_subgraphs_fold_away() {
+    // y = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])): BERT-style dynamic reshape.
+    let nodes = vec![
+        node("Shape", "shape", &["x"], &["sh"], vec![]),
+        node("Gather", "g", &["sh", "zero"], &["b"], vec![a_int("axis", 0)]),
+        node("Unsqueeze", "u", &["b", "axes0"], &["b1"], vec![]),
+        node("Concat", "cat", &["b1", "minus1"], &["spec"], vec![a_int("axis", 0)]),
+        node("Reshape", "rs", &["x", "spec"], &["y"], vec![]),
+    ];
+    let inits = vec![
+        init("zero", &Tensor::from_i64(Vec::<usize>::new(), &[0])),
+        init("axes0", &Tensor::from_i64([1], &[0])),
+        init("minus1", &Tensor::from_i64([1], &[-1])),
+    ];
+    let g = import(&model(17, nodes, vec![f32s("x", &[2, 3, 4])], &["y"], inits)).unwrap();
+    assert_eq!(g.nodes.len(), 1, "{:?}", g.nodes);
+    assert_eq!(g.nodes[0].op, Op::Reshape { shape: vec![2, 12] });
+}
+
+#[test]
+fn external_data_is_read_relative_to_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let w: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut blob = vec![0u8; 16];
+    blob.extend(&w);
+    std::fs::write(dir.path().join("weights.bin"), &blob).unwrap();
+    let ext = |k: &str, v: &str| super::proto::StringStringEntryProto { key: Some(k.into()), value: Some(v.into()) };
+    let t = TensorProto {
+        name: Some("w".into()),
+        dims: vec![3],
+        data_type: Some(1),
+        data_location: Some(1),
+        external_data: vec![ext("location", "weights.bin"), ext("offset", "16"), ext("length", "12")],
+        ..Default::default()
+    };
+    let b = model(17, vec![node("Mul", "m", &["x", "w"], &["y"], vec![])], vec![f32s("x", &[3])], &["y"], vec![t]);
+    let path = dir.path().join("ext.onnx");
+    std::fs::write(&path, &b).unwrap();
+    let g = import_file(&path, &ImportOptions::default()).unwrap();
+    assert_eq!(g.name, "ext");
+    assert_eq!(run1(&g, &[Tensor::from_f32([3], &[1.0, 1.0, 2.0])]), vec![1.0, 2.0, 6.0]);
+    // From bytes without a directory, the external file cannot be found.
+    assert!(import(&b).unwrap_err().to_string().contains("external file 'weights.bin'"));
+    // A length running past the end of the file.
+    std::fs::write(dir.path().join("weights.bin"), &blob[..20]).unwrap();
+    assert!(import_file(&path, &ImportOptions::default()).unwrap_err().to_string().contains("past the end"));
+}
+
+#[test]
+fn unsupported_dtypes_are_named() {
+    let b = model(17, vec![node("Relu", "r", &["x"], &["y"], vec![])], vec![vi("x", 11, &[D::N(2)])], &["y"], vec![]);
+    let (e, s) = err_of(&b);
+    assert!(e.is_unsupported() && s.contains("graph input 'x'") && s.contains("DOUBLE"), "{s}");
+    let b = model(17, vec![node("Cast", "c", &["x"], &["y"], vec![a_int("to", 2)])], vec![f32s("x", &[2])], &["y"], vec![]);
+    let s = err_of(&b).1;
+    assert!(s.contains("node 'c' (Cast), attribute 'to'") && s.contains("UINT8"), "{s}");
+}
+
+#[test]
+fn gemm_with_constant_b_becomes_one_matmul_with_a_transposed_weight() {
+    let w = Tensor::from_f32([4, 3], &(0..12).map(|i| i as f32).collect::<Vec<_>>());
+    let c = Tensor::from_f32([4], &[1.0, 2.0, 3.0, 4.0]);
+    let nodes = vec![node("Gemm", "fc", &["x", "w", "c"], &["y"], vec![a_int("transB", 1), a_float("alpha", 2.0), a_float("beta", 0.5)])];
+    let g = import(&model(13, nodes, vec![f32s("x", &[2, 3])], &["y"], vec![init("w", &w), init("c", &c)])).unwrap();
+    let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
+    assert_eq!(ops, ["MatMul", "Add"]);
+    assert_eq!(g.ty(g.nodes[0].inputs[1]).shape, vec![3, 4]);
+    let x = Tensor::from_f32([2, 3], &[1.0, 0.0, 0.0, 0.0, 1.0, 1.0]);
+    // w[j] = [3j, 3j+1, 3j+2]. Row 0: 2 * 3j + 0.5 c_j; row 1: 2 * (6j + 3) + 0.5 c_j.
+    assert_eq!(run1(&g, &[x]), vec![0.5, 7.0, 13.5, 20.0, 6.5, 19.0, 31.5, 44.0]);
+}
+
+#[test]
+fn conv_auto_pad_becomes_explicit_and_batchnorm_folds() {
+    let w = Tensor::from_f32([2, 1, 3, 3], &[1.0; 18]);
+    let p = |v: [f32; 2]| Tensor::from_f32([2], &v);
+    let nodes = vec![
+        node("Conv", "conv", &["x", "w"], &["c"], vec![a_str("auto_pad", "SAME_UPPER"), a_ints("strides", &[2, 2])]),
+        node("BatchNormalization", "bn", &["c", "g", "b", "m", "v"], &["y"], vec![a_float("epsilon", 0.0)]),
+    ];
+    let inits = vec![init("w", &w), init("g", &p([1.0, 2.0])), init("b", &p([0.0, 1.0])), init("m", &p([0.0, 1.0])), init("v", &p([1.0, 4.0]))];
+    let g = import(&model(13, nodes, vec![f32s("x", &[1, 1, 4, 4])], &["y"], inits)).unwrap();
+    assert_eq!(g.nodes.len(), 1);
+    let Op::Conv(a) = &g.nodes[0].op else { panic!("expected Conv, got {:?}", g.nodes[0].op) };
+    // in 4, stride 2 -> out 2; need (2-1)*2 + 3 = 5 -> total pad 1: SAME_UPPER puts it at the end.
+    assert_eq!(a.pads, vec![0, 0, 1, 1]);
+    let y = run1(&g, &[Tensor::from_f32([1, 1, 4, 4], &[1.0; 16])]);
+    // Channel 0: windows at rows/cols 0 and 2 (the second one half in the end padding) sum 9, 6, 6, 4.
+    // Channel 1: (s - 1) * 2/2 + 1 = s.
+    assert_eq!(y, vec![9.0, 6.0, 6.0, 4.0, 9.0, 6.0, 6.0, 4.0]);
+}
+
+#[test]
+fn slice_bounds_are_clamped_and_negative_steps_normalized() {
+    let nodes = vec![node("Slice", "s", &["x", "st", "en", "ax", "sp"], &["y"], vec![])];
+    let inits = vec![
+        init("st", &Tensor::from_i64([1], &[-1])),
+        init("en", &Tensor::from_i64([1], &[i64::MIN])),
+        init("ax", &Tensor::from_i64([1], &[-1])),
+        init("sp", &Tensor::from_i64([1], &[-2])),
+    ];
+    let g = import(&model(13, nodes, vec![f32s("x", &[2, 5])], &["y"], inits)).unwrap();
+    assert_eq!(g.nodes[0].op, Op::Slice { axes: vec![1], starts: vec![4], ends: vec![-1], steps: vec![-2] });
+    let x = Tensor::from_f32([2, 5], &(0..10).map(|i| i as f32).collect::<Vec<_>>());
+    assert_eq!(run1(&g, &[x]), vec![4.0, 2.0, 0.0, 9.0, 7.0, 5.0]);
+}
+
+#[test]
+fn old_softmax_coerces_to_two_dimensions() {
+    let nodes = vec![node("Softmax", "sm", &["x"], &["y"], vec![a_int("axis", 1)])];
+    let g = import(&model(11, nodes, vec![f32s("x", &[1, 2, 2])], &["y"], vec![])).unwrap();
+    let y = run1(&g, &[Tensor::from_f32([1, 2, 2], &[0.0, 0.0, 0.0, 0.0])]);
+    // Normalized over all 4 trailing elements, not per axis 1.
+    assert!(y.iter().all(|&v| (v - 0.25).abs() < 1e-7), "{y:?}");
+    let g = import(&model(13, vec![node("Softmax", "sm", &["x"], &["y"], vec![a_int("axis", 1)])], vec![f32s("x", &[1, 2, 2])], &["y"], vec![])).unwrap();
+    let y = run1(&g, &[Tensor::from_f32([1, 2, 2], &[0.0; 4])]);
+    assert!(y.iter().all(|&v| (v - 0.5).abs() < 1e-7), "{y:?}");
+}
+
+#[test]
+fn dropout_mask_use_is_reported() {
+    let nodes = vec![node("Dropout", "d", &["x"], &["y", "mask"], vec![]), node("Not", "n", &["mask"], &["z"], vec![])];
+    let (e, s) = err_of(&model(13, nodes, vec![f32s("x", &[2])], &["y", "z"], vec![]));
+    assert!(e.is_unsupported() && s.contains("node 'n' (Not)") && s.contains("dropout mask"), "{s}");
+    let nodes = vec![node("Dropout", "d", &["x"], &["y", "mask"], vec![])];
+    let g = import(&model(13, nodes, vec![f32s("x", &[2])], &["y"], vec![])).unwrap();
+    assert_eq!(run1(&g, &[Tensor::from_f32([2], &[1.0, -1.0])]), vec![1.0, -1.0]);
+}
+
+#[test]
+fn legacy_broadcast_with_axis() {
+    let nodes = vec![node("Add", "a", &["x", "b"], &["y"], vec![a_int("broadcast", 1), a_int("axis", 1)])];
+    let g = import(&model(6, nodes, vec![f32s("x", &[1, 2, 2])], &["y"], vec![init("b", &Tensor::from_f32([2], &[10.0, 20.0]))])).unwrap();
+    assert_eq!(run1(&g, &[Tensor::from_f32([1, 2, 2], &[0.0; 4])]), vec![10.0, 10.0, 20.0, 20.0]);
+}
+
+#[test]
+fn lrn_matches_its_definition() {
+    let nodes = vec![node("LRN", "lrn", &["x"], &["y"], vec![a_int("size", 3), a_float("alpha", 0.3), a_float("beta", 0.75), a_float("bias", 2.0)])];
+    let g = import(&model(13, nodes, vec![f32s("x", &[1, 4, 1, 1])], &["y"], vec![])).unwrap();
+    let xs = [1.0f64, 2.0, 3.0, 4.0];
+    let y = run1(&g, &[Tensor::from_f32([1, 4, 1, 1], &[1.0, 2.0, 3.0, 4.0])]);
+    for c in 0usize..4 {
+        let lo = c.saturating_sub(1);
+        let hi = (c + 1).min(3);
+        let sq: f64 = xs[lo..=hi].iter().map(|v| v * v).sum();
+        let want = xs[c] / (2.0f64 + 0.3 / 3.0 * sq).powf(0.75);
+        assert!((y[c] as f64 - want).abs() < 1e-6, "channel {c}: {} vs {want}", y[c]);
+    }
+}
+
+mod never_panics {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> Vec<u8> {
+        let nodes = vec![
+            node("Conv", "conv", &["x", "w"], &["c"], vec![a_ints("pads", &[1, 1, 1, 1])]),
+            node("Relu", "r", &["c"], &["y"], vec![]),
+        ];
+        model(13, nodes, vec![f32s("x", &[1, 1, 3, 3])], &["y"], vec![init("w", &Tensor::from_f32([1, 1, 3, 3], &[0.5; 9]))])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// Truncated or corrupted models give an error or a graph, never a panic.
+        #[test]
+        fn corrupted_models(cut in 0usize..200, flips in proptest::collection::vec((0usize..200, any::<u8>()), 0..4)) {
+            let mut b = sample();
+            for (i, v) in flips {
+                let n = b.len();
+                b[i % n] ^= v;
+            }
+            let cut = cut.min(b.len());
+            let _ = import(&b[..cut]);
+            let _ = import(&b);
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The simplifications importers need, run by the ONNX importer after every import:
+//!
+//! 1. [`remove_identities`]: Identity nodes disappear (their uses read the input).
+//! 2. [`fold_weight_transposes`]: a Transpose of a constant (Gemm's `transB` on a weight) becomes a transposed
+//!    constant, so MatMul reads the weight directly.
+//! 3. [`fold_batchnorm_into_conv`]: inference BatchNormalization after a Conv folds into its weight and bias.
+//! 4. [`fuse_gelu`]: erf- and tanh-GELU written out by exporters become one `Gelu`.
+//! 5. [`fuse_layernorm`]: decomposed layer normalization becomes one `LayerNorm`.
+//!
+//! Each is a small function over the graph that rewrites by adding nodes and redirecting uses; the graph is
+//! compacted after each (dead nodes go, topological order is restored) and verified at the end. Every rewrite
+//! checks the constants it relies on and is exact in real arithmetic, so results change only by rounding
+//! (the unit tests compare the reference interpreter's outputs before and after within 1e-5).
+
+pub use super::fold_batchnorm::fold_batchnorm_into_conv;
+pub use super::gelu::fuse_gelu;
+pub use super::layernorm::fuse_layernorm;
+use super::pattern::Uses;
+use crate::ir::{verify, Graph, Op, ValueDef, VerifyError};
+
+/// How many rewrites each simplification made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimplifyReport {
+    pub identities: usize,
+    pub transposes: usize,
+    pub batchnorms: usize,
+    pub gelus: usize,
+    pub layernorms: usize,
+}
+
+/// Runs every simplification, then dead-code elimination and the verifier.
+pub fn simplify(g: &mut Graph) -> Result<SimplifyReport, VerifyError> {
+    let mut r = SimplifyReport::default();
+    g.compact();
+    r.identities = remove_identities(g);
+    g.compact();
+    r.transposes = fold_weight_transposes(g);
+    g.compact();
+    r.batchnorms = fold_batchnorm_into_conv(g);
+    g.compact();
+    r.gelus = fuse_gelu(g);
+    g.compact();
+    r.layernorms = fuse_layernorm(g);
+    g.compact();
+    verify(g)?;
+    Ok(r)
+}
+
+/// Redirects the uses of every Identity's output to its input. An Identity that maps a graph input (or a
+/// value that is already another graph output) to a graph output stays: removing it would rename or merge
+/// outputs that callers bind by name.
+pub fn remove_identities(g: &mut Graph) -> usize {
+    let mut count = 0;
+    for i in 0..g.nodes.len() {
+        let node = &g.nodes[i];
+        if !matches!(node.op, Op::Identity) {
+            continue;
+        }
+        let (input, output) = (node.inputs[0], node.outputs[0]);
+        if g.outputs.contains(&output)
+            && (matches!(g.value(input).def, ValueDef::Input(_)) || g.outputs.contains(&input))
+        {
+            continue;
+        }
+        g.replace_uses(output, input);
+        count += 1;
+    }
+    count
+}
+
+/// Replaces each Transpose of a constant by the transposed constant (evaluated by the reference interpreter),
+/// when the constant has no other use (otherwise both layouts would be stored).
+pub fn fold_weight_transposes(g: &mut Graph) -> usize {
+    let uses = Uses::new(g);
+    let mut count = 0;
+    for i in 0..g.nodes.len() {
+        let node = &g.nodes[i];
+        if !matches!(node.op, Op::Transpose { .. }) {
+            continue;
+        }
+        let Some(w) = g.constant(node.inputs[0]) else { continue };
+        if !uses.single(node.inputs[0]) {
+            continue;
+        }
+        let Ok(mut out) = crate::interp::eval_op(&node.op, &[w]) else { continue };
+        let (name, output) = (format!("{}/transposed", node.name), node.outputs[0]);
+        let c = g.add_const(name, out.remove(0));
+        g.replace_uses(output, c);
+        count += 1;
+    }
+    count
+}
+
+/// Test helpers shared by the simplification passes.
+#[cfg(test)]
+pub mod testing {
+    use crate::interp::{random_inputs, run_graph};
+    use crate::ir::Graph;
+
+    /// Runs both graphs on the same seeded random inputs and asserts every output agrees within `tol`
+    /// relative to the output's largest magnitude (at least 1).
+    pub fn assert_same_outputs(before: &Graph, after: &Graph, tol: f64) {
+        for seed in [1, 2] {
+            let inputs = random_inputs(before, seed);
+            let a = run_graph(before, &inputs).expect("original graph runs");
+            let b = run_graph(after, &inputs).expect("rewritten graph runs");
+            assert_eq!(a.len(), b.len());
+            for (x, y) in a.iter().zip(&b) {
+                assert_eq!(x.ty, y.ty);
+                let (x, y) = (x.to_f64_vec(), y.to_f64_vec());
+                let scale = x.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                for (p, q) in x.iter().zip(&y) {
+                    assert!((p - q).abs() <= tol * scale, "outputs differ: {p} vs {q} (tolerance {tol} x {scale})");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::assert_same_outputs;
+    use super::*;
+    use crate::ir::{Tensor, TensorType};
+
+    #[test]
+    fn identities_go_but_named_outputs_stay() {
+        let mut g = Graph::new("id");
+        let x = g.add_input("x", TensorType::f32([2]));
+        let a = g.add("a", Op::Identity, &[x]).unwrap();
+        let b = g.add("b", Op::Unary(crate::ir::UnaryOp::Relu), &[a]).unwrap();
+        let c = g.add("c", Op::Identity, &[b]).unwrap();
+        let d = g.add("d", Op::Identity, &[x]).unwrap();
+        g.outputs.extend([c, d]);
+        let g0 = g.clone();
+        assert_eq!(remove_identities(&mut g), 2);
+        g.compact();
+        verify(&g).unwrap();
+        // The Relu now produces the first output and took its name; input -> output Identity stays.
+        assert_eq!(g.nodes.len(), 2);
+        assert_eq!(g.value(g.outputs[0]).name, "c");
+        assert_eq!(g.value(g.outputs[1]).name, "d");
+        assert_same_outputs(&g0, &g, 0.0);
+    }
+
+    #[test]
+    fn transposed_weight_is_folded() {
+        let mut g = Graph::new("gemm");
+        let x = g.add_input("x", TensorType::f32([2, 3]));
+        let w = g.add_const("w", Tensor::from_f32([4, 3], &(0..12).map(|i| i as f32).collect::<Vec<_>>()));
+        let wt = g.add("wt", Op::Transpose { perm: vec![1, 0] }, &[w]).unwrap();
+        let y = g.add("mm", Op::MatMul, &[x, wt]).unwrap();
+        g.outputs.push(y);
+        let g0 = g.clone();
+        let r = simplify(&mut g).unwrap();
+        assert_eq!(r.transposes, 1);
+        assert_eq!(g.nodes.len(), 1);
+        assert_eq!(g.ty(g.nodes[0].inputs[1]).shape, vec![3, 4]);
+        assert_same_outputs(&g0, &g, 0.0);
+    }
+
+    #[test]
+    fn simplify_verifies_and_reports() {
+        let mut g = Graph::new("empty");
+        let x = g.add_input("x", TensorType::f32([1]));
+        let y = g.add("y", Op::Unary(crate::ir::UnaryOp::Exp), &[x]).unwrap();
+        g.outputs.push(y);
+        assert_eq!(simplify(&mut g).unwrap(), SimplifyReport::default());
+    }
+}
