@@ -1,5 +1,18 @@
 //! The runtime: loads modules and artifacts and executes them. No compiler, no tuning, no initialization work
 //! beyond loading.
+//!
+//! Two seams keep it open to a GPU runtime: module formats dispatch through [`load_module`] (a cubin or a
+//! CUDA-graph plan becomes one more arm and one more file beside `so.rs`), and every buffer is allocated in
+//! `buffer.rs` (device memory becomes one more buffer type there). [`Executable`] only sees loaded modules and
+//! pointers.
+
+mod buffer;
+mod executable;
+mod so;
+
+pub use buffer::HostBuffer;
+pub use executable::Executable;
+pub use so::SharedObject;
 
 use tessera_stages::backend::{Module, ModuleFormat};
 
@@ -22,7 +35,7 @@ pub trait LoadedModule: Send + Sync {
 /// Loads a module by its format.
 pub fn load_module(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
     match m.format {
-        ModuleFormat::SharedObject => Err(RuntimeError(format!("module of backend {}: shared objects are not loadable yet", m.backend))),
+        ModuleFormat::SharedObject => Ok(Box::new(so::SharedObject::load(m)?)),
         ModuleFormat::GemmPlan => Err(RuntimeError(format!("module of backend {}: gemm plans are not loadable yet", m.backend))),
     }
 }

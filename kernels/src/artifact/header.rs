@@ -1,0 +1,131 @@
+//! The fixed 64-byte header and the framing of body and data section (layout in the parent module's docs).
+
+use super::{align_up, ArtifactErrorKind, Body};
+
+/// First 8 bytes of every artifact. The 0x1a (DOS end-of-file) stops `type`/`more` from dumping the binary.
+pub const MAGIC: [u8; 8] = *b"TESSERA\x1a";
+/// Version of the file layout and the body encoding; bump on any change to either.
+pub const FORMAT_VERSION: u32 = 1;
+/// Size of the header; the body starts here.
+pub const HEADER_LEN: usize = 64;
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Writes header, body, padding and the data section.
+pub(crate) fn encode(body: &Body, data: &[u8]) -> Result<Vec<u8>, postcard::Error> {
+    let encoded = postcard::to_stdvec(body)?;
+    let data_start = align_up((HEADER_LEN + encoded.len()) as u64) as usize;
+    let mut out = Vec::with_capacity(data_start + data.len());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&(encoded.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    out.extend_from_slice(&[0; 32]);
+    debug_assert_eq!(out.len(), HEADER_LEN);
+    out.extend_from_slice(&encoded);
+    out.resize(data_start, 0);
+    out.extend_from_slice(data);
+    let digest = blake3::hash(&out[HEADER_LEN..]);
+    out[32..64].copy_from_slice(digest.as_bytes());
+    Ok(out)
+}
+
+/// Checks the header, lengths and digest, then decodes the body; returns it with the data section.
+/// Every header byte is checked (magic, version, zero flags, exact lengths, digest), so any change to it is
+/// detected.
+pub(crate) fn decode(bytes: &[u8]) -> Result<(Body, &[u8]), ArtifactErrorKind> {
+    if bytes.len() < HEADER_LEN {
+        // A prefix of the magic is still worth telling apart from a file that is something else.
+        if bytes.len() < MAGIC.len() && !MAGIC.starts_with(bytes) || bytes.len() >= MAGIC.len() && bytes[..8] != MAGIC {
+            return Err(ArtifactErrorKind::BadMagic);
+        }
+        return Err(ArtifactErrorKind::TooShort { len: bytes.len() });
+    }
+    if bytes[..8] != MAGIC {
+        return Err(ArtifactErrorKind::BadMagic);
+    }
+    let version = u32_at(bytes, 8);
+    if version != FORMAT_VERSION {
+        return Err(ArtifactErrorKind::Version { found: version });
+    }
+    let flags = u32_at(bytes, 12);
+    if flags != 0 {
+        return Err(ArtifactErrorKind::Flags(flags));
+    }
+    let body_len = u64_at(bytes, 16);
+    let data_len = u64_at(bytes, 24);
+    // Computed in u128 so absurd lengths from a corrupted header cannot overflow.
+    let data_start = (HEADER_LEN as u128 + body_len as u128).div_ceil(64) * 64;
+    let expected = data_start + data_len as u128;
+    if expected != bytes.len() as u128 {
+        return Err(ArtifactErrorKind::Length { expected: expected.min(u64::MAX as u128) as u64, actual: bytes.len() as u64 });
+    }
+    if blake3::hash(&bytes[HEADER_LEN..]).as_bytes() != &bytes[32..64] {
+        return Err(ArtifactErrorKind::Digest);
+    }
+    let body_end = HEADER_LEN + body_len as usize;
+    let data_start = data_start as usize;
+    if bytes[body_end..data_start].iter().any(|&b| b != 0) {
+        return Err(ArtifactErrorKind::Invalid("non-zero padding between body and data".into()));
+    }
+    let (body, rest) = postcard::take_from_bytes::<Body>(&bytes[HEADER_LEN..body_end]).map_err(ArtifactErrorKind::Decode)?;
+    if !rest.is_empty() {
+        return Err(ArtifactErrorKind::Invalid(format!("{} bytes after the body", rest.len())));
+    }
+    Ok((body, &bytes[data_start..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body() -> Body {
+        Body {
+            model: "m".into(),
+            inputs: vec![],
+            outputs: vec![],
+            values: vec![],
+            arena_bytes: 0,
+            scratch_bytes: 0,
+            steps: vec![],
+            modules: vec![],
+            constants: vec![],
+        }
+    }
+
+    #[test]
+    fn round_trip_and_alignment() {
+        let data = vec![7u8; 100];
+        let bytes = encode(&body(), &data).unwrap();
+        let (b, d) = decode(&bytes).unwrap();
+        assert_eq!(b, body());
+        assert_eq!(d, &data[..]);
+        assert_eq!((bytes.len() - d.len()) % 64, 0, "data section starts 64-byte aligned");
+    }
+
+    #[test]
+    fn header_fields_are_checked() {
+        let bytes = encode(&body(), &[1, 2, 3]).unwrap();
+        let mut v = bytes.clone();
+        v[8] = 2;
+        assert!(matches!(decode(&v), Err(ArtifactErrorKind::Version { found: 2 })));
+        let mut v = bytes.clone();
+        v[13] = 1;
+        assert!(matches!(decode(&v), Err(ArtifactErrorKind::Flags(_))));
+        let mut v = bytes.clone();
+        v[31] = 0xff;
+        assert!(matches!(decode(&v), Err(ArtifactErrorKind::Length { .. })));
+        let mut v = bytes.clone();
+        v[40] ^= 1;
+        assert!(matches!(decode(&v), Err(ArtifactErrorKind::Digest)));
+        assert!(matches!(decode(b"TESS"), Err(ArtifactErrorKind::TooShort { len: 4 })));
+        assert!(matches!(decode(b"PK\x03\x04"), Err(ArtifactErrorKind::BadMagic)));
+    }
+}

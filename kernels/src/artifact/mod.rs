@@ -1,0 +1,259 @@
+//! The artifact file: one deployable file per model, written by the linker ([`crate::link`]) and executed by
+//! the runtime ([`crate::runtime::Executable`]).
+//!
+//! # Format, version 1
+//!
+//! All integers are little-endian. The file is three parts:
+//!
+//! ```text
+//! offset  size  field
+//! 0       8     magic                 b"TESSERA\x1a"
+//! 8       4     format version (u32)  FORMAT_VERSION
+//! 12      4     flags (u32)           0; any other value is refused (reserved for later versions)
+//! 16      8     body length (u64)     B
+//! 24      8     data length (u64)     D
+//! 32      32    blake3 digest of every byte after the header (bytes 64..end)
+//! 64      B     body: postcard encoding of `Body`
+//! 64+B    pad   zeros up to the next multiple of 64
+//! S       D     constant data section, S = align64(64 + B); the file ends exactly at S + D
+//! ```
+//!
+//! The body ([`Body`]) holds the model name, its inputs and outputs (names, types), the static memory plan
+//! (one arena; every input and intermediate value has a 64-byte-aligned offset in it, see [`plan`]), the
+//! steps in execution order (module, function, argument buffers), the modules (shared objects, GEMM plans:
+//! the backends' [`Module`]s, bytes included) and the constants table: one entry per *unique* constant
+//! (deduplicated by [`Tensor::digest`](tessera_stages::ir::Tensor::digest)), with its type, digest and the
+//! 64-byte-aligned offset of its bytes in the data section.
+//!
+//! Why this shape: the header alone tells a reader whether it can read the rest (magic, version) and whether
+//! the rest is intact (lengths, digest), before anything is decoded. The body is small and decoded whole;
+//! the data section is raw little-endian tensor bytes at aligned offsets, so a loader can copy (or, on a GPU,
+//! upload) it in one transfer and hand out aligned pointers without touching each constant.
+//!
+//! Nothing in the file depends on when, where or by whom it was written: no timestamps, no paths, no hash-map
+//! order. The same [`crate::link::LinkInput`] gives the same bytes. The body encoding is pinned by a test
+//! (`format_is_pinned` in kernels/tests/artifact.rs); a change in any encoded type (including the IR's
+//! `TensorType` and the backends' `Module`) must bump [`FORMAT_VERSION`].
+//!
+//! Reading ([`Artifact::read`], [`Artifact::open`]) checks the magic, the version, the lengths, the digest,
+//! and then every index, type and bound of the body ([`validate`]): a truncated or corrupted file is an
+//! [`ArtifactError`] naming the file, never a panic.
+
+mod header;
+pub mod plan;
+mod validate;
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::Path;
+use tessera_stages::backend::Module;
+use tessera_stages::ir::{Tensor, TensorType};
+
+pub use header::{FORMAT_VERSION, HEADER_LEN, MAGIC};
+pub use validate::arity;
+
+/// Alignment of every buffer offset, in the arena and in the data section, and of the memory the runtime
+/// allocates: what the calling convention promises to kernels (vector loads, cache lines).
+pub const ALIGN: u64 = 64;
+
+/// Rounds `n` up to a multiple of [`ALIGN`].
+pub fn align_up(n: u64) -> u64 {
+    n.div_ceil(ALIGN) * ALIGN
+}
+
+/// Bytes a buffer of type `ty` occupies in the arena: its size rounded up to [`ALIGN`], and at least
+/// [`ALIGN`], so every buffer (even an empty tensor) has its own address.
+pub fn slot_bytes(ty: &TensorType) -> u64 {
+    align_up(ty.size_bytes() as u64).max(ALIGN)
+}
+
+/// A buffer a step reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Buf {
+    /// Model input `i` (its slot in the arena).
+    Input(u32),
+    /// Intermediate or output value `i` (its slot in the arena).
+    Value(u32),
+    /// Unique constant `i` of [`Body::constants`] (in the constant data).
+    Const(u32),
+    /// The scratch buffer, as the last argument of functions that declare scratch.
+    Scratch,
+}
+
+impl fmt::Display for Buf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Buf::Input(i) => write!(f, "input {i}"),
+            Buf::Value(i) => write!(f, "value %{i}"),
+            Buf::Const(i) => write!(f, "constant {i}"),
+            Buf::Scratch => f.write_str("scratch"),
+        }
+    }
+}
+
+/// A model input.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputDesc {
+    pub name: String,
+    pub ty: TensorType,
+    /// Exclusive upper bound of random integer values for this input (what `tessera run` and `tessera bench`
+    /// feed when no value is given): the reference interpreter's bound, lowered where the input indexes a
+    /// gather, so random inputs stay valid.
+    pub int_bound: i64,
+    /// Offset of its slot in the arena.
+    pub offset: u64,
+}
+
+/// A model output: where its bytes are when the last step has run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputDesc {
+    pub name: String,
+    pub ty: TensorType,
+    pub source: Buf,
+}
+
+/// An intermediate (or output) value's slot in the arena.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValueSlot {
+    pub ty: TensorType,
+    pub offset: u64,
+}
+
+/// One call: function `function` of module `module` with the argument pointers of `args`
+/// (inputs, outputs, then [`Buf::Scratch`] when the function declares scratch).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    pub module: u32,
+    pub function: u32,
+    pub args: Vec<Buf>,
+}
+
+/// A unique constant: its bytes are `ty.size_bytes()` bytes at `offset` of the data section.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConstDesc {
+    pub ty: TensorType,
+    pub digest: [u8; 32],
+    pub offset: u64,
+}
+
+/// The decoded body of an artifact (see the module documentation for the file layout).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Body {
+    pub model: String,
+    pub inputs: Vec<InputDesc>,
+    pub outputs: Vec<OutputDesc>,
+    pub values: Vec<ValueSlot>,
+    /// Size of the arena holding every input and value slot.
+    pub arena_bytes: u64,
+    /// Size of the one scratch buffer: the largest any step's function declares.
+    pub scratch_bytes: u64,
+    pub steps: Vec<Step>,
+    pub modules: Vec<Module>,
+    pub constants: Vec<ConstDesc>,
+}
+
+impl Body {
+    /// The type of a buffer a step or output names (`None` for scratch or an index out of range).
+    pub fn buf_type(&self, b: Buf) -> Option<&TensorType> {
+        match b {
+            Buf::Input(i) => self.inputs.get(i as usize).map(|d| &d.ty),
+            Buf::Value(i) => self.values.get(i as usize).map(|d| &d.ty),
+            Buf::Const(i) => self.constants.get(i as usize).map(|d| &d.ty),
+            Buf::Scratch => None,
+        }
+    }
+
+    /// The total size of every input and value, as if each had its own memory: what the memory plan saves on.
+    pub fn unplanned_bytes(&self) -> u64 {
+        let inputs = self.inputs.iter().map(|d| slot_bytes(&d.ty));
+        inputs.chain(self.values.iter().map(|d| slot_bytes(&d.ty))).sum()
+    }
+}
+
+/// What is wrong with an artifact file.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactErrorKind {
+    #[error("cannot read: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("truncated: {len} bytes, shorter than the {HEADER_LEN}-byte header")]
+    TooShort { len: usize },
+    #[error("not a tessera artifact (bad magic)")]
+    BadMagic,
+    #[error("format version {found} is not supported (this runtime reads version {FORMAT_VERSION})")]
+    Version { found: u32 },
+    #[error("unknown flags {0:#x} in the header")]
+    Flags(u32),
+    #[error("file is {actual} bytes, the header promises {expected} (truncated or padded)")]
+    Length { expected: u64, actual: u64 },
+    #[error("digest mismatch: the file is corrupted")]
+    Digest,
+    #[error("cannot decode the body: {0}")]
+    Decode(postcard::Error),
+    #[error("invalid: {0}")]
+    Invalid(String),
+}
+
+/// An artifact could not be read; names the file (or `<memory>`).
+#[derive(Debug, thiserror::Error)]
+#[error("artifact {file}: {kind}")]
+pub struct ArtifactError {
+    pub file: String,
+    pub kind: ArtifactErrorKind,
+}
+
+/// A read, checked artifact: its body and its constant data section.
+#[derive(Clone, Debug)]
+pub struct Artifact {
+    /// Where it was read from (a path or `<memory>`), for errors.
+    pub file: String,
+    pub body: Body,
+    data: Vec<u8>,
+}
+
+impl Artifact {
+    /// Reads an artifact from memory; errors name it `<memory>`.
+    pub fn read(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
+        Self::read_named(bytes, "<memory>")
+    }
+
+    /// Reads an artifact from memory; errors name it `file`.
+    pub fn read_named(bytes: &[u8], file: &str) -> Result<Artifact, ArtifactError> {
+        let fail = |kind| ArtifactError { file: file.to_string(), kind };
+        let (body, data) = header::decode(bytes).map_err(fail)?;
+        validate::body(&body, data.len() as u64).map_err(|msg| fail(ArtifactErrorKind::Invalid(msg)))?;
+        Ok(Artifact { file: file.to_string(), body, data: data.to_vec() })
+    }
+
+    /// Reads and checks the artifact file at `path`.
+    pub fn open(path: &Path) -> Result<Artifact, ArtifactError> {
+        let file = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|e| ArtifactError { file: file.clone(), kind: e.into() })?;
+        Self::read_named(&bytes, &file)
+    }
+
+    /// The constant data section (every unique constant at its [`ConstDesc::offset`]).
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// The bytes of unique constant `i`.
+    pub fn constant_bytes(&self, i: usize) -> &[u8] {
+        let c = &self.body.constants[i];
+        &self.data[c.offset as usize..c.offset as usize + c.ty.size_bytes()]
+    }
+
+    /// Random inputs for every model input, in order: the same values the reference interpreter's
+    /// `random_inputs(graph, seed)` gives the model's graph (same streams, same integer bounds), so a run on
+    /// random inputs compares with a reference run of the same seed. Never all zeros.
+    pub fn random_inputs(&self, seed: u64) -> Vec<Tensor> {
+        self.body
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| tessera_stages::interp::random_tensor(&d.ty, seed, i as u64, d.int_bound))
+            .collect()
+    }
+}
+
+pub(crate) use header::encode;
+pub(crate) use validate::body as validate_body;

@@ -1,0 +1,136 @@
+//! Every structural check of a decoded body: indices, types against each function's signature, dataflow
+//! order, bounds of every buffer in the arena and the data section, and the memory plan's soundness. The
+//! linker runs the same checks on what it is about to write, so a file that reads back is one the runtime can
+//! execute without further checks: the runtime's pointer arithmetic relies on them.
+
+use super::plan::{find_overlap, requests};
+use super::{slot_bytes, Body, Buf, ALIGN};
+use std::collections::BTreeSet;
+use tessera_stages::ir::TensorType;
+
+/// The arguments a function of this signature takes: inputs, outputs, and scratch when it declares some.
+pub fn arity(f: &tessera_stages::backend::FunctionInfo) -> usize {
+    f.inputs.len() + f.outputs.len() + usize::from(f.scratch_bytes > 0)
+}
+
+fn unique_names<'a>(what: &str, names: impl Iterator<Item = &'a str>) -> Result<(), String> {
+    let mut seen = BTreeSet::new();
+    for n in names {
+        if n.is_empty() {
+            return Err(format!("an {what} has an empty name"));
+        }
+        if !seen.insert(n) {
+            return Err(format!("two {what}s are named '{n}'"));
+        }
+    }
+    Ok(())
+}
+
+fn in_bounds(what: impl Fn() -> String, offset: u64, size: u64, limit: u64) -> Result<(), String> {
+    if offset % ALIGN != 0 {
+        return Err(format!("{} is at offset {offset}, not {ALIGN}-byte aligned", what()));
+    }
+    match offset.checked_add(size) {
+        Some(end) if end <= limit => Ok(()),
+        _ => Err(format!("{} ({size} bytes at offset {offset}) lies outside its {limit}-byte region", what())),
+    }
+}
+
+/// Checks a body whose data section is `data_len` bytes long; the message says what is wrong and where.
+pub fn body(b: &Body, data_len: u64) -> Result<(), String> {
+    unique_names("input", b.inputs.iter().map(|d| d.name.as_str()))?;
+    unique_names("output", b.outputs.iter().map(|d| d.name.as_str()))?;
+    for d in &b.inputs {
+        in_bounds(|| format!("input '{}'", d.name), d.offset, slot_bytes(&d.ty), b.arena_bytes)?;
+        if d.int_bound < 1 {
+            return Err(format!("input '{}' has random integer bound {}, below 1", d.name, d.int_bound));
+        }
+    }
+    for (i, v) in b.values.iter().enumerate() {
+        in_bounds(|| format!("value %{i}"), v.offset, slot_bytes(&v.ty), b.arena_bytes)?;
+    }
+    for (i, c) in b.constants.iter().enumerate() {
+        in_bounds(|| format!("constant {i}"), c.offset, c.ty.size_bytes() as u64, data_len)?;
+    }
+    for (m, module) in b.modules.iter().enumerate() {
+        for (f, func) in module.functions.iter().enumerate() {
+            if func.symbol.is_empty() {
+                return Err(format!("module {m} (backend {}): function {f} has an empty symbol", module.backend));
+            }
+        }
+    }
+    let mut written = vec![false; b.values.len()];
+    for (s, step) in b.steps.iter().enumerate() {
+        let module = b.modules.get(step.module as usize).ok_or_else(|| format!("step {s} calls module {} of {}", step.module, b.modules.len()))?;
+        let f = module.functions.get(step.function as usize).ok_or_else(|| {
+            format!("step {s} calls function {} of module {} (backend {}), which has {}", step.function, step.module, module.backend, module.functions.len())
+        })?;
+        let at = |k: usize| format!("step {s} (backend {}, function '{}') argument {k}", module.backend, f.symbol);
+        if step.args.len() != arity(f) {
+            return Err(format!(
+                "step {s} (backend {}, function '{}') has {} arguments, the function takes {} ({} inputs, {} outputs{})",
+                module.backend,
+                f.symbol,
+                step.args.len(),
+                arity(f),
+                f.inputs.len(),
+                f.outputs.len(),
+                if f.scratch_bytes > 0 { ", scratch" } else { "" }
+            ));
+        }
+        let expect = |k: usize, arg: Buf, want: &TensorType| -> Result<(), String> {
+            match b.buf_type(arg) {
+                None => Err(format!("{}: {arg} does not exist", at(k))),
+                Some(t) if t != want => Err(format!("{}: {arg} is {t}, the function expects {want}", at(k))),
+                Some(_) => Ok(()),
+            }
+        };
+        let n_in = f.inputs.len();
+        for (k, want) in f.inputs.iter().enumerate() {
+            let arg = step.args[k];
+            expect(k, arg, want)?;
+            if let Buf::Value(v) = arg {
+                if !written[v as usize] {
+                    return Err(format!("{}: reads value %{v} before any step writes it", at(k)));
+                }
+            }
+        }
+        for (j, want) in f.outputs.iter().enumerate() {
+            let k = n_in + j;
+            let arg = step.args[k];
+            let Buf::Value(v) = arg else {
+                return Err(format!("{}: an output must be a value, got {arg}", at(k)));
+            };
+            expect(k, arg, want)?;
+            if std::mem::replace(&mut written[v as usize], true) {
+                return Err(format!("{}: value %{v} is written a second time", at(k)));
+            }
+        }
+        if f.scratch_bytes > 0 {
+            let k = step.args.len() - 1;
+            if step.args[k] != Buf::Scratch {
+                return Err(format!("{}: the last argument must be the scratch buffer", at(k)));
+            }
+            if f.scratch_bytes > b.scratch_bytes {
+                return Err(format!("{}: needs {} bytes of scratch, the plan has {}", at(k), f.scratch_bytes, b.scratch_bytes));
+            }
+        }
+    }
+    if let Some(v) = written.iter().position(|w| !w) {
+        return Err(format!("value %{v} is never written by any step"));
+    }
+    for o in &b.outputs {
+        match b.buf_type(o.source) {
+            None => return Err(format!("output '{}' refers to {}, which does not exist", o.name, o.source)),
+            Some(t) if *t != o.ty => return Err(format!("output '{}' is declared {} but {} is {t}", o.name, o.ty, o.source)),
+            Some(_) => {}
+        }
+    }
+    let reqs = requests(b);
+    let offsets: Vec<u64> = b.inputs.iter().map(|d| d.offset).chain(b.values.iter().map(|v| v.offset)).collect();
+    if let Some((x, y)) = find_overlap(&reqs, &offsets) {
+        let name = |i: usize| if i < b.inputs.len() { format!("input '{}'", b.inputs[i].name) } else { format!("value %{}", i - b.inputs.len()) };
+        return Err(format!("memory plan: {} and {} are live at the same time and overlap", name(x), name(y)));
+    }
+    Ok(())
+}

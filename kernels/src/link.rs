@@ -1,0 +1,208 @@
+//! Stage 5, link: one model's modules, constants and execution plan into one artifact file
+//! (format in [`crate::artifact`]).
+//!
+//! The pipeline hands over a [`LinkInput`]: plain data, so it can be hashed as the stage's input. The linker
+//! checks it (every index, every argument's type against the function's signature, every value written once
+//! before it is read, every output defined), deduplicates constants by content digest, plans memory
+//! ([`crate::artifact::plan`]), and encodes. It is a pure function: the same input gives the same bytes.
+
+use crate::artifact::{self, align_up, plan, Body, Buf, ConstDesc, InputDesc, OutputDesc, Step, ValueSlot, ALIGN};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use tessera_stages::backend::Module;
+use tessera_stages::interp::INT_INPUT_BOUND;
+use tessera_stages::ir::{Tensor, TensorType};
+
+/// A buffer named by the pipeline's plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ValueRef {
+    /// Model input `i` of [`LinkInput::inputs`].
+    Input(u32),
+    /// Intermediate value `i` of [`LinkInput::values`].
+    Value(u32),
+    /// Constant `i` of [`LinkInput::constants`].
+    Const(u32),
+}
+
+/// One call of the plan: function `function` of module `module`, with `args` = the function's inputs then its
+/// outputs (the linker adds scratch).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkStep {
+    pub module: u32,
+    pub function: u32,
+    pub args: Vec<ValueRef>,
+}
+
+/// Everything stage 5 needs for one model.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkInput {
+    pub model: String,
+    /// Model inputs in order, with their names as the model gives them.
+    pub inputs: Vec<(String, TensorType)>,
+    /// For each input, the exclusive upper bound of random integer values fed to it when the user gives none:
+    /// what the reference interpreter uses for the model's graph (lower where an input indexes a gather). Empty
+    /// means [`INT_INPUT_BOUND`] for every input; otherwise one per input.
+    pub input_int_bounds: Vec<i64>,
+    /// Model outputs in order, with their names as the model gives them.
+    pub outputs: Vec<(String, ValueRef)>,
+    /// Types of the intermediate values steps write.
+    pub values: Vec<TensorType>,
+    /// Constants steps read (duplicates allowed: stored once).
+    #[serde(with = "tensor_list")]
+    pub constants: Vec<Tensor>,
+    pub modules: Vec<Module>,
+    /// Steps in execution order.
+    pub steps: Vec<LinkStep>,
+}
+
+/// The link input is invalid; names the model and the step, function, argument or name at fault.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("link {model}: {msg}")]
+pub struct LinkError {
+    pub model: String,
+    pub msg: String,
+}
+
+/// Serde for `Vec<Tensor>` (the IR's `Tensor` is not serializable itself): each as its type and raw bytes.
+mod tensor_list {
+    use super::*;
+    use serde::de::Error;
+    use serde::{Deserializer, Serializer};
+
+    #[derive(Serialize)]
+    struct TensorRef<'a> {
+        ty: &'a TensorType,
+        #[serde(with = "serde_bytes_compat")]
+        data: &'a [u8],
+    }
+
+    #[derive(Deserialize)]
+    struct TensorOwned {
+        ty: TensorType,
+        data: Vec<u8>,
+    }
+
+    /// Bytes as one serde byte string (postcard: a length and the raw bytes).
+    mod serde_bytes_compat {
+        pub fn serialize<S: serde::Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(b)
+        }
+    }
+
+    pub fn serialize<S: Serializer>(v: &[Tensor], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(|t| TensorRef { ty: &t.ty, data: t.bytes() }))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Tensor>, D::Error> {
+        let raw: Vec<TensorOwned> = Vec::deserialize(d)?;
+        raw.into_iter().map(|t| Tensor::from_bytes(t.ty, t.data).map_err(D::Error::custom)).collect()
+    }
+}
+
+/// Checks `input` and writes its artifact file.
+pub fn link(input: &LinkInput) -> Result<Vec<u8>, LinkError> {
+    let fail = |msg: String| LinkError { model: input.model.clone(), msg };
+    if input.model.is_empty() {
+        return Err(fail("the model name is empty".into()));
+    }
+    let bounds = int_bounds(input).map_err(fail)?;
+
+    // Constants: unique by digest, in order of first use (steps, then outputs), so the order is a function of
+    // the plan alone. Constants nothing uses are left out.
+    let mut unique: Vec<&Tensor> = Vec::new();
+    let mut by_digest: BTreeMap<[u8; 32], u32> = BTreeMap::new();
+    let mut const_slot: Vec<Option<u32>> = vec![None; input.constants.len()];
+    let mut buf = |r: ValueRef, at: &dyn Fn() -> String| -> Result<Buf, String> {
+        let exists = |i: u32, n: usize, what: &str| if (i as usize) < n { Ok(()) } else { Err(format!("{}: {what} {i} does not exist ({n} declared)", at())) };
+        Ok(match r {
+            ValueRef::Input(i) => exists(i, input.inputs.len(), "input").map(|_| Buf::Input(i))?,
+            ValueRef::Value(i) => exists(i, input.values.len(), "value").map(|_| Buf::Value(i))?,
+            ValueRef::Const(i) => {
+                exists(i, input.constants.len(), "constant")?;
+                let slot = &mut const_slot[i as usize];
+                let u = *slot.get_or_insert_with(|| {
+                    let t = &input.constants[i as usize];
+                    *by_digest.entry(t.digest()).or_insert_with(|| {
+                        unique.push(t);
+                        unique.len() as u32 - 1
+                    })
+                });
+                Buf::Const(u)
+            }
+        })
+    };
+
+    let mut steps = Vec::with_capacity(input.steps.len());
+    let mut scratch_bytes = 0u64;
+    for (s, step) in input.steps.iter().enumerate() {
+        let mut args = Vec::with_capacity(step.args.len() + 1);
+        for (k, &r) in step.args.iter().enumerate() {
+            args.push(buf(r, &|| format!("step {s} argument {k}")).map_err(fail)?);
+        }
+        // Unknown modules or functions are reported by validation, with the step named.
+        let f = input.modules.get(step.module as usize).and_then(|m| m.functions.get(step.function as usize));
+        if let Some(f) = f.filter(|f| f.scratch_bytes > 0) {
+            args.push(Buf::Scratch);
+            scratch_bytes = scratch_bytes.max(f.scratch_bytes);
+        }
+        steps.push(Step { module: step.module, function: step.function, args });
+    }
+    let mut outputs = Vec::with_capacity(input.outputs.len());
+    for (name, r) in &input.outputs {
+        let source = buf(*r, &|| format!("output '{name}'")).map_err(fail)?;
+        let ty = match *r {
+            ValueRef::Input(i) => input.inputs[i as usize].1.clone(),
+            ValueRef::Value(i) => input.values[i as usize].clone(),
+            ValueRef::Const(i) => input.constants[i as usize].ty.clone(),
+        };
+        outputs.push(OutputDesc { name: name.clone(), ty, source });
+    }
+
+    let mut data = Vec::new();
+    let mut constants = Vec::with_capacity(unique.len());
+    for t in &unique {
+        data.resize(align_up(data.len() as u64) as usize, 0);
+        constants.push(ConstDesc { ty: t.ty.clone(), digest: t.digest(), offset: data.len() as u64 });
+        data.extend_from_slice(t.bytes());
+    }
+
+    let mut body = Body {
+        model: input.model.clone(),
+        inputs: input
+            .inputs
+            .iter()
+            .zip(bounds)
+            .map(|((name, ty), int_bound)| InputDesc { name: name.clone(), ty: ty.clone(), int_bound, offset: 0 })
+            .collect(),
+        outputs,
+        values: input.values.iter().map(|ty| ValueSlot { ty: ty.clone(), offset: 0 }).collect(),
+        arena_bytes: 0,
+        scratch_bytes,
+        steps,
+        modules: input.modules.clone(),
+        constants,
+    };
+    let (offsets, arena_bytes) = plan::assign(&plan::requests(&body));
+    let (input_offsets, value_offsets) = offsets.split_at(body.inputs.len());
+    body.inputs.iter_mut().zip(input_offsets).for_each(|(d, &o)| d.offset = o);
+    body.values.iter_mut().zip(value_offsets).for_each(|(d, &o)| d.offset = o);
+    body.arena_bytes = arena_bytes;
+    debug_assert_eq!(body.arena_bytes % ALIGN, 0);
+
+    artifact::validate_body(&body, data.len() as u64).map_err(fail)?;
+    artifact::encode(&body, &data).map_err(|e| fail(format!("cannot encode the body: {e}")))
+}
+
+fn int_bounds(input: &LinkInput) -> Result<Vec<i64>, String> {
+    let b = &input.input_int_bounds;
+    if b.is_empty() {
+        return Ok(vec![INT_INPUT_BOUND; input.inputs.len()]);
+    }
+    if b.len() != input.inputs.len() {
+        return Err(format!("{} random integer bounds for {} inputs", b.len(), input.inputs.len()));
+    }
+    if let Some(i) = b.iter().position(|&x| x < 1) {
+        return Err(format!("input '{}' has random integer bound {}, below 1", input.inputs[i].0, b[i]));
+    }
+    Ok(b.clone())
+}

@@ -1,0 +1,140 @@
+//! An artifact made ready to run: modules loaded once, constants uploaded once, the arena and scratch
+//! allocated once, and every step's argument pointers computed once. A run copies the inputs in, replays the
+//! steps, and copies the outputs out: no compiling, no tuning, no allocation per step.
+
+use super::buffer::HostBuffer;
+use super::{load_module, LoadedModule, RuntimeError};
+use crate::artifact::{Artifact, Buf};
+use std::ops::Range;
+use tessera_stages::ir::{Tensor, TensorType};
+
+struct PreparedStep {
+    module: usize,
+    function: usize,
+    /// Range of this step's pointers in `Executable::args`.
+    args: Range<usize>,
+}
+
+/// A loaded artifact, ready to [`run`](Executable::run).
+pub struct Executable {
+    model: String,
+    inputs: Vec<(String, TensorType, *mut u8)>,
+    outputs: Vec<(String, TensorType, *const u8)>,
+    steps: Vec<PreparedStep>,
+    args: Vec<*mut u8>,
+    /// For errors: (backend, symbol) of each step.
+    names: Vec<(String, String)>,
+    modules: Vec<Box<dyn LoadedModule>>,
+    // The memory every pointer above points into; declared after the modules only by taste (nothing in a
+    // module's drop reads it).
+    _arena: HostBuffer,
+    _constants: HostBuffer,
+    _scratch: HostBuffer,
+}
+
+// SAFETY: the raw pointers point into the buffers the executable owns; `run` takes `&mut self`, so no two
+// threads ever use them at once, and the loaded modules are `Send + Sync`.
+unsafe impl Send for Executable {}
+unsafe impl Sync for Executable {}
+
+impl Executable {
+    /// Loads every module of `a` once, uploads its constants, allocates its arena and scratch.
+    pub fn load(a: &Artifact) -> Result<Executable, RuntimeError> {
+        let b = &a.body;
+        let mut modules = Vec::with_capacity(b.modules.len());
+        for (i, m) in b.modules.iter().enumerate() {
+            modules.push(load_module(m).map_err(|e| RuntimeError(format!("artifact {}: module {i}: {}", a.file, e.0)))?);
+        }
+        let arena = HostBuffer::zeroed(b.arena_bytes, &format!("arena of model '{}'", b.model))?;
+        let constants = HostBuffer::from_bytes(a.data(), &format!("constants of model '{}'", b.model))?;
+        let scratch = HostBuffer::zeroed(b.scratch_bytes, &format!("scratch of model '{}'", b.model))?;
+        // Offsets were bounds-checked when the artifact was read, so every pointer below stays inside its buffer.
+        let ptr = |buf: Buf| -> *mut u8 {
+            let (base, offset) = match buf {
+                Buf::Input(i) => (arena.as_ptr(), b.inputs[i as usize].offset),
+                Buf::Value(i) => (arena.as_ptr(), b.values[i as usize].offset),
+                Buf::Const(i) => (constants.as_ptr(), b.constants[i as usize].offset),
+                Buf::Scratch => (scratch.as_ptr(), 0),
+            };
+            // SAFETY: in bounds (see above).
+            unsafe { base.add(offset as usize) }
+        };
+        let mut args = Vec::new();
+        let mut steps = Vec::with_capacity(b.steps.len());
+        let mut names = Vec::with_capacity(b.steps.len());
+        for s in &b.steps {
+            let start = args.len();
+            args.extend(s.args.iter().map(|&x| ptr(x)));
+            steps.push(PreparedStep { module: s.module as usize, function: s.function as usize, args: start..args.len() });
+            let m = &b.modules[s.module as usize];
+            names.push((m.backend.clone(), m.functions[s.function as usize].symbol.clone()));
+        }
+        Ok(Executable {
+            model: b.model.clone(),
+            inputs: b.inputs.iter().enumerate().map(|(i, d)| (d.name.clone(), d.ty.clone(), ptr(Buf::Input(i as u32)))).collect(),
+            outputs: b.outputs.iter().map(|o| (o.name.clone(), o.ty.clone(), ptr(o.source) as *const u8)).collect(),
+            steps,
+            args,
+            names,
+            modules,
+            _arena: arena,
+            _constants: constants,
+            _scratch: scratch,
+        })
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// Input names and types, in order.
+    pub fn inputs(&self) -> impl Iterator<Item = (&str, &TensorType)> {
+        self.inputs.iter().map(|(n, t, _)| (n.as_str(), t))
+    }
+
+    /// Output names and types, in order.
+    pub fn outputs(&self) -> impl Iterator<Item = (&str, &TensorType)> {
+        self.outputs.iter().map(|(n, t, _)| (n.as_str(), t))
+    }
+
+    /// Runs the model on `inputs` (in the artifact's input order) and returns its outputs in order.
+    pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        if inputs.len() != self.inputs.len() {
+            let names: Vec<&str> = self.inputs.iter().map(|(n, _, _)| n.as_str()).collect();
+            return Err(RuntimeError(format!(
+                "model '{}' takes {} inputs ({}), got {}",
+                self.model,
+                self.inputs.len(),
+                names.join(", "),
+                inputs.len()
+            )));
+        }
+        for (i, ((name, ty, _), t)) in self.inputs.iter().zip(inputs).enumerate() {
+            if &t.ty != ty {
+                return Err(RuntimeError(format!("model '{}': input {i} ('{name}') must be {ty}, got {}", self.model, t.ty)));
+            }
+        }
+        for ((_, _, dst), t) in self.inputs.iter().zip(inputs) {
+            // SAFETY: the slot holds `ty.size_bytes()` bytes (checked at read), the types are equal, and a
+            // caller's tensor never lives in our arena.
+            unsafe { std::ptr::copy_nonoverlapping(t.bytes().as_ptr(), *dst, t.bytes().len()) };
+        }
+        for (s, step) in self.steps.iter().enumerate() {
+            // SAFETY: every pointer points into a live buffer of the type the function's signature lists
+            // (checked when the artifact was read), outputs never alias live inputs (the memory plan was
+            // checked), and scratch has the largest size any step declares.
+            unsafe { self.modules[step.module].call(step.function, &self.args[step.args.clone()]) }.map_err(|e| {
+                let (backend, symbol) = &self.names[s];
+                RuntimeError(format!("model '{}': step {s} (backend {backend}, function '{symbol}'): {}", self.model, e.0))
+            })?;
+        }
+        self.outputs
+            .iter()
+            .map(|(name, ty, src)| {
+                // SAFETY: the source buffer holds `ty.size_bytes()` bytes (checked at read).
+                let bytes = unsafe { std::slice::from_raw_parts(*src, ty.size_bytes()) }.to_vec();
+                Tensor::from_bytes(ty.clone(), bytes).map_err(|e| RuntimeError(format!("model '{}': output '{name}': {e}", self.model)))
+            })
+            .collect()
+    }
+}
