@@ -1,13 +1,399 @@
-//! `tessera run`: (being written) run an ONNX model with the reference interpreter or a compiled artifact.
+//! `tessera run`: run a model and write its outputs as NumPy files.
+//!
+//! Two branches, chosen by the model file's extension:
+//! - `MODEL.onnx --reference`: import with the ONNX importer (input shapes fixed by `--shape`), run the
+//!   reference interpreter, the correctness oracle every backend is compared against;
+//! - `MODEL.tsr`: a compiled artifact, run by its runtime (not supported yet).
+//!
+//! Every graph output is written as `OUT/<output name>.npy`. Inputs come from `--input NAME=FILE.npy`;
+//! every input not given is drawn by [`tessera_stages::interp::random_inputs`] from `--seed` (default 0):
+//! floats uniform in [-1, 1) (never exactly 0), integers uniform in [0, 100) or in [0, axis size) when
+//! the input indexes a Gather, bools a fair coin, each input from its own ChaCha20 stream. Drawn inputs
+//! are saved as `OUT/<input name>.npy`, so `--input NAME=OUT/NAME.npy` reproduces a run exactly.
+//!
+//! File names: a tensor name becomes a file stem by replacing every character other than ASCII letters,
+//! digits, `-`, `_` and `.` with `_`, prefixing `_` to an empty name or one starting with `.`, and cutting
+//! it to 120 bytes; when two tensors end up with the same stem (compared case-insensitively, for
+//! case-insensitive file systems), the later one (outputs first, then inputs, each in graph order) gets
+//! `_2`, `_3`, ... The mapping is printed, one line per file.
 
+use anyhow::{bail, Context};
 use clap::Args;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use tessera_stages::interp::{random_inputs, run_graph};
+use tessera_stages::ir::{Graph, Tensor, ValueId};
+use tessera_stages::npy;
+use tessera_stages::onnx::{import_file, parse_shape_arg, ImportOptions};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// The model (.onnx) or artifact (.tsr) to run.
-    pub model: std::path::PathBuf,
+    pub model: PathBuf,
+    /// Run an ONNX model with the reference interpreter (CPU, the correctness oracle).
+    #[arg(long)]
+    pub reference: bool,
+    /// A graph input from a NumPy file, NAME=FILE.npy (repeatable); inputs not given are drawn from --seed.
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    pub inputs: Vec<String>,
+    /// Fix a graph input's shape for import, NAME=DIMS such as input_ids=1x128 (repeatable).
+    #[arg(long = "shape", value_name = "NAME=DIMS")]
+    pub shapes: Vec<String>,
+    /// Directory for the outputs (and the drawn inputs); created if missing.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Seed for the inputs not given with --input.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// What kind of file `tessera run` was given.
+#[derive(Debug, PartialEq, Eq)]
+enum ModelKind {
+    Onnx,
+    Artifact,
+}
+
+fn model_kind(path: &Path) -> anyhow::Result<ModelKind> {
+    match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("onnx") => Ok(ModelKind::Onnx),
+        Some("tsr") => Ok(ModelKind::Artifact),
+        _ => bail!("{}: expected an ONNX model (.onnx) or a compiled artifact (.tsr)", path.display()),
+    }
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    anyhow::bail!("tessera run {} is not implemented yet", args.model.display())
+    match model_kind(&args.model)? {
+        ModelKind::Onnx => {
+            if !args.reference {
+                bail!(
+                    "{}: an ONNX model runs with --reference (the reference interpreter); to run it on a backend, compile it to a .tsr artifact",
+                    args.model.display()
+                );
+            }
+            run_reference(&args)
+        }
+        ModelKind::Artifact => bail!(
+            "{}: running compiled artifacts (.tsr) is not supported yet; run the ONNX model with --reference",
+            args.model.display()
+        ),
+    }
+}
+
+fn run_reference(args: &RunArgs) -> anyhow::Result<()> {
+    let mut opts = ImportOptions::default();
+    for s in &args.shapes {
+        let (name, dims) = parse_shape_arg(s).map_err(anyhow::Error::msg)?;
+        if opts.shapes.insert(name.clone(), dims).is_some() {
+            bail!("--shape given twice for input '{name}'");
+        }
+    }
+    let g = import_file(&args.model, &opts)?;
+    let given = bind_inputs(&g, &args.inputs)?;
+    let report = reference_run(&g, &given, args.seed, &args.out)?;
+    println!("{}: ran with the reference interpreter in {:.2} s", args.model.display(), report.seconds);
+    for line in &report.lines {
+        println!("  {line}");
+    }
+    Ok(())
+}
+
+/// Matches `--input NAME=FILE` arguments to graph inputs. The name is the longest graph input name that
+/// the argument starts with followed by `=`, so names and paths may both contain `=`.
+fn bind_inputs(g: &Graph, args: &[String]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
+    let names: Vec<&str> = g.inputs.iter().map(|&v| g.value(v).name.as_str()).collect();
+    let mut given = BTreeMap::new();
+    for a in args {
+        let name = names
+            .iter()
+            .filter(|n| a.len() > n.len() && a.starts_with(*n) && a.as_bytes()[n.len()] == b'=')
+            .max_by_key(|n| n.len());
+        let Some(&name) = name else {
+            let shown = a.split_once('=').map_or(a.as_str(), |(n, _)| n);
+            if !a.contains('=') {
+                bail!("--input '{a}': expected NAME=FILE.npy");
+            }
+            bail!("--input '{a}': the model has no input '{shown}' (its inputs: {})", names.join(", "));
+        };
+        let file = PathBuf::from(&a[name.len() + 1..]);
+        if given.insert(name.to_string(), file).is_some() {
+            bail!("--input given twice for input '{name}'");
+        }
+    }
+    Ok(given)
+}
+
+/// What a reference run did: one human-readable line per input and output, and the wall time of the
+/// interpreter alone.
+pub struct RunReport {
+    pub lines: Vec<String>,
+    pub seconds: f64,
+    /// Every file written, in order: outputs first, then drawn inputs.
+    pub files: Vec<PathBuf>,
+}
+
+/// A tensor name as a file stem (see the module documentation for the rule).
+pub fn sanitize_file_stem(name: &str) -> String {
+    let mut s: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect();
+    if s.is_empty() || s.starts_with('.') {
+        s.insert(0, '_');
+    }
+    s.truncate(120);
+    s
+}
+
+/// Assigns unique file stems, in order, adding `_2`, `_3`, ... to repeats (compared case-insensitively).
+struct Stems {
+    taken: BTreeSet<String>,
+}
+
+impl Stems {
+    fn claim(&mut self, name: &str) -> String {
+        let base = sanitize_file_stem(name);
+        let mut stem = base.clone();
+        let mut k = 2;
+        while !self.taken.insert(stem.to_ascii_lowercase()) {
+            stem = format!("{base}_{k}");
+            k += 1;
+        }
+        stem
+    }
+}
+
+/// Runs `g` with the reference interpreter: inputs from `given` (name -> .npy file), the rest drawn
+/// from `seed`; writes outputs and drawn inputs into `out_dir`.
+pub fn reference_run(g: &Graph, given: &BTreeMap<String, PathBuf>, seed: u64, out_dir: &Path) -> anyhow::Result<RunReport> {
+    let drawn = random_inputs(g, seed);
+    let mut inputs: Vec<Tensor> = Vec::with_capacity(g.inputs.len());
+    let mut lines = Vec::new();
+    let mut from_seed: Vec<(ValueId, &Tensor)> = Vec::new();
+    for (&v, random) in g.inputs.iter().zip(&drawn) {
+        let val = g.value(v);
+        match given.get(&val.name) {
+            Some(path) => {
+                let t = npy::read_as(path, val.ty.dtype).with_context(|| format!("input '{}'", val.name))?;
+                if t.shape() != val.ty.shape.as_slice() {
+                    bail!(
+                        "input '{}': {} holds shape {:?}, the model expects {} (fix symbolic dimensions with --shape {}=...)",
+                        val.name,
+                        path.display(),
+                        t.shape(),
+                        val.ty,
+                        val.name
+                    );
+                }
+                lines.push(format!("input  {} {} from {}", val.name, val.ty, path.display()));
+                inputs.push(t);
+            }
+            None => {
+                from_seed.push((v, random));
+                inputs.push(random.clone());
+            }
+        }
+    }
+    let start = std::time::Instant::now();
+    let outputs = run_graph(g, &inputs)?;
+    let seconds = start.elapsed().as_secs_f64();
+
+    std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create output directory {}", out_dir.display()))?;
+    let mut stems = Stems { taken: BTreeSet::new() };
+    let mut written: BTreeMap<ValueId, PathBuf> = BTreeMap::new();
+    let mut files = Vec::new();
+    for (&o, t) in g.outputs.iter().zip(&outputs) {
+        let name = &g.value(o).name;
+        let path = out_dir.join(format!("{}.npy", stems.claim(name)));
+        npy::write(&path, t)?;
+        lines.push(format!("output {name} {} -> {}", t.ty, path.display()));
+        written.insert(o, path.clone());
+        files.push(path);
+    }
+    for (v, t) in from_seed {
+        let name = &g.value(v).name;
+        // An input that is also an output was just written under its own name.
+        let path = match written.get(&v) {
+            Some(p) => p.clone(),
+            None => {
+                let p = out_dir.join(format!("{}.npy", stems.claim(name)));
+                npy::write(&p, t)?;
+                files.push(p.clone());
+                p
+            }
+        };
+        lines.push(format!("input  {name} {} drawn from seed {seed} -> {}", t.ty, path.display()));
+    }
+    Ok(RunReport { lines, seconds, files })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_stages::ir::{BinaryOp, DType, Op, TensorType};
+
+    /// y = x + w; ids gather a 3-row table; both outputs have names that need sanitizing.
+    fn graph() -> Graph {
+        let mut g = Graph::new("t");
+        let x = g.add_input("x", TensorType::f32([2]));
+        let ids = g.add_input("ids:0", TensorType::new(DType::I64, [4]));
+        let w = g.add_const("w", Tensor::from_f32(vec![2], &[10., 20.]));
+        let table = g.add_const("table", Tensor::from_f32(vec![3, 1], &[1., 2., 3.]));
+        let y = g.add_node_named("add", Op::Binary(BinaryOp::Add), &[x, w], vec!["out/y".into()]).unwrap()[0];
+        let e = g.add_node_named("emb", Op::Gather { axis: 0 }, &[table, ids], vec!["OUT:Y".into()]).unwrap()[0];
+        g.outputs.extend([y, e]);
+        g
+    }
+
+    #[test]
+    fn sanitizes_and_dedupes_names() {
+        assert_eq!(sanitize_file_stem("a/b:c d"), "a_b_c_d");
+        assert_eq!(sanitize_file_stem(".."), "_..");
+        assert_eq!(sanitize_file_stem(""), "_");
+        assert_eq!(sanitize_file_stem("logits.1"), "logits.1");
+        assert_eq!(sanitize_file_stem(&"x".repeat(300)).len(), 120);
+        let mut s = Stems { taken: BTreeSet::new() };
+        assert_eq!(s.claim("a/b"), "a_b");
+        assert_eq!(s.claim("a:b"), "a_b_2");
+        assert_eq!(s.claim("A_B"), "A_B_3");
+    }
+
+    #[test]
+    fn kinds_by_extension() {
+        assert_eq!(model_kind(Path::new("m.onnx")).unwrap(), ModelKind::Onnx);
+        assert_eq!(model_kind(Path::new("m.TSR")).unwrap(), ModelKind::Artifact);
+        assert!(model_kind(Path::new("m.pt")).unwrap_err().to_string().contains("m.pt"));
+        let args = RunArgs {
+            model: "m.tsr".into(),
+            reference: false,
+            inputs: vec![],
+            shapes: vec![],
+            out: "o".into(),
+            seed: 0,
+        };
+        assert!(run(args).unwrap_err().to_string().contains("not supported yet"));
+    }
+
+    #[test]
+    fn draws_missing_inputs_saves_them_and_reproduces() {
+        let g = graph();
+        let d = tempfile::tempdir().unwrap();
+        let out1 = d.path().join("run1");
+        let r = reference_run(&g, &BTreeMap::new(), 5, &out1).unwrap();
+        let names: Vec<String> = r.files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, ["out_y.npy", "OUT_Y_2.npy", "x.npy", "ids_0.npy"]);
+        let x = npy::read(&out1.join("x.npy")).unwrap();
+        let ids = npy::read(&out1.join("ids_0.npy")).unwrap();
+        assert!(ids.to_i64_vec().iter().all(|&i| (0..3).contains(&i)), "ids index a 3-row table");
+        let y = npy::read(&out1.join("out_y.npy")).unwrap();
+        let xv = x.to_f32_vec();
+        assert_eq!(y.to_f32_vec(), vec![xv[0] + 10., xv[1] + 20.]);
+        // Feeding the saved inputs back reproduces the outputs bit for bit, with another seed.
+        let given: BTreeMap<String, PathBuf> =
+            [("x".to_string(), out1.join("x.npy")), ("ids:0".to_string(), out1.join("ids_0.npy"))].into();
+        let out2 = d.path().join("run2");
+        let r2 = reference_run(&g, &given, 99, &out2).unwrap();
+        assert_eq!(r2.files.len(), 2, "no input was drawn");
+        for f in ["out_y.npy", "OUT_Y_2.npy"] {
+            assert_eq!(std::fs::read(out1.join(f)).unwrap(), std::fs::read(out2.join(f)).unwrap(), "{f}");
+        }
+    }
+
+    #[test]
+    fn input_errors_name_the_input_and_file() {
+        let g = graph();
+        let d = tempfile::tempdir().unwrap();
+        let bad = d.path().join("bad.npy");
+        npy::write(&bad, &Tensor::from_f32(vec![3], &[1., 2., 3.])).unwrap();
+        let given: BTreeMap<String, PathBuf> = [("x".to_string(), bad.clone())].into();
+        let e = format!("{:#}", reference_run(&g, &given, 0, d.path()).err().unwrap());
+        assert!(e.contains("input 'x'") && e.contains("bad.npy") && e.contains("f32[2]"), "{e}");
+        let given: BTreeMap<String, PathBuf> = [("ids:0".to_string(), bad.clone())].into();
+        let e = format!("{:#}", reference_run(&g, &given, 0, d.path()).err().unwrap());
+        assert!(e.contains("input 'ids:0'") && e.contains("holds f32 data, the value needs i64"), "{e}");
+        // Binding: names may contain '=' and ':', unknown names list the real ones.
+        let b = bind_inputs(&g, &["ids:0=a=b.npy".into()]).unwrap();
+        assert_eq!(b["ids:0"], PathBuf::from("a=b.npy"));
+        let e = bind_inputs(&g, &["nope=f.npy".into()]).unwrap_err().to_string();
+        assert!(e.contains("no input 'nope'") && e.contains("x, ids:0"), "{e}");
+        assert!(bind_inputs(&g, &["x=a.npy".into(), "x=b.npy".into()]).unwrap_err().to_string().contains("twice"));
+    }
+
+    /// The whole command on an ONNX file: y = relu(x + w) with a symbolic batch fixed by --shape.
+    mod onnx_file {
+        use super::*;
+        use prost::Message;
+        use tessera_stages::onnx::proto::{
+            tensor_shape_proto::{dimension::Value as Dim, Dimension},
+            type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
+        };
+        use tessera_stages::onnx::tensor_to_proto;
+
+        fn write_model(path: &Path) {
+            let dims = vec![
+                Dimension { value: Some(Dim::DimParam("batch".into())), ..Default::default() },
+                Dimension { value: Some(Dim::DimValue(3)), ..Default::default() },
+            ];
+            let x = ValueInfoProto {
+                name: Some("x".into()),
+                r#type: Some(TypeProto {
+                    value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                        elem_type: Some(1),
+                        shape: Some(TensorShapeProto { dim: dims }),
+                    })),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let node = |op: &str, ins: &[&str], out: &str| NodeProto {
+                op_type: Some(op.into()),
+                name: Some(out.into()),
+                input: ins.iter().map(|s| s.to_string()).collect(),
+                output: vec![out.into()],
+                ..Default::default()
+            };
+            let m = ModelProto {
+                ir_version: Some(8),
+                opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+                graph: Some(GraphProto {
+                    name: Some("g".into()),
+                    node: vec![node("Add", &["x", "w"], "sum"), node("Relu", &["sum"], "y/relu")],
+                    input: vec![x],
+                    output: vec![ValueInfoProto { name: Some("y/relu".into()), ..Default::default() }],
+                    initializer: vec![tensor_to_proto("w", &Tensor::from_f32(vec![3], &[0.5, -0.5, 2.0]))],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            std::fs::write(path, m.encode_to_vec()).unwrap();
+        }
+
+        fn args(model: &Path, out: &Path, inputs: Vec<String>) -> RunArgs {
+            RunArgs { model: model.into(), reference: true, inputs, shapes: vec!["x=4x3".into()], out: out.into(), seed: 3 }
+        }
+
+        #[test]
+        fn runs_writes_and_reproduces() {
+            let d = tempfile::tempdir().unwrap();
+            let model = d.path().join("m.onnx");
+            write_model(&model);
+            let out1 = d.path().join("o1");
+            run(args(&model, &out1, vec![])).unwrap();
+            let x = npy::read(&out1.join("x.npy")).unwrap();
+            let y = npy::read(&out1.join("y_relu.npy")).unwrap();
+            assert_eq!(y.shape(), &[4, 3]);
+            let want: Vec<f32> = x.to_f32_vec().iter().zip([0.5, -0.5, 2.0].iter().cycle()).map(|(a, b)| (a + b).max(0.0)).collect();
+            assert_eq!(y.to_f32_vec(), want);
+            let out2 = d.path().join("o2");
+            run(args(&model, &out2, vec![format!("x={}", out1.join("x.npy").display())])).unwrap();
+            assert_eq!(std::fs::read(out1.join("y_relu.npy")).unwrap(), std::fs::read(out2.join("y_relu.npy")).unwrap());
+            assert!(!out2.join("x.npy").exists(), "given inputs are not copied");
+            // Without --shape the symbolic batch cannot be fixed: the importer's error comes through.
+            let mut a = args(&model, &out2, vec![]);
+            a.shapes.clear();
+            let e = format!("{:#}", run(a).unwrap_err());
+            assert!(e.contains("m.onnx") && e.contains("--shape"), "{e}");
+            let mut a = args(&model, &out2, vec![]);
+            a.reference = false;
+            assert!(run(a).unwrap_err().to_string().contains("--reference"));
+        }
+    }
 }
