@@ -1,0 +1,320 @@
+//! Compiling one model: the stage DAG for one zoo entry, every stage a memoized call.
+//!
+//! load (graph document) -> partition (execution plan) -> lower (one call per distinct kernel)
+//! -> compile (one module per backend, module-at-a-time) -> link (one artifact).
+//! Keys are built from upstream output digests, so an unchanged output cuts off everything after it; the
+//! model graph itself is built or reloaded only when a stage that needs it misses.
+
+use crate::memo::Memo;
+use crate::plan::{build_plan, kernel_signature, ExecPlan, PlanRef, PLAN_VERSION};
+use anyhow::{bail, Context, Result};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use tessera_kernels::link::{link, LinkInput, LinkStep, ValueRef};
+use tessera_stages::backend::{Backend, LoweredKernel, Module};
+use tessera_stages::ir::{extract_subgraph, serial::GraphDoc, Graph, NodeId, Tensor};
+use tessera_stages::partition::{partition_by_rules, PARTITIONER_VERSION};
+use tessera_stages::target::{Target, TargetSet};
+use tessera_store::{Digest, KeyBuilder};
+
+/// Code versions of the pipeline's own stages (backends carry their own).
+pub const LOAD_VERSION: u32 = 1;
+pub const COMPILE_VERSION: u32 = 1;
+pub const LINK_VERSION: u32 = 1;
+
+/// Where a model comes from.
+#[derive(Clone, Debug)]
+pub enum ModelSource {
+    Fixture { model: String, options: tessera_fixtures::ModelOptions },
+    Onnx { path: PathBuf, shapes: BTreeMap<String, Vec<usize>> },
+}
+
+/// One model to compile.
+#[derive(Clone, Debug)]
+pub struct ModelJob {
+    pub name: String,
+    pub source: ModelSource,
+}
+
+/// What is shared by every model of a run.
+pub struct Ctx<'a> {
+    pub memo: &'a Memo<'a>,
+    pub targets: &'a TargetSet,
+    pub backends: &'a [Box<dyn Backend>],
+}
+
+impl Ctx<'_> {
+    pub fn backend(&self, t: &Target) -> Result<&dyn Backend> {
+        self.backends
+            .iter()
+            .find(|b| b.name() == t.backend_name())
+            .map(|b| b.as_ref())
+            .with_context(|| format!("target '{t}': backend '{}' is not part of this build", t.backend_name()))
+    }
+}
+
+/// The outcome of compiling one model.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelResult {
+    pub name: String,
+    pub graph: Digest,
+    pub plan: Digest,
+    pub artifact: Digest,
+    pub artifact_bytes: u64,
+    pub partitions: usize,
+    /// Partitions per backend name.
+    pub partitions_by_backend: BTreeMap<String, usize>,
+    /// Distinct kernel signatures of this model.
+    pub kernels: BTreeSet<Digest>,
+    /// Distinct (backend, kernel) pairs lowered for this model.
+    pub lowered: BTreeSet<(String, Digest)>,
+    pub nodes: usize,
+    pub estimated_us: f64,
+    pub cost_source: String,
+    /// Every object the build uses (graph document, constants, plan, kernels, modules, artifact), for gc roots.
+    #[serde(skip)]
+    pub objects: Vec<Digest>,
+}
+
+/// The model graph, built or loaded at most once per model and only when needed.
+struct LazyGraph<'a> {
+    memo: &'a Memo<'a>,
+    doc: Digest,
+    fresh: OnceLock<Graph>,
+}
+
+impl LazyGraph<'_> {
+    fn get(&self) -> Result<&Graph> {
+        if let Some(g) = self.fresh.get() {
+            return Ok(g);
+        }
+        let doc: GraphDoc = self.memo.load(&self.doc)?;
+        let store = self.memo.store();
+        let g = doc.to_graph(|d| store.get(d).map_err(|e| e.to_string()))?;
+        Ok(self.fresh.get_or_init(|| g))
+    }
+}
+
+/// Imports or builds a model's graph and runs the graph passes every stage expects.
+pub fn load_graph(job: &ModelJob) -> Result<Graph> {
+    let mut g = match &job.source {
+        ModelSource::Fixture { model, options } => tessera_fixtures::build_with(model, options)?,
+        ModelSource::Onnx { path, shapes } => {
+            let opts = tessera_stages::onnx::ImportOptions { shapes: shapes.clone(), ..Default::default() };
+            tessera_stages::onnx::import_file(path, &opts)?
+        }
+    };
+    g.name = job.name.clone();
+    tessera_stages::passes::simplify::simplify(&mut g).with_context(|| format!("model {}: simplification", job.name))?;
+    tessera_stages::passes::fold::fold_constants(&mut g).with_context(|| format!("model {}: constant folding", job.name))?;
+    tessera_stages::ir::verify(&g)?;
+    Ok(g)
+}
+
+/// Stage: load. Fixture models are keyed by their recipe, so a hit skips generating weights; ONNX files are
+/// imported every time (the import is the cheapest way to find every external data file the key would need)
+/// and keyed by the graph they produce.
+fn stage_load(ctx: &Ctx, job: &ModelJob) -> Result<(Digest, Option<Graph>)> {
+    let store = ctx.memo.store();
+    let store_graph = |g: &Graph| -> Result<Vec<u8>> {
+        let doc = GraphDoc::from_graph(g, |t: &Tensor| store.put(t.bytes()))?;
+        Ok(postcard::to_stdvec(&doc)?)
+    };
+    match &job.source {
+        ModelSource::Fixture { model, options } => {
+            let key = KeyBuilder::new("load", LOAD_VERSION)
+                .input("name", &job.name)
+                .input("fixture", &(model, options.batch, options.seq, options.image))
+                .env("fixtures_version", &tessera_fixtures::FIXTURES_VERSION)
+                .env("passes", &tessera_stages::passes::PASSES_VERSION)
+                .finish()?;
+            let mut built = None;
+            let doc = ctx.memo.call("load", key, || {
+                let g = load_graph(job)?;
+                let bytes = store_graph(&g)?;
+                built = Some(g);
+                Ok(bytes)
+            })?;
+            Ok((doc, built))
+        }
+        ModelSource::Onnx { .. } => {
+            let g = load_graph(job)?;
+            let bytes = store_graph(&g)?;
+            let key = KeyBuilder::new("load", LOAD_VERSION).input_bytes("graph_document", &bytes).finish()?;
+            let doc = ctx.memo.call("load", key, || Ok(bytes))?;
+            Ok((doc, Some(g)))
+        }
+    }
+}
+
+fn backend_versions(ctx: &Ctx) -> Vec<(String, String, u32)> {
+    ctx.targets.targets.iter().filter_map(|t| ctx.backend(t).ok().map(|b| (t.to_string(), b.name().to_string(), b.version()))).collect()
+}
+
+/// Compiles one model; the artifact stays in the store (see [`ModelResult::artifact`]).
+pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
+    let (doc, built) = stage_load(ctx, job).with_context(|| format!("model {}: load", job.name))?;
+    let graph = LazyGraph { memo: ctx.memo, doc, fresh: OnceLock::new() };
+    if let Some(g) = built {
+        let _ = graph.fresh.set(g);
+    }
+
+    // Stage: partition.
+    let key = KeyBuilder::new("partition", PLAN_VERSION)
+        .input_digest("graph", &doc)
+        .input_digest("targets", &ctx.targets.digest())
+        .input("cost_source", "analytical")
+        .env("partitioner", &PARTITIONER_VERSION)
+        .env("backends", &backend_versions(ctx))
+        .finish()?;
+    let (plan_digest, plan): (Digest, ExecPlan) = ctx
+        .memo
+        .call_value("partition", key, || {
+            let g = graph.get()?;
+            let lookup = |t: &Target| ctx.backend(t).ok();
+            let parts = partition_by_rules(g, ctx.targets, &lookup)?;
+            tessera_stages::partition::check(g, &parts).map_err(anyhow::Error::msg)?;
+            let store = ctx.memo.store();
+            build_plan(g, &parts, &|t: &Tensor| tessera_store::Digest::of(t.bytes())).and_then(|p| {
+                // Constants were stored with the graph document; make sure (cheaply) they still are.
+                for (d, _) in &p.constants {
+                    if !store.contains(d) {
+                        bail!("constant object {d} is missing from the store");
+                    }
+                }
+                Ok(p)
+            })
+        })
+        .with_context(|| format!("model {}: partition", job.name))?;
+
+    // Stage: lower, once per distinct (target, kernel).
+    let mut distinct: BTreeMap<(Target, Digest), usize> = BTreeMap::new();
+    for (i, p) in plan.partitions.iter().enumerate() {
+        distinct.entry((p.target.clone(), p.kernel)).or_insert(i);
+    }
+    let lowered: Vec<((Target, Digest), Digest)> = distinct
+        .par_iter()
+        .map(|((target, kernel), &first)| -> Result<((Target, Digest), Digest)> {
+            let backend = ctx.backend(target)?;
+            let key = KeyBuilder::new("lower", backend.version())
+                .input_digest("kernel", kernel)
+                .input_digest("target", &target.digest())
+                .input("backend", backend.name())
+                .finish()?;
+            let out = ctx.memo.call("lower", key, || {
+                let g = graph.get()?;
+                let p = &plan.partitions[first];
+                let nodes: Vec<NodeId> = p.nodes.iter().map(|&n| NodeId(n)).collect();
+                let sig = kernel_signature(g, &nodes);
+                if sig.digest != *kernel {
+                    bail!("kernel signature changed between partition and lower ({} vs {})", sig.digest, kernel);
+                }
+                let kg = extract_subgraph(g, &sig);
+                let lk = backend.lower(target, &kg, &p.symbol)?;
+                Ok(postcard::to_stdvec(&lk)?)
+            })?;
+            Ok(((target.clone(), *kernel), out))
+        })
+        .collect::<Result<_>>()
+        .with_context(|| format!("model {}: lower", job.name))?;
+    let lowered: BTreeMap<(Target, Digest), Digest> = lowered.into_iter().collect();
+
+    // Stage: compile, one module per target that won partitions, in target-set order.
+    let used_targets: Vec<&Target> = ctx.targets.targets.iter().filter(|t| plan.partitions.iter().any(|p| &p.target == *t)).collect();
+    let mut modules: Vec<(Digest, Module)> = Vec::new();
+    for t in &used_targets {
+        let backend = ctx.backend(t)?;
+        let kernels: Vec<Digest> = lowered.iter().filter(|((lt, _), _)| lt == *t).map(|(_, d)| *d).collect();
+        let key = KeyBuilder::new("compile", COMPILE_VERSION)
+            .input_digest("target", &t.digest())
+            .input("backend", &(backend.name(), backend.version()))
+            .input("lowered_kernels", &kernels)
+            .finish()?;
+        let m = ctx
+            .memo
+            .call_value("compile", key, || {
+                let lks: Vec<LoweredKernel> = kernels.iter().map(|d| ctx.memo.load(d)).collect::<Result<_>>()?;
+                Ok(backend.compile_module(t, &lks)?)
+            })
+            .with_context(|| format!("model {}: compile for {t}", job.name))?;
+        modules.push(m);
+    }
+
+    // Stage: link.
+    let module_digests: Vec<Digest> = modules.iter().map(|(d, _)| *d).collect();
+    let key = KeyBuilder::new("link", LINK_VERSION)
+        .input_digest("plan", &plan_digest)
+        .input("modules", &module_digests)
+        .env("artifact_format", &tessera_kernels::artifact::FORMAT_VERSION)
+        .finish()?;
+    let artifact = ctx
+        .memo
+        .call("link", key, || {
+            let input = link_input(ctx, &plan, &used_targets, &modules)?;
+            Ok(link(&input)?)
+        })
+        .with_context(|| format!("model {}: link", job.name))?;
+
+    let mut by_backend = BTreeMap::new();
+    for p in &plan.partitions {
+        *by_backend.entry(p.target.backend_name().to_string()).or_insert(0) += 1;
+    }
+    let mut objects = vec![doc, plan_digest, artifact];
+    objects.extend(plan.constants.iter().map(|(d, _)| *d));
+    objects.extend(lowered.values().copied());
+    objects.extend(module_digests);
+    let artifact_bytes = ctx.memo.store().objects().size_of(&artifact).unwrap_or(0);
+    Ok(ModelResult {
+        name: job.name.clone(),
+        graph: doc,
+        plan: plan_digest,
+        artifact,
+        artifact_bytes,
+        partitions: plan.partitions.len(),
+        partitions_by_backend: by_backend,
+        kernels: plan.partitions.iter().map(|p| p.kernel).collect(),
+        lowered: plan.partitions.iter().map(|p| (p.target.backend_name().to_string(), p.kernel)).collect(),
+        nodes: plan.partitions.iter().map(|p| p.nodes.len()).sum(),
+        estimated_us: plan.partitions.iter().map(|p| p.cost_us).sum(),
+        cost_source: plan.cost_source.clone(),
+        objects,
+    })
+}
+
+fn link_input(ctx: &Ctx, plan: &ExecPlan, used_targets: &[&Target], modules: &[(Digest, Module)]) -> Result<LinkInput> {
+    let store = ctx.memo.store();
+    let constants: Vec<Tensor> = plan
+        .constants
+        .iter()
+        .map(|(d, ty)| Ok(Tensor::from_bytes(ty.clone(), store.get(d)?)?))
+        .collect::<Result<_>>()?;
+    let to_ref = |r: &PlanRef| match *r {
+        PlanRef::Input(i) => ValueRef::Input(i),
+        PlanRef::Value(i) => ValueRef::Value(i),
+        PlanRef::Const(i) => ValueRef::Const(i),
+    };
+    let mut steps = Vec::with_capacity(plan.partitions.len());
+    for p in &plan.partitions {
+        let mi = used_targets.iter().position(|t| **t == p.target).expect("module per used target");
+        let module = &modules[mi].1;
+        let fi = module
+            .functions
+            .iter()
+            .position(|f| f.symbol == p.symbol)
+            .with_context(|| format!("module for {} has no function {}", p.target, p.symbol))?;
+        steps.push(LinkStep { module: mi as u32, function: fi as u32, args: p.args.iter().map(to_ref).collect() });
+    }
+    Ok(LinkInput {
+        model: plan.model.clone(),
+        inputs: plan.inputs.clone(),
+        input_int_bounds: plan.input_int_bounds.clone(),
+        outputs: plan.outputs.iter().map(|(n, r)| (n.clone(), to_ref(r))).collect(),
+        values: plan.values.clone(),
+        constants,
+        modules: modules.iter().map(|(_, m)| m.clone()).collect(),
+        steps,
+    })
+}

@@ -1,0 +1,110 @@
+//! `tessera compile INPUT... [--target T]... [--store DIR] [--out DIR] [--json]`
+
+use crate::memo::Memo;
+use crate::zoo::{all_backends, compile_all, jobs_from_inputs, resolve_targets, Summary};
+use anyhow::Result;
+use clap::Args;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use tessera_store::{OpenOptions, Store};
+
+#[derive(Args, Debug)]
+pub struct CompileArgs {
+    /// ONNX models (named after the file stem) and zoo manifests (.toml).
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// Target, e.g. `cpu`, `cpu -compiler=gemm`, or JSON; repeat for several. Default: every backend this
+    /// machine can run.
+    #[arg(long = "target", short = 't')]
+    pub targets: Vec<String>,
+    /// Fix an ONNX input's shape, e.g. `--shape input_ids=1x128` (applies to ONNX files given directly).
+    #[arg(long = "shape")]
+    pub shapes: Vec<String>,
+    /// The store (default: $TESSERA_STORE, else .tessera in the working directory).
+    #[arg(long, env = "TESSERA_STORE")]
+    pub store: Option<PathBuf>,
+    /// Where artifacts go, as <model>.tsr.
+    #[arg(long, default_value = "out")]
+    pub out: PathBuf,
+    /// Wait for another process holding the store instead of failing.
+    #[arg(long)]
+    pub wait: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const STAGES: [&str; 5] = ["load", "partition", "lower", "compile", "link"];
+
+pub fn run(args: CompileArgs) -> Result<()> {
+    let mut shapes = BTreeMap::new();
+    for s in &args.shapes {
+        let (name, dims) = tessera_stages::onnx::parse_shape_arg(s).map_err(anyhow::Error::msg)?;
+        shapes.insert(name, dims);
+    }
+    let jobs = jobs_from_inputs(&args.inputs, &shapes)?;
+    let backends = all_backends();
+    let targets = resolve_targets(&args.targets, &backends)?;
+    let dir = tessera_store::resolve_dir(args.store.as_deref());
+    let store = Store::open(&dir, OpenOptions::writable().wait(args.wait))?;
+
+    let tty = std::io::stderr().is_terminal() && !args.json;
+    let multi = MultiProgress::with_draw_target(if tty { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() });
+    let style = ProgressStyle::with_template("{prefix:>10} {spinner} {msg}").expect("valid template");
+    let bars: BTreeMap<&str, ProgressBar> = STAGES
+        .iter()
+        .map(|&s| {
+            let b = multi.add(ProgressBar::new_spinner().with_style(style.clone()).with_prefix(s));
+            b.set_message("waiting");
+            (s, b)
+        })
+        .collect();
+    let counts: Mutex<BTreeMap<&'static str, (u64, u64)>> = Mutex::default();
+    let memo = Memo::new(&store).with_observer(|stage, hit| {
+        let mut c = counts.lock().expect("counts");
+        let e = c.entry(stage).or_default();
+        if hit { e.1 += 1 } else { e.0 += 1 }
+        if let Some(b) = bars.get(stage) {
+            b.set_message(format!("{} run, {} cached", e.0, e.1));
+            b.tick();
+        }
+    });
+    let total = jobs.len();
+    let done = Mutex::new(0usize);
+    let summary = compile_all(&memo, &targets, &backends, &jobs, &args.out, &|r| {
+        let mut d = done.lock().expect("done");
+        *d += 1;
+        if !tty && !args.json {
+            eprintln!("[{}/{}] {}: {} partitions, artifact {}", *d, total, r.name, r.partitions, r.artifact.short());
+        }
+    })?;
+    for b in bars.values() {
+        b.finish();
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_summary(&summary);
+    }
+    Ok(())
+}
+
+fn print_summary(s: &Summary) {
+    println!("targets: {}", s.targets.join("; "));
+    println!(
+        "compiled {} models in {:.2}s: {} partitions, {} unique kernels (dedupe {:.2}x), costs: {}",
+        s.models, s.seconds, s.partitions, s.unique_kernels, s.dedupe_ratio, s.cost_source
+    );
+    println!("{:<10} {:>10} {:>10} {:>10}", "stage", "executed", "cached", "time");
+    for (stage, st) in &s.stages {
+        println!("{:<10} {:>10} {:>10} {:>9.2}s", stage, st.executions, st.hits, st.exec_micros as f64 / 1e6);
+    }
+    println!("{:<28} {:>6} {:<22} {:>12}  {}", "model", "parts", "backends", "bytes", "artifact");
+    for a in &s.artifacts {
+        let backends: Vec<String> = a.partitions_by_backend.iter().map(|(b, n)| format!("{b}:{n}")).collect();
+        println!("{:<28} {:>6} {:<22} {:>12}  {} {}", a.model, a.partitions, backends.join(" "), a.bytes, a.digest.short(), a.path.display());
+    }
+}

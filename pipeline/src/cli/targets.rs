@@ -1,0 +1,63 @@
+//! `tessera targets`: every target kind, its attributes and defaults, and which backends run here.
+
+use crate::zoo::all_backends;
+use anyhow::Result;
+use clap::Args;
+use tessera_stages::target::{Target, KINDS, REGISTRY_VERSION};
+
+#[derive(Args, Debug)]
+pub struct TargetsArgs {
+    /// Print the registry as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: TargetsArgs) -> Result<()> {
+    let backends = all_backends();
+    let status = |backend: &str| -> String {
+        match backends.iter().find(|b| b.name() == backend) {
+            None => "not in this build yet".into(),
+            Some(b) => match b.available() {
+                Ok(()) => "available".into(),
+                Err(why) => format!("unavailable: {why}"),
+            },
+        }
+    };
+    if args.json {
+        let kinds: Vec<serde_json::Value> = KINDS
+            .iter()
+            .map(|k| {
+                serde_json::json!({
+                    "kind": k.name,
+                    "doc": k.doc,
+                    "attributes": k.attrs.iter().map(|a| serde_json::json!({
+                        "name": a.name, "type": a.ty.describe(), "default": a.default, "doc": a.doc,
+                    })).collect::<Vec<_>>(),
+                    "backends": k.compilers.iter().map(|(c, b)| serde_json::json!({
+                        "compiler": c, "backend": b, "status": status(b),
+                    })).collect::<Vec<_>>(),
+                    "default": Target::parse(k.name).map(|t| t.canonical()).unwrap_or_default(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "registry_version": REGISTRY_VERSION, "kinds": kinds }))?);
+        return Ok(());
+    }
+    println!("target kinds (registry version {REGISTRY_VERSION}); syntax: `kind -attr=value -flag`, or JSON");
+    for k in KINDS {
+        println!("\n{} — {}", k.name, k.doc);
+        if let Ok(t) = Target::parse(k.name) {
+            println!("  canonical default: {}", t.canonical());
+        }
+        println!("  attributes:");
+        for a in k.attrs {
+            println!("    -{:<10} {:<32} default {:<9} {}", a.name, a.ty.describe(), a.default, a.doc);
+        }
+        println!("  backends:");
+        for (c, b) in k.compilers {
+            let default = if *c == k.compilers[0].0 { " (default: takes what no other backend claims)" } else { "" };
+            println!("    -compiler={:<8} backend {:<8} {}{}", c, b, status(b), default);
+        }
+    }
+    Ok(())
+}

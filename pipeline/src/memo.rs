@@ -1,0 +1,129 @@
+//! Memoized stage calls over the content-addressed store.
+//!
+//! Every stage is a pure function of its key's ingredients. The pipeline, not the stage, looks the key up
+//! before running and records the output after. Concurrent callers of one key (two models of a zoo sharing a
+//! kernel, compiled in parallel) wait for a single execution, so "computed once" holds within a run too.
+//! Outputs are named by digest, and downstream keys are built from upstream output digests: when an output
+//! comes out unchanged, everything after it hits (early cutoff).
+
+use anyhow::{anyhow, Context, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+use tessera_store::{Digest, MemoEntry, Store};
+
+/// Executions, hits and time of one stage in one run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StageStats {
+    pub executions: u64,
+    pub hits: u64,
+    /// Time spent executing (misses only), in microseconds.
+    pub exec_micros: u64,
+}
+
+type Flight = Arc<OnceLock<std::result::Result<Digest, String>>>;
+
+/// A run's view of the store: memoized calls and per-stage counters.
+pub struct Memo<'s> {
+    store: &'s Store,
+    stats: Mutex<BTreeMap<&'static str, StageStats>>,
+    inflight: Mutex<BTreeMap<(&'static str, Digest), Flight>>,
+    observer: Option<Box<dyn Fn(&'static str, bool) + Send + Sync + 's>>,
+}
+
+impl<'s> Memo<'s> {
+    pub fn new(store: &'s Store) -> Self {
+        Memo { store, stats: Mutex::default(), inflight: Mutex::default(), observer: None }
+    }
+
+    /// Calls `f(stage, was_hit)` after every memoized call (progress display).
+    pub fn with_observer(mut self, f: impl Fn(&'static str, bool) + Send + Sync + 's) -> Self {
+        self.observer = Some(Box::new(f));
+        self
+    }
+
+    pub fn store(&self) -> &'s Store {
+        self.store
+    }
+
+    /// Per-stage counters so far.
+    pub fn stats(&self) -> BTreeMap<&'static str, StageStats> {
+        self.stats.lock().expect("stats lock").clone()
+    }
+
+    /// The output digest of `stage` for `key`: recorded, or computed by `compute` (which returns the output
+    /// bytes) and recorded.
+    pub fn call(&self, stage: &'static str, key: Digest, compute: impl FnOnce() -> Result<Vec<u8>>) -> Result<Digest> {
+        let flight: Flight = self.inflight.lock().expect("inflight lock").entry((stage, key)).or_default().clone();
+        let mut ran = false;
+        let result = flight.get_or_init(|| {
+            ran = true;
+            self.lookup_or_compute(stage, key, compute).map_err(|e| format!("{e:#}"))
+        });
+        if !ran {
+            // Another caller (earlier in this run, or concurrently) produced it.
+            self.count(stage, true, 0);
+        }
+        result.clone().map_err(|e| anyhow!(e))
+    }
+
+    fn lookup_or_compute(&self, stage: &'static str, key: Digest, compute: impl FnOnce() -> Result<Vec<u8>>) -> Result<Digest> {
+        if let Some(entry) = self.store.memo_lookup(stage, &key).with_context(|| format!("stage {stage}: memo lookup"))? {
+            if self.store.contains(&entry.output) {
+                self.count(stage, true, 0);
+                return Ok(entry.output);
+            }
+            // The output object is gone (gc'd or quarantined): recompute.
+        }
+        let start = Instant::now();
+        let bytes = compute()?;
+        let elapsed = start.elapsed();
+        let output = self.store.put(&bytes).with_context(|| format!("stage {stage}: storing output"))?;
+        self.store
+            .memo_record(stage, &key, &MemoEntry::new(output, bytes.len() as u64, elapsed))
+            .with_context(|| format!("stage {stage}: recording memo entry"))?;
+        self.count(stage, false, elapsed.as_micros() as u64);
+        Ok(output)
+    }
+
+    /// Like [`Memo::call`] for a serde value: returns the output digest and the decoded value.
+    pub fn call_value<T>(&self, stage: &'static str, key: Digest, compute: impl FnOnce() -> Result<T>) -> Result<(Digest, T)>
+    where
+        T: Serialize + serde::de::DeserializeOwned,
+    {
+        let mut fresh: Option<T> = None;
+        let digest = self.call(stage, key, || {
+            let v = compute()?;
+            let bytes = postcard::to_stdvec(&v).context("encoding stage output")?;
+            fresh = Some(v);
+            Ok(bytes)
+        })?;
+        match fresh {
+            Some(v) => Ok((digest, v)),
+            None => Ok((digest, self.load(&digest).with_context(|| format!("stage {stage}: loading recorded output"))?)),
+        }
+    }
+
+    /// Loads and decodes a stored value.
+    pub fn load<T: serde::de::DeserializeOwned>(&self, digest: &Digest) -> Result<T> {
+        let bytes = self.store.get(digest)?;
+        postcard::from_bytes(&bytes).with_context(|| format!("decoding object {digest}"))
+    }
+
+    fn count(&self, stage: &'static str, hit: bool, micros: u64) {
+        {
+            let mut stats = self.stats.lock().expect("stats lock");
+            let s = stats.entry(stage).or_default();
+            if hit {
+                s.hits += 1;
+            } else {
+                s.executions += 1;
+                s.exec_micros += micros;
+            }
+        }
+        if let Some(f) = &self.observer {
+            f(stage, hit);
+        }
+    }
+}

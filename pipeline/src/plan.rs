@@ -1,0 +1,138 @@
+//! The execution plan: the partition stage's output, everything later stages need without the graph.
+//!
+//! Each partition carries its target (the single source of truth for where it runs), its kernel signature
+//! (the structural digest of its subgraph with weights lifted out, so identical partitions in different models
+//! or layers share one lowered kernel), and how the kernel's arguments bind to graph inputs, intermediate
+//! values and constants. Lower keys, compile keys and the link input are all derived from the plan, so a
+//! rebuild whose plan is recorded never needs to rebuild or reload the model graph.
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use tessera_stages::backend::INLINE_CONST_MAX;
+use tessera_stages::ir::{subgraph_signature, ConstMode, Graph, NodeId, SubgraphSignature, TensorType, ValueDef, ValueId};
+use tessera_stages::partition::Partitioning;
+use tessera_stages::target::Target;
+use tessera_store::Digest;
+
+/// Bump when the plan's content or meaning changes.
+pub const PLAN_VERSION: u32 = 1;
+
+/// Where a kernel argument or a graph output lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PlanRef {
+    Input(u32),
+    Value(u32),
+    Const(u32),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanPartition {
+    pub target: Target,
+    /// Node indices of the model graph, for reports (`tessera explain`).
+    pub nodes: Vec<u32>,
+    /// Structural signature of the partition with large constants lifted to inputs.
+    pub kernel: Digest,
+    /// Function name of the kernel in its module: derived from `kernel`, so one per distinct kernel.
+    pub symbol: String,
+    /// Kernel inputs (canonical order) then kernel outputs (canonical order).
+    pub args: Vec<PlanRef>,
+    pub n_inputs: u32,
+    pub cost_us: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecPlan {
+    pub version: u32,
+    pub model: String,
+    pub cost_source: String,
+    pub inputs: Vec<(String, TensorType)>,
+    /// Per input, the exclusive bound of random integer values that keeps gathers in range (for `bench`).
+    pub input_int_bounds: Vec<i64>,
+    pub outputs: Vec<(String, PlanRef)>,
+    /// Types of the values exchanged between partitions.
+    pub values: Vec<TensorType>,
+    /// Lifted constants: the store object holding the bytes, and the type.
+    pub constants: Vec<(Digest, TensorType)>,
+    pub partitions: Vec<PlanPartition>,
+}
+
+/// The kernel symbol for a signature.
+pub fn kernel_symbol(kernel: &Digest) -> String {
+    format!("k_{}", &kernel.to_hex()[..20])
+}
+
+/// The signature of a partition's kernel.
+pub fn kernel_signature(g: &Graph, nodes: &[NodeId]) -> SubgraphSignature {
+    subgraph_signature(g, nodes, ConstMode::LiftLarge(INLINE_CONST_MAX))
+}
+
+/// Builds the plan of a partitioned graph. `const_object` gives the store digest of a constant's bytes.
+pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&tessera_stages::ir::Tensor) -> Digest) -> Result<ExecPlan> {
+    let mut refs: BTreeMap<ValueId, PlanRef> = BTreeMap::new();
+    for (i, &v) in g.inputs.iter().enumerate() {
+        refs.insert(v, PlanRef::Input(i as u32));
+    }
+    let mut values: Vec<TensorType> = Vec::new();
+    let mut constants: Vec<(Digest, TensorType)> = Vec::new();
+    let mut const_index: BTreeMap<(Digest, TensorType), u32> = BTreeMap::new();
+    let mut const_ref = |v: ValueId, constants: &mut Vec<(Digest, TensorType)>| -> Option<PlanRef> {
+        let t = g.constant(v)?;
+        let key = (const_object(t), t.ty.clone());
+        let idx = *const_index.entry(key.clone()).or_insert_with(|| {
+            constants.push(key);
+            constants.len() as u32 - 1
+        });
+        Some(PlanRef::Const(idx))
+    };
+    let mut partitions = Vec::with_capacity(parts.partitions.len());
+    for p in &parts.partitions {
+        let sig = kernel_signature(g, &p.nodes);
+        let mut args = Vec::with_capacity(sig.inputs.len() + sig.outputs.len());
+        for &v in &sig.inputs {
+            let r = match refs.get(&v) {
+                Some(&r) => r,
+                None => match const_ref(v, &mut constants) {
+                    Some(r) => r,
+                    None => bail!("partition input '{}' is used before any partition produces it", g.value(v).name),
+                },
+            };
+            args.push(r);
+        }
+        for &v in &sig.outputs {
+            let r = PlanRef::Value(values.len() as u32);
+            values.push(g.ty(v).clone());
+            refs.insert(v, r);
+            args.push(r);
+        }
+        partitions.push(PlanPartition {
+            target: p.target.clone(),
+            nodes: p.nodes.iter().map(|n| n.0).collect(),
+            kernel: sig.digest,
+            symbol: kernel_symbol(&sig.digest),
+            args,
+            n_inputs: sig.inputs.len() as u32,
+            cost_us: p.cost_us,
+        });
+    }
+    let mut outputs = Vec::with_capacity(g.outputs.len());
+    for &o in &g.outputs {
+        let r = match (refs.get(&o), &g.value(o).def) {
+            (Some(&r), _) => r,
+            (None, ValueDef::Const(_)) => const_ref(o, &mut constants).expect("constant"),
+            _ => bail!("graph output '{}' is produced by no partition", g.value(o).name),
+        };
+        outputs.push((g.value(o).name.clone(), r));
+    }
+    Ok(ExecPlan {
+        version: PLAN_VERSION,
+        model: g.name.clone(),
+        cost_source: parts.cost_source.name().to_string(),
+        inputs: g.inputs.iter().map(|&v| (g.value(v).name.clone(), g.ty(v).clone())).collect(),
+        input_int_bounds: tessera_stages::interp::int_input_bounds(g),
+        outputs,
+        values,
+        constants,
+        partitions,
+    })
+}

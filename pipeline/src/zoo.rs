@@ -1,0 +1,192 @@
+//! Compiling a zoo: turning command-line inputs (ONNX files, manifests) into jobs, running them in parallel,
+//! writing artifacts and summarizing the run.
+
+use crate::build::{compile_model, Ctx, ModelJob, ModelResult, ModelSource};
+use crate::memo::{Memo, StageStats};
+use anyhow::{bail, Context, Result};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tessera_fixtures::{load_manifest, Precision, Source};
+use tessera_stages::backend::Backend;
+use tessera_stages::target::{Target, TargetSet};
+use tessera_store::{Digest, KeyBuilder};
+
+/// Turns inputs into jobs: `.onnx` files (named after the file stem, shapes from `--shape`) and `.toml`
+/// manifests (every entry). Names must be unique across the run: they name the artifact files.
+pub fn jobs_from_inputs(inputs: &[PathBuf], shapes: &BTreeMap<String, Vec<usize>>) -> Result<Vec<ModelJob>> {
+    let mut jobs = Vec::new();
+    for input in inputs {
+        match input.extension().and_then(|e| e.to_str()) {
+            Some("onnx") => {
+                let name = input
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .with_context(|| format!("{}: the file name is not valid UTF-8", input.display()))?
+                    .to_string();
+                jobs.push(ModelJob { name, source: ModelSource::Onnx { path: input.clone(), shapes: shapes.clone() } });
+            }
+            Some("toml") => {
+                let m = load_manifest(input)?;
+                for e in m.entries {
+                    if e.precision != Precision::Fp32 {
+                        bail!(
+                            "{}: entry '{}' asks for {} precision; the CPU backends compile fp32 only",
+                            input.display(),
+                            e.name,
+                            e.precision
+                        );
+                    }
+                    let source = match e.source {
+                        Source::Fixture { model, options } => ModelSource::Fixture { model, options },
+                        Source::Onnx { resolved, shapes, .. } => ModelSource::Onnx { path: resolved, shapes },
+                    };
+                    jobs.push(ModelJob { name: e.name, source });
+                }
+            }
+            _ => bail!("{}: expected an ONNX model (.onnx) or a zoo manifest (.toml)", input.display()),
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for j in &jobs {
+        if !seen.insert(j.name.clone()) {
+            bail!("two models are named '{}': artifact names must be unique (rename one in its manifest)", j.name);
+        }
+    }
+    if jobs.is_empty() {
+        bail!("nothing to compile: give ONNX files or zoo manifests");
+    }
+    Ok(jobs)
+}
+
+/// The backends compiled into this build, available or not.
+pub fn all_backends() -> Vec<Box<dyn Backend>> {
+    tessera_stages::backend::registry::all()
+}
+
+/// Canonical targets: the given ones, or every backend this machine can run.
+pub fn resolve_targets(given: &[String], backends: &[Box<dyn Backend>]) -> Result<TargetSet> {
+    let set = if given.is_empty() {
+        let mut ts = Vec::new();
+        for kind in tessera_stages::target::KINDS {
+            for (compiler, backend) in kind.compilers {
+                if backends.iter().any(|b| b.name() == *backend && b.available().is_ok()) {
+                    ts.push(Target::parse(&format!("{} -compiler={compiler}", kind.name))?);
+                }
+            }
+        }
+        if ts.is_empty() {
+            bail!("no backend can run on this machine (is a C compiler installed?)");
+        }
+        TargetSet::from_targets(ts)?
+    } else {
+        TargetSet::parse(given)?
+    };
+    for t in &set.targets {
+        let b = backends
+            .iter()
+            .find(|b| b.name() == t.backend_name())
+            .with_context(|| format!("target '{t}': backend '{}' is not part of this build yet", t.backend_name()))?;
+        b.available().map_err(|why| anyhow::anyhow!("target '{t}': backend '{}' cannot run here: {why}", b.name()))?;
+    }
+    Ok(set)
+}
+
+/// Summary of a compile run (what `tessera compile` prints, and `--json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub targets: Vec<String>,
+    pub models: usize,
+    pub partitions: usize,
+    pub unique_kernels: usize,
+    /// partitions / unique kernels: how much work identical partitions saved.
+    pub dedupe_ratio: f64,
+    pub stages: BTreeMap<String, StageStats>,
+    pub seconds: f64,
+    pub cost_source: String,
+    pub artifacts: Vec<ArtifactRow>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ArtifactRow {
+    pub model: String,
+    pub path: PathBuf,
+    pub digest: Digest,
+    pub bytes: u64,
+    pub partitions: usize,
+    pub partitions_by_backend: BTreeMap<String, usize>,
+    pub estimated_us: f64,
+    /// Distinct (backend, kernel signature) pairs of this model, for tests and reports.
+    #[serde(skip)]
+    pub kernels: BTreeSet<(String, Digest)>,
+}
+
+/// Compiles every job in parallel, writes `out/<name>.tsr`, records a gc root per model, and summarizes.
+pub fn compile_all(
+    memo: &Memo,
+    targets: &TargetSet,
+    backends: &[Box<dyn Backend>],
+    jobs: &[ModelJob],
+    out: &Path,
+    on_model: &(dyn Fn(&ModelResult) + Sync),
+) -> Result<Summary> {
+    let start = Instant::now();
+    let t_key = KeyBuilder::new("targets", tessera_stages::target::REGISTRY_VERSION).input("targets", targets).finish()?;
+    memo.call("targets", t_key, || Ok(postcard::to_stdvec(targets)?))?;
+    let ctx = Ctx { memo, targets, backends };
+    let results: Vec<ModelResult> = jobs
+        .par_iter()
+        .map(|j| {
+            let r = compile_model(&ctx, j)?;
+            on_model(&r);
+            Ok(r)
+        })
+        .collect::<Result<_>>()?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating output folder {}", out.display()))?;
+    let store = memo.store();
+    let mut rows = Vec::new();
+    for r in &results {
+        let path = out.join(format!("{}.tsr", r.name));
+        write_artifact(store, &r.artifact, &path)?;
+        store.set_root(&format!("model:{}", r.name), &r.objects)?;
+        rows.push(ArtifactRow {
+            model: r.name.clone(),
+            path,
+            digest: r.artifact,
+            bytes: r.artifact_bytes,
+            partitions: r.partitions,
+            partitions_by_backend: r.partitions_by_backend.clone(),
+            estimated_us: r.estimated_us,
+            kernels: r.lowered.clone(),
+        });
+    }
+    store.flush()?;
+    let partitions: usize = results.iter().map(|r| r.partitions).sum();
+    let unique: BTreeSet<Digest> = results.iter().flat_map(|r| r.kernels.iter().copied()).collect();
+    let stages = memo.stats().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    Ok(Summary {
+        targets: targets.targets.iter().map(|t| t.to_string()).collect(),
+        models: results.len(),
+        partitions,
+        unique_kernels: unique.len(),
+        dedupe_ratio: if unique.is_empty() { 1.0 } else { partitions as f64 / unique.len() as f64 },
+        stages,
+        seconds: start.elapsed().as_secs_f64(),
+        cost_source: results.first().map(|r| r.cost_source.clone()).unwrap_or_else(|| "analytical".into()),
+        artifacts: rows,
+    })
+}
+
+/// Copies an artifact out of the store atomically (temp file + rename), so a reader never sees half a file.
+fn write_artifact(store: &tessera_store::Store, d: &Digest, path: &Path) -> Result<()> {
+    let tmp = path.with_extension("tsr.tmp");
+    {
+        let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        store.get_to_writer(d, &mut f)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
