@@ -4,6 +4,10 @@
 use super::error::{NResult, NodeError};
 use super::proto::{attribute_proto::AttributeType, AttributeProto, NodeProto, TensorProto};
 
+/// Bound on window attributes (kernel sizes, strides, dilations, pads, output shapes): far beyond any real
+/// model, small enough that products with tensor dimensions stay in range.
+pub const MAX_WINDOW_ATTR: usize = 1 << 24;
+
 /// A node's attributes, looked up by name.
 pub struct Attrs<'a> {
     node: &'a NodeProto,
@@ -99,13 +103,18 @@ impl<'a> Attrs<'a> {
         Ok(self.expect(name, AttributeType::Tensor)?.and_then(|a| a.t.as_ref()))
     }
 
-    /// A list of non-negative integers (kernel shapes, strides...), each checked.
+    /// A list of non-negative integers (kernel shapes, strides, pads...), each checked to be at most
+    /// [`MAX_WINDOW_ATTR`], so window arithmetic on them cannot overflow.
     pub fn usizes(&self, name: &str) -> NResult<Option<Vec<usize>>> {
         match self.ints(name)? {
             None => Ok(None),
             Some(v) => v
                 .iter()
-                .map(|&x| usize::try_from(x).map_err(|_| NodeError::attr(name, format!("negative value {x} in {v:?}"))))
+                .map(|&x| match usize::try_from(x) {
+                    Ok(u) if u <= MAX_WINDOW_ATTR => Ok(u),
+                    Ok(_) => Err(NodeError::attr(name, format!("value {x} in {v:?} is out of range"))),
+                    Err(_) => Err(NodeError::attr(name, format!("negative value {x} in {v:?}"))),
+                })
                 .collect::<NResult<Vec<_>>>()
                 .map(Some),
         }

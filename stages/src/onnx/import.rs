@@ -53,7 +53,7 @@ pub struct Importer<'a> {
     /// Outputs a converter declined to produce (a Dropout mask, BatchNormalization's running statistics):
     /// using one is an error that says why.
     unavailable: BTreeMap<String, String>,
-    /// The model's default-domain opset version.
+    /// The model's default-domain opset version (0: none imported).
     pub opset: i64,
     #[allow(dead_code)]
     base_dir: Option<&'a Path>,
@@ -159,6 +159,9 @@ impl<'a> Importer<'a> {
     pub fn emit_multi(&mut self, n: &NodeCx, op: Op, inputs: &[ValueId]) -> NResult<Vec<ValueId>> {
         let types: Vec<&TensorType> = inputs.iter().map(|&v| self.g.ty(v)).collect();
         let out_types = infer_op(&op, &types).map_err(|e| NodeError::invalid(format!("{}: {e}", op.name())))?;
+        for t in &out_types {
+            check_size(&format!("the result of {}", op.name()), &t.shape, t.dtype).map_err(|kind| NodeError { attribute: None, kind })?;
+        }
         let consts: Option<Vec<&Tensor>> = inputs.iter().map(|&v| self.g.constant(v)).collect();
         let name = n.next_name();
         if let Some(consts) = consts.filter(|c| !c.is_empty()) {
@@ -254,6 +257,8 @@ pub fn import(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &ImportOp
     Ok(g)
 }
 
+/// The default-domain opset version; 0 when the model imports none (it may use only other domains, whose
+/// ops are then reported as unsupported one by one).
 fn default_opset(model: &ModelProto) -> Result<i64, ImportErrorKind> {
     let mut found = None;
     for o in &model.opset_import {
@@ -261,7 +266,7 @@ fn default_opset(model: &ModelProto) -> Result<i64, ImportErrorKind> {
             found = Some(o.version.unwrap_or(0));
         }
     }
-    let v = found.ok_or_else(|| ImportErrorKind::Invalid("the model imports no default-domain (ai.onnx) opset".into()))?;
+    let Some(v) = found else { return Ok(0) };
     if !(MIN_OPSET..=MAX_OPSET).contains(&v) {
         return Err(ImportErrorKind::UnsupportedOpset { domain: String::new(), version: v });
     }
@@ -364,13 +369,29 @@ fn input_type(vi: &ValueInfoProto, name: &str, opts: &ImportOptions) -> Result<T
             }
         }
     }
+    check_size(&what, &dims, dtype)?;
     Ok(TensorType::new(dtype, dims))
+}
+
+/// Largest tensor the importer accepts (16 GiB): bigger is a corrupt or hostile file, not a model.
+pub const MAX_TENSOR_BYTES: usize = 1 << 34;
+
+/// Rejects shapes whose size overflows or exceeds [`MAX_TENSOR_BYTES`], before any arithmetic on them.
+pub fn check_size(what: &str, dims: &[usize], dtype: DType) -> Result<(), ImportErrorKind> {
+    let bytes = dims.iter().try_fold(dtype.size(), |acc, &d| acc.checked_mul(d));
+    match bytes {
+        Some(b) if b <= MAX_TENSOR_BYTES => Ok(()),
+        _ => Err(ImportErrorKind::Invalid(format!("{what} of shape {dims:?} is too large"))),
+    }
 }
 
 fn convert_node(im: &mut Importer, node: &NodeProto, index: usize) -> NResult<()> {
     let op_type = node.op_type.as_deref().unwrap_or("");
     if !matches!(node.domain.as_deref(), None | Some("") | Some("ai.onnx")) {
         return Err(NodeError { attribute: None, kind: ImportErrorKind::UnsupportedOp { op: op_label(node) } });
+    }
+    if im.opset == 0 {
+        return Err(NodeError::invalid("the model uses an ai.onnx op but imports no ai.onnx opset"));
     }
     let Some(convert) = ops::converter(op_type) else {
         return Err(NodeError { attribute: None, kind: ImportErrorKind::UnsupportedOp { op: op_type.to_string() } });

@@ -105,6 +105,9 @@ fn conv(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
         return Err(NodeError::invalid(format!("input {xs:?} and weight {ws:?} must have the same rank, at least 3")));
     }
     let kernel = &ws[2..];
+    if kernel.contains(&0) || xs[2..].contains(&0) {
+        return Err(NodeError::invalid(format!("empty spatial dimensions in input {xs:?} or weight {ws:?}")));
+    }
     check_kernel_attr(n, kernel)?;
     let win = window(n, &xs[2..], kernel)?;
     let attrs = ConvAttrs { strides: win.strides, pads: win.pads, dilations: win.dilations, group: group(n)? };
@@ -125,6 +128,9 @@ fn conv_transpose(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
     }
     let k = xs.len() - 2;
     let kernel = ws[2..].to_vec();
+    if kernel.contains(&0) || xs[2..].contains(&0) {
+        return Err(NodeError::invalid(format!("empty spatial dimensions in input {xs:?} or weight {ws:?}")));
+    }
     check_kernel_attr(n, &kernel)?;
     let get = |name: &str, default: usize| -> NResult<Vec<usize>> {
         let v = n.attrs.usizes(name)?.unwrap_or_else(|| vec![default; k]);

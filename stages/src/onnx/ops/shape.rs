@@ -6,7 +6,7 @@ use super::one;
 use crate::ir::{BinaryOp, DType, Op, PadMode, ReduceKind, Tensor, TensorType, UnaryOp, ValueId};
 use crate::onnx::attrs::{norm_axes, norm_axis};
 use crate::onnx::error::{NResult, NodeError};
-use crate::onnx::import::{Importer, NodeCx};
+use crate::onnx::import::{check_size, Importer, NodeCx, MAX_TENSOR_BYTES};
 use crate::onnx::ops::Converter;
 use crate::onnx::tensor::tensor_from_proto;
 
@@ -71,6 +71,7 @@ fn reshape(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
             _ => return Err(NodeError::invalid(format!("invalid target shape {spec:?}"))),
         }
     }
+    check_size("the target shape", &out, im.dtype(x)).map_err(|kind| NodeError { attribute: None, kind })?;
     if let Some(i) = infer {
         let known: usize = out.iter().product();
         if known == 0 || numel % known != 0 {
@@ -355,6 +356,12 @@ fn pad(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
     if pads.len() != 2 * r {
         return Err(NodeError::attr("pads", format!("needs {} values for rank {r}, got {pads:?}", 2 * r)));
     }
+    let xs = im.shape(x);
+    for (i, &p) in pads.iter().enumerate() {
+        if p.unsigned_abs() > crate::onnx::attrs::MAX_WINDOW_ATTR as u64 || (p < 0 && p.unsigned_abs() > xs[i % r] as u64) {
+            return Err(NodeError::attr("pads", format!("pad {p} is out of range for the input {xs:?}")));
+        }
+    }
     if pads.iter().all(|&p| p == 0) {
         return one(im.emit(n, Op::Identity, &[x])?);
     }
@@ -398,6 +405,7 @@ fn constant_of_shape(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
         }
         None => Tensor::scalar_f32(0.0),
     };
+    check_size("the output", &shape, value.dtype()).map_err(|kind| NodeError { attribute: None, kind })?;
     one(im.konst(n, filled(&value, shape)))
 }
 
@@ -444,10 +452,10 @@ fn range(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
         if d == 0 {
             return Err(NodeError::invalid("delta is 0"));
         }
-        let count = ((l - s) as f64 / d as f64).ceil().max(0.0) as usize;
-        let vals: Vec<f64> = (0..count).map(|i| (s + i as i64 * d) as f64).collect();
+        let count = range_count((l as f64 - s as f64) / d as f64, dt)?;
+        let vals: Vec<f64> = (0..count).map(|i| s.wrapping_add((i as i64).wrapping_mul(d)) as f64).collect();
         if dt == DType::I64 {
-            Tensor::from_i64([count], &(0..count).map(|i| s + i as i64 * d).collect::<Vec<_>>())
+            Tensor::from_i64([count], &(0..count).map(|i| s.wrapping_add((i as i64).wrapping_mul(d))).collect::<Vec<_>>())
         } else {
             Tensor::from_f64_as(dt, [count], &vals)
         }
@@ -456,12 +464,21 @@ fn range(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
         if d == 0.0 || !d.is_finite() || !s.is_finite() || !l.is_finite() {
             return Err(NodeError::invalid(format!("invalid range start {s}, limit {l}, delta {d}")));
         }
-        let count = ((l - s) / d).ceil().max(0.0) as usize;
+        let count = range_count((l - s) / d, dt)?;
         Tensor::from_f64_as(dt, [count], &(0..count).map(|i| s + i as f64 * d).collect::<Vec<_>>())
     } else {
         return Err(NodeError::invalid(format!("Range of {dt}")));
     };
     one(im.konst(n, t))
+}
+
+/// The element count of a Range, `max(ceil(span), 0)`, bounded like any tensor.
+fn range_count(span: f64, dt: DType) -> NResult<usize> {
+    let count = span.ceil().max(0.0);
+    if count > (MAX_TENSOR_BYTES / dt.size()) as f64 {
+        return Err(NodeError::invalid(format!("Range of {count} elements is too large")));
+    }
+    Ok(count as usize)
 }
 
 fn tile(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
