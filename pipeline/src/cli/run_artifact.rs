@@ -1,0 +1,205 @@
+//! `tessera run ARTIFACT.tsr`: run a compiled artifact with the runtime (no compiler, no tuning) and write
+//! its outputs as NumPy files, named and drawn exactly as a reference run of the model names and draws them
+//! (see [`super::run`]): outputs as `OUT/<output name>.npy` with the same file-stem rule, inputs not given
+//! drawn from `--seed` with the same generator and bounds (recorded in the artifact), and saved as
+//! `OUT/<input name>.npy`, so the two runs' directories compare file by file.
+
+use super::run::{sanitize_file_stem, RunReport};
+use anyhow::{bail, Context};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use tessera_kernels::artifact::{Artifact, Buf};
+use tessera_kernels::runtime::Executable;
+use tessera_stages::ir::Tensor;
+use tessera_stages::npy;
+
+/// Matches `--input NAME=FILE` arguments to the artifact's inputs: the name is the longest input name the
+/// argument starts with, followed by `=` (names and paths may both contain `=`).
+fn bind_inputs(names: &[&str], args: &[String]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
+    let mut given = BTreeMap::new();
+    for a in args {
+        let name = names.iter().filter(|n| a.len() > n.len() && a.starts_with(*n) && a.as_bytes()[n.len()] == b'=').max_by_key(|n| n.len());
+        let Some(&name) = name else {
+            if !a.contains('=') {
+                bail!("--input '{a}': expected NAME=FILE.npy");
+            }
+            let shown = a.split_once('=').map_or(a.as_str(), |(n, _)| n);
+            bail!("--input '{a}': the model has no input '{shown}' (its inputs: {})", names.join(", "));
+        };
+        if given.insert(name.to_string(), PathBuf::from(&a[name.len() + 1..])).is_some() {
+            bail!("--input given twice for input '{name}'");
+        }
+    }
+    Ok(given)
+}
+
+/// Unique file stems in claim order, `_2`, `_3`, ... on repeats compared case-insensitively: the rule of
+/// the reference run (`run.rs`), which claims outputs first, then drawn inputs.
+struct Stems(BTreeSet<String>);
+
+impl Stems {
+    fn claim(&mut self, name: &str) -> String {
+        let base = sanitize_file_stem(name);
+        let mut stem = base.clone();
+        let mut k = 2;
+        while !self.0.insert(stem.to_ascii_lowercase()) {
+            stem = format!("{base}_{k}");
+            k += 1;
+        }
+        stem
+    }
+}
+
+/// Runs the artifact at `path`: inputs from `--input NAME=FILE.npy` arguments, the rest drawn from `seed`;
+/// writes outputs (and drawn inputs) into `out_dir`. `seconds` in the report is the run alone, not loading.
+pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Path) -> anyhow::Result<RunReport> {
+    let artifact = Artifact::open(path)?;
+    let body = &artifact.body;
+    let names: Vec<&str> = body.inputs.iter().map(|d| d.name.as_str()).collect();
+    let given = bind_inputs(&names, input_args)?;
+    let drawn = artifact.random_inputs(seed);
+    let mut inputs: Vec<Tensor> = Vec::with_capacity(drawn.len());
+    let mut lines = Vec::new();
+    let mut from_seed: Vec<usize> = Vec::new();
+    for (i, (d, random)) in body.inputs.iter().zip(drawn).enumerate() {
+        match given.get(&d.name) {
+            Some(file) => {
+                let t = npy::read_as(file, d.ty.dtype).with_context(|| format!("input '{}'", d.name))?;
+                if t.ty != d.ty {
+                    bail!("input '{}': {} holds shape {:?}, the model expects {}", d.name, file.display(), t.shape(), d.ty);
+                }
+                lines.push(format!("input  {} {} from {}", d.name, d.ty, file.display()));
+                inputs.push(t);
+            }
+            None => {
+                from_seed.push(i);
+                inputs.push(random);
+            }
+        }
+    }
+
+    let mut exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
+    let start = std::time::Instant::now();
+    let outputs = exe.run(&inputs)?;
+    let seconds = start.elapsed().as_secs_f64();
+
+    std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create output directory {}", out_dir.display()))?;
+    let mut stems = Stems(BTreeSet::new());
+    let mut files = Vec::new();
+    // An input that is also an output is written once, under the output's file (as the reference run does).
+    let mut input_files: BTreeMap<usize, PathBuf> = BTreeMap::new();
+    for (o, t) in body.outputs.iter().zip(&outputs) {
+        let file = out_dir.join(format!("{}.npy", stems.claim(&o.name)));
+        npy::write(&file, t)?;
+        lines.push(format!("output {} {} -> {}", o.name, t.ty, file.display()));
+        if let Buf::Input(i) = o.source {
+            input_files.entry(i as usize).or_insert_with(|| file.clone());
+        }
+        files.push(file);
+    }
+    for i in from_seed {
+        let d = &body.inputs[i];
+        let file = match input_files.get(&i) {
+            Some(f) => f.clone(),
+            None => {
+                let f = out_dir.join(format!("{}.npy", stems.claim(&d.name)));
+                npy::write(&f, &inputs[i])?;
+                files.push(f.clone());
+                f
+            }
+        };
+        lines.push(format!("input  {} {} drawn from seed {seed} -> {}", d.name, d.ty, file.display()));
+    }
+    Ok(RunReport { lines, seconds, files })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_kernels::link::{link, LinkInput, LinkStep, ValueRef};
+    use tessera_stages::backend::{FunctionInfo, Module, ModuleFormat};
+    use tessera_stages::interp::random_inputs;
+    use tessera_stages::ir::{BinaryOp, DType, Graph, Op, TensorType};
+
+    /// A one-step artifact computing `y = x + x` through a shared object compiled here, with an integer input
+    /// `ids:0` (passed through as an output) whose random values must stay below 3.
+    fn artifact(dir: &Path) -> PathBuf {
+        let c = dir.join("k.c");
+        let so = dir.join("k.so");
+        std::fs::write(&c, "void dbl(void* const* a) { const float* x = a[0]; float* y = a[1]; for (int i = 0; i < 4; i++) y[i] = x[i] + x[i]; }\n").unwrap();
+        let status = std::process::Command::new("cc").args(["-shared", "-fPIC", "-O1", "-o"]).arg(&so).arg(&c).status().expect("cc runs");
+        assert!(status.success());
+        let x = TensorType::f32([4]);
+        let ids = TensorType::new(DType::I64, [5]);
+        let input = LinkInput {
+            model: "dbl".into(),
+            inputs: vec![("x".into(), x.clone()), ("ids:0".into(), ids)],
+            input_int_bounds: vec![100, 3],
+            outputs: vec![("out/y".into(), ValueRef::Value(0)), ("ids:0".into(), ValueRef::Input(1))],
+            values: vec![x.clone()],
+            modules: vec![Module {
+                backend: "c".into(),
+                target: "llvm".into(),
+                format: ModuleFormat::SharedObject,
+                functions: vec![FunctionInfo { symbol: "dbl".into(), inputs: vec![x.clone()], outputs: vec![x], scratch_bytes: 0 }],
+                bytes: std::fs::read(&so).unwrap(),
+            }],
+            steps: vec![LinkStep { module: 0, function: 0, args: vec![ValueRef::Input(0), ValueRef::Value(0)] }],
+            ..Default::default()
+        };
+        let path = dir.join("dbl.tsr");
+        std::fs::write(&path, link(&input).unwrap()).unwrap();
+        path
+    }
+
+    #[test]
+    fn writes_outputs_and_drawn_inputs_like_the_reference_run() {
+        let d = tempfile::tempdir().unwrap();
+        let tsr = artifact(d.path());
+        let out = d.path().join("run1");
+        let r = run_artifact(&tsr, &[], 11, &out).unwrap();
+        let names: Vec<String> = r.files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, ["out_y.npy", "ids_0.npy", "x.npy"]);
+        let x = npy::read(&out.join("x.npy")).unwrap();
+        let y = npy::read(&out.join("out_y.npy")).unwrap();
+        assert_eq!(y.to_f32_vec(), x.to_f32_vec().iter().map(|v| v + v).collect::<Vec<_>>());
+        let ids = npy::read(&out.join("ids_0.npy")).unwrap();
+        assert!(ids.to_i64_vec().iter().all(|&i| (0..3).contains(&i)));
+
+        // The drawn values are the reference interpreter's for a graph of the same inputs (ids indexing a
+        // 3-row table) and seed.
+        let mut g = Graph::new("dbl");
+        let gx = g.add_input("x", TensorType::f32([4]));
+        let gi = g.add_input("ids:0", TensorType::new(DType::I64, [5]));
+        let table = g.add_const("table", Tensor::from_f32(vec![3, 1], &[1., 2., 3.]));
+        let y = g.add("y", Op::Binary(BinaryOp::Add), &[gx, gx]).unwrap();
+        let e = g.add("emb", Op::Gather { axis: 0 }, &[table, gi]).unwrap();
+        g.outputs.extend([y, e]);
+        assert_eq!(random_inputs(&g, 11), vec![x.clone(), ids]);
+
+        // Feeding one input back reproduces the run; the other is drawn again from the same seed.
+        let out2 = d.path().join("run2");
+        let r2 = run_artifact(&tsr, &[format!("x={}", out.join("x.npy").display())], 11, &out2).unwrap();
+        assert_eq!(r2.files.len(), 2);
+        for f in ["out_y.npy", "ids_0.npy"] {
+            assert_eq!(std::fs::read(out.join(f)).unwrap(), std::fs::read(out2.join(f)).unwrap(), "{f}");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_input_or_file() {
+        let d = tempfile::tempdir().unwrap();
+        let tsr = artifact(d.path());
+        let bad = d.path().join("bad.npy");
+        npy::write(&bad, &Tensor::from_f32(vec![3], &[1., 2., 3.])).unwrap();
+        let e = format!("{:#}", run_artifact(&tsr, &[format!("x={}", bad.display())], 0, d.path()).err().unwrap());
+        assert!(e.contains("input 'x'") && e.contains("bad.npy") && e.contains("f32[4]"), "{e}");
+        let e = format!("{:#}", run_artifact(&tsr, &["nope=f.npy".into()], 0, d.path()).err().unwrap());
+        assert!(e.contains("no input 'nope'") && e.contains("x, ids:0"), "{e}");
+        let b = bind_inputs(&["ids", "ids=2"], &["ids=2=a.npy".into()]).unwrap();
+        assert_eq!(b["ids=2"], PathBuf::from("a.npy"));
+        std::fs::write(&tsr, b"TESSERA\x1a garbage").unwrap();
+        let e = format!("{:#}", run_artifact(&tsr, &[], 0, d.path()).err().unwrap());
+        assert!(e.contains("dbl.tsr") && e.contains("truncated"), "{e}");
+    }
+}
