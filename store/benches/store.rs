@@ -104,7 +104,8 @@ fn memo(dir: &Path, rows: &mut Vec<Row>) {
         let (_, t) = timed(|| {
             for i in 0..n {
                 let (d, size) = outs[(i % outputs) as usize];
-                s.memo_record(stages[(i % 4) as usize], &key(i), &MemoEntry::new(d, size, Duration::from_millis(1))).unwrap();
+                s.memo_record(stages[(i % 4) as usize], &key(i), &MemoEntry::new(d, size, Duration::from_millis(1)))
+                    .unwrap();
             }
         });
         rows.push(row("memo_record (one entry, durable)", n, t, None));
@@ -114,7 +115,11 @@ fn memo(dir: &Path, rows: &mut Vec<Row>) {
                 let recs: Vec<MemoRecord> = (start..(start + batch).min(entries))
                     .map(|i| {
                         let (d, size) = outs[(i % outputs) as usize];
-                        MemoRecord { stage: stages[(i % 4) as usize].into(), key: key(i), entry: MemoEntry::new(d, size, Duration::from_millis(1)) }
+                        MemoRecord {
+                            stage: stages[(i % 4) as usize].into(),
+                            key: key(i),
+                            entry: MemoEntry::new(d, size, Duration::from_millis(1)),
+                        }
                     })
                     .collect();
                 s.memo_record_batch(&recs).unwrap();
@@ -132,7 +137,12 @@ fn memo(dir: &Path, rows: &mut Vec<Row>) {
         opens.push(t);
     }
     opens.sort();
-    rows.push(Row { what: "open store with 100k memo entries + first lookup (median of 5)".into(), n: 5, per_op: opens[2], throughput: "-".into() });
+    rows.push(Row {
+        what: "open store with 100k memo entries + first lookup (median of 5)".into(),
+        n: 5,
+        per_op: opens[2],
+        throughput: "-".into(),
+    });
 
     let s = Store::open(dir, OpenOptions::writable()).unwrap();
     let keys: Vec<(usize, Digest)> = (0..entries).map(|i| ((i % 4) as usize, key(i))).collect();

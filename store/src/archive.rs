@@ -77,10 +77,14 @@ impl Store {
             None => all,
         };
         let closure: BTreeSet<Digest> = roots.values().flatten().copied().collect();
-        let memo: Vec<MemoRecord> = self.memo_entries()?.into_iter().filter(|m| closure.contains(&m.entry.output)).collect();
+        let memo: Vec<MemoRecord> =
+            self.memo_entries()?.into_iter().filter(|m| closure.contains(&m.entry.output)).collect();
         let mut objects = Vec::with_capacity(closure.len());
         for d in &closure {
-            let size = self.objects.size_of(d).ok_or_else(|| StoreError::NotFound { digest: *d, path: self.objects.path_of(d) })?;
+            let size = self
+                .objects
+                .size_of(d)
+                .ok_or_else(|| StoreError::NotFound { digest: *d, path: self.objects.path_of(d) })?;
             objects.push((*d, size));
         }
         let manifest = Manifest { format: FORMAT.into(), version: VERSION, roots, memo, objects };
@@ -95,9 +99,13 @@ impl Store {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let tmp = tempfile::Builder::new().prefix(".tessera-export-").tempfile_in(&parent).map_err(StoreError::io("creating temp file in", &parent))?;
+        let tmp = tempfile::Builder::new()
+            .prefix(".tessera-export-")
+            .tempfile_in(&parent)
+            .map_err(StoreError::io("creating temp file in", &parent))?;
         let mut builder = tar::Builder::new(BufWriter::new(tmp));
-        let mbytes = postcard::to_allocvec(&manifest).map_err(|source| StoreError::Encode { what: "archive manifest".into(), source })?;
+        let mbytes = postcard::to_allocvec(&manifest)
+            .map_err(|source| StoreError::Encode { what: "archive manifest".into(), source })?;
         append(&mut builder, MANIFEST_NAME, mbytes.len() as u64, &mbytes[..], file)?;
         for (d, size) in &manifest.objects {
             // Objects are verified as they are read: a corrupt object fails the export, never ships.
@@ -170,7 +178,9 @@ impl Store {
                     }
                 }
                 Err(PutMismatch::Hash { actual, size }) => {
-                    return Err(bad(format!("member '{name}' is corrupt: its {size} bytes hash to {actual}; nothing was recorded")))
+                    return Err(bad(format!(
+                        "member '{name}' is corrupt: its {size} bytes hash to {actual}; nothing was recorded"
+                    )))
                 }
                 Err(PutMismatch::Store(e)) => return Err(e),
             }
@@ -178,12 +188,18 @@ impl Store {
         }
         let missing: Vec<&Digest> = listed.keys().filter(|d| !seen.contains(d) && !self.objects.contains(d)).collect();
         if let Some(first) = missing.first() {
-            return Err(bad(format!("{} object(s) listed in the manifest are missing, e.g. {first}; nothing was recorded", missing.len())));
+            return Err(bad(format!(
+                "{} object(s) listed in the manifest are missing, e.g. {first}; nothing was recorded",
+                missing.len()
+            )));
         }
         let mut records: Vec<JournalRecord> = Vec::new();
         for m in &manifest.memo {
             if !self.objects.contains(&m.entry.output) {
-                return Err(bad(format!("memo entry of stage '{}' names output {} which the archive lacks", m.stage, m.entry.output)));
+                return Err(bad(format!(
+                    "memo entry of stage '{}' names output {} which the archive lacks",
+                    m.stage, m.entry.output
+                )));
             }
             records.push(JournalRecord::MemoSet(m.clone()));
         }

@@ -31,6 +31,9 @@ const COUNT: u8 = b'c';
 const DEDUPE: &[u8] = b"d";
 const META: &[u8] = b"x";
 
+/// Root name -> the digests it lists.
+pub(crate) type Roots = BTreeMap<String, Vec<Digest>>;
+
 pub(crate) struct Index {
     path: PathBuf,
     db: sled::Db,
@@ -58,7 +61,8 @@ impl Index {
     }
 
     fn decode<T: DeserializeOwned>(&self, what: &str, key: &[u8], bytes: &[u8]) -> Result<T> {
-        postcard::from_bytes(bytes).map_err(|e| self.damaged(format!("{what} record {} does not decode: {e}", show_key(key))))
+        postcard::from_bytes(bytes)
+            .map_err(|e| self.damaged(format!("{what} record {} does not decode: {e}", show_key(key))))
     }
 
     /// Applies changes, counter deltas and the new journal position in one atomic batch, then flushes
@@ -106,11 +110,15 @@ impl Index {
         let mut bad = Vec::new();
         for item in self.tree.scan_prefix([MEMO]) {
             let (k, v) = item.map_err(|e| self.damaged(e))?;
-            let decoded = postcard::from_bytes::<(String, Digest)>(&k[1..])
-                .and_then(|(stage, key)| postcard::from_bytes::<MemoEntry>(&v).map(|entry| MemoRecord { stage, key, entry }));
+            let decoded = postcard::from_bytes::<(String, Digest)>(&k[1..]).and_then(|(stage, key)| {
+                postcard::from_bytes::<MemoEntry>(&v).map(|entry| MemoRecord { stage, key, entry })
+            });
             match decoded {
                 Ok(r) => good.push(r),
-                Err(e) => bad.push(BadRecord { raw_key: k.to_vec(), detail: format!("memo record {} does not decode: {e}", show_key(&k)) }),
+                Err(e) => bad.push(BadRecord {
+                    raw_key: k.to_vec(),
+                    detail: format!("memo record {} does not decode: {e}", show_key(&k)),
+                }),
             }
         }
         Ok((good, bad))
@@ -125,7 +133,7 @@ impl Index {
     }
 
     /// Every root, and the records that do not decode.
-    pub fn roots(&self) -> Result<(BTreeMap<String, Vec<Digest>>, Vec<BadRecord>)> {
+    pub fn roots(&self) -> Result<(Roots, Vec<BadRecord>)> {
         let mut good = BTreeMap::new();
         let mut bad = Vec::new();
         for item in self.tree.scan_prefix([ROOT]) {
@@ -205,9 +213,7 @@ fn counter_key(stage: &str) -> Vec<u8> {
 
 /// A raw key shown for error messages: printable bytes as text, the rest as hex.
 fn show_key(k: &[u8]) -> String {
-    k.iter()
-        .map(|&b| if b.is_ascii_graphic() { (b as char).to_string() } else { format!("\\x{b:02x}") })
-        .collect()
+    k.iter().map(|&b| if b.is_ascii_graphic() { (b as char).to_string() } else { format!("\\x{b:02x}") }).collect()
 }
 
 #[cfg(test)]
@@ -227,7 +233,10 @@ mod tests {
         counters.stages.insert("tune".into(), StageCounts { hits: 2, misses: 1 });
         let meta = JournalMeta { generation: 7, applied: 100 };
         idx.apply(
-            &[JournalRecord::MemoSet(rec.clone()), JournalRecord::RootSet { name: "b".into(), digests: vec![rec.entry.output] }],
+            &[
+                JournalRecord::MemoSet(rec.clone()),
+                JournalRecord::RootSet { name: "b".into(), digests: vec![rec.entry.output] },
+            ],
             &counters,
             Some(meta),
         )
@@ -239,7 +248,8 @@ mod tests {
         assert_eq!(idx.root_get("b").unwrap(), Some(vec![rec.entry.output]));
         assert_eq!(idx.counters().unwrap().stages["tune"], StageCounts { hits: 4, misses: 2 });
         assert_eq!(idx.meta().unwrap(), Some(meta));
-        idx.apply(&[JournalRecord::MemoRemove { stage: "tune".into(), key: rec.key }], &Counters::default(), None).unwrap();
+        idx.apply(&[JournalRecord::MemoRemove { stage: "tune".into(), key: rec.key }], &Counters::default(), None)
+            .unwrap();
         assert!(idx.memo_all().unwrap().0.is_empty());
     }
 }

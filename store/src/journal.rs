@@ -78,7 +78,11 @@ impl Journal {
                 let mut hdr = [0u8; HEADER_LEN as usize];
                 if len < HEADER_LEN || file.read_exact(&mut hdr).is_err() || &hdr[..8] != MAGIC {
                     if !create {
-                        return Err(StoreError::JournalDamaged { path: path.into(), offset: 0, detail: "bad header".into() });
+                        return Err(StoreError::JournalDamaged {
+                            path: path.into(),
+                            offset: 0,
+                            detail: "bad header".into(),
+                        });
                     }
                     // A header that never got written (crash during creation) or was damaged: start anew.
                     // The caller notices the generation change and rewrites the journal from the index.
@@ -117,7 +121,8 @@ impl Journal {
         if let Some(parent) = path.parent() {
             fsync_dir(parent)?;
         }
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(StoreError::io("opening journal", path))?;
+        let file =
+            OpenOptions::new().read(true).write(true).open(path).map_err(StoreError::io("opening journal", path))?;
         Ok(Journal { path: path.into(), file: Some(file), generation, end: buf.len() as u64 })
     }
 
@@ -184,11 +189,12 @@ impl Journal {
             encode_frame(r, &mut buf)?;
         }
         let path = self.path.clone();
-        let file = self.file.as_mut().ok_or_else(|| StoreError::NotAStore { path: path.clone(), reason: "journal not open for writing".into() })?;
-        let res = file
-            .seek(SeekFrom::Start(self.end))
-            .and_then(|_| file.write_all(&buf))
-            .and_then(|_| file.sync_data());
+        let file = self.file.as_mut().ok_or_else(|| StoreError::NotAStore {
+            path: path.clone(),
+            reason: "journal not open for writing".into(),
+        })?;
+        let res =
+            file.seek(SeekFrom::Start(self.end)).and_then(|_| file.write_all(&buf)).and_then(|_| file.sync_data());
         if let Err(e) = res {
             let _ = file.set_len(self.end);
             return Err(StoreError::io("appending to journal", path)(e));
@@ -200,7 +206,8 @@ impl Journal {
 
 fn new_generation() -> u64 {
     // Not hashed or emitted anywhere: it only has to differ from the previous journal's.
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let h = blake3::hash(&[nanos.to_le_bytes(), (std::process::id() as u64).to_le_bytes()].concat());
     u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap()) | 1
 }
@@ -213,7 +220,8 @@ fn checksum(len: &[u8; 4], payload: &[u8]) -> [u8; CHECK_LEN] {
 }
 
 fn encode_frame(r: &JournalRecord, out: &mut Vec<u8>) -> Result<()> {
-    let payload = postcard::to_allocvec(r).map_err(|source| StoreError::Encode { what: "journal record".into(), source })?;
+    let payload =
+        postcard::to_allocvec(r).map_err(|source| StoreError::Encode { what: "journal record".into(), source })?;
     let len = (payload.len() as u32).to_le_bytes();
     out.extend_from_slice(&len);
     out.extend_from_slice(&payload);

@@ -23,7 +23,8 @@ pub const KEY_FORMAT_VERSION: u32 = 1;
 
 /// Encodes a value canonically (postcard), the encoding used for everything that is hashed.
 pub fn canonical_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
-    postcard::to_allocvec(value).map_err(|source| StoreError::Encode { what: std::any::type_name::<T>().to_string(), source })
+    postcard::to_allocvec(value)
+        .map_err(|source| StoreError::Encode { what: std::any::type_name::<T>().to_string(), source })
 }
 
 /// The digest of a value's canonical encoding.
@@ -122,7 +123,11 @@ impl KeyBuilder {
             return self;
         }
         if name.is_empty() {
-            return self.fail(StoreError::InvalidName { what: "key ingredient name", value: String::new(), reason: "must not be empty" });
+            return self.fail(StoreError::InvalidName {
+                what: "key ingredient name",
+                value: String::new(),
+                reason: "must not be empty",
+            });
         }
         if !self.names.insert((kind, name.to_string())) {
             return self.fail(StoreError::InvalidName {
@@ -163,7 +168,9 @@ impl Clone for KeyBuilder {
         // Only name and encoding errors are ever deferred here, and both are plain data.
         let error = self.error.as_ref().map(|e| match e {
             StoreError::Encode { what, source } => StoreError::Encode { what: what.clone(), source: source.clone() },
-            StoreError::InvalidName { what, value, reason } => StoreError::InvalidName { what, value: value.clone(), reason },
+            StoreError::InvalidName { what, value, reason } => {
+                StoreError::InvalidName { what, value: value.clone(), reason }
+            }
             other => StoreError::InvalidName { what: "key", value: other.to_string(), reason: "could not be built" },
         });
         KeyBuilder {

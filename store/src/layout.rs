@@ -64,7 +64,10 @@ impl Layout {
                 if name.starts_with("index") && !name.contains('/') && !name.contains('\\') {
                     Ok(name)
                 } else {
-                    Err(StoreError::IndexDamaged { path: self.index_pointer(), detail: format!("it names '{name}', not an index directory") })
+                    Err(StoreError::IndexDamaged {
+                        path: self.index_pointer(),
+                        detail: format!("it names '{name}', not an index directory"),
+                    })
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok("index".to_string()),
@@ -114,7 +117,10 @@ impl Layout {
                         if !known.iter().any(|k| name == *k) {
                             return Err(StoreError::NotAStore {
                                 path: self.dir.clone(),
-                                reason: format!("it has no FORMAT file and is not empty (found '{}')", name.to_string_lossy()),
+                                reason: format!(
+                                    "it has no FORMAT file and is not empty (found '{}')",
+                                    name.to_string_lossy()
+                                ),
                             });
                         }
                     }

@@ -28,7 +28,9 @@ pub mod tier;
 pub use archive::{ExportReport, ImportReport, Manifest};
 pub use digest::Digest;
 pub use error::{Result, StoreError};
-pub use key::{canonical_bytes, canonical_digest, Ingredient, IngredientKind, KeyBuilder, KeyExplained, KEY_FORMAT_VERSION};
+pub use key::{
+    canonical_bytes, canonical_digest, Ingredient, IngredientKind, KeyBuilder, KeyExplained, KEY_FORMAT_VERSION,
+};
 pub use layout::{default_dir, resolve_dir, DEFAULT_DIR, STORE_ENV};
 pub use maintenance::{BadObject, GcReport, VerifyReport};
 pub use memo::{MemoEntry, MemoRecord};

@@ -41,7 +41,8 @@ impl WriterLock {
             Err(fs4::TryLockError::Error(e)) => return Err(StoreError::io("locking", path)(e)),
         }
         let who = format!("pid {}: {}\n", std::process::id(), command_line());
-        let res = file.set_len(0).and_then(|_| file.seek(SeekFrom::Start(0))).and_then(|_| file.write_all(who.as_bytes()));
+        let res =
+            file.set_len(0).and_then(|_| file.seek(SeekFrom::Start(0))).and_then(|_| file.write_all(who.as_bytes()));
         res.map_err(StoreError::io("writing holder into lock file", PathBuf::from(path)))?;
         Ok(WriterLock { _file: file })
     }

@@ -137,12 +137,16 @@ impl Store {
                 rep.incomplete_roots.push((name.clone(), missing));
             }
         }
-        let journal_clean = self.verify_journal(&memo, &roots, bad_memo.is_empty() && bad_roots.is_empty(), &mut rep)?;
+        let journal_clean =
+            self.verify_journal(&memo, &roots, bad_memo.is_empty() && bad_roots.is_empty(), &mut rep)?;
         if repair {
             if !rep.bad_index_records.is_empty() && journal_clean {
                 // The journal holds every acknowledged change: rebuild the index from it.
                 self.rebuild_index()?;
-                rep.repairs.push(format!("rebuilt the index from the journal ({} bad record(s))", rep.bad_index_records.len()));
+                rep.repairs.push(format!(
+                    "rebuilt the index from the journal ({} bad record(s))",
+                    rep.bad_index_records.len()
+                ));
             } else if !rep.bad_index_records.is_empty() {
                 let keys: Vec<Vec<u8>> = bad_memo.iter().chain(&bad_roots).map(|b| b.raw_key.clone()).collect();
                 self.index.remove_raw(&keys)?;
@@ -236,8 +240,10 @@ impl Store {
         if index_decodes && clean {
             let im: BTreeMap<(String, Digest), crate::memo::MemoEntry> =
                 memo.iter().map(|m| ((m.stage.clone(), m.key), m.entry)).collect();
-            let memo_diff = jm.iter().filter(|(k, v)| im.get(*k) != Some(*v)).count() + im.keys().filter(|k| !jm.contains_key(*k)).count();
-            let root_diff = jr.iter().filter(|(k, v)| roots.get(*k) != Some(*v)).count() + roots.keys().filter(|k| !jr.contains_key(*k)).count();
+            let memo_diff = jm.iter().filter(|(k, v)| im.get(*k) != Some(*v)).count()
+                + im.keys().filter(|k| !jm.contains_key(*k)).count();
+            let root_diff = jr.iter().filter(|(k, v)| roots.get(*k) != Some(*v)).count()
+                + roots.keys().filter(|k| !jr.contains_key(*k)).count();
             if memo_diff + root_diff > 0 {
                 rep.journal_problems.push(format!(
                     "the journal and the index disagree on {memo_diff} memo entr(ies) and {root_diff} root(s)"
@@ -332,4 +338,3 @@ fn quarantine(qdir: &Path, path: &Path) -> Result<PathBuf> {
     fs::rename(path, &to).map_err(StoreError::io("moving bad object into quarantine", path))?;
     Ok(to)
 }
-

@@ -22,7 +22,12 @@ pub struct MemoEntry {
 impl MemoEntry {
     /// An entry recorded now.
     pub fn new(output: Digest, size: u64, compute: Duration) -> Self {
-        MemoEntry { output, size, compute_micros: compute.as_micros().min(u64::MAX as u128) as u64, recorded_unix: unix_now() }
+        MemoEntry {
+            output,
+            size,
+            compute_micros: compute.as_micros().min(u64::MAX as u128) as u64,
+            recorded_unix: unix_now(),
+        }
     }
 
     pub fn compute_time(&self) -> Duration {

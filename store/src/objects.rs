@@ -120,7 +120,10 @@ impl LocalObjects {
     }
 
     fn temp_file(&self) -> Result<tempfile::NamedTempFile> {
-        tempfile::Builder::new().prefix("put-").tempfile_in(&self.tmp).map_err(StoreError::io("creating temp file in", &self.tmp))
+        tempfile::Builder::new()
+            .prefix("put-")
+            .tempfile_in(&self.tmp)
+            .map_err(StoreError::io("creating temp file in", &self.tmp))
     }
 
     /// fsync the temp file, make it read-only, rename it into place, fsync the fan-out directory.
@@ -136,7 +139,11 @@ impl LocalObjects {
             fs::create_dir_all(&parent).map_err(StoreError::io("creating directory", &parent))?;
             fsync_dir(&self.objects)?;
         }
-        tmp.persist(&path).map_err(|e| StoreError::Io { what: "renaming object into place at", path: path.clone(), source: e.error })?;
+        tmp.persist(&path).map_err(|e| StoreError::Io {
+            what: "renaming object into place at",
+            path: path.clone(),
+            source: e.error,
+        })?;
         fsync_dir(&parent)?;
         Ok(PutOutcome { digest, size, already_present: false })
     }
@@ -242,7 +249,10 @@ impl LocalObjects {
             for e in ents {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let meta = e.metadata().map_err(StoreError::io("reading metadata of", e.path()))?;
-                let digest = name.parse::<Digest>().ok().filter(|_| meta.is_file() && name.starts_with(&fan_name) && name == name.to_lowercase());
+                let digest = name
+                    .parse::<Digest>()
+                    .ok()
+                    .filter(|_| meta.is_file() && name.starts_with(&fan_name) && name == name.to_lowercase());
                 out.push(ObjectFile { path: e.path(), digest, size: meta.len() });
             }
         }
@@ -287,7 +297,10 @@ impl LocalObjects {
 #[derive(Debug)]
 pub enum PutMismatch {
     /// The stream did not hash to the expected digest.
-    Hash { actual: Digest, size: u64 },
+    Hash {
+        actual: Digest,
+        size: u64,
+    },
     Store(StoreError),
 }
 

@@ -107,7 +107,11 @@ impl fmt::Display for Stats {
         writeln!(f, "objects        {} ({})", self.objects, human_bytes(self.object_bytes))?;
         writeln!(f, "memo entries   {}", self.memo_entries)?;
         writeln!(f, "roots          {}", self.roots)?;
-        let rate = if self.hits + self.misses == 0 { 0.0 } else { 100.0 * self.hits as f64 / (self.hits + self.misses) as f64 };
+        let rate = if self.hits + self.misses == 0 {
+            0.0
+        } else {
+            100.0 * self.hits as f64 / (self.hits + self.misses) as f64
+        };
         writeln!(f, "memo lookups   {} hits, {} misses ({rate:.1}% hit)", self.hits, self.misses)?;
         writeln!(
             f,

@@ -126,7 +126,10 @@ impl Store {
         let exists = layout.check_existing()?;
         if !exists {
             if opts.read_only {
-                return Err(StoreError::NotAStore { path: dir.to_path_buf(), reason: "there is no store here yet".into() });
+                return Err(StoreError::NotAStore {
+                    path: dir.to_path_buf(),
+                    reason: "there is no store here yet".into(),
+                });
             }
             fs::create_dir_all(dir).map_err(StoreError::io("creating store directory", dir))?;
         }
@@ -450,13 +453,18 @@ fn reconcile(layout: &Layout, index: &Index, journal: &mut Journal, report: &mut
     };
     let scan = journal.scan_from(from)?;
     if from > scan.file_len {
-        report.journal_rewritten = Some(format!("it is {} bytes long but the index applied up to byte {from}", scan.file_len));
+        report.journal_rewritten =
+            Some(format!("it is {} bytes long but the index applied up to byte {from}", scan.file_len));
         return rewrite_journal(layout, index, journal);
     }
     if !scan.records.is_empty() || meta.is_none() {
         let records: Vec<JournalRecord> = scan.records.iter().map(|(_, r)| r.clone()).collect();
         report.journal_frames_replayed = records.len();
-        index.apply(&records, &Counters::default(), Some(JournalMeta { generation: journal.generation(), applied: scan.valid_end }))?;
+        index.apply(
+            &records,
+            &Counters::default(),
+            Some(JournalMeta { generation: journal.generation(), applied: scan.valid_end }),
+        )?;
     }
     if scan.valid_end < scan.file_len {
         report.journal_torn_bytes = scan.file_len - scan.valid_end;
@@ -506,8 +514,7 @@ pub(crate) fn retire_index(layout: &Layout, old_name: &str) -> Result<PathBuf> {
 fn remove_stale_indexes(layout: &Layout, current: &str) -> Result<()> {
     for e in fs::read_dir(&layout.dir).map_err(StoreError::io("listing", &layout.dir))?.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let stale = name != current
-            && name.strip_prefix("index-").is_some_and(|n| n.parse::<u64>().is_ok());
+        let stale = name != current && name.strip_prefix("index-").is_some_and(|n| n.parse::<u64>().is_ok());
         if stale {
             fs::remove_dir_all(e.path()).map_err(StoreError::io("removing stale index", e.path()))?;
         }
@@ -581,7 +588,10 @@ mod tests {
     #[test]
     fn read_only_refuses_writes_and_missing_store() {
         let t = tempfile::tempdir().unwrap();
-        assert!(matches!(Store::open(&t.path().join("nope"), OpenOptions::read_only()), Err(StoreError::NotAStore { .. })));
+        assert!(matches!(
+            Store::open(&t.path().join("nope"), OpenOptions::read_only()),
+            Err(StoreError::NotAStore { .. })
+        ));
         drop(Store::open(t.path(), OpenOptions::writable()).unwrap());
         let s = Store::open(t.path(), OpenOptions::read_only()).unwrap();
         assert!(matches!(s.put(b"x"), Err(StoreError::ReadOnly { .. })));

@@ -67,14 +67,19 @@ fn parse_line(line: &str, p: &mut Promised, ctx: &str) {
 }
 
 fn check(dir: &Path, p: &Promised, ctx: &str) {
-    let mut store = Store::open(dir, OpenOptions::writable()).unwrap_or_else(|e| panic!("{ctx}: store does not open: {e}"));
+    let mut store =
+        Store::open(dir, OpenOptions::writable()).unwrap_or_else(|e| panic!("{ctx}: store does not open: {e}"));
     for (d, size) in &p.objects {
         let bytes = store.get(d).unwrap_or_else(|e| panic!("{ctx}: promised object missing or damaged: {e}"));
         assert_eq!(bytes.len() as u64, *size, "{ctx}: object {d} has the wrong size");
     }
     for ((stage, key), e) in &p.memo {
         let got = store.memo_lookup(stage, key).unwrap_or_else(|e| panic!("{ctx}: memo lookup failed: {e}"));
-        assert_eq!(got.as_ref(), Some(e), "{ctx}: promised memo entry stage '{stage}' key {key} is missing or different");
+        assert_eq!(
+            got.as_ref(),
+            Some(e),
+            "{ctx}: promised memo entry stage '{stage}' key {key} is missing or different"
+        );
     }
     for (name, ds) in &p.roots {
         let got = store.root(name).unwrap_or_else(|e| panic!("{ctx}: root read failed: {e}"));
@@ -115,7 +120,10 @@ fn sigkilled_writer_loses_nothing_it_promised() {
         child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
         let mut err = String::new();
         child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-        assert!(killed && status.code().is_none(), "{ctx}: the writer ended on its own ({status}) before the kill: {err}");
+        assert!(
+            killed && status.code().is_none(),
+            "{ctx}: the writer ended on its own ({status}) before the kill: {err}"
+        );
         // A line cut by the kill (no newline yet) promises nothing.
         let complete = match out.rfind('\n') {
             Some(end) => &out[..end],
@@ -134,5 +142,8 @@ fn sigkilled_writer_loses_nothing_it_promised() {
         promised.roots.len(),
         started.elapsed()
     );
-    assert!(!promised.memo.is_empty() && !promised.roots.is_empty(), "the writer never got far enough to test anything");
+    assert!(
+        !promised.memo.is_empty() && !promised.roots.is_empty(),
+        "the writer never got far enough to test anything"
+    );
 }

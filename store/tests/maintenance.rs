@@ -160,8 +160,12 @@ fn damaged_journal_is_reported_and_rewritten() {
         let s = open(t.path());
         for i in 0..5u8 {
             let out = s.put(&[i; 10]).unwrap();
-            s.memo_record("partition", &KeyBuilder::new("partition", 1).input("i", &i).finish().unwrap(), &MemoEntry::new(out, 10, Duration::ZERO))
-                .unwrap();
+            s.memo_record(
+                "partition",
+                &KeyBuilder::new("partition", 1).input("i", &i).finish().unwrap(),
+                &MemoEntry::new(out, 10, Duration::ZERO),
+            )
+            .unwrap();
         }
         let out = s.put(b"p").unwrap();
         s.memo_record("partition", &key, &MemoEntry::new(out, 1, Duration::ZERO)).unwrap();
@@ -220,7 +224,8 @@ fn wait_queues_behind_the_holder() {
     let first = open(t.path());
     let dir = t.path().to_path_buf();
     let start = std::time::Instant::now();
-    let waiter = std::thread::spawn(move || Store::open(&dir, OpenOptions::writable().wait(true)).map(|_| start.elapsed()));
+    let waiter =
+        std::thread::spawn(move || Store::open(&dir, OpenOptions::writable().wait(true)).map(|_| start.elapsed()));
     std::thread::sleep(Duration::from_millis(300));
     drop(first);
     let waited = waiter.join().unwrap().unwrap();

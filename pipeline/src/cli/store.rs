@@ -129,7 +129,8 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
 /// Opens the store; with `--wait`, says on stderr who it is waiting for. `repair` rebuilds a
 /// damaged index from the journal. Prints what crash recovery did, if anything.
 fn open(args: &StoreArgs, opts: OpenOptions, repair: bool) -> anyhow::Result<Store> {
-    let try_open = |o: OpenOptions| if repair { Store::open_repairing(&args.dir, o) } else { Store::open(&args.dir, o) };
+    let try_open =
+        |o: OpenOptions| if repair { Store::open_repairing(&args.dir, o) } else { Store::open(&args.dir, o) };
     let store = match try_open(opts) {
         Err(StoreError::Locked { holder, .. }) if args.wait => {
             eprintln!("waiting for the store {}: in use by {holder}", args.dir.display());
@@ -166,4 +167,84 @@ fn show(p: &Path) -> String {
 
 fn serde_json_report(r: &tessera_store::VerifyReport) -> anyhow::Result<String> {
     tessera_store::stats::to_json(r).context("encoding the verify report")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cli::{run as run_cli, Cli};
+    use clap::Parser;
+    use std::path::PathBuf;
+    use tessera_store::{MemoEntry, OpenOptions, Store};
+
+    /// A scratch directory removed on drop (the pipeline crate has no tempfile dependency).
+    struct Scratch(PathBuf);
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let p = std::env::temp_dir().join(format!("tessera-cli-store-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            Scratch(p)
+        }
+    }
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn cli(args: &[&str]) -> anyhow::Result<()> {
+        let mut argv = vec!["tessera", "store"];
+        argv.extend_from_slice(args);
+        run_cli(Cli::try_parse_from(argv)?)
+    }
+
+    #[test]
+    fn verify_fails_on_a_flipped_byte_and_export_import_round_trip() {
+        let t = Scratch::new("verify");
+        let dir = t.0.join("s");
+        let d = {
+            let s = Store::open(&dir, OpenOptions::writable()).unwrap();
+            let d = s.put(b"an artifact").unwrap();
+            let key = tessera_store::KeyBuilder::new("link", 1).input("m", "mlp").finish().unwrap();
+            s.memo_record("link", &key, &MemoEntry::new(d, 11, std::time::Duration::ZERO)).unwrap();
+            s.set_root("mlp", &[d]).unwrap();
+            d
+        };
+        let ds = dir.to_str().unwrap();
+        cli(&["verify", "--store", ds]).unwrap();
+        cli(&["stats", "--store", ds, "--json"]).unwrap();
+        cli(&["gc", "--store", ds, "--dry-run"]).unwrap();
+        let archive = t.0.join("mlp.tar");
+        cli(&["export", "--store", ds, "--root", "mlp", archive.to_str().unwrap()]).unwrap();
+        let other = t.0.join("s2");
+        cli(&["import", "--store", other.to_str().unwrap(), archive.to_str().unwrap()]).unwrap();
+        let s2 = Store::open(&other, OpenOptions::read_only()).unwrap();
+        assert_eq!(s2.get(&d).unwrap(), b"an artifact");
+        assert_eq!(s2.root("mlp").unwrap(), Some(vec![d]));
+        drop(s2);
+
+        let path = dir.join("objects").join(&d.to_hex()[..2]).join(d.to_hex());
+        let mut perms = std::fs::metadata(&path).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        std::fs::set_permissions(&path, perms).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[4] ^= 0x20;
+        std::fs::write(&path, bytes).unwrap();
+        let err = cli(&["verify", "--store", ds]).unwrap_err();
+        assert!(err.to_string().contains("verify found problems"), "{err}");
+        assert!(dir.join("quarantine").join(d.to_hex()).exists());
+    }
+
+    #[test]
+    fn a_held_store_names_its_holder() {
+        let t = Scratch::new("lock");
+        let _held = Store::open(&t.0, OpenOptions::writable()).unwrap();
+        let err = cli(&["stats", "--store", t.0.to_str().unwrap()]).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("in use by another process") && msg.contains(&format!("pid {}", std::process::id())),
+            "{msg}"
+        );
+    }
 }

@@ -93,7 +93,7 @@ fn run(dir: PathBuf, seed: u64) -> Result<(), Box<dyn std::error::Error>> {
             }
         };
         let size = data.len() as u64;
-        let d = if kind % 2 == 0 { store.put_reader(&data[..])? } else { store.put(&data)? };
+        let d = if kind & 1 == 0 { store.put_reader(&data[..])? } else { store.put(&data)? };
         say(format!("put {d} {size}"))?;
         recent.push(d);
         if rng.below(2) == 0 {
