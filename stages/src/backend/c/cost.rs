@@ -1,0 +1,82 @@
+//! Analytical cost of a partition on the c backend, for the rule-first partitioner:
+//! `GEMM flops / GEMM_GFLOPS + other flops / SCALAR_GFLOPS + boundary bytes / BANDWIDTH_GBS + CALL_US`.
+//!
+//! Constants are nominal figures for one core of a current x86-64 server running this backend's code
+//! (not measured on this machine; the measured Collage search replaces them):
+//! - `GEMM_GFLOPS = 20`: the blocked, register-tiled GEMM (MatMul, im2col Conv) with SSE/AVX.
+//! - `SCALAR_GFLOPS = 2`: everything else (loops the compiler may or may not vectorize); a
+//!   transcendental function (exp, tanh, erf, pow, log, sigmoid, GELU, softmax's exp) counts 20 flops.
+//! - `BANDWIDTH_GBS = 10`: bytes read from and written to outside the partition (fused intermediates are
+//!   free, which is what makes fusion win in the partitioner).
+//! - `CALL_US = 1`: a call into the module.
+
+use crate::ir::{Graph, NodeId, Op, UnaryOp};
+use std::collections::BTreeSet;
+
+pub const GEMM_GFLOPS: f64 = 20.0;
+pub const SCALAR_GFLOPS: f64 = 2.0;
+pub const BANDWIDTH_GBS: f64 = 10.0;
+pub const CALL_US: f64 = 1.0;
+const TRANSCENDENTAL: f64 = 20.0;
+
+fn numel(g: &Graph, n: NodeId) -> f64 {
+    g.ty(g.node(n).outputs[0]).numel() as f64
+}
+
+/// (GEMM flops, other flops) of one node.
+fn flops(g: &Graph, n: NodeId) -> (f64, f64) {
+    let node = g.node(n);
+    let out = numel(g, n);
+    let in0 = g.ty(node.inputs[0]).numel() as f64;
+    match &node.op {
+        Op::MatMul => {
+            let a = &g.ty(node.inputs[0]).shape;
+            let k = *a.last().unwrap_or(&1) as f64;
+            (2.0 * out * k, 0.0)
+        }
+        Op::Conv(_) | Op::ConvTranspose(_) => {
+            let w = &g.ty(node.inputs[1]).shape;
+            let per: f64 = w[1..].iter().product::<usize>() as f64;
+            let base = if matches!(node.op, Op::Conv(_)) { out } else { in0 };
+            (2.0 * base * per, 0.0)
+        }
+        Op::MaxPool(p) | Op::AveragePool { pool: p, .. } => (0.0, out * p.kernel.iter().product::<usize>() as f64),
+        Op::Softmax { .. } | Op::LogSoftmax { .. } => (0.0, in0 * (TRANSCENDENTAL + 3.0)),
+        Op::LayerNorm { .. } | Op::BatchNorm { .. } => (0.0, in0 * 6.0),
+        Op::Reduce { .. } | Op::GlobalAveragePool => (0.0, in0),
+        Op::Unary(UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Erf | UnaryOp::Exp | UnaryOp::Log) | Op::Gelu { .. } => (0.0, out * TRANSCENDENTAL),
+        Op::Binary(crate::ir::BinaryOp::Pow) => (0.0, out * TRANSCENDENTAL),
+        op if op.is_elementwise() => (0.0, out),
+        // Data movement: its cost is the bytes it moves.
+        _ => (0.0, out * 0.5),
+    }
+}
+
+pub fn estimate_us(g: &Graph, nodes: &[NodeId]) -> f64 {
+    let set: BTreeSet<NodeId> = nodes.iter().copied().collect();
+    let (mut gemm, mut other) = (0.0, 0.0);
+    for &n in &set {
+        let (a, b) = flops(g, n);
+        gemm += a;
+        other += b;
+    }
+    let produced: BTreeSet<_> = set.iter().flat_map(|&n| g.node(n).outputs.iter().copied()).collect();
+    let consumers = g.consumers();
+    let mut bytes = 0usize;
+    let mut seen = BTreeSet::new();
+    for &n in &set {
+        for &i in &g.node(n).inputs {
+            let small_const = g.constant(i).is_some_and(|t| t.numel() <= crate::backend::INLINE_CONST_MAX);
+            if !produced.contains(&i) && !small_const && seen.insert(i) {
+                bytes += g.ty(i).size_bytes();
+            }
+        }
+    }
+    for &o in &produced {
+        let escapes = g.outputs.contains(&o) || consumers[o.index()].iter().any(|c| !set.contains(c));
+        if escapes {
+            bytes += g.ty(o).size_bytes();
+        }
+    }
+    gemm / (GEMM_GFLOPS * 1e3) + other / (SCALAR_GFLOPS * 1e3) + bytes as f64 / (BANDWIDTH_GBS * 1e3) + CALL_US
+}

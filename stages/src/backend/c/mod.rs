@@ -1,0 +1,151 @@
+//! The `c` backend (`cpu -compiler=c`): generated C compiled into one shared object per module.
+//!
+//! It is the CPU fallback, so it runs every op of the IR on f32, and the integer/bool ops that survive
+//! constant folding on i64/i32/bool; f16/bf16 are refused (no fp16 arithmetic on the CPU).
+//!
+//! - [`lower`](CBackend::lower) turns one kernel graph into one C function `void <symbol>(void* const* args)`
+//!   (see [`lower`] for the structure: fused elementwise loops, GEMM with fused epilogues, dedicated
+//!   reduction/normalization loops, index loops for data movement, a liveness-planned scratch buffer).
+//! - [`compile_module`](CBackend::compile_module) concatenates the prelude (`kernels/c/prelude.h`, embedded)
+//!   and every kernel's function into one C file and compiles it once (see [`toolchain`]).
+//!
+//! Semantics follow the reference interpreter (`crate::interp`), with one documented difference: where the
+//! reference reports a data-dependent error (integer division by zero, a Gather index out of range), compiled
+//! code cannot report anything and produces 0 instead of trapping.
+
+pub mod cexpr;
+pub mod cost;
+mod ew;
+mod func;
+mod linalg;
+pub mod lower;
+mod movement;
+pub mod nest;
+pub mod plan;
+mod pool;
+mod reduce;
+pub mod scratch;
+pub mod toolchain;
+
+#[cfg(test)]
+mod tests;
+
+use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat};
+use crate::ir::{DType, Graph, NodeId};
+use crate::target::Target;
+
+/// Bump whenever the generated code (or the prelude, or the compile flags) changes.
+pub const VERSION: u32 = 1;
+
+/// The C helpers every module starts with.
+pub const PRELUDE: &str = include_str!("../../../../kernels/c/prelude.h");
+
+/// The `c` backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CBackend;
+
+fn err(msg: impl Into<String>) -> BackendError {
+    BackendError { backend: "c".into(), msg: msg.into() }
+}
+
+fn check_target(target: &Target) -> Result<(), BackendError> {
+    if target.backend_name() != "c" {
+        return Err(err(format!("target '{target}' does not select the c backend")));
+    }
+    Ok(())
+}
+
+/// The whole C source of a module: prelude, then each kernel, in the given order.
+pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> {
+    let mut src = String::from("/* tessera c module */\n");
+    src.push_str(PRELUDE);
+    let mut seen = std::collections::BTreeSet::new();
+    for k in kernels {
+        if !seen.insert(k.info.symbol.as_str()) {
+            return Err(err(format!("two kernels of one module are named '{}'", k.info.symbol)));
+        }
+        let code = std::str::from_utf8(&k.code).map_err(|_| err(format!("kernel '{}': code is not UTF-8 C source", k.info.symbol)))?;
+        src.push('\n');
+        src.push_str(code);
+    }
+    Ok(src)
+}
+
+/// Names the kernel whose source holds `line` (1-based) of the module source.
+fn symbol_at_line(kernels: &[LoweredKernel], line: usize) -> Option<&str> {
+    let mut at = 1 + PRELUDE.lines().count() + 1;
+    for k in kernels {
+        let n = String::from_utf8_lossy(&k.code).lines().count();
+        if line > at && line <= at + n {
+            return Some(&k.info.symbol);
+        }
+        at += n + 1;
+    }
+    None
+}
+
+/// A readable compiler failure: the first lines of its output and the kernels they point into.
+fn compile_error(kernels: &[LoweredKernel], output: &str) -> BackendError {
+    let lines: Vec<&str> = output.lines().take(15).collect();
+    let mut culprits: Vec<&str> = Vec::new();
+    for l in output.lines() {
+        if let Some(rest) = l.strip_prefix("module.c:") {
+            if let Some(n) = rest.split(':').next().and_then(|n| n.parse::<usize>().ok()) {
+                if let Some(s) = symbol_at_line(kernels, n) {
+                    if !culprits.contains(&s) {
+                        culprits.push(s);
+                    }
+                }
+            }
+        }
+    }
+    let who = if culprits.is_empty() {
+        let all: Vec<&str> = kernels.iter().map(|k| k.info.symbol.as_str()).collect();
+        format!("module of [{}]", all.join(", "))
+    } else {
+        format!("kernel {}", culprits.join(", "))
+    };
+    err(format!("C compilation failed in {who}:\n{}", lines.join("\n")))
+}
+
+impl Backend for CBackend {
+    fn name(&self) -> &'static str {
+        "c"
+    }
+
+    fn version(&self) -> u32 {
+        VERSION
+    }
+
+    fn available(&self) -> Result<(), String> {
+        toolchain::toolchain().map(|_| ())
+    }
+
+    fn supports(&self, g: &Graph, n: NodeId, _target: &Target) -> bool {
+        let node = g.node(n);
+        node.inputs.iter().chain(&node.outputs).all(|&v| matches!(g.ty(v).dtype, DType::F32 | DType::I64 | DType::I32 | DType::Bool))
+    }
+
+    fn estimate_us(&self, g: &Graph, nodes: &[NodeId], _target: &Target) -> f64 {
+        cost::estimate_us(g, nodes)
+    }
+
+    fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
+        check_target(target)?;
+        let l = lower::lower(kernel, symbol).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
+        Ok(LoweredKernel { info: l.info, code: l.source.into_bytes() })
+    }
+
+    fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
+        check_target(target)?;
+        let src = module_source(kernels)?;
+        let bytes = toolchain::compile(target, &src).map_err(|out| compile_error(kernels, &out))?;
+        Ok(Module {
+            backend: "c".into(),
+            target: target.canonical(),
+            format: ModuleFormat::SharedObject,
+            functions: kernels.iter().map(|k| k.info.clone()).collect(),
+            bytes,
+        })
+    }
+}
