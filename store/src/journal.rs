@@ -86,7 +86,12 @@ impl Journal {
                     }
                     // A header that never got written (crash during creation) or was damaged: start anew.
                     // The caller notices the generation change and rewrites the journal from the index.
+                    // A damaged file that holds frames is kept aside for a post-mortem, not overwritten.
                     drop(file);
+                    if len > HEADER_LEN {
+                        let aside = path.with_extension("damaged");
+                        fs::rename(path, &aside).map_err(StoreError::io("moving damaged journal to", &aside))?;
+                    }
                     return Journal::create_fresh(path, new_generation(), &[]);
                 }
                 let generation = u64::from_le_bytes(hdr[8..16].try_into().unwrap());
