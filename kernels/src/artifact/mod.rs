@@ -207,7 +207,10 @@ pub struct Artifact {
     /// Where it was read from (a path or `<memory>`), for errors.
     pub file: String,
     pub body: Body,
-    data: Vec<u8>,
+    /// The whole file; the data section is `bytes[data_start..]`. Kept whole so that opening a file with
+    /// hundreds of megabytes of weights does not copy them before the runtime uploads them.
+    bytes: Vec<u8>,
+    data_start: usize,
 }
 
 impl Artifact {
@@ -218,28 +221,34 @@ impl Artifact {
 
     /// Reads an artifact from memory; errors name it `file`.
     pub fn read_named(bytes: &[u8], file: &str) -> Result<Artifact, ArtifactError> {
+        Self::read_owned(bytes.to_vec(), file)
+    }
+
+    /// Reads an artifact from memory it takes over; errors name it `file`.
+    pub fn read_owned(bytes: Vec<u8>, file: &str) -> Result<Artifact, ArtifactError> {
         let fail = |kind| ArtifactError { file: file.to_string(), kind };
-        let (body, data) = header::decode(bytes).map_err(fail)?;
+        let (body, data) = header::decode(&bytes).map_err(fail)?;
         validate::body(&body, data.len() as u64).map_err(|msg| fail(ArtifactErrorKind::Invalid(msg)))?;
-        Ok(Artifact { file: file.to_string(), body, data: data.to_vec() })
+        let data_start = bytes.len() - data.len();
+        Ok(Artifact { file: file.to_string(), body, bytes, data_start })
     }
 
     /// Reads and checks the artifact file at `path`.
     pub fn open(path: &Path) -> Result<Artifact, ArtifactError> {
         let file = path.display().to_string();
         let bytes = std::fs::read(path).map_err(|e| ArtifactError { file: file.clone(), kind: e.into() })?;
-        Self::read_named(&bytes, &file)
+        Self::read_owned(bytes, &file)
     }
 
     /// The constant data section (every unique constant at its [`ConstDesc::offset`]).
     pub fn data(&self) -> &[u8] {
-        &self.data
+        &self.bytes[self.data_start..]
     }
 
     /// The bytes of unique constant `i`.
     pub fn constant_bytes(&self, i: usize) -> &[u8] {
         let c = &self.body.constants[i];
-        &self.data[c.offset as usize..c.offset as usize + c.ty.size_bytes()]
+        &self.data()[c.offset as usize..c.offset as usize + c.ty.size_bytes()]
     }
 
     /// Random inputs for every model input, in order: the same values the reference interpreter's
