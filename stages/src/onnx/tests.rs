@@ -393,3 +393,77 @@ mod never_panics {
         }
     }
 }
+
+/// Models exported by PyTorch's exporter (`testdata/export_torch.py`: random weights, outputs from ONNX
+/// Runtime): the importer's patterns must fire on what a real exporter writes, and the results must match.
+mod torch_exports {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/onnx/testdata")
+    }
+
+    /// Imports `<name>.onnx`, runs it on its stored inputs, compares with the stored outputs, and returns the
+    /// imported graph's op names.
+    fn check(name: &str) -> Vec<&'static str> {
+        let d = dir();
+        let numbered = |kind: &str| -> Vec<Tensor> {
+            (0..).map(|i| d.join(format!("{name}.{kind}_{i}.pb"))).take_while(|p| p.exists()).map(|p| load_tensor_file(&p).unwrap()).collect()
+        };
+        let inputs = numbered("input");
+        let expected = numbered("output");
+        let g = import_file(&d.join(format!("{name}.onnx")), &ImportOptions::default()).unwrap();
+        let got = run_graph(&g, &inputs).unwrap();
+        assert_eq!(got.len(), expected.len());
+        for (a, b) in got.iter().zip(&expected) {
+            assert_eq!(a.ty, b.ty);
+            for (x, y) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
+                assert!((x - y).abs() <= 1e-5 + 1e-4 * y.abs(), "{name}: {x} vs ONNX Runtime's {y}");
+            }
+        }
+        g.nodes.iter().map(|n| n.op.name()).collect()
+    }
+
+    fn count(ops: &[&str], op: &str) -> usize {
+        ops.iter().filter(|&&o| o == op).count()
+    }
+
+    #[test]
+    fn erf_gelu_and_layernorm_from_pytorch() {
+        for opset in [13, 17] {
+            let ops = check(&format!("mlp_erf_gelu_opset{opset}"));
+            assert_eq!(count(&ops, "Gelu"), 1, "opset {opset}: {ops:?}");
+            assert_eq!(count(&ops, "LayerNormalization"), 1, "opset {opset}: {ops:?}");
+            assert_eq!(count(&ops, "Erf") + count(&ops, "ReduceMean") + count(&ops, "Transpose"), 0, "opset {opset}: {ops:?}");
+        }
+    }
+
+    #[test]
+    fn tanh_gelu_from_pytorch() {
+        for opset in [13, 17] {
+            let ops = check(&format!("mlp_tanh_gelu_opset{opset}"));
+            assert_eq!(count(&ops, "Gelu"), 1, "opset {opset}: {ops:?}");
+            assert_eq!(count(&ops, "Tanh") + count(&ops, "Pow"), 0, "opset {opset}: {ops:?}");
+        }
+    }
+
+    #[test]
+    fn conv_batchnorm_from_pytorch() {
+        let ops = check("conv_bn_opset13");
+        assert_eq!(count(&ops, "BatchNormalization"), 0, "{ops:?}");
+    }
+
+    #[test]
+    fn tiny_bert_from_pytorch() {
+        for opset in [13, 17] {
+            let ops = check(&format!("bert_tiny_opset{opset}"));
+            // Embeddings + 2 layers x 2 norms; 2 layers x 1 GELU.
+            assert_eq!(count(&ops, "LayerNormalization"), 5, "opset {opset}: {ops:?}");
+            assert_eq!(count(&ops, "Gelu"), 2, "opset {opset}: {ops:?}");
+            for gone in ["Shape", "Erf", "ReduceMean", "Sqrt"] {
+                assert_eq!(count(&ops, gone), 0, "opset {opset}: {gone} left in {ops:?}");
+            }
+        }
+    }
+}
