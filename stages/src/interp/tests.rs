@@ -586,3 +586,98 @@ fn random_inputs_are_seeded_nonzero_and_respect_gather_bounds() {
     // The graph runs on them.
     run_graph(&g, &a).unwrap();
 }
+
+// ---- properties: the fast kernels against direct loops on random geometry ----
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn conv_case() -> impl Strategy<Value = ([usize; 4], [usize; 4], ConvAttrs)> {
+        (1usize..3, 1usize..4, 1usize..3, 1usize..3, 1usize..4, 1usize..4, 1usize..3, 1usize..3, 0usize..3, 0usize..3, 1usize..3, 1usize..3)
+            .prop_flat_map(|(n, g, cg, mg, kh, kw, sh, sw, ph, pw, dh, dw)| {
+                let ((eh, ew), c, m) = ((dh * (kh - 1) + 1, dw * (kw - 1) + 1), cg * g, mg * g);
+                // Input at least as large as the dilated kernel minus the leading padding, so every case is valid.
+                (eh.saturating_sub(ph).max(1)..eh + 5, ew.saturating_sub(pw).max(1)..ew + 5, 0..=ph, 0..=pw).prop_map(
+                    move |(h, w, ph2, pw2)| {
+                        let a = ConvAttrs { strides: vec![sh, sw], pads: vec![ph, pw, ph2, pw2], dilations: vec![dh, dw], group: g };
+                        ([n, c, h, w], [m, cg, kh, kw], a)
+                    },
+                )
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn conv_equals_direct_loops((xs, ws, a) in conv_case(), seed in 0usize..100) {
+            let xv = ramp(xs.iter().product(), seed);
+            let wv = ramp(ws.iter().product(), seed + 1);
+            let (x, w) = (f(&xs, &xv), f(&ws, &wv));
+            let y = eval1(Op::Conv(a.clone()), &[&x, &w]);
+            let os: [usize; 4] = y.shape().try_into().unwrap();
+            let want = naive_conv2d(&xv, xs, &wv, ws, &a, os);
+            for (k, (g, w)) in fv(&y).iter().zip(&want).enumerate() {
+                prop_assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "element {}: {} vs {}", k, g, w);
+            }
+        }
+
+        #[test]
+        fn matmul_equals_direct_loops(
+            batch_a in proptest::collection::vec(1usize..3, 0..3),
+            bcast in proptest::collection::vec(any::<bool>(), 3),
+            m in 1usize..5, k in 0usize..5, n in 1usize..5, seed in 0usize..100,
+        ) {
+            // B's batch dims: A's, with some set to 1 (broadcast) and possibly fewer of them.
+            let batch_b: Vec<usize> = batch_a.iter().zip(&bcast).map(|(&d, &b)| if b { 1 } else { d }).skip(bcast[2] as usize).collect();
+            let sa: Vec<usize> = batch_a.iter().copied().chain([m, k]).collect();
+            let sb: Vec<usize> = batch_b.iter().copied().chain([k, n]).collect();
+            let (av, bv) = (ramp(sa.iter().product(), seed), ramp(sb.iter().product(), seed + 5));
+            let y = eval1(Op::MatMul, &[&f(&sa, &av), &f(&sb, &bv)]);
+            let batch = broadcast_shapes(&batch_a, &batch_b).unwrap();
+            prop_assert_eq!(&y.shape()[..batch.len()], &batch[..]);
+            let got = fv(&y);
+            let mut at = 0;
+            crate::interp::layout::for_each_index(&batch, |bi| {
+                let off = |shape: &[usize], mat: usize| {
+                    let lead = batch.len() - shape.len();
+                    let mut o = 0;
+                    for (d, &s) in shape.iter().enumerate() {
+                        o = o * s + if s == 1 { 0 } else { bi[lead + d] };
+                    }
+                    o * mat
+                };
+                let (oa, ob) = (off(&batch_a, m * k), off(&batch_b, k * n));
+                for r in 0..m {
+                    for c in 0..n {
+                        let want: f64 = (0..k).map(|p| (av[oa + r * k + p] * bv[ob + p * n + c]) as f64).sum();
+                        assert!((got[at] as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()), "{} vs {}", got[at], want);
+                        at += 1;
+                    }
+                }
+            });
+        }
+
+        /// Folding never changes what a graph computes.
+        #[test]
+        fn folding_preserves_results(vals in proptest::collection::vec(-4i64..5, 6), perm_first in any::<bool>()) {
+            let mut g = Graph::new("p");
+            let x = g.add_input("x", TensorType::new(DType::I64, [2, 3]));
+            let c = g.add_const("c", i(&[2, 3], &vals));
+            let t = g.add("t", Op::Transpose { perm: vec![1, 0] }, &[c]).unwrap();
+            let s = g.add("s", Op::Reduce { kind: ReduceKind::Sum, axes: vec![0], keepdims: false }, &[t]).unwrap();
+            let e = g.add("e", Op::Expand { shape: vec![3, 2] }, &[s]).unwrap();
+            let tt = g.add("tt", Op::Transpose { perm: vec![1, 0] }, &[e]).unwrap();
+            let base = if perm_first { tt } else { c };
+            let y = g.add("y", Op::Binary(BinaryOp::Mul), &[x, base]).unwrap();
+            let z = g.add("z", Op::Binary(BinaryOp::Add), &[y, tt]).unwrap();
+            g.outputs.extend([z, s]);
+            let input = i(&[2, 3], &[1, -2, 3, 0, 5, -6]);
+            let before = run_graph(&g, std::slice::from_ref(&input)).unwrap();
+            crate::passes::fold::fold_constants(&mut g).unwrap();
+            verify(&g).unwrap();
+            prop_assert_eq!(before, run_graph(&g, &[input]).unwrap());
+        }
+    }
+}
