@@ -28,7 +28,7 @@ mod view;
 #[cfg(test)]
 mod tests;
 
-pub use random::{random_inputs, random_tensor, INT_INPUT_BOUND};
+pub use random::{int_input_bounds, random_inputs, random_tensor, INT_INPUT_BOUND};
 
 use crate::ir::{self, infer_op, Graph, Op, Tensor, TensorType, ValueDef, VerifyError};
 

@@ -75,7 +75,7 @@ fn passes_values(op: &Op, input_pos: usize) -> bool {
 
 /// For each graph input, the exclusive bound its integer values must respect: the smallest axis size
 /// it (or a value copied from it) indexes, capped at [`INT_INPUT_BOUND`].
-fn int_bounds(g: &Graph) -> Vec<i64> {
+pub fn int_input_bounds(g: &Graph) -> Vec<i64> {
     let consumers = g.consumers();
     g.inputs
         .iter()
@@ -109,7 +109,7 @@ fn int_bounds(g: &Graph) -> Vec<i64> {
 /// Random inputs for every graph input, in `g.inputs` order (see the module documentation for the
 /// distribution). Integer inputs that index a Gather stay inside the gathered axis.
 pub fn random_inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
-    let bounds = int_bounds(g);
+    let bounds = int_input_bounds(g);
     g.inputs
         .iter()
         .enumerate()
