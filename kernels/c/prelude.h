@@ -163,10 +163,11 @@ static int64_t tsr_ipow(int64_t a, int64_t b) {
  * a TSR_MR x NR register-tile micro-kernel multiplies a row block of A (read in place) by one panel. The
  * generated code owns the loop nest and the write-back, so bias/activation epilogues are applied while the
  * tile is still in registers. */
-#define TSR_MR 4
 #ifdef __AVX__
+#define TSR_MR 6
 #define TSR_NV 2
 #else
+#define TSR_MR 4
 #define TSR_NV 1
 #endif
 #define TSR_NR (8 * TSR_NV)
@@ -189,32 +190,45 @@ static void tsr_pack_b(long kc, long nc, const float* b, long ldb, float* restri
     }
 }
 
-/* acc[MR][NR] = A[0..mr, 0..kc] . panel; rows past mr repeat row mr-1 (their results are discarded). */
-#if defined(__FMA__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("fp-contract=fast")))
+/* acc[MR][NR] = A[0..mr, 0..kc] . panel; rows past mr repeat row mr-1 (their results are discarded).
+ * Accumulators are named variables (not arrays), so the compiler keeps all of them in registers:
+ * MR x NV vectors of 8 floats (12 with AVX: 12 ymm accumulators + 2 panel vectors + 1 broadcast). */
+#define TSR_ROW(i) const float* r##i = a + (mr > i ? i : mr - 1) * lda
+#if TSR_NV == 2 && defined(__FMA__)
+#include <immintrin.h>
+#define TSR_ACC(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps()
+#define TSR_FMA(i) { const __m256 ai = _mm256_set1_ps(r##i[k]); c##i##0 = _mm256_fmadd_ps(b0, ai, c##i##0); c##i##1 = _mm256_fmadd_ps(b1, ai, c##i##1); }
+#define TSR_OUT(i) memcpy(acc + i * TSR_NR, &c##i##0, 32); memcpy(acc + i * TSR_NR + 8, &c##i##1, 32)
+#elif TSR_NV == 2
+#define TSR_ACC(i) tsr_v8f c##i##0 = {0}, c##i##1 = {0}
+#define TSR_FMA(i) { const float ai = r##i[k]; c##i##0 += b0 * ai; c##i##1 += b1 * ai; }
+#define TSR_OUT(i) memcpy(acc + i * TSR_NR, &c##i##0, 32); memcpy(acc + i * TSR_NR + 8, &c##i##1, 32)
+#else
+#define TSR_ACC(i) tsr_v8f c##i##0 = {0}
+#define TSR_FMA(i) { const float ai = r##i[k]; c##i##0 += b0 * ai; }
+#define TSR_OUT(i) memcpy(acc + i * TSR_NR, &c##i##0, 32)
 #endif
 static void tsr_micro(long kc, const float* a, long lda, long mr, const float* restrict panel, float* restrict acc) {
-    const float* r0 = a;
-    const float* r1 = a + (mr > 1 ? 1 : 0) * lda;
-    const float* r2 = a + (mr > 2 ? 2 : mr - 1) * lda;
-    const float* r3 = a + (mr > 3 ? 3 : mr - 1) * lda;
-    tsr_v8f c0[TSR_NV], c1[TSR_NV], c2[TSR_NV], c3[TSR_NV];
-    for (int v = 0; v < TSR_NV; v++) {
-        c0[v] = (tsr_v8f){0}; c1[v] = (tsr_v8f){0}; c2[v] = (tsr_v8f){0}; c3[v] = (tsr_v8f){0};
-    }
+    TSR_ROW(0); TSR_ROW(1); TSR_ROW(2); TSR_ROW(3);
+    TSR_ACC(0); TSR_ACC(1); TSR_ACC(2); TSR_ACC(3);
+#if TSR_MR == 6
+    TSR_ROW(4); TSR_ROW(5);
+    TSR_ACC(4); TSR_ACC(5);
+#endif
     for (long k = 0; k < kc; k++) {
-        tsr_v8f bv[TSR_NV];
-        memcpy(bv, panel + k * TSR_NR, sizeof bv);
-        float a0 = r0[k], a1 = r1[k], a2 = r2[k], a3 = r3[k];
-        for (int v = 0; v < TSR_NV; v++) {
-            c0[v] += bv[v] * a0;
-            c1[v] += bv[v] * a1;
-            c2[v] += bv[v] * a2;
-            c3[v] += bv[v] * a3;
-        }
+        tsr_v8f b0;
+        memcpy(&b0, panel + k * TSR_NR, 32);
+#if TSR_NV == 2
+        tsr_v8f b1;
+        memcpy(&b1, panel + k * TSR_NR + 8, 32);
+#endif
+        TSR_FMA(0); TSR_FMA(1); TSR_FMA(2); TSR_FMA(3);
+#if TSR_MR == 6
+        TSR_FMA(4); TSR_FMA(5);
+#endif
     }
-    memcpy(acc + 0 * TSR_NR, c0, sizeof c0);
-    memcpy(acc + 1 * TSR_NR, c1, sizeof c1);
-    memcpy(acc + 2 * TSR_NR, c2, sizeof c2);
-    memcpy(acc + 3 * TSR_NR, c3, sizeof c3);
+    TSR_OUT(0); TSR_OUT(1); TSR_OUT(2); TSR_OUT(3);
+#if TSR_MR == 6
+    TSR_OUT(4); TSR_OUT(5);
+#endif
 }

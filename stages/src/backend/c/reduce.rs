@@ -74,6 +74,8 @@ pub fn reduce(f: &mut Func, node: NodeId, kind: ReduceKind, axes: &[usize]) -> R
         }
     };
     let scalar_max = float && matches!(kind, ReduceKind::Max | ReduceKind::Min) && region == 1;
+    // Kept dims nested inside reduced ones accumulate into a scratch array (never a stack array: it can be large).
+    let acc_arr = if region > 1 { f.temp(region, acc_ty, 8) } else { String::new() };
     let base = vec!["0".to_string(), "0".to_string()];
     let code = nest.emit_range(0, f0, "i", &base, |outer| {
         let mut s = String::new();
@@ -95,7 +97,7 @@ pub fn reduce(f: &mut Func, node: NodeId, kind: ReduceKind, axes: &[usize]) -> R
             let val = if scalar_max { "(nan ? __builtin_nanf(\"\") : acc)".to_string() } else { fin("acc") };
             s.push_str(&format!("{y}[{}] = {val};\n", outer[1]));
         } else {
-            s.push_str(&format!("{acc_ty} acc[{region}];\nfor (long q = 0; q < {region}; q++) acc[q] = {init};\n"));
+            s.push_str(&format!("{acc_ty}* restrict acc = {acc_arr};\nfor (long q = 0; q < {region}; q++) acc[q] = {init};\n"));
             let inner_base = vec![outer[0].clone(), "0".to_string()];
             s.push_str(&nest.emit_range(f0, n, "i", &inner_base, |inner| step(&format!("acc[{}]", inner[1]), &format!("{x}[{}]", inner[0]))));
             s.push_str(&format!("for (long q = 0; q < {region}; q++) {y}[{} + q] = {};\n", outer[1], fin("acc[q]")));

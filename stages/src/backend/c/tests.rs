@@ -914,3 +914,104 @@ fn available_finds_a_compiler() {
     CBackend.available().unwrap();
     assert!(!toolchain::toolchain().unwrap().version.is_empty());
 }
+
+#[test]
+#[ignore]
+fn dump_sources() {
+    let mut g = Graph::new("mlp");
+    let x = f32in(&mut g, "x", &[8, 64]);
+    let w = cst(&mut g, Tensor::from_f32([64, 96], &ramp(64 * 96, 0.3, 0.0)));
+    let b = cst(&mut g, Tensor::from_f32([96], &ramp(96, 1.0, 0.0)));
+    let m = node(&mut g, Op::MatMul, &[x, w]);
+    let a = node(&mut g, bin(BinaryOp::Add), &[m, b]);
+    let y = node(&mut g, Op::Gelu { approximate: GeluApprox::Erf }, &[a]);
+    g.outputs.push(y);
+    let k = CBackend.lower(&target(), &kernel_of(&g).0, "k_mlp").unwrap();
+    println!("{}", String::from_utf8_lossy(&k.code));
+    let mut g = Graph::new("chain");
+    let x = f32in(&mut g, "x", &[4, 8]);
+    let y = f32in(&mut g, "y", &[8]);
+    let a = node(&mut g, bin(BinaryOp::Add), &[x, y]);
+    let b = node(&mut g, un(UnaryOp::Tanh), &[a]);
+    let c = node(&mut g, Op::Reduce { kind: ReduceKind::Sum, axes: vec![0], keepdims: false }, &[b]);
+    g.outputs.extend([c, a]);
+    let k = CBackend.lower(&target(), &kernel_of(&g).0, "k_chain").unwrap();
+    println!("{}", String::from_utf8_lossy(&k.code));
+}
+
+/// Timing of generated kernels against the reference interpreter (run with --ignored --nocapture).
+#[test]
+#[ignore]
+fn bench_against_reference() {
+    let mut cases = Vec::new();
+    let mut g = Graph::new("mm");
+    let a = f32in(&mut g, "a", &[512, 512]);
+    let w = cst(&mut g, Tensor::from_f32([512, 512], &ramp(512 * 512, 0.1, 0.0)));
+    let b = cst(&mut g, Tensor::from_f32([512], &ramp(512, 0.1, 0.0)));
+    let m = node(&mut g, Op::MatMul, &[a, w]);
+    let y = node(&mut g, bin(BinaryOp::Add), &[m, b]);
+    let r = node(&mut g, un(UnaryOp::Relu), &[y]);
+    g.outputs.push(r);
+    cases.push(("matmul512_bias_relu", case("bench_mm", g), 2.0 * 512f64.powi(3)));
+    let mut g = Graph::new("conv");
+    let x = f32in(&mut g, "x", &[1, 64, 56, 56]);
+    let w = cst(&mut g, Tensor::from_f32([64, 64, 3, 3], &ramp(64 * 576, 0.1, 0.0)));
+    let c = node(&mut g, Op::Conv(conv_attrs(&[1, 1], &[1; 4], &[1, 1], 1)), &[x, w]);
+    let r = node(&mut g, un(UnaryOp::Relu), &[c]);
+    g.outputs.push(r);
+    cases.push(("conv3x3_64x56x56_relu", case("bench_conv", g), 2.0 * 64.0 * 56.0 * 56.0 * 576.0));
+    let mut g = Graph::new("dw");
+    let x = f32in(&mut g, "x", &[1, 128, 56, 56]);
+    let w = cst(&mut g, Tensor::from_f32([128, 1, 3, 3], &ramp(128 * 9, 0.1, 0.0)));
+    let c = node(&mut g, Op::Conv(conv_attrs(&[1, 1], &[1; 4], &[1, 1], 128)), &[x, w]);
+    g.outputs.push(c);
+    cases.push(("depthwise3x3_128x56x56", case("bench_dw", g), 2.0 * 128.0 * 56.0 * 56.0 * 9.0));
+    let mut g = Graph::new("ew");
+    let x = f32in(&mut g, "x", &[1 << 20]);
+    let y = f32in(&mut g, "y", &[1 << 20]);
+    let a = node(&mut g, bin(BinaryOp::Add), &[x, y]);
+    let b = node(&mut g, un(UnaryOp::Relu), &[a]);
+    let c = node(&mut g, bin(BinaryOp::Mul), &[b, x]);
+    g.outputs.push(c);
+    cases.push(("add_relu_mul_1M", case("bench_ew", g), 3.0 * (1 << 20) as f64));
+    let mut g = Graph::new("ln");
+    let x = f32in(&mut g, "x", &[128, 768]);
+    let s = cst(&mut g, Tensor::from_f32([768], &ramp(768, 1.0, 1.0)));
+    let y = node(&mut g, Op::LayerNorm { axis: 1, epsilon: 1e-5 }, &[x, s]);
+    let z = node(&mut g, Op::Softmax { axis: 1 }, &[y]);
+    g.outputs.push(z);
+    cases.push(("layernorm_softmax_128x768", case("bench_ln", g), 0.0));
+    let be = CBackend;
+    // The bench (only) may try another target, e.g. "cpu -compiler=c -march=x86-64-v3".
+    let t = std::env::var("TESSERA_BENCH_TARGET").map(|s| Target::parse(&s).unwrap()).unwrap_or_else(|_| target());
+    println!("target: {t}");
+    let lowered: Vec<LoweredKernel> = cases.iter().map(|(_, c, _)| be.lower(&t, &c.kernel, &symbol(&c.name)).unwrap()).collect();
+    let t0 = Instant::now();
+    let module = be.compile_module(&t, &lowered).unwrap();
+    println!("module of {} kernels compiled in {:.2}s", lowered.len(), t0.elapsed().as_secs_f64());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.so");
+    std::fs::write(&path, &module.bytes).unwrap();
+    let lib = unsafe { libloading::Library::new(&path) }.unwrap();
+    for ((name, c, flops), lk) in cases.iter().zip(&lowered) {
+        let mut ins: Vec<Vec<u8>> = c.inputs.iter().map(|t| t.bytes().to_vec()).collect();
+        let mut outs: Vec<Vec<u64>> = lk.info.outputs.iter().map(|t| buffer(t.size_bytes(), 0)).collect();
+        let mut scratch = buffer(lk.info.scratch_bytes as usize, 0);
+        let mut args: Vec<*mut c_void> = ins.iter_mut().map(|b| b.as_mut_ptr() as *mut c_void).collect();
+        args.extend(outs.iter_mut().map(|b| b.as_mut_ptr() as *mut c_void));
+        args.push(scratch.as_mut_ptr() as *mut c_void);
+        let f: libloading::Symbol<unsafe extern "C" fn(*const *mut c_void)> = unsafe { lib.get(lk.info.symbol.as_bytes()) }.unwrap();
+        unsafe { f(args.as_ptr()) };
+        let iters = 10;
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            unsafe { f(args.as_ptr()) };
+        }
+        let ours = t0.elapsed().as_secs_f64() / iters as f64;
+        let t0 = Instant::now();
+        run_graph(&c.kernel, &c.inputs).unwrap();
+        let reference = t0.elapsed().as_secs_f64();
+        let gf = if *flops > 0.0 { format!("{:.1} GFLOP/s", flops / ours / 1e9) } else { String::new() };
+        println!("{name:28} c: {:8.3} ms {gf:>14}   reference: {:8.3} ms", ours * 1e3, reference * 1e3);
+    }
+}
