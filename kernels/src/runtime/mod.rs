@@ -14,6 +14,8 @@ pub use buffer::HostBuffer;
 pub use executable::Executable;
 pub use so::SharedObject;
 
+pub mod gemm;
+
 use tessera_stages::backend::{Module, ModuleFormat};
 
 /// A module failed to load or a call failed; the message names the module, function or file.
@@ -36,6 +38,6 @@ pub trait LoadedModule: Send + Sync {
 pub fn load_module(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
     match m.format {
         ModuleFormat::SharedObject => Ok(Box::new(so::SharedObject::load(m)?)),
-        ModuleFormat::GemmPlan => Err(RuntimeError(format!("module of backend {}: gemm plans are not loadable yet", m.backend))),
+        ModuleFormat::GemmPlan => Ok(Box::new(gemm::load(m)?)),
     }
 }

@@ -10,6 +10,8 @@
 //! type listed in its [`FunctionInfo`]; inputs are boundary activations and lifted constants in the kernel's
 //! canonical input order. Functions never allocate per call beyond their declared scratch.
 
+pub mod gemm;
+
 pub mod c;
 
 use crate::ir::{Graph, NodeId, TensorType};

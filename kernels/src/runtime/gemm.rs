@@ -1,0 +1,84 @@
+//! The runtime of the `gemm` backend: loads a [`ModuleFormat::GemmPlan`] module and runs its functions with
+//! `matrixmultiply`'s packed SIMD GEMM, this crate's im2col and direct depthwise loops, and fused epilogues.
+//!
+//! Loading decodes the plan, checks its version and validates every function against its `FunctionInfo`
+//! (`tessera_stages::backend::gemm::validate`): a corrupt or mismatched plan is an error naming the module
+//! and function, never undefined behaviour at call time. A call then checks only its argument array (count,
+//! null or misaligned pointers) and runs the steps; nothing is allocated per call but `matrixmultiply`'s
+//! packing buffers.
+
+mod depthwise;
+mod epilogue;
+mod exec;
+mod im2col;
+
+use super::{LoadedModule, RuntimeError};
+use tessera_stages::backend::gemm::plan::{Plan, PlanFunction};
+use tessera_stages::backend::gemm::validate::{validate, BufferLens};
+use tessera_stages::backend::{FunctionInfo, Module, ModuleFormat};
+
+struct Function {
+    plan: PlanFunction,
+    lens: BufferLens,
+    info: FunctionInfo,
+}
+
+/// A loaded, validated `gemm` module.
+pub struct GemmModule {
+    backend: String,
+    functions: Vec<Function>,
+}
+
+/// Decodes and validates a `gemm` module.
+pub fn load(m: &Module) -> Result<GemmModule, RuntimeError> {
+    let fail = |msg: String| RuntimeError(format!("module of backend {}: {msg}", m.backend));
+    if m.format != ModuleFormat::GemmPlan {
+        return Err(fail(format!("format {:?} is not a gemm plan", m.format)));
+    }
+    let plan = Plan::decode(&m.bytes).map_err(|e| fail(e.0))?;
+    if plan.functions.len() != m.functions.len() {
+        return Err(fail(format!("the plan has {} functions, the module lists {}", plan.functions.len(), m.functions.len())));
+    }
+    let mut functions = Vec::with_capacity(plan.functions.len());
+    for (f, info) in plan.functions.into_iter().zip(&m.functions) {
+        let lens = validate(&f, info).map_err(|e| fail(e.0))?;
+        functions.push(Function { plan: f, lens, info: info.clone() });
+    }
+    Ok(GemmModule { backend: m.backend.clone(), functions })
+}
+
+impl GemmModule {
+    /// The signatures of the module's functions, in call-index order.
+    pub fn functions(&self) -> impl Iterator<Item = &FunctionInfo> {
+        self.functions.iter().map(|f| &f.info)
+    }
+}
+
+impl LoadedModule for GemmModule {
+    unsafe fn call(&self, index: usize, args: &[*mut u8]) -> Result<(), RuntimeError> {
+        let Some(f) = self.functions.get(index) else {
+            return Err(RuntimeError(format!("module of backend {}: no function {index} (it has {})", self.backend, self.functions.len())));
+        };
+        let fail = |msg: String| RuntimeError(format!("module of backend {}, function '{}': {msg}", self.backend, f.info.symbol));
+        let with_scratch = f.lens.scratch > 0;
+        let want = f.lens.args.len() + with_scratch as usize;
+        if args.len() != want {
+            return Err(fail(format!("{} arguments given, it takes {want} ({} inputs, {} outputs{})", args.len(), f.info.inputs.len(), f.info.outputs.len(), if with_scratch { ", scratch" } else { "" })));
+        }
+        let lens = f.lens.args.iter().copied().chain(with_scratch.then_some(f.lens.scratch));
+        for (i, (&p, len)) in args.iter().zip(lens).enumerate() {
+            if len > 0 && (p.is_null() || !p.cast::<f32>().is_aligned()) {
+                return Err(fail(format!("argument {i} is a null or misaligned pointer")));
+            }
+        }
+        let mem = exec::Mem {
+            args: args[..f.lens.args.len()].iter().map(|&p| p as *mut f32).collect(),
+            scratch: if with_scratch { args[want - 1] as *mut f32 } else { std::ptr::null_mut() },
+            consts: &f.plan.consts,
+        };
+        // SAFETY: the plan was validated against `f.info` at load; the caller guarantees (this trait's
+        // contract) that the buffers are live, of the listed types, outputs not aliasing inputs.
+        exec::run(&f.plan, &mem);
+        Ok(())
+    }
+}

@@ -1,0 +1,149 @@
+//! The analytical cost model that stands in for measurements: GEMM FLOPs at a nominal `sgemm` rate, im2col
+//! traffic at a nominal memory bandwidth, direct depthwise FLOPs at a lower rate, and epilogues per element.
+//!
+//! The constants are nominal figures for `matrixmultiply` on a small x86-64 host with AVX2 and FMA, from the
+//! `gemm_conv` bench in kernels/benches on a 2-core Xeon: they rank candidates sensibly; they do not predict
+//! any particular machine. Measured costs (the tune stage) replace them when a device is there to measure on.
+
+use super::support::{self, Fusion, Unary};
+use crate::ir::{Graph, NodeId, Op};
+use std::collections::BTreeSet;
+
+/// Sustained f32 GEMM rate, GFLOP/s, for products large enough to fill the micro-kernel.
+pub const SGEMM_GFLOPS: f64 = 60.0;
+/// Micro-kernel tile of `matrixmultiply`'s f32 kernels (rows x columns of C): smaller products waste the rest.
+pub const MICRO_TILE: (u64, u64) = (8, 8);
+/// Fixed cost of one GEMM call (packing set-up, thread hand-off), microseconds.
+pub const GEMM_CALL_US: f64 = 3.0;
+/// Rate of the direct depthwise loop, GFLOP/s.
+pub const DEPTHWISE_GFLOPS: f64 = 8.0;
+/// Memory bandwidth for im2col traffic, GB/s.
+pub const MEM_GBPS: f64 = 10.0;
+/// Per output element and epilogue op: a cheap op (add, relu, clip), and one that calls exp, erf or tanh in f64.
+pub const EPILOGUE_CHEAP_NS: f64 = 0.2;
+pub const EPILOGUE_TRANSCENDENTAL_NS: f64 = 6.0;
+
+fn gemm_us(calls: u64, m: u64, n: u64, k: u64) -> f64 {
+    let pad = |x: u64, t: u64| x.div_ceil(t) * t;
+    let flops = 2.0 * calls as f64 * pad(m, MICRO_TILE.0) as f64 * pad(n, MICRO_TILE.1) as f64 * k as f64;
+    calls as f64 * GEMM_CALL_US + flops / (SGEMM_GFLOPS * 1e3)
+}
+
+fn dims(d: &[usize]) -> u64 {
+    d.iter().map(|&x| x as u64).product()
+}
+
+fn anchor_us(g: &Graph, n: NodeId) -> f64 {
+    let node = g.node(n);
+    let out = &g.ty(node.outputs[0]).shape;
+    match &node.op {
+        Op::MatMul => {
+            let (a, b) = (&g.ty(node.inputs[0]).shape, &g.ty(node.inputs[1]).shape);
+            let k = *a.last().expect("MatMul operands have rank >= 1") as u64;
+            let nn = if b.len() == 1 { 1 } else { b[b.len() - 1] as u64 };
+            let m = if a.len() == 1 { 1 } else { a[a.len() - 2] as u64 };
+            let batches = dims(out) / (m * nn).max(1);
+            // A shared B stacks the batches into one tall GEMM.
+            let b_batches = if b.len() <= 2 { 1 } else { dims(&b[..b.len() - 2]) };
+            if b_batches == 1 {
+                gemm_us(1, m * batches, nn, k)
+            } else {
+                gemm_us(batches, m, nn, k)
+            }
+        }
+        Op::Conv(a) => {
+            let (x, w) = (&g.ty(node.inputs[0]).shape, &g.ty(node.inputs[1]).shape);
+            let (batch, c, m, groups) = (x[0] as u64, x[1] as u64, w[0] as u64, a.group as u64);
+            let (cg, mg) = (c / groups, m / groups);
+            let (ps, kk) = (dims(&out[2..]), dims(&w[2..]));
+            if cg == 1 && groups == c && groups > 1 && x.len() <= 4 {
+                let flops = 2.0 * (batch * m * ps * kk) as f64;
+                let bytes = 4.0 * (dims(x) + dims(out)) as f64;
+                return flops / (DEPTHWISE_GFLOPS * 1e3) + bytes / (MEM_GBPS * 1e3);
+            }
+            let pointwise = kk == 1 && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0);
+            if pointwise {
+                return gemm_us(batch * groups, mg, ps, cg);
+            }
+            // im2col writes the column matrix and the GEMM reads it back.
+            let im2col = 2.0 * 4.0 * (batch * c * kk * ps) as f64 / (MEM_GBPS * 1e3);
+            im2col + gemm_us(batch * groups, mg, ps, cg * kk)
+        }
+        _ => unreachable!("anchors are MatMul or Conv"),
+    }
+}
+
+fn epilogue_us(g: &Graph, n: NodeId, f: &Fusion) -> f64 {
+    let elems = g.ty(g.node(n).outputs[0]).numel() as f64;
+    let ns = match f {
+        Fusion::Unary { op: Unary::Gelu(_) | Unary::Sigmoid, .. } => EPILOGUE_TRANSCENDENTAL_NS,
+        _ => EPILOGUE_CHEAP_NS,
+    };
+    elems * ns / 1e3
+}
+
+/// Estimated microseconds to run `nodes` as one partition; infinite when the backend cannot run them together
+/// (a node it does not support, or an epilogue whose chain's anchor is not among `nodes`).
+pub fn estimate_us(g: &Graph, nodes: &[NodeId]) -> f64 {
+    let set: BTreeSet<NodeId> = nodes.iter().copied().collect();
+    let uses = g.use_counts();
+    let use_of = |v| uses[crate::ir::ValueId::index(v)];
+    let mut total = 0.0;
+    for &n in &set {
+        if support::anchor(g, n).is_ok() {
+            total += anchor_us(g, n);
+            continue;
+        }
+        // An epilogue needs the node it fuses into in the same partition (by induction, its whole chain).
+        let Ok(f) = support::fusion(g, n, &use_of) else { return f64::INFINITY };
+        if !g.producer(f.input()).is_some_and(|p| set.contains(&p)) {
+            return f64::INFINITY;
+        }
+        total += epilogue_us(g, n, &f);
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{ConvAttrs, GeluApprox, TensorType, UnaryOp};
+
+    #[test]
+    fn bigger_products_cost_more_and_lone_epilogues_are_infinite() {
+        let mut g = Graph::new("t");
+        let x = g.add_input("x", TensorType::f32([128, 768]));
+        let w1 = g.add_input("w1", TensorType::f32([768, 3072]));
+        let w2 = g.add_input("w2", TensorType::f32([768, 768]));
+        let big = g.add("big", Op::MatMul, &[x, w1]).unwrap();
+        let gelu = g.add("gelu", Op::Gelu { approximate: GeluApprox::Erf }, &[big]).unwrap();
+        let small = g.add("small", Op::MatMul, &[x, w2]).unwrap();
+        let relu = g.add("relu", Op::Unary(UnaryOp::Relu), &[small]).unwrap();
+        g.outputs.extend([gelu, relu]);
+        let (big, gelu, small, relu) = (NodeId(0), NodeId(1), NodeId(2), NodeId(3));
+        let (b, s) = (estimate_us(&g, &[big]), estimate_us(&g, &[small]));
+        assert!(b > 3.0 * s && s > 0.0, "{b} vs {s}");
+        // 2·128·768·3072 FLOPs at the nominal rate, plus one call.
+        let want = 2.0 * 128.0 * 768.0 * 3072.0 / (SGEMM_GFLOPS * 1e3) + GEMM_CALL_US;
+        assert!((b - want).abs() < 1e-6 * want, "{b} vs {want}");
+        assert!(estimate_us(&g, &[big, gelu]) > b);
+        assert_eq!(estimate_us(&g, &[gelu]), f64::INFINITY);
+        assert_eq!(estimate_us(&g, &[big, relu]), f64::INFINITY);
+        assert!(estimate_us(&g, &[small, relu]).is_finite());
+    }
+
+    #[test]
+    fn im2col_costs_on_top_of_the_same_gemm() {
+        let mut g = Graph::new("t");
+        let x = g.add_input("x", TensorType::f32([1, 64, 56, 56]));
+        let w3 = g.add_input("w3", TensorType::f32([64, 64, 3, 3]));
+        let w1 = g.add_input("w1", TensorType::f32([64, 576, 1, 1]));
+        let xx = g.add_input("xx", TensorType::f32([1, 576, 54, 54]));
+        let a3 = ConvAttrs { strides: vec![1, 1], pads: vec![0; 4], dilations: vec![1, 1], group: 1 };
+        let c3 = g.add("c3", Op::Conv(a3.clone()), &[x, w3]).unwrap();
+        let c1 = g.add("c1", Op::Conv(a3), &[xx, w1]).unwrap();
+        g.outputs.extend([c3, c1]);
+        // Same GEMM (64 x 576 x 2916); the 3x3 one also pays for im2col.
+        assert!(estimate_us(&g, &[NodeId(0)]) > estimate_us(&g, &[NodeId(1)]));
+    }
+}

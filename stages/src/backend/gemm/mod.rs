@@ -1,0 +1,103 @@
+//! `gemm`: the second CPU backend (`cpu -compiler=gemm`). It runs f32 MatMul and Conv through
+//! `matrixmultiply::sgemm` (the packed SIMD GEMM the reference interpreter uses too), with bias, residual and
+//! activation epilogues fused into them, so the partitioner has a real choice on a machine without a GPU.
+//!
+//! A partition lowers to a [plan](plan) function: a list of GEMM, im2col and direct depthwise steps over the
+//! function's arguments and scratch, every shape static; a model's functions make one plan, postcard-encoded
+//! into one [`Module`] of format [`ModuleFormat::GemmPlan`]. The runtime (kernels/src/runtime/gemm.rs)
+//! validates a plan with [`validate::validate`] when loading it and then executes it. There is no code
+//! generation, so the backend is always available and ignores the C-compiler attributes of the `cpu` target
+//! (`-opt-level`, `-fast-math`, `-march`).
+//!
+//! Files: `support` (pattern rules and the epilogue rule), `lower` (kernel graph to plan function), `arena`
+//! (static scratch allocation), `plan` (the format), `validate` (the load-time safety check), `cost` (the
+//! analytical estimate).
+
+pub mod arena;
+pub mod cost;
+pub mod lower;
+pub mod plan;
+pub mod support;
+pub mod validate;
+
+use super::{Backend, BackendError, FunctionInfo, LoweredKernel, Module, ModuleFormat};
+use crate::ir::{Graph, NodeId};
+use crate::target::Target;
+use plan::{Plan, PlanFunction, PLAN_VERSION};
+use std::collections::BTreeSet;
+
+/// The backend's name, as `cpu -compiler=gemm` selects it.
+pub const NAME: &str = "gemm";
+
+/// Code version: part of every key of this backend's work. Bump when lowering or the plan format changes.
+pub const VERSION: u32 = 1;
+
+/// The `gemm` backend (stateless).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GemmBackend;
+
+fn err(msg: impl Into<String>) -> BackendError {
+    BackendError { backend: NAME.to_string(), msg: msg.into() }
+}
+
+fn check_target(target: &Target) -> Result<(), BackendError> {
+    if target.backend_name() != NAME {
+        return Err(err(format!("target '{target}' selects backend '{}', not '{NAME}'", target.backend_name())));
+    }
+    Ok(())
+}
+
+impl Backend for GemmBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn version(&self) -> u32 {
+        VERSION
+    }
+
+    fn available(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool {
+        target.backend_name() == NAME && support::supports(g, n)
+    }
+
+    fn estimate_us(&self, g: &Graph, nodes: &[NodeId], _target: &Target) -> f64 {
+        cost::estimate_us(g, nodes)
+    }
+
+    fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
+        check_target(target)?;
+        let (f, info) = lower::lower_kernel(kernel, symbol).map_err(|m| err(format!("kernel '{}' ({symbol}): {m}", kernel.name)))?;
+        // A lowering bug surfaces here, at compile time, rather than as a refused module at load time.
+        validate::validate(&f, &info).map_err(|e| err(format!("kernel '{}': internal error: {e}", kernel.name)))?;
+        Ok(LoweredKernel { info, code: f.encode() })
+    }
+
+    fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
+        check_target(target)?;
+        let mut symbols = BTreeSet::new();
+        let mut functions: Vec<PlanFunction> = Vec::with_capacity(kernels.len());
+        for k in kernels {
+            if !symbols.insert(k.info.symbol.as_str()) {
+                return Err(err(format!("two kernels are named '{}'", k.info.symbol)));
+            }
+            let f = PlanFunction::decode(&k.code).map_err(|e| err(format!("kernel '{}': {e}", k.info.symbol)))?;
+            validate::validate(&f, &k.info).map_err(|e| err(e.0))?;
+            functions.push(f);
+        }
+        let plan = Plan { version: PLAN_VERSION, functions };
+        Ok(Module {
+            backend: NAME.to_string(),
+            target: target.canonical(),
+            format: ModuleFormat::GemmPlan,
+            functions: kernels.iter().map(|k| k.info.clone()).collect::<Vec<FunctionInfo>>(),
+            bytes: plan.encode(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

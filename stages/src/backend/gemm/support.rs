@@ -1,0 +1,274 @@
+//! The `gemm` backend's pattern rules: which nodes it runs, and how epilogues attach to a MatMul or Conv.
+//!
+//! Anchors: f32 `MatMul` (batched, broadcast, rank-1 operands promoted as NumPy does) and f32 `Conv` (any number
+//! of spatial dimensions, groups, strides, dilations, explicit pads, optional bias input).
+//!
+//! Epilogues: `Relu`, `Clip`, `Gelu` (erf and tanh), `Sigmoid`, `HardSwish` and `Add`, all f32. The rule:
+//! **an epilogue node is supported only if the value it is fused on is produced by an anchor or by another
+//! supported epilogue (a chain back to one anchor), and that value has exactly one use in the graph** (one
+//! consuming node, and not a graph output). The chain's intermediate values then never need to exist in
+//! memory: the runtime applies the whole chain to the anchor's output in one pass while it is hot. For a
+//! unary epilogue the fused value is its input; for `Add` it is the first operand that qualifies, and the other
+//! operand must be one of (shapes right-aligned, the fused value's shape `S` unchanged by the Add):
+//! - a same-shaped tensor `S` (a residual), any source;
+//! - a single element (a scalar);
+//! - for a MatMul chain, a bias along the output's last dimension (`[.., 1, S[-1]]`);
+//! - for a Conv chain, a per-channel bias (`[.., C, 1, .., 1]` aligned with the output's channel axis).
+//!
+//! The same rule decides `supports` on the model graph and fusion in `lower` on the kernel graph (where a
+//! partition output counts as a use), so a partition the partitioner builds from supported nodes, holding each
+//! epilogue's anchor, always lowers.
+
+use crate::ir::{BinaryOp, DType, GeluApprox, Graph, NodeId, Op, UnaryOp, ValueId};
+
+/// The kind of a chain's anchor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnchorKind {
+    MatMul,
+    Conv,
+}
+
+/// A unary epilogue operation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Unary {
+    Relu,
+    Clip { min: f32, max: f32 },
+    Gelu(GeluApprox),
+    Sigmoid,
+    HardSwish,
+}
+
+/// How an epilogue node attaches to its chain.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fusion {
+    Unary { input: ValueId, op: Unary },
+    /// `fused + other`, where `other` element `i` is `other[(i / inner) % count]` of the fused tensor's flat
+    /// index `i`.
+    Add { input: ValueId, other: ValueId, inner: u64, count: u64 },
+}
+
+impl Fusion {
+    pub fn input(&self) -> ValueId {
+        match *self {
+            Fusion::Unary { input, .. } | Fusion::Add { input, .. } => input,
+        }
+    }
+}
+
+fn is_f32(g: &Graph, v: ValueId) -> bool {
+    g.ty(v).dtype == DType::F32
+}
+
+/// Whether `n` is an anchor this backend runs; `Err` says why not (for lowering errors).
+pub fn anchor(g: &Graph, n: NodeId) -> Result<AnchorKind, String> {
+    let node = g.node(n);
+    let kind = match node.op {
+        Op::MatMul => AnchorKind::MatMul,
+        Op::Conv(_) => AnchorKind::Conv,
+        _ => return Err(format!("gemm runs {} only as an epilogue of a MatMul or Conv", node.op.name())),
+    };
+    if let Some(&v) = node.inputs.iter().chain(&node.outputs).find(|&&v| !is_f32(g, v)) {
+        return Err(format!("gemm runs f32 only, got {}", g.ty(v)));
+    }
+    Ok(kind)
+}
+
+fn unary_of(op: &Op) -> Option<Unary> {
+    Some(match *op {
+        Op::Unary(UnaryOp::Relu) => Unary::Relu,
+        Op::Unary(UnaryOp::Sigmoid) => Unary::Sigmoid,
+        Op::Unary(UnaryOp::HardSwish) => Unary::HardSwish,
+        Op::Clip { min, max } if !min.is_nan() && !max.is_nan() => Unary::Clip { min, max },
+        Op::Gelu { approximate } => Unary::Gelu(approximate),
+        _ => return None,
+    })
+}
+
+/// Whether `op` can be an epilogue at all (before looking at the graph).
+pub fn is_epilogue_op(op: &Op) -> bool {
+    unary_of(op).is_some() || matches!(op, Op::Binary(BinaryOp::Add))
+}
+
+/// How `other` broadcasts against a chain value of shape `s`, as `(inner, count)` (see [`Fusion::Add`]).
+pub fn classify_add(kind: AnchorKind, s: &[usize], t: &[usize]) -> Option<(u64, u64)> {
+    let numel = |d: &[usize]| d.iter().product::<usize>() as u64;
+    if t == s {
+        return Some((1, numel(s)));
+    }
+    if t.len() > s.len() {
+        return None;
+    }
+    if numel(t) == 1 {
+        return Some((1, 1));
+    }
+    let (r, q) = (s.len(), t.len());
+    // The axis of `s` that carries the bias, and where it sits in `t` (right-aligned).
+    let axis = match kind {
+        AnchorKind::MatMul => r.checked_sub(1)?,
+        AnchorKind::Conv => 1,
+    };
+    let pos = (axis + q).checked_sub(r)?;
+    let only_axis = t.iter().enumerate().all(|(i, &d)| if i == pos { d == s[axis] } else { d == 1 });
+    if !only_axis {
+        return None;
+    }
+    Some((numel(&s[axis + 1..]), s[axis] as u64))
+}
+
+/// The anchor at the root of `n`'s chain, if `n` is an anchor or a supported epilogue; `uses` counts the
+/// uses of a value (consuming nodes plus graph outputs).
+pub fn chain_anchor(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Option<(NodeId, AnchorKind)> {
+    match anchor(g, n) {
+        Ok(kind) => Some((n, kind)),
+        Err(_) => fuse(g, n, uses).ok().map(|(_, root)| root),
+    }
+}
+
+/// How epilogue node `n` fuses into the chain it continues, or why it cannot.
+pub fn fusion(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result<Fusion, String> {
+    fuse(g, n, uses).map(|(f, _)| f)
+}
+
+/// [`fusion`] and the chain's anchor.
+fn fuse(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result<(Fusion, (NodeId, AnchorKind)), String> {
+    let node = g.node(n);
+    let why_not = || {
+        format!(
+            "gemm runs {} only fused into a MatMul or Conv chain of the same partition whose output has no other use",
+            node.op.name()
+        )
+    };
+    if !is_epilogue_op(&node.op) {
+        return Err(format!("gemm cannot run {}", node.op.name()));
+    }
+    if let Some(&v) = node.inputs.iter().chain(&node.outputs).find(|&&v| !is_f32(g, v)) {
+        return Err(format!("gemm runs f32 only, got {}", g.ty(v)));
+    }
+    // The chain a value continues: its producer's chain, if the value has this node as its only use.
+    let chained = |v: ValueId| -> Option<(NodeId, AnchorKind)> {
+        if uses(v) != 1 {
+            return None;
+        }
+        chain_anchor(g, g.producer(v)?, uses)
+    };
+    if let Some(op) = unary_of(&node.op) {
+        let input = node.inputs[0];
+        return chained(input).map(|root| (Fusion::Unary { input, op }, root)).ok_or_else(why_not);
+    }
+    // Add: the first operand that continues a chain and leaves its shape unchanged, the other broadcast into it.
+    let out_shape = &g.ty(node.outputs[0]).shape;
+    for (i, &input) in node.inputs.iter().enumerate() {
+        let other = node.inputs[1 - i];
+        if &g.ty(input).shape != out_shape {
+            continue;
+        }
+        let Some(root) = chained(input) else { continue };
+        if let Some((inner, count)) = classify_add(root.1, out_shape, &g.ty(other).shape) {
+            return Ok((Fusion::Add { input, other, inner, count }, root));
+        }
+    }
+    Err(why_not())
+}
+
+/// Uses of `v` in `g`: consuming node inputs plus graph outputs.
+pub fn uses_in(g: &Graph, v: ValueId) -> usize {
+    g.nodes.iter().map(|n| n.inputs.iter().filter(|&&i| i == v).count()).sum::<usize>() + g.outputs.iter().filter(|&&o| o == v).count()
+}
+
+/// The pattern rule on a model graph.
+pub fn supports(g: &Graph, n: NodeId) -> bool {
+    chain_anchor(g, n, &|v| uses_in(g, v)).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{ConvAttrs, Tensor, TensorType};
+
+    fn conv_attrs() -> ConvAttrs {
+        ConvAttrs { strides: vec![1, 1], pads: vec![1, 1, 1, 1], dilations: vec![1, 1], group: 1 }
+    }
+
+    #[test]
+    fn classify_add_shapes() {
+        use AnchorKind::*;
+        let s = [2, 3, 4];
+        assert_eq!(classify_add(MatMul, &s, &[2, 3, 4]), Some((1, 24)));
+        assert_eq!(classify_add(MatMul, &s, &[4]), Some((1, 4)));
+        assert_eq!(classify_add(MatMul, &s, &[1, 1, 4]), Some((1, 4)));
+        assert_eq!(classify_add(MatMul, &s, &[1]), Some((1, 1)));
+        assert_eq!(classify_add(MatMul, &s, &[]), Some((1, 1)));
+        assert_eq!(classify_add(MatMul, &s, &[3, 1]), None);
+        assert_eq!(classify_add(MatMul, &s, &[3, 4]), None);
+        assert_eq!(classify_add(MatMul, &s, &[1, 2, 3, 4]), None);
+        let c = [2, 8, 5, 5];
+        assert_eq!(classify_add(Conv, &c, &[8, 1, 1]), Some((25, 8)));
+        assert_eq!(classify_add(Conv, &c, &[1, 8, 1, 1]), Some((25, 8)));
+        assert_eq!(classify_add(Conv, &c, &[8]), None, "[8] aligns with the last axis, not channels");
+        assert_eq!(classify_add(Conv, &c, &[1, 8, 5, 1]), None);
+    }
+
+    /// x -> Conv -> Add(bias) -> Relu -> MatMul(as a second anchor), with `extra` adding a second use of the conv output.
+    fn chain(extra_use: bool) -> (Graph, Vec<NodeId>) {
+        let mut g = Graph::new("t");
+        let x = g.add_input("x", TensorType::f32([1, 2, 4, 4]));
+        let w = g.add_const("w", Tensor::from_f32([3, 2, 3, 3], &[0.1; 54]));
+        let b = g.add_const("b", Tensor::from_f32([3, 1, 1], &[0.5; 3]));
+        let c = g.add("conv", Op::Conv(conv_attrs()), &[x, w]).unwrap();
+        let a = g.add("add", Op::Binary(BinaryOp::Add), &[b, c]).unwrap();
+        let r = g.add("relu", Op::Unary(UnaryOp::Relu), &[a]).unwrap();
+        let t = g.add("tanh", Op::Unary(UnaryOp::Tanh), &[r]).unwrap();
+        g.outputs.push(t);
+        if extra_use {
+            g.outputs.push(c);
+        }
+        let ids = (0..g.nodes.len() as u32).map(NodeId).collect();
+        (g, ids)
+    }
+
+    #[test]
+    fn epilogues_need_a_single_use_chain_to_an_anchor() {
+        let (g, n) = chain(false);
+        assert_eq!(n.iter().map(|&n| supports(&g, n)).collect::<Vec<_>>(), [true, true, true, false]);
+        let f = fusion(&g, n[1], &|v| uses_in(&g, v)).unwrap();
+        assert!(matches!(f, Fusion::Add { inner: 16, count: 3, .. }), "{f:?}");
+        // A second use of the conv output (here: a graph output) stops the chain at the conv.
+        let (g, n) = chain(true);
+        assert_eq!(n.iter().map(|&n| supports(&g, n)).collect::<Vec<_>>(), [true, false, false, false]);
+        let e = fusion(&g, n[1], &|v| uses_in(&g, v)).unwrap_err();
+        assert!(e.contains("Add") && e.contains("no other use"), "{e}");
+    }
+
+    #[test]
+    fn unsupported_dtypes_and_broadcasts() {
+        let mut g = Graph::new("t");
+        let a = g.add_input("a", TensorType::f32([4, 3]));
+        let b = g.add_input("b", TensorType::f32([3, 5]));
+        let col = g.add_input("col", TensorType::f32([4, 1]));
+        let m = g.add("mm", Op::MatMul, &[a, b]).unwrap();
+        let add = g.add("add", Op::Binary(BinaryOp::Add), &[m, col]).unwrap();
+        g.outputs.push(add);
+        assert!(supports(&g, NodeId(0)));
+        assert!(!supports(&g, NodeId(1)), "a per-row bias is not an epilogue this backend has");
+        let mut h = Graph::new("h");
+        let a = h.add_input("a", TensorType::new(DType::F16, [4, 3]));
+        let b = h.add_input("b", TensorType::new(DType::F16, [3, 5]));
+        let m = h.add("mm", Op::MatMul, &[a, b]).unwrap();
+        h.outputs.push(m);
+        assert!(!supports(&h, NodeId(0)));
+        assert!(anchor(&h, NodeId(0)).unwrap_err().contains("f32"));
+    }
+
+    #[test]
+    fn residual_add_of_two_matmuls_fuses_into_the_first() {
+        let mut g = Graph::new("t");
+        let a = g.add_input("a", TensorType::f32([4, 3]));
+        let b = g.add_input("b", TensorType::f32([3, 5]));
+        let m1 = g.add("m1", Op::MatMul, &[a, b]).unwrap();
+        let m2 = g.add("m2", Op::MatMul, &[a, b]).unwrap();
+        let s = g.add("s", Op::Binary(BinaryOp::Add), &[m1, m2]).unwrap();
+        g.outputs.push(s);
+        let f = fusion(&g, NodeId(2), &|v| uses_in(&g, v)).unwrap();
+        assert_eq!(f, Fusion::Add { input: m1, other: m2, inner: 1, count: 20 });
+    }
+}
