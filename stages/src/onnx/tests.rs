@@ -467,3 +467,43 @@ mod torch_exports {
         }
     }
 }
+
+/// Checks every `<name>.onnx` in `$TESSERA_ONNX_CHECK_DIR` (with `<name>.input_<i>.pb` / `.output_<i>.pb`)
+/// against its stored outputs: import, reference interpreter, max error relative to the output's largest
+/// magnitude at most 1e-4. Run by hand on full-size exports (`testdata/export_torch.py --full DIR`; the models
+/// are too large to commit): `TESSERA_ONNX_CHECK_DIR=DIR cargo test -p tessera-stages --lib -- --ignored external`.
+#[test]
+#[ignore = "needs $TESSERA_ONNX_CHECK_DIR with exported models"]
+fn external_models_match_stored_outputs() {
+    let dir = std::path::PathBuf::from(std::env::var_os("TESSERA_ONNX_CHECK_DIR").expect("set TESSERA_ONNX_CHECK_DIR"));
+    let mut models: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "onnx")).collect();
+    models.sort();
+    assert!(!models.is_empty(), "no .onnx files in {}", dir.display());
+    let mut worst = 0.0f64;
+    for m in models {
+        let stem = m.file_stem().unwrap().to_string_lossy().into_owned();
+        let numbered = |kind: &str| -> Vec<Tensor> {
+            (0..).map(|i| dir.join(format!("{stem}.{kind}_{i}.pb"))).take_while(|p| p.exists()).map(|p| load_tensor_file(&p).unwrap()).collect()
+        };
+        let (inputs, expected) = (numbered("input"), numbered("output"));
+        let t0 = std::time::Instant::now();
+        let g = import_file(&m, &ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        let t_import = t0.elapsed().as_secs_f64();
+        let t1 = std::time::Instant::now();
+        let got = run_graph(&g, &inputs).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        let t_run = t1.elapsed().as_secs_f64();
+        let mut hist: std::collections::BTreeMap<&str, usize> = Default::default();
+        for n in &g.nodes {
+            *hist.entry(n.op.name()).or_default() += 1;
+        }
+        for (i, (a, b)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(a.ty, b.ty, "{stem} output {i}");
+            let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
+            let scale = b.iter().fold(0.0f64, |s, v| s.max(v.abs())).max(1e-30);
+            let err = a.iter().zip(&b).fold(0.0f64, |e, (x, y)| e.max((x - y).abs())) / scale;
+            worst = worst.max(err);
+            eprintln!("{stem}: output {i}: max error / max |ref| = {err:.2e}; import {t_import:.2}s, run {t_run:.2}s; {} nodes {hist:?}", g.nodes.len());
+        }
+    }
+    assert!(worst <= 1e-4, "worst relative error {worst:.2e} exceeds 1e-4");
+}
