@@ -271,30 +271,45 @@ pub fn conv(f: &mut Func, node: NodeId, a: &ConvAttrs, grp: Option<&Group>) -> R
     let pointwise = kk == 1 && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0);
     let mut s = String::new();
     if !pointwise && cg * kk < DIRECT_MAX {
-        // Direct loops: per (batch, out channel) and output position, sum over the valid taps.
+        // Direct loops, one output row (last spatial dim) at a time: the row accumulates in scratch, each
+        // tap adding a scaled, shifted input row over its valid range (a contiguous, vectorizable loop at
+        // stride 1). Per element, taps are summed in (channel, kernel position) order.
         let in_st = contiguous(in_sp);
         let k_st = contiguous(kernel);
+        let out_st = contiguous(out_sp);
+        let l = sp - 1;
+        let (ow, s_l, dil_l, pad_l, iw, kl) = (out_sp[l], a.strides[l], a.dilations[l], a.pads[l], in_sp[l], kernel[l]);
+        let row = f.temp(ow, "float", 4);
         s.push_str(&format!("for (long bb = 0; bb < {nbatch}; bb++) {{\nfor (long m = 0; m < {mo}; m++) {{\n"));
         s.push_str(&format!("const long R = bb * {mo} + m;\n{}", epi.row_prelude()));
         s.push_str(&format!("const float* xb = {x} + (bb * {c} + (m / {mg}) * {cg}) * {isz};\nconst float* wm = {w} + m * {};\n", cg * kk));
-        for d in 0..sp {
+        for d in 0..l {
             s.push_str(&format!("for (long o{d} = 0; o{d} < {}; o{d}++) {{\n", out_sp[d]));
             s.push_str(&tap_range(&format!("d{d}"), &format!("o{d}"), a.strides[d], a.pads[d], a.dilations[d], kernel[d], in_sp[d]));
         }
-        let j: Vec<String> = (0..sp).map(|d| format!("o{d} * {}", contiguous(out_sp)[d])).collect();
-        s.push_str(&format!("const long j = {};\nfloat acc = 0.0f;\nfor (long ci = 0; ci < {cg}; ci++) {{\n", j.join(" + ")));
-        for d in 0..sp {
+        s.push_str(&format!("for (long q = 0; q < {ow}; q++) {row}[q] = 0.0f;\nfor (long ci = 0; ci < {cg}; ci++) {{\n"));
+        for d in 0..l {
             s.push_str(&format!("for (long k{d} = d{d}lo; k{d} < d{d}hi; k{d}++) {{\n"));
         }
-        let xi: Vec<String> = (0..sp).map(|d| format!("(d{d}i0 + k{d} * {}) * {}", a.dilations[d], in_st[d])).collect();
-        let wi: Vec<String> = (0..sp).map(|d| format!("k{d} * {}", k_st[d])).collect();
-        s.push_str(&format!("acc += xb[ci * {isz} + {}] * wm[ci * {kk} + {}];\n", xi.join(" + "), wi.join(" + ")));
-        for _ in 0..sp {
+        let mut xi: Vec<String> = vec![format!("ci * {isz}")];
+        xi.extend((0..l).map(|d| format!("(d{d}i0 + k{d} * {}) * {}", a.dilations[d], in_st[d])));
+        let mut wi: Vec<String> = vec![format!("ci * {kk}")];
+        wi.extend((0..l).map(|d| format!("k{d} * {}", k_st[d])));
+        s.push_str(&format!("const float* xr = xb + {};\nconst float* wr = wm + {};\n", xi.join(" + "), wi.join(" + ")));
+        s.push_str(&format!(
+            "for (long kq = 0; kq < {kl}; kq++) {{\nconst float wv = wr[kq];\nconst long off = kq * {dil_l} - {pad_l};\nconst long qlo = off >= 0 ? 0 : (-off + {sm}) / {s_l};\nlong qhi = {iw} - off <= 0 ? 0 : ({iw} - off + {sm}) / {s_l};\nif (qhi > {ow}) qhi = {ow};\nfor (long q = qlo; q < qhi; q++) {row}[q] += xr[q * {s_l} + off] * wv;\n}}\n",
+            sm = s_l - 1
+        ));
+        for _ in 0..l {
             s.push_str("}\n");
         }
         s.push_str("}\n");
-        s.push_str(&epi.element(f, "acc")?);
-        for _ in 0..sp {
+        let mut j: Vec<String> = (0..l).map(|d| format!("o{d} * {}", out_st[d])).collect();
+        j.push("q".into());
+        s.push_str(&format!("for (long q = 0; q < {ow}; q++) {{\nconst long j = {};\n", j.join(" + ")));
+        s.push_str(&epi.element(f, &format!("{row}[q]"))?);
+        s.push_str("}\n");
+        for _ in 0..l {
             s.push_str("}\n");
         }
         s.push_str("}\n}\n");
