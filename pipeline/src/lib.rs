@@ -1,3 +1,8 @@
-//! The tessera pipeline library: plans and runs the stage DAG; the CLI's subcommands live in `cli`.
+//! The tessera pipeline library: plans and runs the stage DAG for a zoo (`zoo`, `build`, `memo`, `plan`);
+//! the CLI's subcommands live in `cli`.
 
+pub mod build;
 pub mod cli;
+pub mod memo;
+pub mod plan;
+pub mod zoo;

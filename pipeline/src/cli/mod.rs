@@ -1,7 +1,11 @@
 //! The `tessera` command line: one module per subcommand.
 
+pub mod bench;
+pub mod compile;
 pub mod run;
+pub mod run_artifact;
 pub mod store;
+pub mod targets;
 
 use clap::{Parser, Subcommand};
 
@@ -14,11 +18,17 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Compile ONNX models and zoo manifests into artifacts (one .tsr per model).
+    Compile(compile::CompileArgs),
     /// Run a model: an ONNX file with the reference interpreter (--reference) or a compiled artifact.
     Run(run::RunArgs),
     /// Inspect and maintain the content-addressed store.
     #[command(subcommand)]
     Store(store::StoreCommand),
+    /// Latency of compiled artifacts: median, p10 and p90 over N runs after warm-up.
+    Bench(bench::BenchArgs),
+    /// List target kinds, their attributes and defaults, and which backends run here.
+    Targets(targets::TargetsArgs),
 }
 
 /// Runs a parsed command line.
@@ -26,5 +36,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Store(cmd) => store::run(cmd),
+        Command::Compile(args) => compile::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Targets(args) => targets::run(args),
     }
 }

@@ -73,10 +73,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             run_reference(&args)
         }
-        ModelKind::Artifact => bail!(
-            "{}: running compiled artifacts (.tsr) is not supported yet; run the ONNX model with --reference",
-            args.model.display()
-        ),
+        ModelKind::Artifact => {
+            if args.reference {
+                bail!("{}: --reference runs an ONNX model; an artifact always runs its compiled code", args.model.display());
+            }
+            let report = super::run_artifact::run_artifact(&args.model, &args.inputs, args.seed, &args.out)?;
+            println!("{}: ran the compiled artifact in {:.4} s", args.model.display(), report.seconds);
+            for line in &report.lines {
+                println!("  {line}");
+            }
+            Ok(())
+        }
     }
 }
 
@@ -102,6 +109,11 @@ fn run_reference(args: &RunArgs) -> anyhow::Result<()> {
 /// the argument starts with followed by `=`, so names and paths may both contain `=`.
 fn bind_inputs(g: &Graph, args: &[String]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
     let names: Vec<&str> = g.inputs.iter().map(|&v| g.value(v).name.as_str()).collect();
+    bind_input_names(&names, args)
+}
+
+/// [`bind_inputs`] against a list of input names (artifacts have no graph).
+pub(crate) fn bind_input_names(names: &[&str], args: &[String]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
     let mut given = BTreeMap::new();
     for a in args {
         let name = names
@@ -144,12 +156,13 @@ pub fn sanitize_file_stem(name: &str) -> String {
 }
 
 /// Assigns unique file stems, in order, adding `_2`, `_3`, ... to repeats (compared case-insensitively).
-struct Stems {
+#[derive(Default)]
+pub(crate) struct Stems {
     taken: BTreeSet<String>,
 }
 
 impl Stems {
-    fn claim(&mut self, name: &str) -> String {
+    pub(crate) fn claim(&mut self, name: &str) -> String {
         let base = sanitize_file_stem(name);
         let mut stem = base.clone();
         let mut k = 2;

@@ -4,51 +4,14 @@
 //! drawn from `--seed` with the same generator and bounds (recorded in the artifact), and saved as
 //! `OUT/<input name>.npy`, so the two runs' directories compare file by file.
 
-use super::run::{sanitize_file_stem, RunReport};
+use super::run::{bind_input_names, RunReport, Stems};
 use anyhow::{bail, Context};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tessera_kernels::artifact::{Artifact, Buf};
 use tessera_kernels::runtime::Executable;
 use tessera_stages::ir::Tensor;
 use tessera_stages::npy;
-
-/// Matches `--input NAME=FILE` arguments to the artifact's inputs: the name is the longest input name the
-/// argument starts with, followed by `=` (names and paths may both contain `=`).
-fn bind_inputs(names: &[&str], args: &[String]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
-    let mut given = BTreeMap::new();
-    for a in args {
-        let name = names.iter().filter(|n| a.len() > n.len() && a.starts_with(*n) && a.as_bytes()[n.len()] == b'=').max_by_key(|n| n.len());
-        let Some(&name) = name else {
-            if !a.contains('=') {
-                bail!("--input '{a}': expected NAME=FILE.npy");
-            }
-            let shown = a.split_once('=').map_or(a.as_str(), |(n, _)| n);
-            bail!("--input '{a}': the model has no input '{shown}' (its inputs: {})", names.join(", "));
-        };
-        if given.insert(name.to_string(), PathBuf::from(&a[name.len() + 1..])).is_some() {
-            bail!("--input given twice for input '{name}'");
-        }
-    }
-    Ok(given)
-}
-
-/// Unique file stems in claim order, `_2`, `_3`, ... on repeats compared case-insensitively: the rule of
-/// the reference run (`run.rs`), which claims outputs first, then drawn inputs.
-struct Stems(BTreeSet<String>);
-
-impl Stems {
-    fn claim(&mut self, name: &str) -> String {
-        let base = sanitize_file_stem(name);
-        let mut stem = base.clone();
-        let mut k = 2;
-        while !self.0.insert(stem.to_ascii_lowercase()) {
-            stem = format!("{base}_{k}");
-            k += 1;
-        }
-        stem
-    }
-}
 
 /// Runs the artifact at `path`: inputs from `--input NAME=FILE.npy` arguments, the rest drawn from `seed`;
 /// writes outputs (and drawn inputs) into `out_dir`. `seconds` in the report is the run alone, not loading.
@@ -56,7 +19,7 @@ pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Pat
     let artifact = Artifact::open(path)?;
     let body = &artifact.body;
     let names: Vec<&str> = body.inputs.iter().map(|d| d.name.as_str()).collect();
-    let given = bind_inputs(&names, input_args)?;
+    let given = bind_input_names(&names, input_args)?;
     let drawn = artifact.random_inputs(seed);
     let mut inputs: Vec<Tensor> = Vec::with_capacity(drawn.len());
     let mut lines = Vec::new();
@@ -84,7 +47,7 @@ pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Pat
     let seconds = start.elapsed().as_secs_f64();
 
     std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create output directory {}", out_dir.display()))?;
-    let mut stems = Stems(BTreeSet::new());
+    let mut stems = Stems::default();
     let mut files = Vec::new();
     // An input that is also an output is written once, under the output's file (as the reference run does).
     let mut input_files: BTreeMap<usize, PathBuf> = BTreeMap::new();

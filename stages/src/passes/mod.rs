@@ -7,3 +7,7 @@ mod gelu;
 mod layernorm;
 mod pattern;
 pub mod simplify;
+
+/// Version of everything the passes do to a graph: part of every key of a graph they produced. Bump it
+/// whenever folding or a simplification changes its output.
+pub const PASSES_VERSION: u32 = 1;
