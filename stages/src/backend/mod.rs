@@ -11,6 +11,7 @@
 //! canonical input order. Functions never allocate per call beyond their declared scratch.
 
 pub mod gemm;
+pub mod registry;
 
 pub mod c;
 
