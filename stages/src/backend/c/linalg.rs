@@ -11,6 +11,9 @@
 //! (`C/g · k < DIRECT_MAX`) use direct loops instead. ConvTranspose scatters products into a double
 //! accumulator per output plane (the reference sums taps in f64 too).
 
+// Code is generated per spatial dim; indexing several per-dim arrays by `d` reads best.
+#![allow(clippy::needless_range_loop)]
+
 use super::ew::{self, Operand};
 use super::func::Func;
 use super::nest::{broadcast, contiguous, flat_stride, row_offset};
@@ -159,7 +162,7 @@ fn gemm(f: &mut Func, epi: &Epilogue, m: usize, n: usize, k: usize, a: &str, lda
 }
 
 fn pack_floats(k: usize, n: usize) -> usize {
-    k.min(KC).max(1) * n.min(NC).div_ceil(NR_MAX).max(1) * NR_MAX
+    k.clamp(1, KC) * n.min(NC).div_ceil(NR_MAX).max(1) * NR_MAX
 }
 
 /// f32 MatMul (NumPy semantics) with an optional fused epilogue group.

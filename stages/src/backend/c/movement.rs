@@ -2,12 +2,15 @@
 //! and the copies into outputs. Elements are moved in their own C type (bit-exact on every supported host).
 //! Every strided copy is one coalesced nest; a contiguous inner run becomes a memcpy.
 
+#![allow(clippy::needless_range_loop)]
+
 use super::cexpr::mem_type;
 use super::func::Func;
 use super::nest::{broadcast, contiguous, Nest};
 use crate::ir::{NodeId, PadMode, Tensor, ValueId};
 
 /// `dst[dst_base + i·dst_st] = src[src_base + i·src_st]` over every multi-index `i` of `shape`.
+#[allow(clippy::too_many_arguments)]
 pub fn copy(shape: &[usize], dst: &str, dst_st: Vec<i64>, dst_base: &str, src: &str, src_st: Vec<i64>, src_base: &str, elem: &str) -> String {
     if shape.contains(&0) {
         return String::new();

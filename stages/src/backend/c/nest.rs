@@ -39,8 +39,7 @@ impl Nest {
             if n == 1 {
                 continue;
             }
-            if let Some(&last) = dims.last() {
-                let _ = last;
+            if !dims.is_empty() {
                 let k = dims.len() - 1;
                 if strides.iter().enumerate().all(|(o, s)| st[o][k] == s[d] * n as i64) {
                     dims[k] *= n;

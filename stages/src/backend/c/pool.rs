@@ -3,6 +3,8 @@
 //! win; AveragePool sums in double and divides by the taps inside the input (or inside the padded extent with
 //! count_include_pad), as the reference does.
 
+#![allow(clippy::needless_range_loop)]
+
 use super::func::Func;
 use super::nest::contiguous;
 use crate::ir::{NodeId, PoolAttrs};
