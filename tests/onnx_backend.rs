@@ -114,7 +114,9 @@ fn node_root(data: &Path) -> Option<PathBuf> {
         return Some(data.to_path_buf());
     }
     if let Some(d) = std::env::var_os("ONNX_NODE_DATA") {
-        return Some(PathBuf::from(d));
+        let d = PathBuf::from(d);
+        assert!(d.join("node").is_dir(), "ONNX_NODE_DATA={} has no node/ folder (relative paths start at tests/)", d.display());
+        return Some(d);
     }
     let version = std::process::Command::new("python3").args(["-c", "import onnx; print(onnx.__version__)"]).output().ok()?;
     let version = String::from_utf8_lossy(&version.stdout).trim().to_string();

@@ -13,6 +13,7 @@ pub const OPS: &[&str] = &[
     "Not", "IsNaN", "LeakyRelu", "HardSigmoid", "Gelu", "Clip", "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal",
     "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Min", "Max", "Sum", "Mean", "Where", "Cast",
     "CastLike", "Elu", "Selu", "PRelu", "Softplus", "Softsign", "Sign", "Shrink", "ThresholdedRelu",
+    "Xor", "IsInf",
 ];
 
 pub fn converter(op: &str) -> Option<Converter> {
@@ -39,6 +40,8 @@ pub fn converter(op: &str) -> Option<Converter> {
         "Sign" => sign,
         "Shrink" => shrink,
         "ThresholdedRelu" => thresholded_relu,
+        "Xor" => xor,
+        "IsInf" => is_inf,
         _ => return None,
     })
 }
@@ -351,4 +354,41 @@ fn thresholded_relu(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
     let (a, zero) = (im.scalar(n, dt, alpha), im.scalar(n, dt, 0.0));
     let keep = im.emit(n, Op::Binary(BinaryOp::Greater), &[x, a])?;
     one(im.emit(n, Op::Where, &[keep, x, zero])?)
+}
+
+/// `(a or b) and not (a and b)`.
+fn xor(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
+    let a = im.input(n, 0)?;
+    let b = im.input(n, 1)?;
+    let either = im.emit(n, Op::Binary(BinaryOp::Or), &[a, b])?;
+    let both = im.emit(n, Op::Binary(BinaryOp::And), &[a, b])?;
+    let not_both = im.emit(n, Op::Unary(UnaryOp::Not), &[both])?;
+    one(im.emit(n, Op::Binary(BinaryOp::And), &[either, not_both])?)
+}
+
+/// `x == +inf` and/or `x == -inf`, as `detect_positive` / `detect_negative` ask.
+fn is_inf(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
+    let x = im.input(n, 0)?;
+    let dt = im.dtype(x);
+    if !dt.is_float() {
+        return Err(NodeError::invalid(format!("IsInf needs a float input, got {dt}")));
+    }
+    let pos = n.attrs.int_or("detect_positive", 1)? != 0;
+    let neg = n.attrs.int_or("detect_negative", 1)? != 0;
+    let mut tests = Vec::new();
+    for (on, v) in [(pos, f64::INFINITY), (neg, f64::NEG_INFINITY)] {
+        if on {
+            let c = im.scalar(n, dt, v);
+            tests.push(im.emit(n, Op::Binary(BinaryOp::Equal), &[x, c])?);
+        }
+    }
+    match tests[..] {
+        [] => {
+            let f = im.konst(n, crate::ir::Tensor::from_bool(im.shape(x), &vec![false; im.ty(x).numel()]));
+            one(f)
+        }
+        [t] => one(t),
+        [p, q] => one(im.emit(n, Op::Binary(BinaryOp::Or), &[p, q])?),
+        _ => unreachable!("at most two tests"),
+    }
 }
