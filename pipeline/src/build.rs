@@ -232,6 +232,7 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
             .input_digest("target", &t.digest())
             .input("backend", &(backend.name(), backend.version()))
             .input("lowered_kernels", &kernels)
+            .env("toolchain", &backend.environment(t))
             .finish()?;
         let m = ctx
             .memo

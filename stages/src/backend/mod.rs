@@ -76,6 +76,12 @@ pub trait Backend: Send + Sync {
     fn version(&self) -> u32;
     /// Whether this machine can compile for the backend (e.g. a C compiler is present); the reason if not.
     fn available(&self) -> Result<(), String>;
+    /// The facts of this machine that the backend's compiled output depends on (compiler and its version,
+    /// flags it picked up, toolkit and device versions), as sorted name/value pairs. They are part of the
+    /// compile key, so a different toolchain never serves a stale module.
+    fn environment(&self, _target: &Target) -> Vec<(String, String)> {
+        Vec::new()
+    }
     /// Pattern rule: can this backend run node `n` of `g`?
     fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool;
     /// Analytical cost estimate of running these nodes as one partition, in microseconds.

@@ -121,6 +121,26 @@ impl Backend for CBackend {
         toolchain::toolchain().map(|_| ())
     }
 
+    /// The compiler, its version, every flag it will be given (cc's base flags include `CFLAGS` from the
+    /// environment) and the environment cc sets for it: a different toolchain is a different module.
+    fn environment(&self, target: &Target) -> Vec<(String, String)> {
+        match toolchain::toolchain() {
+            Err(why) => vec![("cc".into(), format!("unavailable: {why}"))],
+            Ok(tc) => {
+                let show = |v: &[std::ffi::OsString]| v.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
+                let mut env: Vec<String> = tc.env.iter().map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy())).collect();
+                env.sort();
+                vec![
+                    ("cc.path".into(), tc.path.display().to_string()),
+                    ("cc.version".into(), tc.version.clone()),
+                    ("cc.base_args".into(), show(&tc.base_args)),
+                    ("cc.env".into(), env.join(" ")),
+                    ("cc.target_flags".into(), toolchain::target_flags(target).join(" ")),
+                ]
+            }
+        }
+    }
+
     fn supports(&self, g: &Graph, n: NodeId, _target: &Target) -> bool {
         let node = g.node(n);
         node.inputs.iter().chain(&node.outputs).all(|&v| matches!(g.ty(v).dtype, DType::F32 | DType::I64 | DType::I32 | DType::Bool))
