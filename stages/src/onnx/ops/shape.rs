@@ -526,7 +526,13 @@ fn reduce(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
         Some(op) => im.emit(n, op, &[x])?,
         None => x,
     };
+    // ReduceMax/ReduceMin of bool (opset 20) are any/all: exact through i32, which the IR reduces.
+    let as_bool = im.dtype(v) == DType::Bool && matches!(kind, ReduceKind::Max | ReduceKind::Min);
+    let v = if as_bool { im.cast(n, v, DType::I32)? } else { v };
     let mut y = if axes.is_empty() { im.emit(n, Op::Identity, &[v])? } else { im.emit(n, Op::Reduce { kind, axes, keepdims }, &[v])? };
+    if as_bool {
+        y = im.cast(n, y, DType::Bool)?;
+    }
     match n.op_type {
         "ReduceL2" => y = im.emit(n, Op::Unary(UnaryOp::Sqrt), &[y])?,
         "ReduceLogSumExp" => y = im.emit(n, Op::Unary(UnaryOp::Log), &[y])?,
