@@ -402,3 +402,72 @@ mod fuzz {
         }
     }
 }
+
+// ---- Zoo models: every MatMul/Conv chain of a real model, one module per model ----
+
+/// Partitions of `g` the way a rule-based partitioner forms them for this backend: each anchor with every
+/// supported epilogue of its chain.
+fn chain_partitions(g: &Graph) -> Vec<Vec<NodeId>> {
+    use tessera_stages::backend::gemm::support::{chain_anchor, uses_in};
+    let mut by_anchor: std::collections::BTreeMap<NodeId, Vec<NodeId>> = Default::default();
+    for i in 0..g.nodes.len() as u32 {
+        if let Some((a, _)) = chain_anchor(g, NodeId(i), &|v| uses_in(g, v)) {
+            by_anchor.entry(a).or_default().push(NodeId(i));
+        }
+    }
+    by_anchor.into_values().collect()
+}
+
+fn check_model(model: &str, opts: tessera_fixtures::ModelOptions) -> (usize, usize) {
+    let mut g = tessera_fixtures::build_with(model, &opts).unwrap();
+    tessera_stages::passes::simplify::simplify(&mut g).unwrap();
+    let parts = chain_partitions(&g);
+    assert!(!parts.is_empty(), "{model}: nothing for the gemm backend");
+    let compiled: Vec<Compiled> = parts.iter().enumerate().map(|(i, p)| lower_nodes(&g, p, &format!("p{i}"))).collect();
+    let m = GemmBackend.compile_module(&target(), &compiled.iter().map(|c| c.lowered.clone()).collect::<Vec<_>>()).unwrap();
+    let module = load_module(&m).unwrap();
+    // Every value a partition reads or provides, from one interpreter run of the model.
+    let mut eval = g.clone();
+    for c in &compiled {
+        eval.outputs.extend(c.sig.inputs.iter().chain(&c.sig.outputs).filter(|&&v| g.producer(v).is_some()));
+    }
+    let inputs = random_inputs(&g, 5);
+    let values = run_graph(&eval, &inputs).unwrap();
+    let value_of = |v: ValueId| -> Tensor {
+        match &g.value(v).def {
+            ValueDef::Input(i) => inputs[*i].clone(),
+            ValueDef::Const(t) => t.clone(),
+            ValueDef::Node { .. } => values[eval.outputs.iter().position(|&o| o == v).unwrap()].clone(),
+        }
+    };
+    // Call each function with its boundary values as a model input set of a graph whose inputs are exactly them.
+    for (index, c) in compiled.iter().enumerate() {
+        let mut boundary = Graph::new("boundary");
+        let ins: Vec<Tensor> = c.sig.inputs.iter().map(|&v| value_of(v)).collect();
+        let mut sig = c.sig.clone();
+        sig.inputs = ins.iter().map(|t| boundary.add_input("i", t.ty.clone())).collect();
+        let got = call(module.as_ref(), &m, index, &boundary, &sig, &ins);
+        for (k, &o) in c.sig.outputs.iter().enumerate() {
+            assert_close(&got[k], &value_of(o).to_f32_vec(), &format!("{model} partition {index} output {k}"));
+        }
+    }
+    let fused = parts.iter().map(|p| p.len() - 1).sum();
+    (parts.len(), fused)
+}
+
+#[test]
+fn zoo_models_chain_by_chain() {
+    use tessera_fixtures::ModelOptions;
+    let cases = [
+        ("mlp3", ModelOptions { batch: 2, seq: None, image: None }),
+        ("resnet18", ModelOptions { batch: 1, seq: None, image: Some(64) }),
+        ("mobilenetv2", ModelOptions { batch: 2, seq: None, image: Some(32) }),
+        ("bert-tiny", ModelOptions { batch: 2, seq: Some(16), image: None }),
+    ];
+    for (model, opts) in cases {
+        let (parts, fused) = check_model(model, opts);
+        eprintln!("{model}: {parts} gemm partitions, {fused} epilogue nodes fused");
+        // Every model has epilogues to fuse (biases, ReLU/ReLU6, GELU, residuals).
+        assert!(fused > 0, "{model}: {parts} partitions, no epilogue fused");
+    }
+}

@@ -2,7 +2,7 @@
 //! `matrixmultiply::sgemm` (the packed SIMD GEMM the reference interpreter uses too), with bias, residual and
 //! activation epilogues fused into them, so the partitioner has a real choice on a machine without a GPU.
 //!
-//! A partition lowers to a [plan](plan) function: a list of GEMM, im2col and direct depthwise steps over the
+//! A partition lowers to a [plan] function: a list of GEMM, im2col and direct depthwise steps over the
 //! function's arguments and scratch, every shape static; a model's functions make one plan, postcard-encoded
 //! into one [`Module`] of format [`ModuleFormat::GemmPlan`]. The runtime (kernels/src/runtime/gemm.rs)
 //! validates a plan with [`validate::validate`] when loading it and then executes it. There is no code
