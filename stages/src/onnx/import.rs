@@ -55,8 +55,8 @@ pub struct Importer<'a> {
     unavailable: BTreeMap<String, String>,
     /// The model's default-domain opset version (0: none imported).
     pub opset: i64,
-    #[allow(dead_code)]
-    base_dir: Option<&'a Path>,
+    /// The model's directory, for external data of tensors in attributes (Constant's value).
+    pub base_dir: Option<&'a Path>,
 }
 
 impl<'a> Importer<'a> {

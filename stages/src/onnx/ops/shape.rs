@@ -397,7 +397,7 @@ fn constant_of_shape(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
     let shape = usize_list(&ints_of(&im.const_input(n, 0, "shape")?, "shape")?, "shape")?;
     let value = match n.attrs.tensor("value")? {
         Some(t) => {
-            let t = tensor_from_proto(t, None).map_err(|kind| NodeError { attribute: Some("value".into()), kind })?;
+            let t = tensor_from_proto(t, im.base_dir).map_err(|kind| NodeError { attribute: Some("value".into()), kind })?;
             if t.numel() != 1 {
                 return Err(NodeError::attr("value", format!("must hold one element, got {}", t.ty)));
             }
@@ -412,7 +412,7 @@ fn constant_of_shape(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
 fn constant(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
     let a = &n.attrs;
     let t = if let Some(t) = a.tensor("value")? {
-        tensor_from_proto(t, None).map_err(|kind| NodeError { attribute: Some("value".into()), kind })?
+        tensor_from_proto(t, im.base_dir).map_err(|kind| NodeError { attribute: Some("value".into()), kind })?
     } else if let Some(v) = a.float("value_float")? {
         Tensor::scalar_f32(v)
     } else if let Some(v) = a.floats("value_floats")? {
