@@ -471,3 +471,65 @@ fn zoo_models_chain_by_chain() {
         assert!(fused > 0, "{model}: {parts} partitions, no epilogue fused");
     }
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Batch dims of one operand: right-aligned sub-shape of `batch`, each dim kept or broadcast to 1.
+    fn operand_batch(batch: &[usize], keep: &[bool], rank: usize) -> Vec<usize> {
+        let lead = batch.len() - rank.min(batch.len());
+        batch[lead..].iter().zip(&keep[lead..]).map(|(&d, &k)| if k { d } else { 1 }).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any MatMul NumPy accepts (ranks 1 to 4, broadcast batches) matches the interpreter.
+        #[test]
+        fn random_matmuls(
+            batch in prop::collection::vec(1usize..4, 0..3),
+            keep_a in prop::collection::vec(any::<bool>(), 3),
+            keep_b in prop::collection::vec(any::<bool>(), 3),
+            rank_a in 0usize..3, rank_b in 0usize..3,
+            m in 1usize..6, k in 1usize..12, n in 1usize..6,
+            vec_a in any::<bool>(), vec_b in any::<bool>(),
+        ) {
+            let mut a = if vec_a { vec![] } else { operand_batch(&batch, &keep_a, rank_a) };
+            let mut b = if vec_b { vec![] } else { operand_batch(&batch, &keep_b, rank_b) };
+            if vec_a { a.push(k) } else { a.extend([m, k]) }
+            if vec_b { b.push(k) } else { b.extend([k, n]) }
+            check(&matmul_graph("prop_matmul", &a, &b, false));
+        }
+
+        /// Random conv geometry (1 or 2 spatial dims, groups, strides, dilations, asymmetric pads) with a
+        /// bias and a ReLU fused.
+        #[test]
+        fn random_convs(
+            batch in 1usize..3, groups in 1usize..4, cg in 1usize..4, mg in 1usize..4,
+            two_d in any::<bool>(),
+            size in prop::collection::vec(1usize..9, 2),
+            kernel in prop::collection::vec(1usize..4, 2),
+            strides in prop::collection::vec(1usize..4, 2),
+            dilations in prop::collection::vec(1usize..3, 2),
+            pads in prop::collection::vec(0usize..3, 4),
+        ) {
+            let nd = if two_d { 2 } else { 1 };
+            // Pads stay below the dilated kernel extent (as exporters produce) and the output is non-empty.
+            let pads: Vec<usize> = (0..2 * nd).map(|i| pads[i].min(dilations[i % nd] * (kernel[i % nd] - 1))).collect();
+            for d in 0..nd {
+                prop_assume!(size[d] + pads[d] + pads[nd + d] >= dilations[d] * (kernel[d] - 1) + 1);
+            }
+            let mut x = vec![batch, groups * cg];
+            x.extend(&size[..nd]);
+            let mut w = vec![groups * mg, cg];
+            w.extend(&kernel[..nd]);
+            let a = conv_attrs(&strides[..nd], &pads, &dilations[..nd], groups);
+            let mut g = conv_graph("prop_conv", &x, &w, a, true);
+            let c = g.outputs.pop().unwrap();
+            let r = g.add("relu", Op::Unary(UnaryOp::Relu), &[c]).unwrap();
+            g.outputs.push(r);
+            check(&g);
+        }
+    }
+}

@@ -72,7 +72,7 @@ impl LoadedModule for GemmModule {
             }
         }
         let mem = exec::Mem {
-            args: args[..f.lens.args.len()].iter().map(|&p| p as *mut f32).collect(),
+            args: &args[..f.lens.args.len()],
             scratch: if with_scratch { args[want - 1] as *mut f32 } else { std::ptr::null_mut() },
             consts: &f.plan.consts,
         };

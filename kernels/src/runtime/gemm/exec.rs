@@ -12,7 +12,8 @@ use tessera_stages::backend::gemm::plan::{Buf, Depthwise2d, EpOp, Epilogue, Gelu
 
 /// The buffers of one call: argument and scratch base pointers, and the plan's constants.
 pub struct Mem<'a> {
-    pub args: Vec<*mut f32>,
+    /// `[inputs.., outputs..]`, each pointing at f32 elements.
+    pub args: &'a [*mut u8],
     pub scratch: *mut f32,
     pub consts: &'a [Vec<f32>],
 }
@@ -25,7 +26,7 @@ fn us(x: u64) -> usize {
 impl Mem<'_> {
     fn base(&self, b: Buf) -> *const f32 {
         match b {
-            Buf::Arg(i) => self.args[i as usize],
+            Buf::Arg(i) => self.args[i as usize] as *const f32,
             Buf::Scratch => self.scratch,
             Buf::Const(i) => self.consts[i as usize].as_ptr(),
         }
