@@ -180,7 +180,17 @@ pub fn compile_all(
 }
 
 /// Copies an artifact out of the store atomically (temp file + rename), so a reader never sees half a file.
+/// A file already holding exactly these bytes (same size and blake3) is left alone: rebuilding an unchanged
+/// zoo rewrites nothing.
 fn write_artifact(store: &tessera_store::Store, d: &Digest, path: &Path) -> Result<()> {
+    if let (Ok(meta), Some(size)) = (std::fs::metadata(path), store.objects().size_of(d)) {
+        if meta.is_file() && meta.len() == size {
+            let mut h = blake3::Hasher::new();
+            if h.update_mmap_rayon(path).is_ok() && Digest::from(h.finalize()) == *d {
+                return Ok(());
+            }
+        }
+    }
     let tmp = path.with_extension("tsr.tmp");
     {
         let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
