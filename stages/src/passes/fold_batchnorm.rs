@@ -61,15 +61,20 @@ pub fn fold_batchnorm_into_conv(g: &mut Graph) -> usize {
     let uses = Uses::new(g);
     let folds: Vec<Fold> = (0..g.nodes.len()).filter_map(|i| plan(g, &uses, NodeId(i as u32))).collect();
     let count = folds.len();
+    // Folds are applied in node order; a later conv may read an earlier fold's BatchNorm output, so its input
+    // is looked up through the replacements made so far (else the old BatchNorm would stay alive).
+    let mut replaced: std::collections::BTreeMap<ValueId, ValueId> = std::collections::BTreeMap::new();
     for f in folds {
+        let x = *replaced.get(&f.x).unwrap_or(&f.x);
         let (name, op) = {
             let cn = g.node(f.conv);
             (cn.name.clone(), cn.op.clone())
         };
         let w = g.add_const(format!("{name}/w_bn"), f.weight);
         let b = g.add_const(format!("{name}/b_bn"), f.bias);
-        let y = g.add(format!("{name}/bn"), op, &[f.x, w, b]).expect("folded conv keeps its types");
+        let y = g.add(format!("{name}/bn"), op, &[x, w, b]).expect("folded conv keeps its types");
         g.replace_uses(f.bn_out, y);
+        replaced.insert(f.bn_out, y);
     }
     count
 }
@@ -122,5 +127,33 @@ mod tests {
     fn conv_output_with_another_use_is_not_folded() {
         let mut g = conv_bn(true, true);
         assert_eq!(fold_batchnorm_into_conv(&mut g), 0);
+    }
+
+    /// conv -> bn -> conv -> bn: the second fold reads the first one's output, so no BatchNorm may survive.
+    #[test]
+    fn chained_folds_leave_no_batchnorm() {
+        let mut g = Graph::new("chain");
+        let x = g.add_input("x", TensorType::f32([1, 4, 5, 5]));
+        let attrs = ConvAttrs { strides: vec![1, 1], pads: vec![1; 4], dilations: vec![1, 1], group: 1 };
+        let mut v = x;
+        for layer in 0..2 {
+            let w: Vec<f32> = (0..4 * 4 * 9).map(|i| ((i * 7 + layer) % 11) as f32 / 11.0 - 0.5).collect();
+            let w = g.add_const(format!("w{layer}"), Tensor::from_f32([4, 4, 3, 3], &w));
+            let c = g.add(format!("conv{layer}"), Op::Conv(attrs.clone()), &[v, w]).unwrap();
+            let p = |g: &mut Graph, n: &str, v: [f32; 4]| g.add_const(format!("{n}{layer}"), Tensor::from_f32([4], &v));
+            let gamma = p(&mut g, "gamma", [1.0, 0.5, 2.0, -1.0]);
+            let beta = p(&mut g, "beta", [0.0, 0.1, -0.3, 0.2]);
+            let mean = p(&mut g, "mean", [0.05, -0.1, 0.2, 0.0]);
+            let var = p(&mut g, "var", [1.0, 0.25, 4.0, 0.5]);
+            v = g.add(format!("bn{layer}"), Op::BatchNorm { epsilon: 1e-5 }, &[c, gamma, beta, mean, var]).unwrap();
+        }
+        g.outputs.push(v);
+        let g0 = g.clone();
+        assert_eq!(fold_batchnorm_into_conv(&mut g), 2);
+        g.compact();
+        crate::ir::verify(&g).unwrap();
+        assert!(g.nodes.iter().all(|n| matches!(n.op, Op::Conv(_))), "{:?}", g.nodes.iter().map(|n| n.op.name()).collect::<Vec<_>>());
+        assert_eq!(g.nodes.len(), 2);
+        assert_same_outputs(&g0, &g, 1e-5);
     }
 }
