@@ -18,7 +18,24 @@ import numpy as np
 TOL = 1e-4
 
 
+def _outputs_module():
+    import torch
+
+    class Outputs(torch.nn.Module):
+        """Returns a Hugging Face model's outputs as a plain tuple (the exporters trace tuples, not ModelOutput)."""
+
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, *args):
+            return tuple(self.m(*args, return_dict=False))
+
+    return Outputs
+
+
 def export(name, workdir):
+    Outputs = _outputs_module()
     import torch
     torch.manual_seed(0)
     path = os.path.join(workdir, f"{name}.onnx")
@@ -30,7 +47,8 @@ def export(name, workdir):
         dynamic = None
     elif name == "bert-base":
         from transformers import BertConfig, BertModel
-        model = BertModel(BertConfig())
+        # Eager attention: the TorchScript exporter cannot trace transformers' SDPA path.
+        model = Outputs(BertModel(BertConfig(attn_implementation="eager")))
         ids = torch.randint(0, 30522, (1, 128))
         args = (ids, torch.ones(1, 128, dtype=torch.int64))
         in_names, out_names = ["input_ids", "attention_mask"], ["last_hidden_state", "pooler_output"]
@@ -38,23 +56,24 @@ def export(name, workdir):
         dynamic = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
     elif name == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
-        model = GPT2LMHeadModel(GPT2Config())
-        model.config.use_cache = False
+        model = Outputs(GPT2LMHeadModel(GPT2Config(attn_implementation="eager", use_cache=False)))
         args = (torch.randint(0, 50257, (1, 128)),)
         in_names, out_names = ["input_ids"], ["logits"]
         dynamic = None
     else:
         raise SystemExit(f"unknown model {name}")
     model.eval()
-    how = "torchscript opset 17"
+    opset, how = 17, "torchscript opset 17"
     with torch.no_grad():
         try:
             torch.onnx.export(model, args, path, opset_version=17, input_names=in_names, output_names=out_names,
                               dynamic_axes=dynamic, dynamo=False)
         except Exception as e:  # the TorchScript exporter may be gone in a future torch
-            how = f"dynamo (torchscript failed: {type(e).__name__})"
-            torch.onnx.export(model, args, path, opset_version=17, input_names=in_names, output_names=out_names,
-                              dynamo=True, external_data=False)
+            # The dynamo exporter implements opset 18 and up; asking it for 17 gives a down-converted model that
+            # ONNX Runtime rejects (Split with num_outputs), so it exports at 18.
+            opset, how = 18, f"dynamo opset 18 (torchscript failed: {type(e).__name__}: {str(e)[:80]})"
+            torch.onnx.export(model, args, path, opset_version=18, input_names=in_names, output_names=out_names,
+                              dynamic_shapes=None, dynamo=True, external_data=False)
     shapes = {n: list(a.shape) for n, a in zip(in_names, args)}
     return path, how, shapes
 
