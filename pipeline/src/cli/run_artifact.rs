@@ -159,7 +159,7 @@ mod tests {
         assert!(e.contains("input 'x'") && e.contains("bad.npy") && e.contains("f32[4]"), "{e}");
         let e = format!("{:#}", run_artifact(&tsr, &["nope=f.npy".into()], 0, d.path()).err().unwrap());
         assert!(e.contains("no input 'nope'") && e.contains("x, ids:0"), "{e}");
-        let b = bind_inputs(&["ids", "ids=2"], &["ids=2=a.npy".into()]).unwrap();
+        let b = super::super::run::bind_input_names(&["ids", "ids=2"], &["ids=2=a.npy".into()]).unwrap();
         assert_eq!(b["ids=2"], PathBuf::from("a.npy"));
         std::fs::write(&tsr, b"TESSERA\x1a garbage").unwrap();
         let e = format!("{:#}", run_artifact(&tsr, &[], 0, d.path()).err().unwrap());
