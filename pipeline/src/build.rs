@@ -150,6 +150,16 @@ fn stage_load(ctx: &Ctx, job: &ModelJob) -> Result<(Digest, Option<Graph>)> {
     }
 }
 
+/// The key of the lower stage: one kernel signature for one target. The tune stage lowers candidates under
+/// the same key, so a kernel measured during partitioning is never lowered again when the model compiles.
+pub fn lower_key(kernel: &Digest, target: &Target, backend: &dyn Backend) -> Result<Digest> {
+    Ok(KeyBuilder::new("lower", backend.version())
+        .input_digest("kernel", kernel)
+        .input_digest("target", &target.digest())
+        .input("backend", backend.name())
+        .finish()?)
+}
+
 fn backend_versions(ctx: &Ctx) -> Vec<(String, String, u32)> {
     ctx.targets.targets.iter().filter_map(|t| ctx.backend(t).ok().map(|b| (t.to_string(), b.name().to_string(), b.version()))).collect()
 }
@@ -199,11 +209,7 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
         .par_iter()
         .map(|((target, kernel), &first)| -> Result<((Target, Digest), Digest)> {
             let backend = ctx.backend(target)?;
-            let key = KeyBuilder::new("lower", backend.version())
-                .input_digest("kernel", kernel)
-                .input_digest("target", &target.digest())
-                .input("backend", backend.name())
-                .finish()?;
+            let key = lower_key(kernel, target, backend)?;
             let out = ctx.memo.call("lower", key, || {
                 let g = graph.get()?;
                 let p = &plan.partitions[first];

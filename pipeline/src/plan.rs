@@ -39,6 +39,19 @@ pub struct PlanPartition {
     pub args: Vec<PlanRef>,
     pub n_inputs: u32,
     pub cost_us: f64,
+    /// Where `cost_us` came from: "measured" or "analytical".
+    pub cost_source: String,
+    /// The best candidate of another backend this partition beat, if the partitioner considered one.
+    pub alternative: Option<Alternative>,
+}
+
+/// The runner-up for a partition's nodes: which backend, its cost, and where that cost came from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Alternative {
+    pub backend: String,
+    pub target: String,
+    pub cost_us: f64,
+    pub cost_source: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -113,6 +126,8 @@ pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&tesser
             args,
             n_inputs: sig.inputs.len() as u32,
             cost_us: p.cost_us,
+            cost_source: parts.cost_source.name().to_string(),
+            alternative: None,
         });
     }
     let mut outputs = Vec::with_capacity(g.outputs.len());
