@@ -16,7 +16,7 @@ use tessera_stages::target::Target;
 use tessera_store::Digest;
 
 /// Bump when the plan's content or meaning changes.
-pub const PLAN_VERSION: u32 = 1;
+pub const PLAN_VERSION: u32 = 2;
 
 /// Where a kernel argument or a graph output lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
