@@ -1,8 +1,10 @@
 //! The tessera pipeline library: plans and runs the stage DAG for a zoo (`zoo`, `build`, `memo`, `plan`);
 //! the CLI's subcommands live in `cli`.
 
+pub mod baselines;
 pub mod build;
 pub mod cli;
+pub mod explain;
 pub mod memo;
 pub mod plan;
 pub mod zoo;

@@ -1,6 +1,8 @@
 //! The `tessera` command line: one module per subcommand.
 
+pub mod baselines;
 pub mod bench;
+pub mod explain;
 pub mod compile;
 pub mod run;
 pub mod run_artifact;
@@ -29,6 +31,11 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// List target kinds, their attributes and defaults, and which backends run here.
     Targets(targets::TargetsArgs),
+    /// Which backend runs which nodes of a model, each partition's cost and the alternative it beat; text,
+    /// JSON or an SVG of the graph colored by backend.
+    Explain(explain::ExplainArgs),
+    /// The searched mix of backends against each backend alone, compiled and benchmarked in one run.
+    Baselines(baselines::BaselinesArgs),
 }
 
 /// Runs a parsed command line.
@@ -39,5 +46,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Compile(args) => compile::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Targets(args) => targets::run(args),
+        Command::Explain(args) => explain::run(args),
+        Command::Baselines(args) => baselines::run(args),
     }
 }

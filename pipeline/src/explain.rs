@@ -1,0 +1,311 @@
+//! `tessera explain`: which backend runs which nodes of a model, what each partition costs and where that
+//! cost came from, and the best alternative each partition beat.
+//!
+//! Everything here reads the partition stage's stored output ([`ExecPlan`]) and the loaded graph document the
+//! plan's node indices refer to, never the partitioner itself: whichever partitioner produced the plan (rules
+//! today, the Collage search tomorrow), the report shows what the compiled artifact will execute.
+
+pub mod svg;
+
+use crate::build::{compile_model, Ctx, ModelJob, ModelResult, ModelSource};
+use crate::plan::{Alternative, ExecPlan};
+use crate::zoo::jobs_from_inputs;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use tessera_fixtures::{load_manifest, ModelOptions, Precision, Source};
+use tessera_stages::ir::{serial::GraphDoc, Graph};
+use tessera_stages::target::TargetSet;
+
+/// The syntax of a fixture spec, for help texts and errors.
+pub const FIXTURE_SPEC_HELP: &str = "fixture:MODEL[:bBATCH][:sSEQ][:iIMAGE] (e.g. fixture:bert-base:b1:s128, fixture:resnet18:i32)";
+
+/// Parses `fixture:MODEL[:bN][:sN][:iN]` into a job named as a manifest entry with the same options would be
+/// (`<model>-b<batch>[-s<seq>][-i<image>]`), so explain, baselines and compile agree on model names.
+pub fn parse_fixture_spec(spec: &str) -> Result<ModelJob> {
+    let rest = spec.strip_prefix("fixture:").with_context(|| format!("'{spec}' is not a fixture spec: expected {FIXTURE_SPEC_HELP}"))?;
+    let mut parts = rest.split(':');
+    let model = parts.next().unwrap_or_default();
+    if model.is_empty() {
+        bail!("'{spec}': the fixture spec names no model: expected {FIXTURE_SPEC_HELP}");
+    }
+    let mut options = ModelOptions { batch: 1, seq: None, image: None };
+    let mut seen = [false; 3];
+    for p in parts {
+        let (slot, which) = match p.chars().next() {
+            Some('b') => (0, "batch"),
+            Some('s') => (1, "seq"),
+            Some('i') => (2, "image"),
+            _ => bail!("'{spec}': '{p}' is not an option: expected bN (batch), sN (sequence length) or iN (image size)"),
+        };
+        if std::mem::replace(&mut seen[slot], true) {
+            bail!("'{spec}': {which} is given twice");
+        }
+        let n: usize = p[1..].parse().map_err(|_| anyhow::anyhow!("'{spec}': {which} '{}' is not a positive integer", &p[1..]))?;
+        match slot {
+            0 => options.batch = n,
+            1 => options.seq = Some(n),
+            _ => options.image = Some(n),
+        }
+    }
+    tessera_fixtures::registry::resolve(model, &options).with_context(|| format!("fixture spec '{spec}'"))?;
+    Ok(ModelJob { name: tessera_fixtures::default_name(model, &options), source: ModelSource::Fixture { model: model.to_string(), options } })
+}
+
+/// The job for `tessera explain MODEL`: with `manifest`, MODEL is an entry name of that manifest; otherwise
+/// a fixture spec (`fixture:...`) or an ONNX file (with `shapes` fixing its inputs).
+pub fn job_for_model(model: &str, manifest: Option<&Path>, shapes: &BTreeMap<String, Vec<usize>>) -> Result<ModelJob> {
+    if let Some(path) = manifest {
+        let m = load_manifest(path)?;
+        let names: Vec<String> = m.entries.iter().map(|e| e.name.clone()).collect();
+        let Some(e) = m.entries.into_iter().find(|e| e.name == model) else {
+            bail!("{}: no entry is named '{model}'; entries: {}", path.display(), names.join(", "));
+        };
+        if e.precision != Precision::Fp32 {
+            bail!("{}: entry '{}' asks for {} precision; the CPU backends compile fp32 only", path.display(), e.name, e.precision);
+        }
+        let source = match e.source {
+            Source::Fixture { model, options } => ModelSource::Fixture { model, options },
+            Source::Onnx { resolved, shapes, .. } => ModelSource::Onnx { path: resolved, shapes },
+        };
+        return Ok(ModelJob { name: e.name, source });
+    }
+    if model.starts_with("fixture:") {
+        return parse_fixture_spec(model);
+    }
+    if model.ends_with(".onnx") {
+        let mut jobs = jobs_from_inputs(&[PathBuf::from(model)], shapes)?;
+        return Ok(jobs.remove(0));
+    }
+    bail!("'{model}': expected an ONNX file (.onnx), a fixture spec {FIXTURE_SPEC_HELP}, or a manifest entry name with --manifest FILE")
+}
+
+/// Jobs for commands taking several inputs (`tessera baselines`): ONNX files and manifests as `compile`
+/// takes them, plus fixture specs. Names must be unique across the run.
+pub fn jobs_from_specs(inputs: &[String], shapes: &BTreeMap<String, Vec<usize>>) -> Result<Vec<ModelJob>> {
+    let mut jobs = Vec::new();
+    for i in inputs {
+        if i.starts_with("fixture:") {
+            jobs.push(parse_fixture_spec(i)?);
+        } else {
+            jobs.extend(jobs_from_inputs(&[PathBuf::from(i)], shapes)?);
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for j in &jobs {
+        if !seen.insert(j.name.clone()) {
+            bail!("two models are named '{}': give each model once", j.name);
+        }
+    }
+    if jobs.is_empty() {
+        bail!("no models given");
+    }
+    Ok(jobs)
+}
+
+/// A model compiled through the memoized pipeline, with the plan the partition stage stored and the graph
+/// its node indices refer to.
+pub struct Planned {
+    pub result: ModelResult,
+    pub plan: ExecPlan,
+    pub graph: Graph,
+}
+
+/// Compiles `job` (every stage memoized: a warm store only reads) and loads its plan and graph.
+pub fn plan_model(ctx: &Ctx, job: &ModelJob) -> Result<Planned> {
+    let result = compile_model(ctx, job)?;
+    let plan: ExecPlan = ctx.memo.load(&result.plan).with_context(|| format!("model {}: loading its plan", job.name))?;
+    let doc: GraphDoc = ctx.memo.load(&result.graph).with_context(|| format!("model {}: loading its graph", job.name))?;
+    let store = ctx.memo.store();
+    let graph = doc.to_graph(|d| store.get(d).map_err(|e| e.to_string())).with_context(|| format!("model {}: rebuilding its graph", job.name))?;
+    Ok(Planned { result, plan, graph })
+}
+
+/// One node of a partition: its index in the loaded graph (stable for a given graph document), its name and op.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeRef {
+    pub index: u32,
+    pub name: String,
+    pub op: String,
+}
+
+/// One partition as `explain` reports it, in execution order.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PartitionReport {
+    pub index: usize,
+    pub backend: String,
+    pub target: String,
+    pub nodes: Vec<NodeRef>,
+    pub cost_us: f64,
+    pub cost_source: String,
+    pub alternative: Option<Alternative>,
+}
+
+/// Sums over the partitions of one backend (or all of them).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Total {
+    pub partitions: usize,
+    pub nodes: usize,
+    pub cost_us: f64,
+}
+
+/// The whole report: what `--json` prints.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Explanation {
+    pub model: String,
+    pub targets: Vec<String>,
+    pub cost_source: String,
+    pub partitions: Vec<PartitionReport>,
+    pub by_backend: BTreeMap<String, Total>,
+    pub total: Total,
+}
+
+/// Builds the report of a plan over the graph its node indices refer to.
+pub fn explain_plan(model: &str, plan: &ExecPlan, g: &Graph, targets: &TargetSet) -> Result<Explanation> {
+    let mut partitions = Vec::with_capacity(plan.partitions.len());
+    let mut by_backend: BTreeMap<String, Total> = BTreeMap::new();
+    let mut total = Total::default();
+    for (i, p) in plan.partitions.iter().enumerate() {
+        let mut nodes = Vec::with_capacity(p.nodes.len());
+        for &n in &p.nodes {
+            let node = g.nodes.get(n as usize).with_context(|| {
+                format!("model {model}: partition {i} names node {n}, but the graph has {} nodes (plan and graph disagree)", g.nodes.len())
+            })?;
+            nodes.push(NodeRef { index: n, name: node.name.clone(), op: node.op.name().to_string() });
+        }
+        let backend = p.target.backend_name().to_string();
+        for t in [by_backend.entry(backend.clone()).or_default(), &mut total] {
+            t.partitions += 1;
+            t.nodes += nodes.len();
+            t.cost_us += p.cost_us;
+        }
+        partitions.push(PartitionReport {
+            index: i,
+            backend,
+            target: p.target.to_string(),
+            nodes,
+            cost_us: p.cost_us,
+            cost_source: p.cost_source.clone(),
+            alternative: p.alternative.clone(),
+        });
+    }
+    Ok(Explanation {
+        model: model.to_string(),
+        targets: targets.targets.iter().map(|t| t.to_string()).collect(),
+        cost_source: plan.cost_source.clone(),
+        partitions,
+        by_backend,
+        total,
+    })
+}
+
+/// Partitions longer than this show their first and last nodes only.
+const SHOW_NODES: usize = 8;
+
+fn node_list(nodes: &[NodeRef]) -> String {
+    let show = |n: &NodeRef| format!("#{} {} ({})", n.index, n.name, n.op);
+    if nodes.len() <= SHOW_NODES {
+        return nodes.iter().map(show).collect::<Vec<_>>().join(", ");
+    }
+    let head: Vec<String> = nodes[..4].iter().map(show).collect();
+    let tail: Vec<String> = nodes[nodes.len() - 2..].iter().map(show).collect();
+    // Ops of the elided middle, counted, so a long partition still says what it holds.
+    let mut ops: BTreeMap<&str, usize> = BTreeMap::new();
+    for n in &nodes[4..nodes.len() - 2] {
+        *ops.entry(n.op.as_str()).or_default() += 1;
+    }
+    let mid: Vec<String> = ops.iter().map(|(op, c)| format!("{c} {op}")).collect();
+    format!("{}, ... {} more: {} ..., {}", head.join(", "), nodes.len() - 6, mid.join(", "), tail.join(", "))
+}
+
+fn share(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 { 100.0 * part / whole } else { 0.0 }
+}
+
+/// The text report: one block per partition in execution order, then totals per backend and overall.
+pub fn render_text(ex: &Explanation) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "model {}: {} nodes in {} partitions, costs {}", ex.model, ex.total.nodes, ex.total.partitions, ex.cost_source);
+    for t in &ex.targets {
+        let _ = writeln!(s, "  target {t}");
+    }
+    let _ = writeln!(s);
+    for p in &ex.partitions {
+        let _ = write!(s, "[{}] {} ({}), {} node{}, {:.1} us ({})", p.index, p.backend, p.target, p.nodes.len(), if p.nodes.len() == 1 { "" } else { "s" }, p.cost_us, p.cost_source);
+        match &p.alternative {
+            Some(a) => {
+                let _ = writeln!(s, "; beat {} at {:.1} us ({})", a.backend, a.cost_us, a.cost_source);
+            }
+            None => {
+                let _ = writeln!(s, "; no alternative considered");
+            }
+        }
+        let _ = writeln!(s, "    {}", node_list(&p.nodes));
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "{:<10} {:>10} {:>7} {:>12} {:>7}", "backend", "partitions", "nodes", "cost us", "share");
+    for (b, t) in &ex.by_backend {
+        let _ = writeln!(s, "{:<10} {:>10} {:>7} {:>12.1} {:>6.1}%", b, t.partitions, t.nodes, t.cost_us, share(t.cost_us, ex.total.cost_us));
+    }
+    let t = &ex.total;
+    let _ = writeln!(s, "{:<10} {:>10} {:>7} {:>12.1} {:>6.1}%", "total", t.partitions, t.nodes, t.cost_us, share(t.cost_us, t.cost_us));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixture_specs_parse_and_validate() {
+        let j = parse_fixture_spec("fixture:bert-base:b1:s128").unwrap();
+        assert_eq!(j.name, "bert-base-b1-s128");
+        match j.source {
+            ModelSource::Fixture { model, options } => {
+                assert_eq!(model, "bert-base");
+                assert_eq!(options, ModelOptions { batch: 1, seq: Some(128), image: None });
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(parse_fixture_spec("fixture:mlp3").unwrap().name, "mlp3-b1");
+        assert_eq!(parse_fixture_spec("fixture:resnet18:i32:b2").unwrap().name, "resnet18-b2-i32");
+        for (bad, says) in [
+            ("fixture:", "names no model"),
+            ("fixture:nope", "unknown model"),
+            ("fixture:mlp3:x4", "'x4' is not an option"),
+            ("fixture:mlp3:b", "batch '' is not"),
+            ("fixture:mlp3:b1:b2", "given twice"),
+            ("fixture:mlp3:s12", "not a sequence model"),
+            ("fixture:mlp3:b0", "batch must be"),
+        ] {
+            let e = format!("{:#}", parse_fixture_spec(bad).unwrap_err());
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn model_arguments_name_what_is_expected() {
+        let none = BTreeMap::new();
+        let e = job_for_model("resnet", None, &none).unwrap_err().to_string();
+        assert!(e.contains("fixture:") && e.contains(".onnx") && e.contains("--manifest"), "{e}");
+        let d = tempfile::tempdir().unwrap();
+        let m = d.path().join("zoo.toml");
+        std::fs::write(&m, "[[entry]]\nmodel = \"mlp3\"\n\n[[entry]]\nname = \"small\"\nmodel = \"resnet18\"\nimage = 32\n").unwrap();
+        let j = job_for_model("small", Some(&m), &none).unwrap();
+        assert!(matches!(j.source, ModelSource::Fixture { ref model, .. } if model == "resnet18"));
+        let e = job_for_model("big", Some(&m), &none).unwrap_err().to_string();
+        assert!(e.contains("zoo.toml") && e.contains("mlp3-b1, small"), "{e}");
+        let e = jobs_from_specs(&["fixture:mlp3".into(), "fixture:mlp3:b1".into()], &none).unwrap_err().to_string();
+        assert!(e.contains("mlp3-b1"), "{e}");
+    }
+
+    #[test]
+    fn long_partitions_are_abbreviated_with_op_counts() {
+        let nodes: Vec<NodeRef> = (0..20).map(|i| NodeRef { index: i, name: format!("n{i}"), op: if i % 2 == 0 { "Add" } else { "Mul" }.into() }).collect();
+        let s = node_list(&nodes);
+        assert!(s.starts_with("#0 n0 (Add), #1 n1 (Mul), #2 n2 (Add), #3 n3 (Mul), ... 14 more: 7 Add, 7 Mul ..., #18 n18 (Add), #19 n19 (Mul)"), "{s}");
+        assert_eq!(node_list(&nodes[..3]), "#0 n0 (Add), #1 n1 (Mul), #2 n2 (Add)");
+    }
+}
