@@ -5,6 +5,8 @@ pub mod baselines;
 pub mod build;
 pub mod cli;
 pub mod explain;
+pub mod device;
 pub mod memo;
 pub mod plan;
+pub mod tune;
 pub mod zoo;

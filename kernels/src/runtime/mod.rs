@@ -15,6 +15,7 @@ pub use executable::Executable;
 pub use so::SharedObject;
 
 pub mod gemm;
+pub mod measure;
 
 use tessera_stages::backend::{Module, ModuleFormat};
 

@@ -1,0 +1,196 @@
+//! Timing one function of a loaded module: what the tune stage records as a candidate's cost.
+//!
+//! Buffers (inputs, outputs, scratch) are allocated once, 64-byte aligned as the calling convention asks,
+//! and the inputs copied in before any run, so a measurement times the kernel and nothing else. The caller
+//! supplies the input values; they must be non-degenerate (random, never all zeros: a kernel fed zeros can
+//! take paths real data never takes, and denormal-free zeros flatter every float unit), and float inputs that
+//! are entirely zero are refused.
+//!
+//! The schedule: `warmup` untimed runs (fewer if they alone exceed the time budget, at least one), then timed
+//! runs, each timed on its own with [`Instant`], until at least `min_runs` runs were made *and* `budget_us`
+//! has elapsed, or `max_runs` is reached. The median is the figure to use (robust to the odd preemption);
+//! p10/p90 show the spread, min the best case.
+//!
+//! Exclusive use of the device during a measurement is the caller's job (the tune stage serializes
+//! measurements under a process-wide lock).
+
+use super::{HostBuffer, LoadedModule, RuntimeError};
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+use tessera_stages::backend::FunctionInfo;
+use tessera_stages::ir::{DType, Tensor};
+
+/// How long and how often to run a function. Part of the tune key: a different schedule is a different
+/// measurement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct MeasureOptions {
+    /// Untimed runs first (caches, page faults, thread pools woken).
+    pub warmup: u32,
+    /// At least this many timed runs.
+    pub min_runs: u32,
+    /// Keep running until this much time (microseconds) went into timed runs...
+    pub budget_us: u64,
+    /// ...but never more than this many timed runs.
+    pub max_runs: u32,
+}
+
+impl Default for MeasureOptions {
+    /// 3 warm-ups, then at least 5 timed runs and at least 20 ms of them, at most 1000 runs.
+    fn default() -> Self {
+        MeasureOptions { warmup: 3, min_runs: 5, budget_us: 20_000, max_runs: 1000 }
+    }
+}
+
+/// The result of timing one function, in microseconds per call.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    pub median_us: f64,
+    pub p10_us: f64,
+    pub p90_us: f64,
+    pub min_us: f64,
+    /// Timed runs made.
+    pub runs: u32,
+    /// Untimed warm-up runs made.
+    pub warmups: u32,
+}
+
+impl Measurement {
+    /// Summarizes per-run times (microseconds); `None` when there are none.
+    pub fn from_samples(samples: &[f64], warmups: u32) -> Option<Measurement> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut s = samples.to_vec();
+        s.sort_by(f64::total_cmp);
+        // Nearest-rank quantile: the smallest sample with at least q of the samples at or below it.
+        let q = |p: f64| s[((p * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1];
+        let median = if s.len() % 2 == 1 { s[s.len() / 2] } else { (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0 };
+        Some(Measurement { median_us: median, p10_us: q(0.1), p90_us: q(0.9), min_us: s[0], runs: s.len() as u32, warmups })
+    }
+}
+
+/// Times function `index` of `module`, whose signature is `info`, on `inputs` (see the module docs).
+pub fn measure_function(
+    module: &dyn LoadedModule,
+    index: usize,
+    info: &FunctionInfo,
+    inputs: &[Tensor],
+    opts: &MeasureOptions,
+) -> Result<Measurement, RuntimeError> {
+    let fail = |msg: String| RuntimeError(format!("measuring function '{}': {msg}", info.symbol));
+    if opts.min_runs == 0 || opts.max_runs < opts.min_runs {
+        return Err(fail(format!("invalid options: min_runs {} must be at least 1 and at most max_runs {}", opts.min_runs, opts.max_runs)));
+    }
+    if inputs.len() != info.inputs.len() {
+        return Err(fail(format!("{} inputs given, the function takes {}", inputs.len(), info.inputs.len())));
+    }
+    let mut buffers = Vec::with_capacity(info.inputs.len() + info.outputs.len() + 1);
+    for (i, (t, ty)) in inputs.iter().zip(&info.inputs).enumerate() {
+        if &t.ty != ty {
+            return Err(fail(format!("input {i} is {:?} {:?}, the function takes {:?} {:?}", t.ty.dtype, t.ty.shape, ty.dtype, ty.shape)));
+        }
+        let float = matches!(ty.dtype, DType::F32 | DType::F16 | DType::BF16);
+        if float && !t.bytes().is_empty() && t.bytes().iter().all(|&b| b == 0) {
+            return Err(fail(format!("input {i} is all zeros: measurements must run on non-degenerate data")));
+        }
+        buffers.push(HostBuffer::from_bytes(t.bytes(), &format!("input {i} of {}", info.symbol))?);
+    }
+    for (i, ty) in info.outputs.iter().enumerate() {
+        buffers.push(HostBuffer::zeroed(ty.size_bytes() as u64, &format!("output {i} of {}", info.symbol))?);
+    }
+    if info.scratch_bytes > 0 {
+        buffers.push(HostBuffer::zeroed(info.scratch_bytes, &format!("scratch of {}", info.symbol))?);
+    }
+    let args: Vec<*mut u8> = buffers.iter().map(|b| b.as_ptr()).collect();
+    // SAFETY: every buffer is live for the whole function, 64-byte aligned, sized and typed from `info`
+    // (inputs checked above), outputs and scratch are separate allocations from the inputs.
+    let run = || unsafe { module.call(index, &args) };
+
+    let started = Instant::now();
+    let mut warmups = 0;
+    while warmups < opts.warmup.max(1) {
+        run()?;
+        warmups += 1;
+        if started.elapsed().as_micros() as u64 >= opts.budget_us {
+            break;
+        }
+    }
+    let mut samples = Vec::with_capacity(opts.min_runs as usize);
+    let mut total_us = 0.0;
+    while samples.len() < opts.max_runs as usize && (samples.len() < opts.min_runs as usize || total_us < opts.budget_us as f64) {
+        let t = Instant::now();
+        run()?;
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        total_us += us;
+        samples.push(us);
+    }
+    drop(buffers);
+    Ok(Measurement::from_samples(&samples, warmups).expect("at least min_runs >= 1 samples"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles() {
+        let m = Measurement::from_samples(&[5.0, 1.0, 4.0, 2.0, 3.0], 2).unwrap();
+        assert_eq!((m.median_us, m.min_us, m.p10_us, m.p90_us, m.runs, m.warmups), (3.0, 1.0, 1.0, 5.0, 5, 2));
+        let m = Measurement::from_samples(&[4.0, 1.0, 3.0, 2.0], 0).unwrap();
+        assert_eq!(m.median_us, 2.5);
+        let s: Vec<f64> = (1..=100).map(f64::from).collect();
+        let m = Measurement::from_samples(&s, 0).unwrap();
+        assert_eq!((m.p10_us, m.p90_us), (10.0, 90.0));
+        assert!(Measurement::from_samples(&[], 0).is_none());
+    }
+
+    /// A module whose one function sleeps a little and counts its calls.
+    struct Counting(std::sync::atomic::AtomicU32, usize);
+
+    impl LoadedModule for Counting {
+        unsafe fn call(&self, index: usize, args: &[*mut u8]) -> Result<(), RuntimeError> {
+            assert_eq!(index, 0);
+            assert_eq!(args.len(), self.1);
+            assert!(args.iter().all(|p| (*p as usize).is_multiple_of(64)));
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            Ok(())
+        }
+    }
+
+    fn info() -> FunctionInfo {
+        use tessera_stages::ir::TensorType;
+        FunctionInfo { symbol: "k".into(), inputs: vec![TensorType::f32([3])], outputs: vec![TensorType::f32([3])], scratch_bytes: 100 }
+    }
+
+    #[test]
+    fn runs_until_count_and_budget_are_met() {
+        let m = Counting(Default::default(), 3);
+        let x = Tensor::from_f32([3], &[1.0, -2.0, 0.5]);
+        let opts = MeasureOptions { warmup: 2, min_runs: 4, budget_us: 3000, max_runs: 1000 };
+        let r = measure_function(&m, 0, &info(), std::slice::from_ref(&x), &opts).unwrap();
+        assert!(r.runs >= 4 && r.warmups == 2);
+        assert!(r.median_us >= 200.0 && r.min_us <= r.median_us && r.p10_us <= r.median_us && r.median_us <= r.p90_us);
+        assert!(r.runs as f64 * r.median_us >= 2000.0, "{r:?}: the budget was not spent");
+        assert_eq!(m.0.load(std::sync::atomic::Ordering::Relaxed), r.runs + r.warmups);
+        // The cap wins over the budget.
+        let opts = MeasureOptions { warmup: 0, min_runs: 2, budget_us: 10_000_000, max_runs: 3 };
+        let r = measure_function(&m, 0, &info(), &[x], &opts).unwrap();
+        assert_eq!((r.runs, r.warmups), (3, 1));
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let m = Counting(Default::default(), 3);
+        let opts = MeasureOptions::default();
+        let e = measure_function(&m, 0, &info(), &[Tensor::from_f32([3], &[0.0; 3])], &opts).unwrap_err();
+        assert!(e.0.contains("'k'") && e.0.contains("all zeros"), "{e}");
+        let e = measure_function(&m, 0, &info(), &[Tensor::from_f32([4], &[1.0; 4])], &opts).unwrap_err();
+        assert!(e.0.contains("input 0"), "{e}");
+        let e = measure_function(&m, 0, &info(), &[], &opts).unwrap_err();
+        assert!(e.0.contains("0 inputs given"), "{e}");
+        let bad = MeasureOptions { min_runs: 0, ..opts };
+        assert!(measure_function(&m, 0, &info(), &[Tensor::from_f32([3], &[1.0; 3])], &bad).is_err());
+        assert_eq!(m.0.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+}

@@ -1,0 +1,140 @@
+//! Device fingerprints: the facts of the machine a measured cost depends on, part of every tune key, so a
+//! cost measured on one machine is never served on another.
+//!
+//! The CPU fingerprint is read from `/proc/cpuinfo` and `/sys/devices/system/cpu` (Linux; elsewhere the
+//! fields that cannot be read stay empty and say so) and cached for the process. Everything in it is a plain
+//! string, number or sorted vector, so its canonical encoding is stable.
+//!
+//! Also here: the per-device lock under which measurements are serialized (one measurement at a time per
+//! device in this process).
+
+use serde::{Deserialize, Serialize};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// The machine a cost was measured on. GPU fingerprints (name, compute capability, SM count, driver,
+/// toolkit) become another variant when a GPU backend measures.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum DeviceFingerprint {
+    Cpu(CpuFingerprint),
+}
+
+/// What makes one CPU time a kernel differently from another.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CpuFingerprint {
+    /// `vendor_id` of /proc/cpuinfo ("GenuineIntel"), empty if unknown.
+    pub vendor: String,
+    /// `model name` of /proc/cpuinfo, empty if unknown.
+    pub model_name: String,
+    /// `cpu family`, `model` and `stepping`, as listed.
+    pub family_model_stepping: String,
+    /// Hex blake3 of the sorted `flags` list: a VM can mask AVX-512 on the same model name.
+    pub flags_digest: String,
+    /// Processors listed in /proc/cpuinfo.
+    pub logical_cores: u32,
+    /// Threads this process may use (affinity and cgroup limits included): multi-threaded kernels scale with it.
+    pub available_threads: u32,
+    /// Caches of cpu0: (level, type, size as listed, e.g. "48K"), sorted.
+    pub caches: Vec<(u32, String, String)>,
+    pub os: String,
+    pub arch: String,
+}
+
+/// The fingerprint of this machine's CPU (computed once per process).
+pub fn cpu_fingerprint() -> DeviceFingerprint {
+    static FP: OnceLock<CpuFingerprint> = OnceLock::new();
+    DeviceFingerprint::Cpu(FP.get_or_init(read_cpu).clone())
+}
+
+fn read_cpu() -> CpuFingerprint {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let mut fp = parse_cpuinfo(&cpuinfo);
+    fp.available_threads = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(0);
+    fp.caches = read_caches(std::path::Path::new("/sys/devices/system/cpu/cpu0/cache"));
+    fp
+}
+
+/// Parses the fields of the first processor of /proc/cpuinfo and counts processors.
+fn parse_cpuinfo(text: &str) -> CpuFingerprint {
+    let field = |name: &str| -> String {
+        text.lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == name).then(|| v.trim().to_string())
+            })
+            .unwrap_or_default()
+    };
+    let vendor = field("vendor_id");
+    let model_name = field("model name");
+    let family_model_stepping = format!("{}/{}/{}", field("cpu family"), field("model"), field("stepping"));
+    let mut flags: Vec<String> = field("flags").split_whitespace().map(str::to_string).collect();
+    flags.sort();
+    flags.dedup();
+    let logical_cores = text.lines().filter(|l| l.split_once(':').is_some_and(|(k, _)| k.trim() == "processor")).count() as u32;
+    CpuFingerprint {
+        vendor,
+        model_name,
+        family_model_stepping,
+        flags_digest: blake3::hash(flags.join(" ").as_bytes()).to_hex().to_string(),
+        logical_cores,
+        available_threads: 0,
+        caches: Vec::new(),
+        os: std::env::consts::OS.to_string(),
+        arch: std::env::consts::ARCH.to_string(),
+    }
+}
+
+fn read_caches(dir: &std::path::Path) -> Vec<(u32, String, String)> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
+    let mut caches: Vec<(u32, String, String)> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
+        .map(|e| {
+            let p = e.path();
+            (read(p.join("level")).parse().unwrap_or(0), read(p.join("type")), read(p.join("size")))
+        })
+        .collect();
+    caches.sort();
+    caches
+}
+
+/// The lock serializing measurements on the device of a target kind: hold it while timing.
+pub fn measurement_lock(device: &str) -> MutexGuard<'static, ()> {
+    static CPU: Mutex<()> = Mutex::new(());
+    static OTHER: Mutex<()> = Mutex::new(());
+    let m = if device == "cpu" { &CPU } else { &OTHER };
+    // A panic during an earlier measurement leaves nothing to repair: the lock guards no data.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\nmodel name\t: Intel(R) Xeon(R) Processor @ 2.10GHz\nstepping\t: 2\nflags\t\t: sse avx fpu\n\nprocessor\t: 1\nvendor_id\t: GenuineIntel\nflags\t\t: sse avx fpu\n";
+
+    #[test]
+    fn parses_cpuinfo() {
+        let fp = parse_cpuinfo(SAMPLE);
+        assert_eq!(fp.vendor, "GenuineIntel");
+        assert_eq!(fp.model_name, "Intel(R) Xeon(R) Processor @ 2.10GHz");
+        assert_eq!(fp.family_model_stepping, "6/207/2");
+        assert_eq!(fp.logical_cores, 2);
+        // Flag order does not matter; a masked flag does.
+        assert_eq!(fp.flags_digest, parse_cpuinfo(&SAMPLE.replace("sse avx fpu", "fpu avx sse")).flags_digest);
+        assert_ne!(fp.flags_digest, parse_cpuinfo(&SAMPLE.replace("sse avx fpu", "sse fpu")).flags_digest);
+    }
+
+    #[test]
+    fn this_machine_has_a_fingerprint() {
+        let DeviceFingerprint::Cpu(fp) = cpu_fingerprint();
+        assert!(!fp.arch.is_empty() && !fp.os.is_empty());
+        if cfg!(target_os = "linux") {
+            assert!(fp.logical_cores >= 1, "{fp:?}");
+        }
+        if cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+            assert!(!fp.model_name.is_empty() && !fp.vendor.is_empty(), "{fp:?}");
+        }
+        assert_eq!(cpu_fingerprint(), cpu_fingerprint());
+    }
+}

@@ -1,0 +1,401 @@
+//! Stage 4, tune: the measured cost of a candidate partition, memoized in the store under a complete key.
+//!
+//! A candidate is a target and a list of nodes of a model graph. Its cost is the median run time of its
+//! kernel as the target's backend compiles it, on this machine, on random non-zero inputs. Results are keyed
+//! by the kernel signature (structure, shapes, dtypes, attributes; not weight values), so identical candidates
+//! across layers, models and runs are measured once; see [`TuneKeyParams`] for everything else in the key.
+//!
+//! On a miss, the kernel is lowered through the same memoized lower stage the compile path uses
+//! ([`build::lower_key`](crate::build::lower_key)), so a kernel measured while partitioning is never lowered
+//! again when the model compiles. All missed kernels of one target go into one module (one C compile per
+//! backend per call); modules of different targets compile in parallel (rayon). Only when every module is
+//! built do measurements start, one function at a time under the device's lock
+//! ([`device::measurement_lock`](crate::device::measurement_lock)), so no compile of ours competes with a
+//! timing run and two measurements never overlap in this process.
+//!
+//! Outcomes:
+//! - `Measured`: the median, with the full [`Measurement`] recorded.
+//! - `Unsupported` (cost `+inf`): the backend refused to lower the kernel, or its module failed to compile;
+//!   recorded with the error text, so it is not retried on every run (a new backend version changes the key).
+//! - `Analytical`: nothing can be measured (the backend is unavailable here, or the device has no
+//!   fingerprint yet): the backend's `estimate_us`. Not recorded, since it is cheap and not a tune result.
+
+use crate::build::{lower_key, Ctx};
+use crate::device::{cpu_fingerprint, measurement_lock, DeviceFingerprint};
+use crate::plan::{kernel_signature, kernel_symbol};
+use anyhow::{anyhow, bail, Context, Result};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use tessera_kernels::runtime::measure::{measure_function, MeasureOptions, Measurement};
+use tessera_kernels::runtime::{load_module, LoadedModule};
+use tessera_stages::backend::{Backend, FunctionInfo, LoweredKernel};
+use tessera_stages::interp::{int_input_bounds, random_tensor};
+use tessera_stages::ir::{extract_subgraph, Graph, NodeId, Tensor};
+use tessera_stages::target::Target;
+use tessera_store::{Digest, KeyBuilder};
+
+/// Bump when what the tune stage records, or how it measures, changes.
+pub const TUNE_VERSION: u32 = 1;
+
+/// Seed of the random kernel inputs (per input `i`, stream `i`; see `interp::random`).
+pub const INPUT_SEED: u64 = 0x7e55_e7a5;
+
+/// Where a candidate's cost came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum CostSource {
+    Measured,
+    Analytical,
+    Unsupported,
+}
+
+impl CostSource {
+    /// The name reports use ("measured", "analytical", "unsupported").
+    pub fn name(self) -> &'static str {
+        match self {
+            CostSource::Measured => "measured",
+            CostSource::Analytical => "analytical",
+            CostSource::Unsupported => "unsupported",
+        }
+    }
+}
+
+/// The cost of one candidate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CandidateCost {
+    /// Microseconds per run: the measured median, the estimate, or `+inf` when unsupported.
+    pub us: f64,
+    pub source: CostSource,
+    /// The tune key (also for analytical costs, which are not recorded under it).
+    pub key: Digest,
+    /// Why the backend could not run the candidate (`Unsupported` only).
+    pub error: Option<String>,
+    /// The full measurement (`Measured` only).
+    pub measurement: Option<Measurement>,
+}
+
+/// The tune stage's recorded output for one key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TuneRecord {
+    pub kernel: Digest,
+    /// Canonical target string.
+    pub target: String,
+    pub backend: String,
+    pub outcome: TuneOutcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum TuneOutcome {
+    /// Every configuration measured (the CPU backends have one), and the best of them.
+    Measured { best: String, measurements: Vec<(String, Measurement)> },
+    /// The backend refused the kernel: its message.
+    Unsupported { error: String },
+}
+
+/// Every ingredient of a tune key, in one place (sccache's `HashKeyParams`); [`TuneKeyParams::key`] hashes
+/// exactly these, and `tests/tune.rs` checks that changing any one changes the key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TuneKeyParams {
+    /// The kernel signature: structure, shapes, dtypes, attributes, inlined small constants; not weights.
+    pub kernel: Digest,
+    /// The canonical target's digest: every backend option (opt-level, fast-math, march...).
+    pub target: Digest,
+    pub backend: String,
+    pub backend_version: u32,
+    /// The backend's toolchain facts (`Backend::environment`): compiler, version, flags.
+    pub backend_env: Vec<(String, String)>,
+    /// The machine measured on; `None` where the device has no fingerprint (nothing is measured then).
+    pub device: Option<DeviceFingerprint>,
+    /// The measurement schedule.
+    pub options: MeasureOptions,
+    /// The seed of the random inputs.
+    pub input_seed: u64,
+    /// Checksum of the backend's candidate-config set (as CubeCL's autotune keys do): a new config
+    /// invalidates old winners.
+    pub configs_checksum: Digest,
+}
+
+impl TuneKeyParams {
+    /// The parameters of measuring `kernel` for `target` with `backend` on this machine.
+    pub fn new(kernel: Digest, target: &Target, backend: &dyn Backend, options: &MeasureOptions) -> TuneKeyParams {
+        TuneKeyParams {
+            kernel,
+            target: target.digest(),
+            backend: backend.name().to_string(),
+            backend_version: backend.version(),
+            backend_env: backend.environment(target),
+            device: device_fingerprint(target),
+            options: *options,
+            input_seed: INPUT_SEED,
+            configs_checksum: configs_checksum(&candidate_configs(backend, target)),
+        }
+    }
+
+    /// The tune key.
+    pub fn key(&self) -> Result<Digest> {
+        Ok(KeyBuilder::new("tune", TUNE_VERSION)
+            .input_digest("kernel", &self.kernel)
+            .input_digest("target", &self.target)
+            .input("backend", &(&self.backend, self.backend_version))
+            .input("configs", &self.configs_checksum)
+            .input("measure_options", &self.options)
+            .input("input_seed", &self.input_seed)
+            .env("toolchain", &self.backend_env)
+            .env("device", &self.device)
+            .finish()?)
+    }
+}
+
+/// The fingerprint of the device a target runs on, if tessera knows how to take one.
+pub fn device_fingerprint(target: &Target) -> Option<DeviceFingerprint> {
+    match target.device() {
+        "cpu" => Some(cpu_fingerprint()),
+        _ => None,
+    }
+}
+
+/// The configurations a backend would try for one kernel. The CPU backends have no tuning space: a single
+/// configuration, named after the backend and its version so a new backend version is a new set.
+pub fn candidate_configs(backend: &dyn Backend, _target: &Target) -> Vec<String> {
+    vec![format!("{}/v{}/default", backend.name(), backend.version())]
+}
+
+/// The checksum of a candidate-config set (order-independent).
+pub fn configs_checksum(configs: &[String]) -> Digest {
+    let mut sorted: Vec<&String> = configs.iter().collect();
+    sorted.sort();
+    Digest::of(&postcard::to_stdvec(&sorted).expect("strings encode"))
+}
+
+/// Measures candidates with the default schedule ([`MeasureOptions::default`]).
+pub fn measure_candidates(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)]) -> Result<Vec<CandidateCost>> {
+    measure_candidates_with(ctx, g, cands, &MeasureOptions::default())
+}
+
+/// One candidate after its key is known.
+struct Planned<'a> {
+    target: &'a Target,
+    backend: &'a dyn Backend,
+    kernel: Digest,
+    key: Digest,
+    /// Whether it can be measured here (else: analytical).
+    measurable: bool,
+}
+
+/// A missed kernel, to lower and compile.
+struct Miss<'a> {
+    key: Digest,
+    target: &'a Target,
+    backend: &'a dyn Backend,
+    kernel_graph: Graph,
+    kernel: Digest,
+}
+
+/// A missed kernel after its module is built.
+enum Prepared {
+    Ready { module: usize, index: usize, info: FunctionInfo, int_bounds: Vec<i64> },
+    Refused(String),
+}
+
+/// Built modules and, per tune key, where its function is.
+#[derive(Default)]
+struct Batch {
+    modules: Vec<Box<dyn LoadedModule>>,
+    kernels: BTreeMap<Digest, Prepared>,
+}
+
+/// Measures candidates (see the module documentation); costs come back in `cands` order.
+pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: &MeasureOptions) -> Result<Vec<CandidateCost>> {
+    // Keys.
+    let mut planned = Vec::with_capacity(cands.len());
+    for (i, (target, nodes)) in cands.iter().enumerate() {
+        let what = || format!("candidate {i} ({target}, nodes {nodes:?})");
+        if nodes.is_empty() {
+            bail!("{}: no nodes", what());
+        }
+        if let Some(n) = nodes.iter().find(|n| n.index() >= g.nodes.len()) {
+            bail!("{}: node {} is not in graph {} ({} nodes)", what(), n.0, g.name, g.nodes.len());
+        }
+        let backend = ctx.backend(target).with_context(what)?;
+        let kernel = kernel_signature(g, nodes).digest;
+        let params = TuneKeyParams::new(kernel, target, backend, opts);
+        let measurable = params.device.is_some() && backend.available().is_ok();
+        planned.push(Planned { target, backend, kernel, key: params.key()?, measurable });
+    }
+
+    // Misses, one per key, grouped by target (the store is only peeked at: the memo calls below count).
+    let store = ctx.memo.store();
+    let mut misses: BTreeMap<&Target, Vec<Miss>> = BTreeMap::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (p, (_, nodes)) in planned.iter().zip(cands) {
+        if !p.measurable || !seen.insert(p.key) {
+            continue;
+        }
+        let recorded = store.memo_lookup("tune", &p.key)?.is_some_and(|e| store.contains(&e.output));
+        if !recorded {
+            let sig = kernel_signature(g, nodes);
+            let kernel_graph = extract_subgraph(g, &sig);
+            misses.entry(p.target).or_default().push(Miss { key: p.key, target: p.target, backend: p.backend, kernel_graph, kernel: p.kernel });
+        }
+    }
+
+    // Lower and compile every target's misses, targets in parallel.
+    let batches: Vec<Batch> = misses.par_iter().map(|(_, ms)| prepare(ctx, ms)).collect::<Result<_>>()?;
+    let mut modules: Vec<&dyn LoadedModule> = Vec::new();
+    let mut prepared: BTreeMap<Digest, (usize, &Prepared)> = BTreeMap::new();
+    for b in &batches {
+        let base = modules.len();
+        modules.extend(b.modules.iter().map(|m| m.as_ref()));
+        for (k, p) in &b.kernels {
+            prepared.insert(*k, (base, p));
+        }
+    }
+
+    // Measure, one function at a time.
+    let mut out = Vec::with_capacity(cands.len());
+    for (p, (_, nodes)) in planned.iter().zip(cands) {
+        if !p.measurable {
+            out.push(CandidateCost {
+                us: p.backend.estimate_us(g, nodes, p.target),
+                source: CostSource::Analytical,
+                key: p.key,
+                error: None,
+                measurement: None,
+            });
+            continue;
+        }
+        let configs = candidate_configs(p.backend, p.target);
+        let [config] = <[String; 1]>::try_from(configs).map_err(|c| anyhow!("backend {}: {} configs; only one is supported yet", p.backend.name(), c.len()))?;
+        let (_, record): (Digest, TuneRecord) = ctx.memo.call_value("tune", p.key, || {
+            let outcome = match prepared.get(&p.key) {
+                Some(&(base, prep)) => run_prepared(&modules, base, prep, opts, p.target, config)?,
+                None => {
+                    // Recorded when peeked at, gone since (gc), or a race: build this one alone.
+                    let sig = kernel_signature(g, nodes);
+                    let miss = Miss { key: p.key, target: p.target, backend: p.backend, kernel_graph: extract_subgraph(g, &sig), kernel: p.kernel };
+                    let b = prepare(ctx, std::slice::from_ref(&miss))?;
+                    let mods: Vec<&dyn LoadedModule> = b.modules.iter().map(|m| m.as_ref()).collect();
+                    run_prepared(&mods, 0, &b.kernels[&p.key], opts, p.target, config)?
+                }
+            };
+            Ok(TuneRecord { kernel: p.kernel, target: p.target.canonical(), backend: p.backend.name().to_string(), outcome })
+        })?;
+        if record.kernel != p.kernel {
+            bail!("tune record {} is for kernel {}, expected {}", p.key, record.kernel, p.kernel);
+        }
+        out.push(match record.outcome {
+            TuneOutcome::Measured { best, measurements } => {
+                let m = measurements
+                    .iter()
+                    .find(|(c, _)| *c == best)
+                    .map(|(_, m)| *m)
+                    .with_context(|| format!("tune record {}: best config '{best}' has no measurement", p.key))?;
+                CandidateCost { us: m.median_us, source: CostSource::Measured, key: p.key, error: None, measurement: Some(m) }
+            }
+            TuneOutcome::Unsupported { error } => {
+                CandidateCost { us: f64::INFINITY, source: CostSource::Unsupported, key: p.key, error: Some(error), measurement: None }
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// Measures one prepared kernel under the device lock.
+/// The CPU backends have one configuration (`config`), so measuring it is the whole search.
+fn run_prepared(modules: &[&dyn LoadedModule], base: usize, prep: &Prepared, opts: &MeasureOptions, target: &Target, config: String) -> Result<TuneOutcome> {
+    match prep {
+        Prepared::Refused(error) => Ok(TuneOutcome::Unsupported { error: error.clone() }),
+        Prepared::Ready { module, index, info, int_bounds } => {
+            let inputs: Vec<Tensor> =
+                info.inputs.iter().enumerate().map(|(i, ty)| random_tensor(ty, INPUT_SEED, i as u64, int_bounds[i])).collect();
+            let m = {
+                let _exclusive = measurement_lock(target.device());
+                measure_function(modules[base + module], *index, info, &inputs, opts)
+            }
+            .map_err(|e| anyhow!("target {target}: {e}"))?;
+            Ok(TuneOutcome::Measured { best: config.clone(), measurements: vec![(config, m)] })
+        }
+    }
+}
+
+/// Lowers (memoized, shared with the compile path) and compiles one target's missed kernels into one
+/// module; if that compile fails, each kernel alone, so one bad kernel costs only itself.
+fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
+    let lowered: Vec<(Digest, std::result::Result<LoweredKernel, String>, Vec<i64>)> = misses
+        .par_iter()
+        .map(|m| Ok((m.key, lower(ctx, m)?, int_input_bounds(&m.kernel_graph))))
+        .collect::<Result<_>>()?;
+    let mut batch = Batch::default();
+    let Some(first) = misses.first() else { return Ok(batch) };
+    let (target, backend) = (first.target, first.backend);
+    let mut ok: Vec<(Digest, LoweredKernel, Vec<i64>)> = Vec::new();
+    for (key, l, bounds) in lowered {
+        match l {
+            Ok(lk) => ok.push((key, lk, bounds)),
+            Err(e) => {
+                batch.kernels.insert(key, Prepared::Refused(e));
+            }
+        }
+    }
+    if ok.is_empty() {
+        return Ok(batch);
+    }
+    let lks: Vec<LoweredKernel> = ok.iter().map(|(_, lk, _)| lk.clone()).collect();
+    let groups: Vec<(Vec<usize>, std::result::Result<tessera_stages::backend::Module, String>)> = match backend.compile_module(target, &lks) {
+        Ok(m) => vec![((0..ok.len()).collect(), Ok(m))],
+        Err(_) if ok.len() > 1 => (0..ok.len())
+            .into_par_iter()
+            .map(|i| (vec![i], backend.compile_module(target, std::slice::from_ref(&lks[i])).map_err(|e| e.to_string())))
+            .collect(),
+        Err(e) => vec![(vec![0], Err(e.to_string()))],
+    };
+    for (members, module) in groups {
+        let module = match module {
+            Ok(m) => m,
+            Err(e) => {
+                for i in members {
+                    batch.kernels.insert(ok[i].0, Prepared::Refused(format!("compile failed: {e}")));
+                }
+                continue;
+            }
+        };
+        let loaded = load_module(&module).map_err(|e| anyhow!("target {target}: loading a tune module: {e}"))?;
+        let mi = batch.modules.len();
+        batch.modules.push(loaded);
+        for i in members {
+            let (key, lk, bounds) = &ok[i];
+            let index = module
+                .functions
+                .iter()
+                .position(|f| f.symbol == lk.info.symbol)
+                .with_context(|| format!("target {target}: the compiled module has no function {}", lk.info.symbol))?;
+            batch.kernels.insert(*key, Prepared::Ready { module: mi, index, info: lk.info.clone(), int_bounds: bounds.clone() });
+        }
+    }
+    Ok(batch)
+}
+
+/// Lowers one kernel through the memoized lower stage. `Err(text)` when the backend refuses it; store
+/// failures are errors.
+fn lower(ctx: &Ctx, m: &Miss) -> Result<std::result::Result<LoweredKernel, String>> {
+    let symbol = kernel_symbol(&m.kernel);
+    let key = lower_key(&m.kernel, m.target, m.backend)?;
+    let mut refusal: Option<String> = None;
+    let out = ctx.memo.call("lower", key, || match m.backend.lower(m.target, &m.kernel_graph, &symbol) {
+        Ok(lk) => Ok(postcard::to_stdvec(&lk)?),
+        Err(e) => {
+            refusal = Some(e.to_string());
+            Err(e.into())
+        }
+    });
+    match out {
+        Ok(d) => Ok(Ok(ctx.memo.load(&d)?)),
+        Err(_) if refusal.is_some() => Ok(Err(refusal.unwrap_or_default())),
+        // Another caller's attempt failed (single flight): ask the backend directly to tell a refusal from
+        // a store failure.
+        Err(e) => match m.backend.lower(m.target, &m.kernel_graph, &symbol) {
+            Err(refused) => Ok(Err(refused.to_string())),
+            Ok(_) => Err(e),
+        },
+    }
+}
