@@ -8,6 +8,8 @@
 //! A partition's `target` is the single source of truth for where it runs: later stages read it and never
 //! re-derive it.
 
+pub mod collage;
+
 use crate::backend::Backend;
 use crate::ir::{Graph, NodeId, ValueDef};
 use crate::target::{Target, TargetSet};

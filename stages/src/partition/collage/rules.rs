@@ -1,0 +1,274 @@
+//! Partition rules, composable as Collage's are.
+//!
+//! A [`Rule`] turns a graph into proto-candidates (node sets with a [`Kind`]):
+//! - [`Rule::Primitive`]: every node the backend supports, alone (optionally only nodes of some kinds);
+//! - [`Rule::Union`]: the candidates of several rules together;
+//! - [`Rule::Combine`]: grows the candidates of a base rule, one adjacent supported node at a time, wherever a
+//!   [`Combiner`] fires (elementwise/injective chains, epilogues onto an anchor, producers into an anchor,
+//!   injective ops into a reduction), for at most `max_nodes - 1` rounds; it yields only the grown candidates;
+//! - [`Rule::OnlyValid`]: keeps candidates that are convex, have at most `max_exits` outputs used outside, and
+//!   stay within the depth and size bounds (and, for gemm, hold the whole chain of every epilogue they hold).
+//!
+//! [`for_backend`] picks the rule set of a backend by name. Growth only keeps convex intermediates (a convex
+//! set minus a sink inside it stays convex, so convex sets reachable through connected convex steps are all
+//! found) and stops after `max_per_seed` grown candidates per base candidate, so counts stay bounded.
+
+use super::candidates::Limits;
+use super::dag::{contains, Dag};
+use crate::backend::gemm::support;
+use crate::ir::{Graph, NodeId, Op};
+use std::collections::BTreeSet;
+
+/// What a node computes, ordered from most to least fusible (TVM's pattern kinds, simplified).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// One output element from the same-index (broadcast) input elements; BatchNorm in inference counts.
+    Elementwise,
+    /// Data movement: each output element is one input element (reshape, transpose, slice, gather, ...).
+    Injective,
+    /// Reductions and ops built on them: Reduce*, Softmax, LogSoftmax, LayerNorm, pooling.
+    Reduction,
+    /// Compute-heavy ops libraries specialize in: MatMul, Conv, ConvTranspose.
+    Anchor,
+}
+
+impl Kind {
+    pub fn of(op: &Op) -> Kind {
+        match op {
+            Op::MatMul | Op::Conv(_) | Op::ConvTranspose(_) => Kind::Anchor,
+            Op::Reduce { .. }
+            | Op::Softmax { .. }
+            | Op::LogSoftmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::MaxPool(_)
+            | Op::AveragePool { .. }
+            | Op::GlobalAveragePool => Kind::Reduction,
+            Op::BatchNorm { .. } => Kind::Elementwise,
+            op if op.is_elementwise() => Kind::Elementwise,
+            _ => Kind::Injective,
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// A set of kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kinds(u8);
+
+impl Kinds {
+    pub const ALL: Kinds = Kinds(0b1111);
+    pub const ELEMENTWISE: Kinds = Kinds(0b0001);
+    /// Elementwise or injective.
+    pub const INJECTIVE: Kinds = Kinds(0b0011);
+    pub const REDUCTION: Kinds = Kinds(0b0100);
+    pub const ANCHOR: Kinds = Kinds(0b1000);
+    /// Anchors and reductions: what the c backend grows producers and epilogues around.
+    pub const HEAVY: Kinds = Kinds(0b1100);
+
+    pub fn has(self, k: Kind) -> bool {
+        self.0 & k.bit() != 0
+    }
+}
+
+/// When a candidate may absorb an adjacent node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Combiner {
+    /// Joins an upstream part whose kind is in `upstream` with a downstream part whose kind is in `downstream`
+    /// when a value flows from the first to the second. A candidate's kind is the greatest kind of its nodes.
+    ByKind { upstream: Kinds, downstream: Kinds },
+    /// gemm: adds an epilogue node whose fused input (as gemm's support rule decides on the model graph) is
+    /// produced inside the candidate, so a candidate always holds each epilogue's chain back to its anchor.
+    GemmEpilogue,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Rule {
+    Primitive { kinds: Kinds },
+    Union(Vec<Rule>),
+    Combine { base: Box<Rule>, combiners: Vec<Combiner> },
+    OnlyValid(Box<Rule>),
+}
+
+/// A candidate before it has a target: sorted node indices and its kind.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Proto {
+    pub nodes: Vec<u32>,
+    pub kind: Kind,
+}
+
+/// What rules evaluate against.
+pub(crate) struct Cx<'a> {
+    pub g: &'a Graph,
+    pub dag: &'a Dag,
+    /// Whether the backend supports each node on the model graph.
+    pub supported: &'a [bool],
+    pub limits: &'a Limits,
+    /// For the gemm rule set: each supported epilogue's chain predecessor (the producer of its fused input).
+    pub chain_prev: Option<Vec<Option<u32>>>,
+}
+
+impl<'a> Cx<'a> {
+    pub fn new(g: &'a Graph, dag: &'a Dag, supported: &'a [bool], limits: &'a Limits, backend: &str) -> Cx<'a> {
+        let chain_prev = (backend == "gemm").then(|| gemm_chain_prev(g, supported));
+        Cx { g, dag, supported, limits, chain_prev }
+    }
+
+    fn kind(&self, n: u32) -> Kind {
+        Kind::of(&self.g.nodes[n as usize].op)
+    }
+}
+
+/// For each gemm-supported epilogue node, the node producing the value it fuses on.
+fn gemm_chain_prev(g: &Graph, supported: &[bool]) -> Vec<Option<u32>> {
+    let uses = g.use_counts();
+    let count = |v: crate::ir::ValueId| uses[v.index()];
+    (0..g.nodes.len())
+        .map(|i| {
+            let n = NodeId(i as u32);
+            if !supported[i] || support::anchor(g, n).is_ok() {
+                return None;
+            }
+            support::fusion(g, n, &count).ok().and_then(|f| g.producer(f.input())).map(|p| p.0)
+        })
+        .collect()
+}
+
+/// The rule set of a backend, by name: `gemm` (anchors plus their epilogue chains), `c` (the fallback: every
+/// node, elementwise/injective chains, anchors and reductions with their elementwise producers and
+/// consumers, injective ops into reductions), anything else: primitives of supported nodes.
+pub fn for_backend(name: &str) -> Rule {
+    match name {
+        "gemm" => Rule::OnlyValid(Box::new(Rule::Union(vec![
+            Rule::Primitive { kinds: Kinds::ANCHOR },
+            Rule::Combine { base: Box::new(Rule::Primitive { kinds: Kinds::ANCHOR }), combiners: vec![Combiner::GemmEpilogue] },
+        ]))),
+        "c" => Rule::OnlyValid(Box::new(Rule::Union(vec![
+            Rule::Primitive { kinds: Kinds::ALL },
+            Rule::Combine {
+                base: Box::new(Rule::Primitive { kinds: Kinds::ALL }),
+                combiners: vec![
+                    Combiner::ByKind { upstream: Kinds::INJECTIVE, downstream: Kinds::INJECTIVE },
+                    Combiner::ByKind { upstream: Kinds::HEAVY, downstream: Kinds::ELEMENTWISE },
+                    Combiner::ByKind { upstream: Kinds::ELEMENTWISE, downstream: Kinds::HEAVY },
+                    Combiner::ByKind { upstream: Kinds::INJECTIVE, downstream: Kinds::REDUCTION },
+                ],
+            },
+        ]))),
+        _ => Rule::OnlyValid(Box::new(Rule::Primitive { kinds: Kinds::ALL })),
+    }
+}
+
+impl Rule {
+    /// The rule's candidates, deduplicated and sorted.
+    pub(crate) fn eval(&self, cx: &Cx) -> Vec<Proto> {
+        let mut out = match self {
+            Rule::Primitive { kinds } => (0..cx.dag.len() as u32)
+                .filter(|&n| cx.supported[n as usize] && kinds.has(cx.kind(n)))
+                .map(|n| Proto { nodes: vec![n], kind: cx.kind(n) })
+                .collect(),
+            Rule::Union(rules) => rules.iter().flat_map(|r| r.eval(cx)).collect(),
+            Rule::Combine { base, combiners } => combine(cx, &base.eval(cx), combiners),
+            Rule::OnlyValid(rule) => rule.eval(cx).into_iter().filter(|p| valid(cx, &p.nodes)).collect::<Vec<_>>(),
+        };
+        out.sort();
+        out.dedup_by(|a, b| a.nodes == b.nodes);
+        out
+    }
+}
+
+/// Which side of the candidate an adjacent node sits on.
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    /// The node produces a value the candidate consumes.
+    Up,
+    /// The node consumes a value the candidate produces.
+    Down,
+}
+
+impl Combiner {
+    fn fires(&self, cx: &Cx, cand: &Proto, n: u32, side: Side) -> bool {
+        match self {
+            Combiner::ByKind { upstream, downstream } => {
+                let k = cx.kind(n);
+                match side {
+                    Side::Up => upstream.has(k) && downstream.has(cand.kind),
+                    Side::Down => upstream.has(cand.kind) && downstream.has(k),
+                }
+            }
+            Combiner::GemmEpilogue => {
+                side == Side::Down
+                    && cx.chain_prev.as_ref().and_then(|c| c[n as usize]).is_some_and(|p| contains(&cand.nodes, p))
+            }
+        }
+    }
+}
+
+/// Grows each base candidate by adjacent supported nodes where a combiner fires, breadth first, keeping
+/// convex candidates within the size and depth bounds; at most `max_per_seed` new candidates per base one.
+fn combine(cx: &Cx, base: &[Proto], combiners: &[Combiner]) -> Vec<Proto> {
+    let lim = cx.limits;
+    let mut seen: BTreeSet<Vec<u32>> = base.iter().map(|p| p.nodes.clone()).collect();
+    let mut out = Vec::new();
+    for seed in base {
+        let mut grown = 0usize;
+        let mut frontier = vec![seed.clone()];
+        'rounds: while !frontier.is_empty() {
+            let mut next = Vec::new();
+            for cand in &frontier {
+                if cand.nodes.len() >= lim.max_nodes {
+                    continue;
+                }
+                let mut adjacent: Vec<(u32, Side)> = Vec::new();
+                for &m in &cand.nodes {
+                    adjacent.extend(cx.dag.preds[m as usize].iter().map(|&p| (p, Side::Up)));
+                    adjacent.extend(cx.dag.succs[m as usize].iter().map(|&s| (s, Side::Down)));
+                }
+                adjacent.sort_unstable_by_key(|&(n, s)| (n, s == Side::Down));
+                adjacent.dedup_by_key(|&mut (n, s)| (n, s == Side::Down));
+                for &(n, side) in &adjacent {
+                    if contains(&cand.nodes, n) || !cx.supported[n as usize] || !combiners.iter().any(|c| c.fires(cx, cand, n, side)) {
+                        continue;
+                    }
+                    let mut nodes = cand.nodes.clone();
+                    let at = nodes.binary_search(&n).unwrap_err();
+                    nodes.insert(at, n);
+                    if seen.contains(&nodes) || cx.dag.depth(&nodes) > lim.max_depth || !cx.dag.is_convex(&nodes) {
+                        continue;
+                    }
+                    seen.insert(nodes.clone());
+                    let p = Proto { nodes, kind: cand.kind.max(cx.kind(n)) };
+                    out.push(p.clone());
+                    next.push(p);
+                    grown += 1;
+                    if grown >= lim.max_per_seed {
+                        break 'rounds;
+                    }
+                }
+            }
+            frontier = next;
+        }
+    }
+    out
+}
+
+/// The `only_valid` filter.
+fn valid(cx: &Cx, nodes: &[u32]) -> bool {
+    let lim = cx.limits;
+    if nodes.is_empty() || nodes.len() > lim.max_nodes || !nodes.iter().all(|&n| cx.supported[n as usize]) {
+        return false;
+    }
+    if let Some(prev) = &cx.chain_prev {
+        // Every epilogue's chain predecessor inside; supported non-anchors always have one.
+        let ok = nodes.iter().all(|&n| match prev[n as usize] {
+            Some(p) => contains(nodes, p),
+            None => support::anchor(cx.g, NodeId(n)).is_ok(),
+        });
+        if !ok {
+            return false;
+        }
+    }
+    cx.dag.depth(nodes) <= lim.max_depth && cx.dag.exits(cx.g, nodes) <= lim.max_exits && cx.dag.is_convex(nodes)
+}
