@@ -139,3 +139,17 @@ fn every_single_backend_mix_runs_the_same_model() {
         check_against_reference(&jobs[0], &out.join(format!("{}.tsr", jobs[0].name)));
     }
 }
+
+#[test]
+fn a_bad_model_fails_alone_with_an_error_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("broken.onnx"), b"\x0a\x05trunc").unwrap();
+    let manifest = write_manifest(tmp.path(), "m.toml", "[[entry]]\nmodel = \"mlp3\"\n\n[[entry]]\nonnx = \"broken.onnx\"\n");
+    let out = tmp.path().join("out");
+    let s = compile(&tmp.path().join("store"), &out, &manifest, &[]);
+    assert_eq!(s.models, 1);
+    assert_eq!(s.failed.len(), 1);
+    assert_eq!(s.failed[0].model, "broken");
+    assert!(s.failed[0].error.contains("broken.onnx"), "{}", s.failed[0].error);
+    assert!(out.join("mlp3-b1.tsr").exists());
+}

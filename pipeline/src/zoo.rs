@@ -107,6 +107,14 @@ pub struct Summary {
     pub seconds: f64,
     pub cost_source: String,
     pub artifacts: Vec<ArtifactRow>,
+    /// Models that failed, with the error; the others still compiled.
+    pub failed: Vec<FailedModel>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FailedModel {
+    pub model: String,
+    pub error: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -136,14 +144,23 @@ pub fn compile_all(
     let t_key = KeyBuilder::new("targets", tessera_stages::target::REGISTRY_VERSION).input("targets", targets).finish()?;
     memo.call("targets", t_key, || Ok(postcard::to_stdvec(targets)?))?;
     let ctx = Ctx { memo, targets, backends };
-    let results: Vec<ModelResult> = jobs
+    // One bad model must not cost the rest of the zoo: every model compiles, failures are reported at the end.
+    let outcomes: Vec<Result<ModelResult>> = jobs
         .par_iter()
         .map(|j| {
             let r = compile_model(&ctx, j)?;
             on_model(&r);
             Ok(r)
         })
-        .collect::<Result<_>>()?;
+        .collect();
+    let mut results = Vec::new();
+    let mut failed = Vec::new();
+    for (job, outcome) in jobs.iter().zip(outcomes) {
+        match outcome {
+            Ok(r) => results.push(r),
+            Err(e) => failed.push(FailedModel { model: job.name.clone(), error: format!("{e:#}") }),
+        }
+    }
     std::fs::create_dir_all(out).with_context(|| format!("creating output folder {}", out.display()))?;
     let store = memo.store();
     let mut rows = Vec::new();
@@ -176,6 +193,7 @@ pub fn compile_all(
         seconds: start.elapsed().as_secs_f64(),
         cost_source: results.first().map(|r| r.cost_source.clone()).unwrap_or_else(|| "analytical".into()),
         artifacts: rows,
+        failed,
     })
 }
 

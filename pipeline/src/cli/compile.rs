@@ -89,6 +89,12 @@ pub fn run(args: CompileArgs) -> Result<()> {
     } else {
         print_summary(&summary);
     }
+    if !summary.failed.is_empty() {
+        for f in &summary.failed {
+            eprintln!("error: model {}: {}", f.model, f.error);
+        }
+        anyhow::bail!("{} of {} models failed to compile", summary.failed.len(), summary.failed.len() + summary.models);
+    }
     Ok(())
 }
 
