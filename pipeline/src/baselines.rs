@@ -270,7 +270,11 @@ pub fn render_markdown(r: &Report) -> String {
     let _ = writeln!(s, "targets: {}", r.targets.join("; "));
     let _ = writeln!(s, "bench: median of {} runs after {} warm-up runs, random inputs (seed {})", r.bench.iters, r.bench.warmup, r.bench.seed);
     for c in &r.configs {
-        let _ = writeln!(s, "- `{}` ({}): {}", c.label, serde_json::to_value(c.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(), c.targets.targets.iter().map(|t| t.to_string()).collect::<Vec<_>>().join("; "));
+        let kind = serde_json::to_value(c.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        let targets = c.targets.targets.iter().map(|t| t.to_string()).collect::<Vec<_>>().join("; ");
+        // With one backend per device besides the fallback, that backend's configuration is the mix itself.
+        let same = if c.kind != ConfigKind::Mix && r.configs.first().is_some_and(|m| m.targets == c.targets) { " (the same targets as the mix)" } else { "" };
+        let _ = writeln!(s, "- `{}` ({kind}): {targets}{same}", c.label);
     }
     let _ = writeln!(s);
     let mut head = "| model |".to_string();
@@ -359,5 +363,7 @@ mod tests {
         assert!(md.contains("| model | mix ms | gemm ms | c ms | best single | best single / mix |"), "{md}");
         assert!(md.contains("| a | 1.0000 | 1.0000 | 2.0000 | gemm | 1.000x |"), "{md}");
         assert!(md.starts_with("machine: cpu (2 cores)"), "{md}");
+        assert!(md.contains("- `gemm` (single): ") && md.contains("(the same targets as the mix)"), "{md}");
+        assert!(!md.contains("- `c` (fallback): cpu -compiler=c -fast-math=false -march=generic -opt-level=2 (the same"), "{md}");
     }
 }

@@ -180,12 +180,23 @@ pub fn render(g: &Graph, ex: &Explanation) -> String {
         producers.sort_unstable();
         producers.dedup();
         for p in producers {
-            let (x1, y1) = (pos[p].0 + BOX_W / 2, pos[p].1 + BOX_H);
-            let (x2, y2) = (pos[i].0 + BOX_W / 2, pos[i].1);
-            let dy = (y2 - y1) / 2;
             let crossing = part_of[p] != part_of[i];
             let style = if crossing { r##"stroke="#555555" stroke-dasharray="4 3""## } else { r##"stroke="#aaaaaa""## };
-            let _ = writeln!(s, r#"<path d="M{x1} {y1} C{x1} {} {x2} {} {x2} {y2}" {style}/>"#, y1 + dy, y2 - dy);
+            let span = (pos[i].1 - pos[p].1) / (BOX_H + GAP_Y);
+            if span <= 1 {
+                // Adjacent layers: bottom center to top center.
+                let (x1, y1) = (pos[p].0 + BOX_W / 2, pos[p].1 + BOX_H);
+                let (x2, y2) = (pos[i].0 + BOX_W / 2, pos[i].1);
+                let dy = (y2 - y1) / 2;
+                let _ = writeln!(s, r#"<path d="M{x1} {y1} C{x1} {} {x2} {} {x2} {y2}" {style}/>"#, y1 + dy, y2 - dy);
+            } else {
+                // A long edge (a residual connection) would hide behind the boxes between its ends: it leaves
+                // and enters at the right side and bulges into the gap, further for longer spans.
+                let (x1, y1) = (pos[p].0 + BOX_W, pos[p].1 + BOX_H / 2);
+                let (x2, y2) = (pos[i].0 + BOX_W, pos[i].1 + BOX_H / 2);
+                let cx = x1.max(x2) + 24 + 6 * span.min(8);
+                let _ = writeln!(s, r#"<path d="M{x1} {y1} C{cx} {y1} {cx} {y2} {x2} {y2}" {style}/>"#);
+            }
         }
     }
     let _ = writeln!(s, "</g>");
