@@ -155,14 +155,16 @@ pub fn run_baselines(
         let mut rows = Vec::with_capacity(configs.len());
         for (ci, c) in configs.iter().enumerate() {
             let r = &compiled[ci][mi];
-            if !measured.contains_key(&r.artifact) {
-                let path = write_artifact(memo, &r.artifact, tmp.0.as_path())?;
-                let b = bench_artifact(&path, bench.iters, bench.warmup, bench.seed)
-                    .with_context(|| format!("model {}: benchmarking the {} build", job.name, c.label))?;
-                progress(&format!("{} {}: median {:.4} ms", job.name, c.label, b.median_ms));
-                measured.insert(r.artifact, b);
-            }
-            let b = &measured[&r.artifact];
+            let b = match measured.entry(r.artifact) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    let path = write_artifact(memo, &r.artifact, tmp.0.as_path())?;
+                    let b = bench_artifact(&path, bench.iters, bench.warmup, bench.seed)
+                        .with_context(|| format!("model {}: benchmarking the {} build", job.name, c.label))?;
+                    progress(&format!("{} {}: median {:.4} ms", job.name, c.label, b.median_ms));
+                    e.insert(b)
+                }
+            };
             rows.push(ConfigResult {
                 label: c.label.clone(),
                 kind: c.kind,

@@ -31,7 +31,7 @@ fn xml_elements(s: &str) -> Vec<String> {
         }
         let gt = rest[lt..].find('>').expect("tag closes") + lt;
         let tag = &rest[lt + 1..gt];
-        assert!(tag.matches('"').count() % 2 == 0 && !tag.contains('<'), "malformed tag <{tag}>");
+        assert!(tag.matches('"').count() & 1 == 0 && !tag.contains('<'), "malformed tag <{tag}>");
         if let Some(name) = tag.strip_prefix('/') {
             assert_eq!(stack.pop().as_deref(), Some(name.trim()), "mismatched </{name}>");
         } else {

@@ -78,9 +78,9 @@ pub fn layers(g: &Graph) -> Vec<Vec<usize>> {
     }
     // Barycenter ordering, top to bottom: a node's key is the mean centered slot of its producers.
     let mut slot = vec![0f64; g.nodes.len()];
-    for l in 0..layers.len() {
+    for (l, layer) in layers.iter_mut().enumerate() {
         if l > 0 {
-            let mut keyed: Vec<(f64, usize)> = layers[l]
+            let mut keyed: Vec<(f64, usize)> = layer
                 .iter()
                 .map(|&i| {
                     let ps: Vec<f64> = g.nodes[i].inputs.iter().filter_map(|&v| g.producer(v)).map(|p| slot[p.index()]).collect();
@@ -89,10 +89,10 @@ pub fn layers(g: &Graph) -> Vec<Vec<usize>> {
                 })
                 .collect();
             keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            layers[l] = keyed.into_iter().map(|(_, i)| i).collect();
+            *layer = keyed.into_iter().map(|(_, i)| i).collect();
         }
-        let mid = (layers[l].len() as f64 - 1.0) / 2.0;
-        for (k, &i) in layers[l].iter().enumerate() {
+        let mid = (layer.len() as f64 - 1.0) / 2.0;
+        for (k, &i) in layer.iter().enumerate() {
             slot[i] = k as f64 - mid;
         }
     }
