@@ -164,8 +164,24 @@ fn backend_versions(ctx: &Ctx) -> Vec<(String, String, u32)> {
     ctx.targets.targets.iter().filter_map(|t| ctx.backend(t).ok().map(|b| (t.to_string(), b.name().to_string(), b.version()))).collect()
 }
 
-/// Compiles one model; the artifact stays in the store (see [`ModelResult::artifact`]).
-pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
+/// A model after the load and partition stages: what `tessera explain` shows and compile continues from.
+pub struct Planned<'a> {
+    /// The graph document's digest.
+    pub doc: Digest,
+    pub plan_digest: Digest,
+    pub plan: ExecPlan,
+    graph: LazyGraph<'a>,
+}
+
+impl Planned<'_> {
+    /// The model graph the plan's node indices refer to (built or loaded from the store on first use).
+    pub fn graph(&self) -> Result<&Graph> {
+        self.graph.get()
+    }
+}
+
+/// Runs the load and partition stages of one model.
+pub fn plan_model<'a>(ctx: &Ctx<'a>, job: &ModelJob) -> Result<Planned<'a>> {
     let (doc, built) = stage_load(ctx, job).with_context(|| format!("model {}: load", job.name))?;
     let graph = LazyGraph { memo: ctx.memo, doc, fresh: OnceLock::new() };
     if let Some(g) = built {
@@ -199,6 +215,12 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
             })
         })
         .with_context(|| format!("model {}: partition", job.name))?;
+    Ok(Planned { doc, plan_digest, plan, graph })
+}
+
+/// Compiles one model; the artifact stays in the store (see [`ModelResult::artifact`]).
+pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
+    let Planned { doc, plan_digest, plan, graph } = plan_model(ctx, job)?;
 
     // Stage: lower, once per distinct (target, kernel).
     let mut distinct: BTreeMap<(Target, Digest), usize> = BTreeMap::new();

@@ -7,7 +7,7 @@
 
 pub mod svg;
 
-use crate::build::{compile_model, Ctx, ModelJob, ModelResult, ModelSource};
+use crate::build::{Ctx, ModelJob, ModelSource, Planned};
 use crate::plan::{Alternative, ExecPlan};
 use crate::zoo::jobs_from_inputs;
 use anyhow::{bail, Context, Result};
@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tessera_fixtures::{load_manifest, ModelOptions, Precision, Source};
-use tessera_stages::ir::{serial::GraphDoc, Graph};
+use tessera_stages::ir::Graph;
 use tessera_stages::target::TargetSet;
 
 /// The syntax of a fixture spec, for help texts and errors.
@@ -105,22 +105,10 @@ pub fn jobs_from_specs(inputs: &[String], shapes: &BTreeMap<String, Vec<usize>>)
     Ok(jobs)
 }
 
-/// A model compiled through the memoized pipeline, with the plan the partition stage stored and the graph
-/// its node indices refer to.
-pub struct Planned {
-    pub result: ModelResult,
-    pub plan: ExecPlan,
-    pub graph: Graph,
-}
-
-/// Compiles `job` (every stage memoized: a warm store only reads) and loads its plan and graph.
-pub fn plan_model(ctx: &Ctx, job: &ModelJob) -> Result<Planned> {
-    let result = compile_model(ctx, job)?;
-    let plan: ExecPlan = ctx.memo.load(&result.plan).with_context(|| format!("model {}: loading its plan", job.name))?;
-    let doc: GraphDoc = ctx.memo.load(&result.graph).with_context(|| format!("model {}: loading its graph", job.name))?;
-    let store = ctx.memo.store();
-    let graph = doc.to_graph(|d| store.get(d).map_err(|e| e.to_string())).with_context(|| format!("model {}: rebuilding its graph", job.name))?;
-    Ok(Planned { result, plan, graph })
+/// Runs the load and partition stages of `job` (memoized: a warm store only reads); the plan's node indices
+/// refer to `planned.graph()`.
+pub fn plan_model<'a>(ctx: &Ctx<'a>, job: &ModelJob) -> Result<Planned<'a>> {
+    crate::build::plan_model(ctx, job)
 }
 
 /// One node of a partition: its index in the loaded graph (stable for a given graph document), its name and op.

@@ -59,9 +59,10 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     let ctx = Ctx { memo: &memo, targets: &targets, backends: &backends };
     let planned = plan_model(&ctx, &job)?;
     store.flush()?;
-    let ex = explain_plan(&job.name, &planned.plan, &planned.graph, &targets)?;
+    let graph = planned.graph()?;
+    let ex = explain_plan(&job.name, &planned.plan, graph, &targets)?;
     if let Some(path) = &args.svg {
-        std::fs::write(path, svg::render(&planned.graph, &ex)).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, svg::render(graph, &ex)).with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&ex)?);
