@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use tessera::build::{load_graph, ModelJob};
 use tessera::memo::Memo;
+use tessera::partitioning::CostMode;
 use tessera::zoo::{all_backends, compile_all, jobs_from_inputs, resolve_targets, Summary};
 use tessera_kernels::artifact::Artifact;
 use tessera_kernels::runtime::Executable;
@@ -26,12 +27,18 @@ fn write_manifest(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 fn compile(store_dir: &Path, out: &Path, manifest: &Path, targets: &[String]) -> Summary {
+    compile_with(store_dir, out, manifest, targets, CostMode::Analytical)
+}
+
+fn compile_with(store_dir: &Path, out: &Path, manifest: &Path, targets: &[String], costs: CostMode) -> Summary {
     let store = Store::open(store_dir, OpenOptions::writable()).unwrap();
     let backends = all_backends();
     let targets = resolve_targets(targets, &backends).unwrap();
     let jobs = jobs_from_inputs(&[manifest.to_path_buf()], &Default::default()).unwrap();
     let memo = Memo::new(&store);
-    compile_all(&memo, &targets, &backends, &jobs, out, &|_| {}).unwrap()
+    // Analytical costs: the same plan on every machine and in every store, so artifacts can be compared
+    // byte for byte (measured costs are exercised by the Collage tests).
+    compile_all(&memo, &targets, &backends, &jobs, out, costs, &|_| {}).unwrap()
 }
 
 fn executions(s: &Summary, stage: &str) -> u64 {
@@ -152,4 +159,23 @@ fn a_bad_model_fails_alone_with_an_error_naming_it() {
     assert_eq!(s.failed[0].model, "broken");
     assert!(s.failed[0].error.contains("broken.onnx"), "{}", s.failed[0].error);
     assert!(out.join("mlp3-b1.tsr").exists());
+}
+
+/// The default path: candidates measured on this machine, searched, compiled; correct, and a rebuild measures
+/// nothing again.
+#[test]
+fn measured_costs_compile_correct_models_and_are_measured_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = write_manifest(tmp.path(), "m.toml", "[[entry]]\nmodel = \"mlp3\"\n\n[[entry]]\nmodel = \"bert-tiny\"\nseq = 16\n");
+    let (store, out) = (tmp.path().join("store"), tmp.path().join("out"));
+    let cold = compile_with(&store, &out, &manifest, &[], CostMode::Measured);
+    assert_eq!(cold.cost_source, "measured");
+    assert!(executions(&cold, "tune") > 0);
+    for job in &jobs_from_inputs(&[manifest.clone()], &Default::default()).unwrap() {
+        check_against_reference(job, &out.join(format!("{}.tsr", job.name)));
+    }
+    let warm = compile_with(&store, &tmp.path().join("out2"), &manifest, &[], CostMode::Measured);
+    for (stage, st) in &warm.stages {
+        assert_eq!(st.executions, 0, "warm measured run executed {stage}");
+    }
 }

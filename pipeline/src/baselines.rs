@@ -133,6 +133,7 @@ pub fn run_baselines(
     full: &TargetSet,
     jobs: &[ModelJob],
     bench: BenchSettings,
+    costs: crate::partitioning::CostMode,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Vec<ModelBaselines>> {
     let configs = configurations(full)?;
@@ -140,7 +141,7 @@ pub fn run_baselines(
     // (model index, config index) -> compile result.
     let mut compiled: Vec<Vec<crate::build::ModelResult>> = Vec::with_capacity(configs.len());
     for c in &configs {
-        let ctx = Ctx { memo, targets: &c.targets, backends };
+        let ctx = Ctx::new(memo, &c.targets, backends).with_costs(costs);
         let results = jobs
             .par_iter()
             .map(|j| compile_model(&ctx, j).with_context(|| format!("baseline '{}'", c.label)))

@@ -6,7 +6,8 @@
 //! model graph itself is built or reloaded only when a stage that needs it misses.
 
 use crate::memo::Memo;
-use crate::plan::{build_plan, kernel_signature, ExecPlan, PlanRef, PLAN_VERSION};
+use crate::partitioning::{partition_and_plan, CostMode};
+use crate::plan::{kernel_signature, ExecPlan, PlanRef, PLAN_VERSION};
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -16,7 +17,7 @@ use std::sync::OnceLock;
 use tessera_kernels::link::{link, LinkInput, LinkStep, ValueRef};
 use tessera_stages::backend::{Backend, LoweredKernel, Module};
 use tessera_stages::ir::{extract_subgraph, serial::GraphDoc, Graph, NodeId, Tensor};
-use tessera_stages::partition::{partition_by_rules, PARTITIONER_VERSION};
+use tessera_stages::partition::PARTITIONER_VERSION;
 use tessera_stages::target::{Target, TargetSet};
 use tessera_store::{Digest, KeyBuilder};
 
@@ -44,6 +45,19 @@ pub struct Ctx<'a> {
     pub memo: &'a Memo<'a>,
     pub targets: &'a TargetSet,
     pub backends: &'a [Box<dyn Backend>],
+    /// Where partition costs come from (default: measured).
+    pub costs: CostMode,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(memo: &'a Memo<'a>, targets: &'a TargetSet, backends: &'a [Box<dyn Backend>]) -> Self {
+        Ctx { memo, targets, backends, costs: CostMode::default() }
+    }
+
+    pub fn with_costs(mut self, costs: CostMode) -> Self {
+        self.costs = costs;
+        self
+    }
 }
 
 impl Ctx<'_> {
@@ -188,31 +202,34 @@ pub fn plan_model<'a>(ctx: &Ctx<'a>, job: &ModelJob) -> Result<Planned<'a>> {
         let _ = graph.fresh.set(g);
     }
 
-    // Stage: partition.
-    let key = KeyBuilder::new("partition", PLAN_VERSION)
+    // Stage: partition. With measured costs the plan depends on this machine: its fingerprint and the
+    // measurement method are in the key (the tune records themselves are keyed the same way).
+    let mut key = KeyBuilder::new("partition", PLAN_VERSION)
         .input_digest("graph", &doc)
         .input_digest("targets", &ctx.targets.digest())
-        .input("cost_source", "analytical")
+        .input("cost_source", ctx.costs.name())
         .env("partitioner", &PARTITIONER_VERSION)
-        .env("backends", &backend_versions(ctx))
-        .finish()?;
+        .env("backends", &backend_versions(ctx));
+    if ctx.costs == CostMode::Measured {
+        key = key
+            .env("tune", &crate::tune::TUNE_VERSION)
+            .env("device", &crate::device::cpu_fingerprint())
+            .env("measure", &tessera_kernels::runtime::measure::MeasureOptions::default());
+    }
+    let key = key.finish()?;
     let (plan_digest, plan): (Digest, ExecPlan) = ctx
         .memo
         .call_value("partition", key, || {
             let g = graph.get()?;
-            let lookup = |t: &Target| ctx.backend(t).ok();
-            let parts = partition_by_rules(g, ctx.targets, &lookup)?;
-            tessera_stages::partition::check(g, &parts).map_err(anyhow::Error::msg)?;
+            let p = partition_and_plan(ctx, g)?;
+            // Constants were stored with the graph document; make sure (cheaply) they still are.
             let store = ctx.memo.store();
-            build_plan(g, &parts, &|t: &Tensor| tessera_store::Digest::of(t.bytes())).and_then(|p| {
-                // Constants were stored with the graph document; make sure (cheaply) they still are.
-                for (d, _) in &p.constants {
-                    if !store.contains(d) {
-                        bail!("constant object {d} is missing from the store");
-                    }
+            for (d, _) in &p.constants {
+                if !store.contains(d) {
+                    bail!("constant object {d} is missing from the store");
                 }
-                Ok(p)
-            })
+            }
+            Ok(p)
         })
         .with_context(|| format!("model {}: partition", job.name))?;
     Ok(Planned { doc, plan_digest, plan, graph })

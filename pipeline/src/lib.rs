@@ -7,6 +7,7 @@ pub mod cli;
 pub mod explain;
 pub mod device;
 pub mod memo;
+pub mod partitioning;
 pub mod plan;
 pub mod tune;
 pub mod zoo;

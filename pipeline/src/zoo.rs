@@ -3,6 +3,7 @@
 
 use crate::build::{compile_model, Ctx, ModelJob, ModelResult, ModelSource};
 use crate::memo::{Memo, StageStats};
+use crate::partitioning::CostMode;
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -138,12 +139,13 @@ pub fn compile_all(
     backends: &[Box<dyn Backend>],
     jobs: &[ModelJob],
     out: &Path,
+    costs: CostMode,
     on_model: &(dyn Fn(&ModelResult) + Sync),
 ) -> Result<Summary> {
     let start = Instant::now();
     let t_key = KeyBuilder::new("targets", tessera_stages::target::REGISTRY_VERSION).input("targets", targets).finish()?;
     memo.call("targets", t_key, || Ok(postcard::to_stdvec(targets)?))?;
-    let ctx = Ctx { memo, targets, backends };
+    let ctx = Ctx::new(memo, targets, backends).with_costs(costs);
     // One bad model must not cost the rest of the zoo: every model compiles, failures are reported at the end.
     let outcomes: Vec<Result<ModelResult>> = jobs
         .par_iter()

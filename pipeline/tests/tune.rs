@@ -62,7 +62,7 @@ fn bert_tiny_candidates_measure_once_then_hit() {
         (t("cpu -compiler=c"), vec![mm]),
     ];
     let memo = Memo::new(&store);
-    let ctx = Ctx { memo: &memo, targets: &targets, backends: &backends };
+    let ctx = Ctx::new(&memo, &targets, &backends);
     let costs = measure_candidates(&ctx, &g, &cands).unwrap();
     assert_eq!(costs.len(), cands.len());
     for i in [0, 1, 2] {
@@ -90,7 +90,7 @@ fn bert_tiny_candidates_measure_once_then_hit() {
     assert_eq!(again, costs);
     assert_eq!(tune_stats(&memo), (4, 1 + cands.len() as u64));
     let memo2 = Memo::new(&store);
-    let ctx2 = Ctx { memo: &memo2, targets: &targets, backends: &backends };
+    let ctx2 = Ctx::new(&memo2, &targets, &backends);
     let lower_before = memo2.stats().get("lower").copied().unwrap_or_default();
     assert_eq!(measure_candidates(&ctx2, &g, &cands).unwrap(), costs);
     assert_eq!(tune_stats(&memo2), (0, cands.len() as u64));
@@ -103,7 +103,7 @@ fn identical_kernels_of_different_layers_share_one_measurement() {
     let g = model("bert-tiny", Some(16));
     let (backends, targets) = (all_backends(), targets());
     let memo = Memo::new(&store);
-    let ctx = Ctx { memo: &memo, targets: &targets, backends: &backends };
+    let ctx = Ctx::new(&memo, &targets, &backends);
     // Every MatMul against a 2-D weight: the Q/K/V projections of both layers have one signature.
     let mms: Vec<NodeId> = (0..g.nodes.len() as u32)
         .map(NodeId)
@@ -126,13 +126,13 @@ fn gemm_refuses_a_lone_elementwise_node_and_the_refusal_is_recorded() {
     g.outputs.push(y);
     let (backends, targets) = (all_backends(), targets());
     let memo = Memo::new(&store);
-    let ctx = Ctx { memo: &memo, targets: &targets, backends: &backends };
+    let ctx = Ctx::new(&memo, &targets, &backends);
     let cands = vec![(t("cpu -compiler=gemm"), vec![NodeId(0)])];
     let c = measure_candidates(&ctx, &g, &cands).unwrap().remove(0);
     assert_eq!((c.source, c.us), (CostSource::Unsupported, f64::INFINITY), "{c:?}");
     assert_eq!(tune_stats(&memo), (1, 0));
     let memo2 = Memo::new(&store);
-    let ctx2 = Ctx { memo: &memo2, targets: &targets, backends: &backends };
+    let ctx2 = Ctx::new(&memo2, &targets, &backends);
     let again = measure_candidates(&ctx2, &g, &cands).unwrap().remove(0);
     assert_eq!(again, c);
     assert_eq!(tune_stats(&memo2), (0, 1), "a refusal is not retried");
@@ -152,7 +152,7 @@ fn a_bigger_matmul_measures_slower() {
     let (_d, store) = store();
     let (backends, targets) = (all_backends(), targets());
     let memo = Memo::new(&store);
-    let ctx = Ctx { memo: &memo, targets: &targets, backends: &backends };
+    let ctx = Ctx::new(&memo, &targets, &backends);
     for target in ["cpu -compiler=c", "cpu -compiler=gemm"] {
         let tiny = measure_candidates(&ctx, &matmul_graph(2, 4, 4), &[(t(target), vec![NodeId(0)])]).unwrap().remove(0);
         let big = measure_candidates(&ctx, &matmul_graph(128, 128, 128), &[(t(target), vec![NodeId(0)])]).unwrap().remove(0);
@@ -195,7 +195,7 @@ fn unavailable_backend_falls_back_to_the_estimate() {
     let backends: Vec<Box<dyn Backend>> = vec![Box::new(NoCompiler(CBackend))];
     let targets = TargetSet::parse(&["cpu -compiler=c".to_string()]).unwrap();
     let memo = Memo::new(&store);
-    let ctx = Ctx { memo: &memo, targets: &targets, backends: &backends };
+    let ctx = Ctx::new(&memo, &targets, &backends);
     let g = matmul_graph(8, 8, 8);
     let c = measure_candidates(&ctx, &g, &[(t("cpu -compiler=c"), vec![NodeId(0)])]).unwrap().remove(0);
     assert_eq!(c.source, CostSource::Analytical);
@@ -208,7 +208,7 @@ fn bad_candidates_are_clear_errors() {
     let (_d, store) = store();
     let (backends, targets) = (all_backends(), targets());
     let memo = Memo::new(&store);
-    let ctx = Ctx { memo: &memo, targets: &targets, backends: &backends };
+    let ctx = Ctx::new(&memo, &targets, &backends);
     let g = matmul_graph(2, 2, 2);
     let e = measure_candidates(&ctx, &g, &[(t("cpu -compiler=c"), vec![NodeId(7)])]).unwrap_err();
     assert!(format!("{e:#}").contains("node 7 is not in graph mm"), "{e:#}");
@@ -293,7 +293,7 @@ fn key_params_are_what_the_stage_uses() {
     let (_d, store) = store();
     let (backends, targets) = (all_backends(), targets());
     let memo = Memo::new(&store);
-    let ctx = Ctx { memo: &memo, targets: &targets, backends: &backends };
+    let ctx = Ctx::new(&memo, &targets, &backends);
     let g = matmul_graph(4, 4, 4);
     let opts = MeasureOptions { warmup: 1, min_runs: 2, budget_us: 0, max_runs: 10 };
     let cands = vec![(t("cpu -compiler=c"), vec![NodeId(0)]), (t("cpu -compiler=c -opt-level=1"), vec![NodeId(0)])];
@@ -313,7 +313,7 @@ fn cold_single_node_candidates_of_zoo_models() {
     for (name, seq) in [("bert-tiny", Some(16)), ("resnet18", None)] {
         let (_d, store) = store();
         let memo = Memo::new(&store);
-        let ctx = Ctx { memo: &memo, targets: &targets, backends: &backends };
+        let ctx = Ctx::new(&memo, &targets, &backends);
         let g = model(name, seq);
         let mut cands = Vec::new();
         for n in (0..g.nodes.len() as u32).map(NodeId) {

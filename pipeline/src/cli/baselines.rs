@@ -41,6 +41,10 @@ pub struct BaselinesArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Print JSON instead of Markdown.
+    /// Where partition costs come from: measured on this machine (recorded in the store), or the backends'
+    /// analytical estimates.
+    #[arg(long, value_enum, default_value_t = crate::partitioning::CostMode::Measured)]
+    pub costs: crate::partitioning::CostMode,
     #[arg(long)]
     pub json: bool,
 }
@@ -62,7 +66,7 @@ pub fn run(args: BaselinesArgs) -> Result<()> {
     let memo = Memo::new(&store);
     let bench = BenchSettings { iters: args.iters, warmup: args.warmup, seed: args.seed };
     let quiet = args.json;
-    let models = run_baselines(&memo, &backends, &targets, &jobs, bench, &|line| {
+    let models = run_baselines(&memo, &backends, &targets, &jobs, bench, args.costs, &|line| {
         if !quiet {
             eprintln!("{line}");
         }

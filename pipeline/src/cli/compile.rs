@@ -1,6 +1,7 @@
 //! `tessera compile INPUT... [--target T]... [--store DIR] [--out DIR] [--json]`
 
 use crate::memo::Memo;
+use crate::partitioning::CostMode;
 use crate::zoo::{all_backends, compile_all, jobs_from_inputs, resolve_targets, Summary};
 use anyhow::Result;
 use clap::Args;
@@ -32,6 +33,10 @@ pub struct CompileArgs {
     /// Wait for another process holding the store instead of failing.
     #[arg(long)]
     pub wait: bool,
+    /// Where partition costs come from: measured on this machine (recorded in the store), or the backends'
+    /// analytical estimates (no measurement; the same plan on every machine).
+    #[arg(long, value_enum, default_value_t = CostMode::Measured)]
+    pub costs: CostMode,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -74,7 +79,7 @@ pub fn run(args: CompileArgs) -> Result<()> {
     });
     let total = jobs.len();
     let done = Mutex::new(0usize);
-    let summary = compile_all(&memo, &targets, &backends, &jobs, &args.out, &|r| {
+    let summary = compile_all(&memo, &targets, &backends, &jobs, &args.out, args.costs, &|r| {
         let mut d = done.lock().expect("done");
         *d += 1;
         if !tty && !args.json {
@@ -91,7 +96,7 @@ pub fn run(args: CompileArgs) -> Result<()> {
     }
     if !summary.failed.is_empty() {
         for f in &summary.failed {
-            eprintln!("error: model {}: {}", f.model, f.error);
+            eprintln!("error: {}", f.error);
         }
         anyhow::bail!("{} of {} models failed to compile", summary.failed.len(), summary.failed.len() + summary.models);
     }

@@ -40,6 +40,10 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub svg: Option<PathBuf>,
     /// Print the report as JSON instead of text.
+    /// Where partition costs come from: measured on this machine (recorded in the store), or the backends'
+    /// analytical estimates.
+    #[arg(long, value_enum, default_value_t = crate::partitioning::CostMode::Measured)]
+    pub costs: crate::partitioning::CostMode,
     #[arg(long)]
     pub json: bool,
 }
@@ -56,7 +60,7 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     let dir = tessera_store::resolve_dir(args.store.as_deref());
     let store = Store::open(&dir, OpenOptions::writable().wait(args.wait))?;
     let memo = Memo::new(&store);
-    let ctx = Ctx { memo: &memo, targets: &targets, backends: &backends };
+    let ctx = Ctx::new(&memo, &targets, &backends).with_costs(args.costs);
     let planned = plan_model(&ctx, &job)?;
     store.flush()?;
     let graph = planned.graph()?;

@@ -31,12 +31,18 @@ const DEVICE_CROSSING_BYTES_PER_US: f64 = 20_000.0;
 pub enum CostSource {
     /// The backends' analytical estimates (no measurement).
     Analytical,
+    /// Every cost was measured (the tune stage).
+    Measured,
+    /// Some costs were measured, others estimated where nothing could be measured.
+    Mixed,
 }
 
 impl CostSource {
     pub fn name(self) -> &'static str {
         match self {
             CostSource::Analytical => "analytical",
+            CostSource::Measured => "measured",
+            CostSource::Mixed => "mixed",
         }
     }
 }

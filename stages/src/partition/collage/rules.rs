@@ -270,5 +270,8 @@ fn valid(cx: &Cx, nodes: &[u32]) -> bool {
             return false;
         }
     }
-    cx.dag.depth(nodes) <= lim.max_depth && cx.dag.exits(cx.g, nodes) <= lim.max_exits && cx.dag.is_convex(nodes)
+    // A single node is always a valid candidate, whatever its number of outputs (a Split with three consumers
+    // must still be coverable): the exit bound limits what fusion may grow, not what a primitive is.
+    let exits_ok = nodes.len() == 1 || cx.dag.exits(cx.g, nodes) <= lim.max_exits;
+    cx.dag.depth(nodes) <= lim.max_depth && exits_ok && cx.dag.is_convex(nodes)
 }
