@@ -91,7 +91,7 @@ fn epilogue_us(g: &Graph, n: NodeId, f: &Fusion) -> f64 {
 ///
 /// An epilogue is priced at its marginal cost inside its chain (one more op in the fused pass), whether or not
 /// its anchor is among `nodes`: partitioners price nodes one at a time and let an epilogue join a library
-/// backend only where its producer went (see `partition_by_rules`), and `lower` refuses a partition that
+/// backend only together with its producer (the Collage gemm rules), and `lower` refuses a partition that
 /// separates an epilogue from its chain, naming the node.
 pub fn estimate_us(g: &Graph, nodes: &[NodeId]) -> f64 {
     let set: BTreeSet<NodeId> = nodes.iter().copied().collect();
