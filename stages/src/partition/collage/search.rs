@@ -7,9 +7,11 @@
 //!
 //! Collage takes only candidates containing the first uncovered node. With the readiness condition that rule
 //! is incomplete: for nodes `a(x)`, `b(x)`, `c(a, b)` and candidates `{a, c}`, `{b}`, the cover `{b}`, `{a, c}`
-//! is unreachable (the candidate holding `a` needs `b` first). So every ready candidate is tried, and A* with
-//! an admissible, consistent bound keeps the explored states few: each uncovered node costs at least its
-//! cheapest share `cost / |nodes|` over the candidates holding it.
+//! is unreachable (the candidate holding `a` needs `b` first). So every ready candidate is tried, with two
+//! things keeping the explored states few: paths list a cover's partitions in one canonical order only (Kahn's
+//! algorithm taking the ready partition with the smallest first node; checking that needs the last candidate,
+//! so it is part of the state), and A* with an admissible, consistent bound (each uncovered node costs at
+//! least its cheapest share `cost / |nodes|` over the candidates holding it).
 //!
 //! Edge cost: the candidate's cost plus [`CrossingModel`] charges on its external inputs (node-produced values;
 //! graph inputs and constants live in memory anyway). The device part needs the producer's device, so when
@@ -18,7 +20,7 @@
 //!
 //! Non-finite costs mean "cannot run": such candidates are never chosen. Determinism: candidates are first put
 //! in a canonical order (target, nodes; duplicates keep the cheapest), the queue breaks ties by insertion
-//! order, and an equal-cost path replaces a recorded one only if its last candidate comes first canonically.
+//! order, and of equal-cost paths to one state the first found is kept.
 
 use super::candidates::Candidate;
 use super::dag::{contains, external_inputs, Dag};
@@ -126,13 +128,15 @@ impl Ord for Ord64 {
     }
 }
 
-/// Separates the covered-set part of a state key from the frontier devices (multi-device only).
-const DEVICES: u32 = u32::MAX;
+/// No last candidate (the start state).
+const NONE: u32 = u32::MAX;
 
-/// The covered-set part of a key: the first uncovered node and the covered nodes after it.
-fn covered_part(key: &[u32]) -> (u32, &[u32]) {
-    let end = key.iter().position(|&x| x == DEVICES).unwrap_or(key.len());
-    (key[0], &key[1..end])
+/// A state key: `[f, k, extras (k covered nodes after f, sorted).., last candidate, frontier (node, device)
+/// pairs sorted by node (multi-device only)..]`, split into (f, extras, last, frontier pairs).
+fn parse_key(key: &[u32]) -> (u32, &[u32], Option<usize>, &[u32]) {
+    let k = key[1] as usize;
+    let last = key[2 + k];
+    (key[0], &key[2..2 + k], (last != NONE).then_some(last as usize), &key[3 + k..])
 }
 
 pub fn search_detailed(
@@ -180,9 +184,13 @@ pub fn search_detailed(
 
     // Candidates by first node; the bound's per-node shares.
     let mut by_first: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut containing: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut share = vec![f64::INFINITY; n];
     for (ci, c) in list.iter().enumerate() {
         by_first[c.nodes[0] as usize].push(ci);
+        for &x in &c.nodes {
+            containing[x as usize].push(ci);
+        }
         let s = c.cost / c.nodes.len() as f64;
         for &x in &c.nodes {
             share[x as usize] = share[x as usize].min(s);
@@ -208,20 +216,19 @@ pub fn search_detailed(
     let mut live: Vec<Vec<u32>> = vec![Vec::new(); n + 1];
     for p in 0..n {
         if let Some(&last) = dag.succs[p].last() {
-            for f in p + 1..=last as usize {
-                live[f].push(p as u32);
+            for l in &mut live[p + 1..=last as usize] {
+                l.push(p as u32);
             }
         }
     }
 
-    // Key layout: [f, extras (covered nodes after f, sorted)..] then, multi-device only, DEVICES and
-    // (node, device) pairs of the frontier, sorted by node.
     let is_covered = |f: u32, extras: &[u32], x: u32| x < f || contains(extras, x);
     let bound = |f: u32, extras: &[u32]| (suffix[f as usize] - extras.iter().map(|&e| share[e as usize]).sum::<f64>()).max(0.0);
 
-    let mut states: Vec<State> = vec![State { key: vec![0], g: 0.0, parent: None, closed: false }];
+    let start = vec![0, 0, NONE];
+    let mut states: Vec<State> = vec![State { key: start.clone(), g: 0.0, parent: None, closed: false }];
     let mut index: HashMap<Vec<u32>, usize> = HashMap::new();
-    index.insert(vec![0], 0);
+    index.insert(start, 0);
     let mut heap: BinaryHeap<Reverse<(Ord64, u64, usize)>> = BinaryHeap::new();
     let mut seq = 0u64;
     heap.push(Reverse((Ord64(bound(0, &[])), seq, 0)));
@@ -239,14 +246,10 @@ pub fn search_detailed(
         states[si].closed = true;
         expanded += 1;
         let key = states[si].key.clone();
-        let (f, extras) = covered_part(&key);
+        let (f, extras, last, frontier_dev) = parse_key(&key);
         if f as usize == n {
             break si;
         }
-        let frontier_dev: &[u32] = match key.iter().position(|&x| x == DEVICES) {
-            Some(p) => &key[p + 1..],
-            None => &[],
-        };
         // Ready uncovered nodes: f, uncovered roots, uncovered consumers of covered nodes.
         let mut starts: Vec<u32> = vec![f];
         starts.extend(roots[roots.partition_point(|&r| r < f)..].iter().copied());
@@ -256,11 +259,36 @@ pub fn search_detailed(
         starts.sort_unstable();
         starts.dedup();
         starts.retain(|&u| !is_covered(f, extras, u) && dag.preds[u as usize].iter().all(|&p| is_covered(f, extras, p)));
+        // A ready node may be left for later only if some candidate could hold it that is not ready now: in
+        // the canonical order the next partition has the smallest first node among the ready ones, so the
+        // partition holding a ready node before the chosen one's first node must be waiting for something.
+        let can_wait: Vec<bool> = starts
+            .iter()
+            .map(|&u| {
+                containing[u as usize].iter().any(|&di| {
+                    let d = &list[di];
+                    !d.nodes.iter().any(|&x| is_covered(f, extras, x)) && d.ext_producers.iter().any(|&p| !is_covered(f, extras, p))
+                })
+            })
+            .collect();
         for &u in &starts {
             for &ci in &by_first[u as usize] {
                 let c = &list[ci];
                 if c.nodes.iter().any(|&x| is_covered(f, extras, x)) || !c.ext_producers.iter().all(|&p| is_covered(f, extras, p)) {
                     continue;
+                }
+                // Canonical order (partial-order reduction): a path lists a cover's partitions as Kahn's
+                // algorithm does when it always takes the ready partition with the smallest first node. In
+                // such a sequence a partition starting before its predecessor must depend on it (it was not
+                // ready before), so other orders of the same cover are skipped; every cover keeps one path.
+                if starts.iter().zip(&can_wait).any(|(&u, &w)| u < c.nodes[0] && !w) {
+                    continue;
+                }
+                if let Some(l) = last {
+                    let prev = &list[l];
+                    if c.nodes[0] < prev.nodes[0] && !c.ext_producers.iter().any(|&p| contains(&prev.nodes, p)) {
+                        continue;
+                    }
                 }
                 // Edge cost.
                 let dev = device_of[c.target];
@@ -282,15 +310,16 @@ pub fn search_detailed(
                     k += 1;
                 }
                 let nextras = &covered_after[k..];
-                let mut nkey: Vec<u32> = Vec::with_capacity(1 + nextras.len());
+                let mut nkey: Vec<u32> = Vec::with_capacity(3 + nextras.len());
                 nkey.push(nf);
+                nkey.push(nextras.len() as u32);
                 nkey.extend_from_slice(nextras);
+                nkey.push(ci as u32);
                 if multi {
                     let open = |x: u32| dag.succs[x as usize].iter().any(|&s| !is_covered(nf, nextras, s));
                     let mut pairs: Vec<(u32, u32)> = frontier_dev.chunks(2).map(|p| (p[0], p[1])).filter(|&(x, _)| open(x)).collect();
                     pairs.extend(c.nodes.iter().filter(|&&x| open(x)).map(|&x| (x, dev)));
                     pairs.sort_unstable();
-                    nkey.push(DEVICES);
                     for (x, d) in pairs {
                         nkey.extend([x, d]);
                     }
@@ -302,15 +331,11 @@ pub fn search_detailed(
                         if t.closed {
                             continue;
                         }
-                        let better = ng < t.g || (ng == t.g && t.parent.is_some_and(|(_, pc)| ci < pc));
-                        if better {
-                            let improved = ng < t.g;
+                        if ng < t.g {
                             t.g = ng;
                             t.parent = Some((si, ci));
-                            if improved {
-                                seq += 1;
-                                heap.push(Reverse((Ord64(ng + bound(nf, nextras)), seq, ti)));
-                            }
+                            seq += 1;
+                            heap.push(Reverse((Ord64(ng + bound(nf, nextras)), seq, ti)));
                         }
                     }
                     None => {

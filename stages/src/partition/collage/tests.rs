@@ -151,52 +151,63 @@ fn cover_cost(
 }
 
 /// Every exact cover of the graph by candidates with an acyclic partition graph: the cheapest cost.
-fn brute_force(g: &Graph, targets: &TargetSet, cands: &[Candidate], costs: &[f64], crossing: &CrossingModel) -> Option<f64> {
-    fn rec(
-        g: &Graph,
-        targets: &TargetSet,
-        cands: &[Candidate],
-        costs: &[f64],
-        crossing: &CrossingModel,
-        covered: &mut Vec<bool>,
-        cover: &mut Vec<usize>,
-        best: &mut Option<f64>,
-    ) {
+struct Brute<'a> {
+    g: &'a Graph,
+    targets: &'a TargetSet,
+    cands: &'a [Candidate],
+    costs: &'a [f64],
+    crossing: &'a CrossingModel,
+}
+
+impl Brute<'_> {
+    fn best(&self) -> Option<f64> {
+        let mut best = None;
+        self.rec(&mut vec![false; self.g.nodes.len()], &mut Vec::new(), &mut best);
+        best
+    }
+
+    /// Extends a partial cover by every finite candidate holding the first uncovered node, disjoint from it.
+    fn rec(&self, covered: &mut Vec<bool>, cover: &mut Vec<usize>, best: &mut Option<f64>) {
         let Some(first) = covered.iter().position(|&c| !c) else {
-            if let Some((c, order)) = cover_cost(g, targets, cands, costs, crossing, cover) {
+            if let Some((c, order)) = cover_cost(self.g, self.targets, self.cands, self.costs, self.crossing, cover) {
                 // The order found is a valid partitioning by `check`, too.
                 let p = Partitioning {
                     partitions: order
                         .iter()
-                        .map(|&ci| crate::partition::Partition { target: targets.targets[cands[ci].target].clone(), nodes: cands[ci].nodes.clone(), cost_us: 0.0 })
+                        .map(|&ci| crate::partition::Partition {
+                            target: self.targets.targets[self.cands[ci].target].clone(),
+                            nodes: self.cands[ci].nodes.clone(),
+                            cost_us: 0.0,
+                        })
                         .collect(),
                     cost_source: CostSource::Analytical,
                 };
-                assert_eq!(check(g, &p), Ok(()));
+                assert_eq!(check(self.g, &p), Ok(()));
                 if best.is_none_or(|b| c < b) {
                     *best = Some(c);
                 }
             }
             return;
         };
-        for (ci, c) in cands.iter().enumerate() {
-            if !costs[ci].is_finite() || !c.nodes.contains(&NodeId(first as u32)) || c.nodes.iter().any(|n| covered[n.index()]) {
+        for (ci, c) in self.cands.iter().enumerate() {
+            if !self.costs[ci].is_finite() || !c.nodes.contains(&NodeId(first as u32)) || c.nodes.iter().any(|n| covered[n.index()]) {
                 continue;
             }
             for n in &c.nodes {
                 covered[n.index()] = true;
             }
             cover.push(ci);
-            rec(g, targets, cands, costs, crossing, covered, cover, best);
+            self.rec(covered, cover, best);
             cover.pop();
             for n in &c.nodes {
                 covered[n.index()] = false;
             }
         }
     }
-    let mut best = None;
-    rec(g, targets, cands, costs, crossing, &mut vec![false; g.nodes.len()], &mut Vec::new(), &mut best);
-    best
+}
+
+fn brute_force(g: &Graph, targets: &TargetSet, cands: &[Candidate], costs: &[f64], crossing: &CrossingModel) -> Option<f64> {
+    Brute { g, targets, cands, costs, crossing }.best()
 }
 
 /// The invariants of a search result: exact cover, `check` passes, winners are candidates, chosen partitions
@@ -232,6 +243,7 @@ fn assert_well_formed(g: &Graph, targets: &TargetSet, cands: &[Candidate], costs
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
 
     /// Random graphs and costs: a well-formed result, and on small graphs the brute-force optimum.
     #[test]
@@ -493,9 +505,10 @@ fn fixture_graphs_search_under_a_second() {
         let t_search = t1.elapsed();
         let per_target: Vec<usize> = (0..targets.targets.len()).map(|t| cands.iter().filter(|c| c.target == t).count()).collect();
         let gemm_nodes: usize = out.chosen.iter().filter(|c| c.target == 1).map(|c| c.nodes.len()).sum();
+        let gemm_parts = out.chosen.iter().filter(|c| c.target == 1).count();
         println!(
             "{model}: {} nodes, {} candidates (c {}, gemm {}), largest {}; candidates {:?}, search {:?}: {} states expanded, \
-             {} seen, {} winners, {} partitions ({} nodes on gemm), total {:.1} us",
+             {} seen, {} winners, {} partitions ({gemm_parts} gemm with {} nodes), total {:.1} us",
             g.nodes.len(),
             cands.len(),
             per_target[0],
@@ -514,4 +527,22 @@ fn fixture_graphs_search_under_a_second() {
         assert!(gemm_nodes > 0, "{model}: gemm runs the MatMuls/Convs when it is cheaper");
         assert!((t_cands + t_search).as_secs_f64() < 1.0, "{model}: candidates {t_cands:?} + search {t_search:?}");
     }
+}
+
+/// A wide random graph (proptest's find) whose search explored 69k states before the canonical-order rules.
+#[test]
+fn wide_graph_search_stays_small() {
+    let ops: Vec<(u8, usize, usize)> = vec![(0, 0, 0), (2, 1075758361696862607, 0), (116, 1031607213371141472, 0), (233, 1346291787149635519, 7149747760429456109), (130, 579310341396192954, 0), (82, 6500074643840179320, 0), (108, 3425880468773110088, 0), (2, 9818464396564926634, 6403320847225121381), (34, 778491841447574736, 4377159306206637765), (164, 6752824649094284941, 9636662363233959870), (67, 12314280495471721715, 5863372338774811908), (231, 17240735268422251254, 8328873724256788966), (45, 13266835028724111797, 8496941829006100507), (155, 14933846919781608404, 1129847660333606706), (79, 6131164725655373766, 10614295205924269710), (12, 16884165645795282731, 12073085029742397421), (232, 6257783981999605969, 3424621022401165335), (161, 3101448395937715271, 5334188721785274231), (247, 12815602703063064841, 80874457401568008), (151, 2449910930540448258, 5199605380991112293), (163, 18332870419152033749, 18149751440783669938), (215, 16249340774049565932, 5276431465070579893), (22, 5896977246882492779, 11540158886028770270), (197, 2078167426279544267, 1900573837809774014)];
+    let g = random_graph(&ops);
+    let targets = cpu_targets();
+    let t0 = Instant::now();
+    let cands = cands_of(&g, &targets, &Limits::default()).unwrap();
+    println!("cands {} in {:?}", cands.len(), t0.elapsed());
+    let table: Vec<f64> = (0..31).map(|i| 0.5 + (i * 37 % 31) as f64 / 3.0).collect();
+    let costs = costs_for(&cands, &targets, &table, 3);
+    let t0 = Instant::now();
+    let out = search_detailed(&g, &targets, &cands, &costs, &CrossingModel::default()).unwrap();
+    println!("search {:?}: {} expanded {} seen", t0.elapsed(), out.states_expanded, out.states_seen);
+    assert_well_formed(&g, &targets, &cands, &costs, &CrossingModel::default(), &out);
+    assert!(out.states_seen < 5_000, "{} states", out.states_seen);
 }
