@@ -47,11 +47,19 @@ pub struct Ctx<'a> {
     pub backends: &'a [Box<dyn Backend>],
     /// Where partition costs come from (default: measured).
     pub costs: CostMode,
+    /// A backend that takes every node it can run, the fallback the rest: the single-backend baseline
+    /// Collage compares against. `None` (the default) is the searched mix.
+    pub prefer: Option<String>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(memo: &'a Memo<'a>, targets: &'a TargetSet, backends: &'a [Box<dyn Backend>]) -> Self {
-        Ctx { memo, targets, backends, costs: CostMode::default() }
+        Ctx { memo, targets, backends, costs: CostMode::default(), prefer: None }
+    }
+
+    pub fn with_prefer(mut self, backend: Option<String>) -> Self {
+        self.prefer = backend;
+        self
     }
 
     pub fn with_costs(mut self, costs: CostMode) -> Self {
@@ -208,6 +216,7 @@ pub fn plan_model<'a>(ctx: &Ctx<'a>, job: &ModelJob) -> Result<Planned<'a>> {
         .input_digest("graph", &doc)
         .input_digest("targets", &ctx.targets.digest())
         .input("cost_source", ctx.costs.name())
+        .input("prefer", &ctx.prefer)
         .env("partitioner", &PARTITIONER_VERSION)
         .env("backends", &backend_versions(ctx));
     if ctx.costs == CostMode::Measured {

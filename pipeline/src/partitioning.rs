@@ -59,7 +59,29 @@ pub fn partition_and_plan(ctx: &Ctx, g: &Graph) -> Result<ExecPlan> {
                 .unzip()
         }
     };
-    let outcome = collage::search_detailed(g, ctx.targets, &cands, &cost_us, &CrossingModel::default())?;
+    // The single-backend baseline: the preferred backend's candidates cost next to nothing in the search, so it
+    // takes every node it can run; reported costs stay the real ones.
+    let search_costs: Vec<f64> = match &ctx.prefer {
+        None => cost_us.clone(),
+        Some(b) => cands
+            .iter()
+            .zip(&cost_us)
+            .map(|(c, &us)| if ctx.targets.targets[c.target].backend_name() == b && us.is_finite() { us * 1e-6 } else { us })
+            .collect(),
+    };
+    let mut outcome = collage::search_detailed(g, ctx.targets, &cands, &search_costs, &CrossingModel::default())?;
+    if ctx.prefer.is_some() {
+        // Report real costs: a chosen partition is a winner or a merge of winners (sum of their costs).
+        for ch in &mut outcome.chosen {
+            ch.cost_us = cands
+                .iter()
+                .zip(&cost_us)
+                .filter(|(c, _)| c.target == ch.target && c.nodes.iter().all(|n| ch.nodes.contains(n)))
+                .filter(|(c, _)| outcome.winners.iter().any(|(w, _)| w.target == c.target && w.nodes == c.nodes))
+                .map(|(_, &us)| us)
+                .sum();
+        }
+    }
     let used: Vec<&str> = outcome
         .winners
         .iter()

@@ -63,7 +63,7 @@ impl CostSource {
 /// The cost of one candidate.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CandidateCost {
-    /// Microseconds per run: the measured median, the estimate, or `+inf` when unsupported.
+    /// Microseconds per run: the fastest measured run, the estimate, or `+inf` when unsupported.
     pub us: f64,
     pub source: CostSource,
     /// The tune key (also for analytical costs, which are not recorded under it).
@@ -290,7 +290,10 @@ pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeI
                     .find(|(c, _)| *c == best)
                     .map(|(_, m)| *m)
                     .with_context(|| format!("tune record {}: best config '{best}' has no measurement", p.key))?;
-                CandidateCost { us: m.median_us, source: CostSource::Measured, key: p.key, error: None, measurement: Some(m) }
+                // The search uses the fastest run, not the median: on a shared machine interference only ever
+                // adds time, so the minimum is the robust estimate of a kernel's own cost (Chen & Revels,
+                // "Robust benchmarking in noisy environments", 2016). The record keeps every figure.
+                CandidateCost { us: m.min_us, source: CostSource::Measured, key: p.key, error: None, measurement: Some(m) }
             }
             TuneOutcome::Unsupported { error } => {
                 CandidateCost { us: f64::INFINITY, source: CostSource::Unsupported, key: p.key, error: Some(error), measurement: None }
