@@ -68,7 +68,7 @@ fn explain_json_covers_every_node_once_and_svg_is_deterministic() {
     let g = load_graph(&parse_fixture_spec(spec).unwrap()).unwrap();
     let svg1 = d.path().join("a.svg");
     let json: serde_json::Value =
-        serde_json::from_str(&tessera(&store, &["explain", spec, "--target", "cpu -compiler=gemm", "--json", "--svg", svg1.to_str().unwrap()])).unwrap();
+        serde_json::from_str(&tessera(&store, &["explain", spec, "--costs", "analytical", "--target", "cpu -compiler=gemm", "--json", "--svg", svg1.to_str().unwrap()])).unwrap();
 
     assert_eq!(json["model"], "bert-tiny-b1-s16");
     let targets: Vec<&str> = json["targets"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
@@ -113,12 +113,13 @@ fn explain_json_covers_every_node_once_and_svg_is_deterministic() {
     assert_eq!(svg.matches("class=\"partition\"").count(), parts.len());
     assert!(svg.contains("gemm: ") && svg.contains("c: "), "legend");
 
-    // Same bytes again: from the warm store, and from a fresh one; the text report agrees with the JSON.
+    // Same bytes again: from the warm store, and from a fresh one (analytical costs: measured ones would differ
+    // between stores); the text report agrees with the JSON.
     let svg2 = d.path().join("b.svg");
-    let text = tessera(&store, &["explain", spec, "--target", "cpu -compiler=gemm", "--svg", svg2.to_str().unwrap()]);
+    let text = tessera(&store, &["explain", spec, "--costs", "analytical", "--target", "cpu -compiler=gemm", "--svg", svg2.to_str().unwrap()]);
     assert_eq!(std::fs::read(&svg2).unwrap(), svg.as_bytes());
     let svg3 = d.path().join("c.svg");
-    tessera(&d.path().join("fresh"), &["explain", spec, "--target", "cpu -compiler=gemm", "--json", "--svg", svg3.to_str().unwrap()]);
+    tessera(&d.path().join("fresh"), &["explain", spec, "--costs", "analytical", "--target", "cpu -compiler=gemm", "--json", "--svg", svg3.to_str().unwrap()]);
     assert_eq!(std::fs::read(&svg3).unwrap(), svg.as_bytes());
     assert!(text.starts_with(&format!("model bert-tiny-b1-s16: {} nodes in {} partitions", g.nodes.len(), parts.len())), "{text}");
     assert_eq!(text.lines().filter(|l| l.starts_with('[')).count(), parts.len());
