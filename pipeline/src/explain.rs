@@ -224,7 +224,7 @@ pub fn render_text(ex: &Explanation) -> String {
         let _ = write!(s, "[{}] {} ({}), {} node{}, {:.1} us ({})", p.index, p.backend, p.target, p.nodes.len(), if p.nodes.len() == 1 { "" } else { "s" }, p.cost_us, p.cost_source);
         match &p.alternative {
             Some(a) => {
-                let _ = writeln!(s, "; beat {} at {:.1} us ({})", a.backend, a.cost_us, a.cost_source);
+                let _ = writeln!(s, "; best {} candidate holding its first node: {:.1} us ({})", a.backend, a.cost_us, a.cost_source);
             }
             None => {
                 let _ = writeln!(s, "; no alternative considered");

@@ -41,7 +41,8 @@ pub struct PlanPartition {
     pub cost_us: f64,
     /// Where `cost_us` came from: "measured" or "analytical".
     pub cost_source: String,
-    /// The best candidate of another backend this partition beat, if the partitioner considered one.
+    /// The cheapest candidate of another backend holding this partition's first node (it may cover other
+    /// nodes than this partition), if the search considered one: what the search weighed this partition against.
     pub alternative: Option<Alternative>,
 }
 
