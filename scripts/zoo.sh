@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc; }
-cargo build --release --locked -p tessera
-exec target/release/tessera compile fixtures/zoo.toml --out out "$@"
+# `cargo run` finds the binary wherever CARGO_TARGET_DIR puts it.
+exec cargo run --quiet --release --locked -p tessera -- compile fixtures/zoo.toml --out out "$@"
