@@ -155,6 +155,7 @@ fn stage_load(ctx: &Ctx, job: &ModelJob) -> Result<(Digest, Option<Graph>)> {
                 .finish()?;
             let mut built = None;
             let doc = ctx.memo.call("load", key, || {
+                let _busy = crate::device::busy();
                 let g = load_graph(job)?;
                 let bytes = store_graph(&g)?;
                 built = Some(g);
@@ -163,7 +164,10 @@ fn stage_load(ctx: &Ctx, job: &ModelJob) -> Result<(Digest, Option<Graph>)> {
             Ok((doc, built))
         }
         ModelSource::Onnx { .. } => {
-            let g = load_graph(job)?;
+            let g = {
+                let _busy = crate::device::busy();
+                load_graph(job)?
+            };
             let bytes = store_graph(&g)?;
             let key = KeyBuilder::new("load", LOAD_VERSION).input_bytes("graph_document", &bytes).finish()?;
             let doc = ctx.memo.call("load", key, || Ok(bytes))?;
@@ -259,6 +263,7 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
             let backend = ctx.backend(target)?;
             let key = lower_key(kernel, target, backend)?;
             let out = ctx.memo.call("lower", key, || {
+                let _busy = crate::device::busy();
                 let g = graph.get()?;
                 let p = &plan.partitions[first];
                 let nodes: Vec<NodeId> = p.nodes.iter().map(|&n| NodeId(n)).collect();
@@ -291,6 +296,7 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
         let m = ctx
             .memo
             .call_value("compile", key, || {
+                let _busy = crate::device::busy();
                 let lks: Vec<LoweredKernel> = kernels.iter().map(|d| ctx.memo.load(d)).collect::<Result<_>>()?;
                 Ok(backend.compile_module(t, &lks)?)
             })
@@ -308,6 +314,7 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
     let artifact = ctx
         .memo
         .call("link", key, || {
+            let _busy = crate::device::busy();
             let input = link_input(ctx, &plan, &used_targets, &modules)?;
             Ok(link(&input)?)
         })

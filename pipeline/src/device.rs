@@ -99,12 +99,30 @@ fn read_caches(dir: &std::path::Path) -> Vec<(u32, String, String)> {
 }
 
 /// The lock serializing measurements on the device of a target kind: hold it while timing.
-pub fn measurement_lock(device: &str) -> MutexGuard<'static, ()> {
-    static CPU: Mutex<()> = Mutex::new(());
+pub fn measurement_lock(device: &str) -> Exclusive {
     static OTHER: Mutex<()> = Mutex::new(());
-    let m = if device == "cpu" { &CPU } else { &OTHER };
-    // A panic during an earlier measurement leaves nothing to repair: the lock guards no data.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    // A panic during an earlier measurement leaves nothing to repair: the locks guard no data.
+    if device == "cpu" {
+        // On the CPU, a measurement also waits for our own compile work to drain and holds it off (see `busy`).
+        Exclusive::Cpu(CPU_GATE.write().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    } else {
+        Exclusive::Other(OTHER.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+}
+
+/// Held while a measurement runs (see [`measurement_lock`]).
+pub enum Exclusive {
+    Cpu(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, ()>),
+    Other(#[allow(dead_code)] MutexGuard<'static, ()>),
+}
+
+static CPU_GATE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by CPU-heavy compile work (building graphs, lowering, C compiles, linking) while it runs, so a CPU
+/// measurement never shares the cores with our own compile threads: measurements wait for the work in flight,
+/// and new work waits for the measurement. Take it only around leaf work that takes no other such guard.
+pub fn busy() -> std::sync::RwLockReadGuard<'static, ()> {
+    CPU_GATE.read().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

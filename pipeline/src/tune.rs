@@ -344,11 +344,17 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
         return Ok(batch);
     }
     let lks: Vec<LoweredKernel> = ok.iter().map(|(_, lk, _)| lk.clone()).collect();
-    let groups: Vec<(Vec<usize>, std::result::Result<tessera_stages::backend::Module, String>)> = match backend.compile_module(target, &lks) {
+    let groups: Vec<(Vec<usize>, std::result::Result<tessera_stages::backend::Module, String>)> = match {
+        let _busy = crate::device::busy();
+        backend.compile_module(target, &lks)
+    } {
         Ok(m) => vec![((0..ok.len()).collect(), Ok(m))],
         Err(_) if ok.len() > 1 => (0..ok.len())
             .into_par_iter()
-            .map(|i| (vec![i], backend.compile_module(target, std::slice::from_ref(&lks[i])).map_err(|e| e.to_string())))
+            .map(|i| {
+                let _busy = crate::device::busy();
+                (vec![i], backend.compile_module(target, std::slice::from_ref(&lks[i])).map_err(|e| e.to_string()))
+            })
             .collect(),
         Err(e) => vec![(vec![0], Err(e.to_string()))],
     };
@@ -384,7 +390,10 @@ fn lower(ctx: &Ctx, m: &Miss) -> Result<std::result::Result<LoweredKernel, Strin
     let symbol = kernel_symbol(&m.kernel);
     let key = lower_key(&m.kernel, m.target, m.backend)?;
     let mut refusal: Option<String> = None;
-    let out = ctx.memo.call("lower", key, || match m.backend.lower(m.target, &m.kernel_graph, &symbol) {
+    let out = ctx.memo.call("lower", key, || match {
+        let _busy = crate::device::busy();
+        m.backend.lower(m.target, &m.kernel_graph, &symbol)
+    } {
         Ok(lk) => Ok(postcard::to_stdvec(&lk)?),
         Err(e) => {
             refusal = Some(e.to_string());
