@@ -125,7 +125,7 @@ pub fn load_graph(job: &ModelJob) -> Result<Graph> {
     let mut g = match &job.source {
         ModelSource::Fixture { model, options } => tessera_fixtures::build_with(model, options)?,
         ModelSource::Onnx { path, shapes } => {
-            let opts = tessera_stages::onnx::ImportOptions { shapes: shapes.clone(), ..Default::default() };
+            let opts = tessera_stages::onnx::ImportOptions { shapes: shapes.clone() };
             tessera_stages::onnx::import_file(path, &opts)?
         }
     };

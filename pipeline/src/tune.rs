@@ -344,10 +344,11 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
         return Ok(batch);
     }
     let lks: Vec<LoweredKernel> = ok.iter().map(|(_, lk, _)| lk.clone()).collect();
-    let groups: Vec<(Vec<usize>, std::result::Result<tessera_stages::backend::Module, String>)> = match {
+    let whole = {
         let _busy = crate::device::busy();
         backend.compile_module(target, &lks)
-    } {
+    };
+    let groups: Vec<(Vec<usize>, std::result::Result<tessera_stages::backend::Module, String>)> = match whole {
         Ok(m) => vec![((0..ok.len()).collect(), Ok(m))],
         Err(_) if ok.len() > 1 => (0..ok.len())
             .into_par_iter()
@@ -390,14 +391,17 @@ fn lower(ctx: &Ctx, m: &Miss) -> Result<std::result::Result<LoweredKernel, Strin
     let symbol = kernel_symbol(&m.kernel);
     let key = lower_key(&m.kernel, m.target, m.backend)?;
     let mut refusal: Option<String> = None;
-    let out = ctx.memo.call("lower", key, || match {
-        let _busy = crate::device::busy();
-        m.backend.lower(m.target, &m.kernel_graph, &symbol)
-    } {
-        Ok(lk) => Ok(postcard::to_stdvec(&lk)?),
-        Err(e) => {
-            refusal = Some(e.to_string());
-            Err(e.into())
+    let out = ctx.memo.call("lower", key, || {
+        let lowered = {
+            let _busy = crate::device::busy();
+            m.backend.lower(m.target, &m.kernel_graph, &symbol)
+        };
+        match lowered {
+            Ok(lk) => Ok(postcard::to_stdvec(&lk)?),
+            Err(e) => {
+                refusal = Some(e.to_string());
+                Err(e.into())
+            }
         }
     });
     match out {

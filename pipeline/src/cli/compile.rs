@@ -113,7 +113,7 @@ fn print_summary(s: &Summary) {
     for (stage, st) in &s.stages {
         println!("{:<10} {:>10} {:>10} {:>9.2}s", stage, st.executions, st.hits, st.exec_micros as f64 / 1e6);
     }
-    println!("{:<28} {:>6} {:<22} {:>12}  {}", "model", "parts", "backends", "bytes", "artifact");
+    println!("{:<28} {:>6} {:<22} {:>12}  artifact", "model", "parts", "backends", "bytes");
     for a in &s.artifacts {
         let backends: Vec<String> = a.partitions_by_backend.iter().map(|(b, n)| format!("{b}:{n}")).collect();
         println!("{:<28} {:>6} {:<22} {:>12}  {} {}", a.model, a.partitions, backends.join(" "), a.bytes, a.digest.short(), a.path.display());
