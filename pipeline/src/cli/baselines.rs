@@ -4,12 +4,10 @@
 use crate::baselines::{configurations, render_markdown, run_baselines, BenchSettings, Machine, Report};
 use crate::explain::jobs_from_specs;
 use crate::memo::Memo;
-use crate::zoo::{all_backends, resolve_targets};
+use crate::zoo::all_backends;
 use anyhow::{bail, Result};
+use super::build_options::BuildOptions;
 use clap::Args;
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use tessera_store::{OpenOptions, Store};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Configurations: `mix` (every target; the partitioner chooses), each non-fallback backend with its\n\
@@ -19,18 +17,8 @@ pub struct BaselinesArgs {
     /// ONNX models, zoo manifests (.toml), or fixture specs `fixture:MODEL[:bN][:sN][:iN]`.
     #[arg(required = true)]
     pub inputs: Vec<String>,
-    /// Target, e.g. `cpu`, `cpu -compiler=gemm`; repeat for several. Default: every backend this machine can run.
-    #[arg(long = "target", short = 't')]
-    pub targets: Vec<String>,
-    /// Fix an ONNX input's shape, e.g. `--shape input_ids=1x128` (applies to ONNX files given directly).
-    #[arg(long = "shape")]
-    pub shapes: Vec<String>,
-    /// The store (default: $TESSERA_STORE, else .tessera in the working directory).
-    #[arg(long, env = "TESSERA_STORE")]
-    pub store: Option<PathBuf>,
-    /// Wait for another process holding the store instead of failing.
-    #[arg(long)]
-    pub wait: bool,
+    #[command(flatten)]
+    pub build: BuildOptions,
     /// Timed runs per artifact (the median is reported).
     #[arg(long, default_value_t = 50)]
     pub iters: usize,
@@ -41,10 +29,6 @@ pub struct BaselinesArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Print JSON instead of Markdown.
-    /// Where partition costs come from: measured on this machine (recorded in the store), or the backends'
-    /// analytical estimates.
-    #[arg(long, value_enum, default_value_t = crate::partitioning::CostMode::Measured)]
-    pub costs: crate::partitioning::CostMode,
     #[arg(long)]
     pub json: bool,
 }
@@ -53,20 +37,15 @@ pub fn run(args: BaselinesArgs) -> Result<()> {
     if args.iters == 0 {
         bail!("--iters must be at least 1");
     }
-    let mut shapes = BTreeMap::new();
-    for s in &args.shapes {
-        let (name, dims) = tessera_stages::onnx::parse_shape_arg(s).map_err(anyhow::Error::msg)?;
-        shapes.insert(name, dims);
-    }
+    let shapes = args.build.shapes()?;
     let jobs = jobs_from_specs(&args.inputs, &shapes)?;
     let backends = all_backends();
-    let targets = resolve_targets(&args.targets, &backends)?;
-    let dir = tessera_store::resolve_dir(args.store.as_deref());
-    let store = Store::open(&dir, OpenOptions::writable().wait(args.wait))?;
+    let targets = args.build.targets(&backends)?;
+    let store = args.build.open_store()?;
     let memo = Memo::new(&store);
     let bench = BenchSettings { iters: args.iters, warmup: args.warmup, seed: args.seed };
     let quiet = args.json;
-    let models = run_baselines(&memo, &backends, &targets, &jobs, bench, args.costs, &|line| {
+    let models = run_baselines(&memo, &backends, &targets, &jobs, bench, args.build.costs, &|line| {
         if !quiet {
             eprintln!("{line}");
         }

@@ -1,42 +1,26 @@
 //! `tessera compile INPUT... [--target T]... [--store DIR] [--out DIR] [--json]`
 
 use crate::memo::Memo;
-use crate::partitioning::CostMode;
-use crate::zoo::{all_backends, compile_all, jobs_from_inputs, resolve_targets, Summary};
+use crate::zoo::{all_backends, compile_all, jobs_from_inputs, Summary};
 use anyhow::Result;
+use super::build_options::BuildOptions;
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use tessera_store::{OpenOptions, Store};
 
 #[derive(Args, Debug)]
 pub struct CompileArgs {
     /// ONNX models (named after the file stem) and zoo manifests (.toml).
     #[arg(required = true)]
     pub inputs: Vec<PathBuf>,
-    /// Target, e.g. `cpu`, `cpu -compiler=gemm`, or JSON; repeat for several. Default: every backend this
-    /// machine can run.
-    #[arg(long = "target", short = 't')]
-    pub targets: Vec<String>,
-    /// Fix an ONNX input's shape, e.g. `--shape input_ids=1x128` (applies to ONNX files given directly).
-    #[arg(long = "shape")]
-    pub shapes: Vec<String>,
-    /// The store (default: $TESSERA_STORE, else .tessera in the working directory).
-    #[arg(long, env = "TESSERA_STORE")]
-    pub store: Option<PathBuf>,
+    #[command(flatten)]
+    pub build: BuildOptions,
     /// Where artifacts go, as <model>.tsr.
     #[arg(long, default_value = "out")]
     pub out: PathBuf,
-    /// Wait for another process holding the store instead of failing.
-    #[arg(long)]
-    pub wait: bool,
-    /// Where partition costs come from: measured on this machine (recorded in the store), or the backends'
-    /// analytical estimates (no measurement; the same plan on every machine).
-    #[arg(long, value_enum, default_value_t = CostMode::Measured)]
-    pub costs: CostMode,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -45,16 +29,11 @@ pub struct CompileArgs {
 const STAGES: [&str; 5] = ["load", "partition", "lower", "compile", "link"];
 
 pub fn run(args: CompileArgs) -> Result<()> {
-    let mut shapes = BTreeMap::new();
-    for s in &args.shapes {
-        let (name, dims) = tessera_stages::onnx::parse_shape_arg(s).map_err(anyhow::Error::msg)?;
-        shapes.insert(name, dims);
-    }
+    let shapes = args.build.shapes()?;
     let jobs = jobs_from_inputs(&args.inputs, &shapes)?;
     let backends = all_backends();
-    let targets = resolve_targets(&args.targets, &backends)?;
-    let dir = tessera_store::resolve_dir(args.store.as_deref());
-    let store = Store::open(&dir, OpenOptions::writable().wait(args.wait))?;
+    let targets = args.build.targets(&backends)?;
+    let store = args.build.open_store()?;
 
     let tty = std::io::stderr().is_terminal() && !args.json;
     let multi = MultiProgress::with_draw_target(if tty { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() });
@@ -79,7 +58,7 @@ pub fn run(args: CompileArgs) -> Result<()> {
     });
     let total = jobs.len();
     let done = Mutex::new(0usize);
-    let summary = compile_all(&memo, &targets, &backends, &jobs, &args.out, args.costs, &|r| {
+    let summary = compile_all(&memo, &targets, &backends, &jobs, &args.out, args.build.costs, &|r| {
         let mut d = done.lock().expect("done");
         *d += 1;
         if !tty && !args.json {

@@ -3,12 +3,11 @@
 use crate::build::Ctx;
 use crate::explain::{explain_plan, job_for_model, plan_model, render_text, svg};
 use crate::memo::Memo;
-use crate::zoo::{all_backends, resolve_targets};
+use crate::zoo::all_backends;
 use anyhow::{Context, Result};
+use super::build_options::BuildOptions;
 use clap::Args;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use tessera_store::{OpenOptions, Store};
 
 #[derive(Args, Debug)]
 #[command(after_help = "MODEL is one of:\n  \
@@ -23,44 +22,24 @@ pub struct ExplainArgs {
     /// Read MODEL as the name of an entry of this zoo manifest.
     #[arg(long)]
     pub manifest: Option<PathBuf>,
-    /// Target, e.g. `cpu`, `cpu -compiler=gemm`, or JSON; repeat for several. Default: every backend this
-    /// machine can run.
-    #[arg(long = "target", short = 't')]
-    pub targets: Vec<String>,
-    /// Fix an ONNX input's shape, e.g. `--shape input_ids=1x128`.
-    #[arg(long = "shape")]
-    pub shapes: Vec<String>,
-    /// The store (default: $TESSERA_STORE, else .tessera in the working directory).
-    #[arg(long, env = "TESSERA_STORE")]
-    pub store: Option<PathBuf>,
-    /// Wait for another process holding the store instead of failing.
-    #[arg(long)]
-    pub wait: bool,
+    #[command(flatten)]
+    pub build: BuildOptions,
     /// Also write an SVG of the graph colored by backend to this file.
     #[arg(long)]
     pub svg: Option<PathBuf>,
     /// Print the report as JSON instead of text.
-    /// Where partition costs come from: measured on this machine (recorded in the store), or the backends'
-    /// analytical estimates.
-    #[arg(long, value_enum, default_value_t = crate::partitioning::CostMode::Measured)]
-    pub costs: crate::partitioning::CostMode,
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(args: ExplainArgs) -> Result<()> {
-    let mut shapes = BTreeMap::new();
-    for s in &args.shapes {
-        let (name, dims) = tessera_stages::onnx::parse_shape_arg(s).map_err(anyhow::Error::msg)?;
-        shapes.insert(name, dims);
-    }
+    let shapes = args.build.shapes()?;
     let job = job_for_model(&args.model, args.manifest.as_deref(), &shapes)?;
     let backends = all_backends();
-    let targets = resolve_targets(&args.targets, &backends)?;
-    let dir = tessera_store::resolve_dir(args.store.as_deref());
-    let store = Store::open(&dir, OpenOptions::writable().wait(args.wait))?;
+    let targets = args.build.targets(&backends)?;
+    let store = args.build.open_store()?;
     let memo = Memo::new(&store);
-    let ctx = Ctx::new(&memo, &targets, &backends).with_costs(args.costs);
+    let ctx = Ctx::new(&memo, &targets, &backends).with_costs(args.build.costs);
     let planned = plan_model(&ctx, &job)?;
     store.flush()?;
     let graph = planned.graph()?;

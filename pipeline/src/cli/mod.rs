@@ -2,6 +2,7 @@
 
 pub mod baselines;
 pub mod bench;
+pub mod build_options;
 pub mod explain;
 pub mod compile;
 pub mod run;

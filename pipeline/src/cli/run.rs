@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use tessera_stages::interp::{random_inputs, run_graph};
 use tessera_stages::ir::{Graph, Tensor, ValueId};
 use tessera_stages::npy;
-use tessera_stages::onnx::{import_file, parse_shape_arg, ImportOptions};
+use tessera_stages::onnx::{import_file, ImportOptions};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -88,13 +88,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 fn run_reference(args: &RunArgs) -> anyhow::Result<()> {
-    let mut opts = ImportOptions::default();
-    for s in &args.shapes {
-        let (name, dims) = parse_shape_arg(s).map_err(anyhow::Error::msg)?;
-        if opts.shapes.insert(name.clone(), dims).is_some() {
-            bail!("--shape given twice for input '{name}'");
-        }
-    }
+    let opts = ImportOptions { shapes: super::build_options::parse_shapes(&args.shapes)? };
     let g = import_file(&args.model, &opts)?;
     let given = bind_inputs(&g, &args.inputs)?;
     let report = reference_run(&g, &given, args.seed, &args.out)?;

@@ -1,0 +1,63 @@
+//! The options every command that builds models shares (`compile`, `explain`, `baselines`): targets, input
+//! shapes, the store, and where partition costs come from. One definition, so the commands cannot drift apart.
+
+use crate::partitioning::CostMode;
+use crate::zoo::resolve_targets;
+use anyhow::{bail, Result};
+use clap::Args;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use tessera_stages::backend::Backend;
+use tessera_stages::target::TargetSet;
+use tessera_store::{OpenOptions, Store};
+
+#[derive(Args, Debug)]
+pub struct BuildOptions {
+    /// Target, e.g. `cpu`, `cpu -compiler=gemm`, or JSON; repeat for several. Default: every backend this
+    /// machine can run.
+    #[arg(long = "target", short = 't')]
+    pub targets: Vec<String>,
+    /// Fix an ONNX input's shape, e.g. `--shape input_ids=1x128` (applies to ONNX files given directly).
+    #[arg(long = "shape")]
+    pub shapes: Vec<String>,
+    /// The store (default: $TESSERA_STORE, else .tessera in the working directory).
+    #[arg(long, env = "TESSERA_STORE")]
+    pub store: Option<PathBuf>,
+    /// Wait for another process holding the store instead of failing.
+    #[arg(long)]
+    pub wait: bool,
+    /// Where partition costs come from: measured on this machine (recorded in the store), or the backends'
+    /// analytical estimates (no measurement; the same plan on every machine).
+    #[arg(long, value_enum, default_value_t = CostMode::Measured)]
+    pub costs: CostMode,
+}
+
+impl BuildOptions {
+    /// The `--shape` arguments by input name; an input given twice is an error.
+    pub fn shapes(&self) -> Result<BTreeMap<String, Vec<usize>>> {
+        parse_shapes(&self.shapes)
+    }
+
+    /// The canonical target set (the given targets, or every backend this machine can run).
+    pub fn targets(&self, backends: &[Box<dyn Backend>]) -> Result<TargetSet> {
+        resolve_targets(&self.targets, backends)
+    }
+
+    /// Opens the store for writing, waiting for another holder if `--wait` was given.
+    pub fn open_store(&self) -> Result<Store> {
+        let dir = tessera_store::resolve_dir(self.store.as_deref());
+        Ok(Store::open(&dir, OpenOptions::writable().wait(self.wait))?)
+    }
+}
+
+/// Parses `--shape NAME=DxD` arguments into input name -> dims; an input given twice is an error.
+pub fn parse_shapes(args: &[String]) -> Result<BTreeMap<String, Vec<usize>>> {
+    let mut shapes = BTreeMap::new();
+    for s in args {
+        let (name, dims) = tessera_stages::onnx::parse_shape_arg(s).map_err(anyhow::Error::msg)?;
+        if shapes.insert(name.clone(), dims).is_some() {
+            bail!("--shape given twice for input '{name}'");
+        }
+    }
+    Ok(shapes)
+}
