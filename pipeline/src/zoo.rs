@@ -193,7 +193,7 @@ pub fn compile_all(
         dedupe_ratio: if unique.is_empty() { 1.0 } else { partitions as f64 / unique.len() as f64 },
         stages,
         seconds: start.elapsed().as_secs_f64(),
-        cost_source: results.first().map(|r| r.cost_source.clone()).unwrap_or_else(|| "analytical".into()),
+        cost_source: results.first().map(|r| r.cost_source.clone()).unwrap_or_else(|| costs.name().to_string()),
         artifacts: rows,
         failed,
     })
