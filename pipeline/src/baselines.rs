@@ -5,13 +5,13 @@
 //!
 //! All configurations compile into the same store through the memoized pipeline, so kernels one
 //! configuration shares with another are lowered and compiled once. Artifacts go to a private temporary
-//! folder and are measured one at a time (never two benchmarks at once on one machine).
+//! folder and are measured one model at a time, that model's artifacts round by round (never two benchmarks
+//! at once on one machine).
 
-use crate::build::{compile_model, Ctx, ModelJob};
-use crate::cli::bench::{bench_artifact, BenchResult};
+use crate::build::{compile_models, Ctx, ModelJob};
+use crate::cli::bench::{bench_interleaved, BenchResult};
 use crate::memo::Memo;
 use anyhow::{Context, Result};
-use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -149,30 +149,32 @@ pub fn run_baselines(
     let mut compiled: Vec<Vec<crate::build::ModelResult>> = Vec::with_capacity(configs.len());
     for c in &configs {
         let ctx = Ctx::new(memo, &c.targets, backends).with_costs(costs).with_prefer(c.prefer.clone());
-        let results = jobs
-            .par_iter()
-            .map(|j| compile_model(&ctx, j).with_context(|| format!("baseline '{}'", c.label)))
+        let results = compile_models(&ctx, jobs, &|_| {})
+            .into_iter()
+            .map(|r| r.with_context(|| format!("baseline '{}'", c.label)))
             .collect::<Result<Vec<_>>>()?;
         progress(&format!("compiled {} models for {} ({})", jobs.len(), c.label, c.targets.targets.iter().map(|t| t.backend_name()).collect::<Vec<_>>().join("+")));
         compiled.push(results);
     }
-    // Measure each distinct artifact once, models in order, configurations in order.
-    let mut measured: BTreeMap<Digest, BenchResult> = BTreeMap::new();
+    // Per model, each distinct artifact measured once, all of them round by round (so drift on the machine
+    // hits every configuration alike); models in order.
     let mut out = Vec::with_capacity(jobs.len());
     for (mi, job) in jobs.iter().enumerate() {
+        let mut distinct: Vec<Digest> = Vec::new();
+        for per_config in &compiled {
+            if !distinct.contains(&per_config[mi].artifact) {
+                distinct.push(per_config[mi].artifact);
+            }
+        }
+        let paths = distinct.iter().map(|d| write_artifact(memo, d, tmp.0.as_path())).collect::<Result<Vec<_>>>()?;
+        let results = bench_interleaved(&paths, bench.iters, bench.warmup, bench.seed)
+            .with_context(|| format!("model {}: benchmarking its builds", job.name))?;
+        let measured: BTreeMap<Digest, BenchResult> = distinct.into_iter().zip(results).collect();
         let mut rows = Vec::with_capacity(configs.len());
         for (ci, c) in configs.iter().enumerate() {
             let r = &compiled[ci][mi];
-            let b = match measured.entry(r.artifact) {
-                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::btree_map::Entry::Vacant(e) => {
-                    let path = write_artifact(memo, &r.artifact, tmp.0.as_path())?;
-                    let b = bench_artifact(&path, bench.iters, bench.warmup, bench.seed)
-                        .with_context(|| format!("model {}: benchmarking the {} build", job.name, c.label))?;
-                    progress(&format!("{} {}: median {:.4} ms", job.name, c.label, b.median_ms));
-                    e.insert(b)
-                }
-            };
+            let b = &measured[&r.artifact];
+            progress(&format!("{} {}: median {:.4} ms", job.name, c.label, b.median_ms));
             rows.push(ConfigResult {
                 label: c.label.clone(),
                 kind: c.kind,

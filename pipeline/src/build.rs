@@ -248,10 +248,74 @@ pub fn plan_model<'a>(ctx: &Ctx<'a>, job: &ModelJob) -> Result<Planned<'a>> {
     Ok(Planned { doc, plan_digest, plan, graph })
 }
 
+/// Compiles several models, in parallel, each model's outcome in `jobs` order; `on_model` sees each success.
+///
+/// With measured costs, the partition stages (where measuring happens) first run one model at a time, each
+/// using every core for its own compiles, and only the stages after partition run models in parallel.
+/// Measured on the bundled zoo: with partition stages in parallel, the work of one model that the
+/// measurement lock does not cover (graph loads, signatures, store reads and hashing) ran beside another
+/// model's timing runs, and multi-threaded gemm kernels measured up to 4x their cost in the model
+/// (bench/collage.md); one model at a time, they measure as in a single-model build.
+pub fn compile_models(ctx: &Ctx, jobs: &[ModelJob], on_model: &(dyn Fn(&ModelResult) + Sync)) -> Vec<Result<ModelResult>> {
+    if ctx.costs == CostMode::Measured {
+        for j in jobs {
+            // A failure here is reported by `compile_model` below, which runs the stage again.
+            let _ = plan_model(ctx, j);
+        }
+    }
+    jobs.par_iter()
+        .map(|j| {
+            let r = compile_model(ctx, j)?;
+            on_model(&r);
+            Ok(r)
+        })
+        .collect()
+}
+
 /// Compiles one model; the artifact stays in the store (see [`ModelResult::artifact`]).
 pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
     let Planned { doc, plan_digest, plan, graph } = plan_model(ctx, job)?;
+    let built = build_artifact(ctx, &plan_digest, &plan, &|| graph.get()).with_context(|| format!("model {}", job.name))?;
 
+    let mut by_backend = BTreeMap::new();
+    for p in &plan.partitions {
+        *by_backend.entry(p.target.backend_name().to_string()).or_insert(0) += 1;
+    }
+    let mut objects = vec![doc, plan_digest, built.artifact];
+    objects.extend(plan.constants.iter().map(|(d, _)| *d));
+    objects.extend(built.lowered.iter().copied());
+    objects.extend(built.modules.iter().copied());
+    let artifact_bytes = ctx.memo.store().objects().size_of(&built.artifact).unwrap_or(0);
+    Ok(ModelResult {
+        name: job.name.clone(),
+        graph: doc,
+        plan: plan_digest,
+        artifact: built.artifact,
+        artifact_bytes,
+        partitions: plan.partitions.len(),
+        partitions_by_backend: by_backend,
+        kernels: plan.partitions.iter().map(|p| p.kernel).collect(),
+        lowered: plan.partitions.iter().map(|p| (p.target.backend_name().to_string(), p.kernel)).collect(),
+        nodes: plan.partitions.iter().map(|p| p.nodes.len()).sum(),
+        estimated_us: plan.estimated_us(),
+        cost_source: plan.cost_source.clone(),
+        objects,
+    })
+}
+
+/// What [`build_artifact`] produced: the artifact and the objects it was made from.
+pub struct BuiltArtifact {
+    pub artifact: Digest,
+    /// Lowered kernels, one per distinct (target, kernel).
+    pub lowered: Vec<Digest>,
+    /// One module per target that won partitions.
+    pub modules: Vec<Digest>,
+}
+
+/// The stages after partition for one plan (recorded in the store as `plan_digest`): lower each distinct
+/// kernel, compile one module per target, link. `graph` gives the model graph the plan's node indices refer
+/// to; it is only called when a lower misses.
+pub fn build_artifact<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, graph: &(dyn Fn() -> Result<&'g Graph> + Sync)) -> Result<BuiltArtifact> {
     // Stage: lower, once per distinct (target, kernel).
     let mut distinct: BTreeMap<(Target, Digest), usize> = BTreeMap::new();
     for (i, p) in plan.partitions.iter().enumerate() {
@@ -264,7 +328,7 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
             let key = lower_key(kernel, target, backend)?;
             let out = ctx.memo.call("lower", key, || {
                 let _busy = crate::device::busy();
-                let g = graph.get()?;
+                let g = graph()?;
                 let p = &plan.partitions[first];
                 let nodes: Vec<NodeId> = p.nodes.iter().map(|&n| NodeId(n)).collect();
                 let sig = kernel_signature(g, &nodes);
@@ -278,7 +342,7 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
             Ok(((target.clone(), *kernel), out))
         })
         .collect::<Result<_>>()
-        .with_context(|| format!("model {}: lower", job.name))?;
+        .context("lower")?;
     let lowered: BTreeMap<(Target, Digest), Digest> = lowered.into_iter().collect();
 
     // Stage: compile, one module per target that won partitions, in target-set order.
@@ -300,14 +364,14 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
                 let lks: Vec<LoweredKernel> = kernels.iter().map(|d| ctx.memo.load(d)).collect::<Result<_>>()?;
                 Ok(backend.compile_module(t, &lks)?)
             })
-            .with_context(|| format!("model {}: compile for {t}", job.name))?;
+            .with_context(|| format!("compile for {t}"))?;
         modules.push(m);
     }
 
     // Stage: link.
     let module_digests: Vec<Digest> = modules.iter().map(|(d, _)| *d).collect();
     let key = KeyBuilder::new("link", LINK_VERSION)
-        .input_digest("plan", &plan_digest)
+        .input_digest("plan", plan_digest)
         .input("modules", &module_digests)
         .env("artifact_format", &tessera_kernels::artifact::FORMAT_VERSION)
         .finish()?;
@@ -315,35 +379,11 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
         .memo
         .call("link", key, || {
             let _busy = crate::device::busy();
-            let input = link_input(ctx, &plan, &used_targets, &modules)?;
+            let input = link_input(ctx, plan, &used_targets, &modules)?;
             Ok(link(&input)?)
         })
-        .with_context(|| format!("model {}: link", job.name))?;
-
-    let mut by_backend = BTreeMap::new();
-    for p in &plan.partitions {
-        *by_backend.entry(p.target.backend_name().to_string()).or_insert(0) += 1;
-    }
-    let mut objects = vec![doc, plan_digest, artifact];
-    objects.extend(plan.constants.iter().map(|(d, _)| *d));
-    objects.extend(lowered.values().copied());
-    objects.extend(module_digests);
-    let artifact_bytes = ctx.memo.store().objects().size_of(&artifact).unwrap_or(0);
-    Ok(ModelResult {
-        name: job.name.clone(),
-        graph: doc,
-        plan: plan_digest,
-        artifact,
-        artifact_bytes,
-        partitions: plan.partitions.len(),
-        partitions_by_backend: by_backend,
-        kernels: plan.partitions.iter().map(|p| p.kernel).collect(),
-        lowered: plan.partitions.iter().map(|p| (p.target.backend_name().to_string(), p.kernel)).collect(),
-        nodes: plan.partitions.iter().map(|p| p.nodes.len()).sum(),
-        estimated_us: plan.partitions.iter().map(|p| p.cost_us).sum(),
-        cost_source: plan.cost_source.clone(),
-        objects,
-    })
+        .context("link")?;
+    Ok(BuiltArtifact { artifact, lowered: lowered.into_values().collect(), modules: module_digests })
 }
 
 fn link_input(ctx: &Ctx, plan: &ExecPlan, used_targets: &[&Target], modules: &[(Digest, Module)]) -> Result<LinkInput> {

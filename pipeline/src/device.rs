@@ -110,6 +110,32 @@ pub fn measurement_lock(device: &str) -> Exclusive {
     }
 }
 
+/// Runs `f` with the device to ourselves: under [`measurement_lock`], and on a thread pool of its own.
+///
+/// Why a pool of its own: a kernel's parallel loops (the gemm runtime's im2col, depthwise and epilogues use
+/// rayon) would otherwise run on the global pool, whose other workers are, during a zoo compile, parked on
+/// [`busy`] waiting for this very measurement to end; the loops would then run on one thread and the
+/// measurement would charge the kernel for cores it does get when the model runs. The measurement pool has
+/// as many threads as the global one and nothing else to do.
+pub fn exclusively<R: Send>(device: &str, f: impl FnOnce() -> R + Send) -> R {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    let pool = POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new().num_threads(rayon::current_num_threads()).thread_name(|i| format!("tessera-measure-{i}")).build().ok()
+    });
+    let _exclusive = measurement_lock(device);
+    let Some(pool) = pool else {
+        // No threads to be had: measure where we are (the figures may then undercount parallel loops).
+        return f();
+    };
+    // Not `pool.install(f)` from here: a rayon worker waiting in `install` goes on running its own pool's
+    // jobs, and one of those taking `busy` while this thread holds the gate for writing would wait on itself.
+    // A plain thread entering the pool blocks without taking work, and so does this one joining it.
+    std::thread::scope(|s| match s.spawn(|| pool.install(f)).join() {
+        Ok(r) => r,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}
+
 /// Held while a measurement runs (see [`measurement_lock`]).
 pub enum Exclusive {
     Cpu(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, ()>),

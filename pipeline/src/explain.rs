@@ -148,6 +148,8 @@ pub struct Explanation {
     pub partitions: Vec<PartitionReport>,
     pub by_backend: BTreeMap<String, Total>,
     pub total: Total,
+    /// The end-to-end check against the single-backend plans, where one ran (measured costs, several targets).
+    pub validation: Option<crate::plan::Validation>,
 }
 
 /// Builds the report of a plan over the graph its node indices refer to.
@@ -186,6 +188,7 @@ pub fn explain_plan(model: &str, plan: &ExecPlan, g: &Graph, targets: &TargetSet
         partitions,
         by_backend,
         total,
+        validation: plan.validation.clone(),
     })
 }
 
@@ -239,6 +242,32 @@ pub fn render_text(ex: &Explanation) -> String {
     }
     let t = &ex.total;
     let _ = writeln!(s, "{:<10} {:>10} {:>7} {:>12.1} {:>6.1}%", "total", t.partitions, t.nodes, t.cost_us, share(t.cost_us, t.cost_us));
+    if let Some(v) = &ex.validation {
+        s += &render_validation(v);
+    }
+    s
+}
+
+/// The validation block: every whole-model plan considered, its estimate and measured median, and the choice.
+fn render_validation(v: &crate::plan::Validation) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "validated end to end: '{}' used (the searched plan is kept when {:.0}% faster than every measured alternative)",
+        v.chosen,
+        100.0 * v.margin
+    );
+    let _ = writeln!(s, "{:<12} {:>10} {:>12} {:>12} {:>6}  {}", "plan", "partitions", "estimate us", "median us", "runs", "");
+    for t in &v.trials {
+        let median = t.median_us.map(|m| format!("{m:.1}")).unwrap_or_else(|| "-".into());
+        let note = match (&t.skipped, t.label == v.chosen) {
+            (Some(why), _) => format!("not measured: {why}"),
+            (None, true) => "used".to_string(),
+            (None, false) => String::new(),
+        };
+        let _ = writeln!(s, "{:<12} {:>10} {:>12.1} {:>12} {:>6}  {}", t.label, t.partitions, t.estimated_us, median, t.runs, note);
+    }
     s
 }
 

@@ -10,4 +10,5 @@ pub mod memo;
 pub mod partitioning;
 pub mod plan;
 pub mod tune;
+pub mod validate;
 pub mod zoo;

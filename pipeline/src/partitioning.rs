@@ -31,10 +31,48 @@ impl CostMode {
     }
 }
 
-/// Partitions `g` for the run's targets and builds its execution plan.
+/// Which plan the search is asked for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Selection {
+    /// The searched mix: every target competes on its measured (or estimated) costs.
+    Mix,
+    /// Collage's single-backend baseline: this backend takes every node it can run, the others the rest.
+    Prefer(String),
+    /// Only this target (an index in the target set) runs anything: a device's fallback alone.
+    Only(usize),
+}
+
+/// Every candidate of a graph with its cost and where the cost came from.
+pub struct CostedCandidates {
+    pub cands: Vec<collage::Candidate>,
+    pub cost_us: Vec<f64>,
+    pub sources: Vec<&'static str>,
+}
+
+/// Partitions `g` for the run's targets and builds its execution plan: the searched mix (checked end to end
+/// against the single-backend plans where costs are measured, see [`crate::validate`]), or the baseline the
+/// context prefers.
 pub fn partition_and_plan(ctx: &Ctx, g: &Graph) -> Result<ExecPlan> {
+    let costed = costed_candidates(ctx, g)?;
+    let selection = match &ctx.prefer {
+        Some(b) => Selection::Prefer(b.clone()),
+        None => Selection::Mix,
+    };
+    let plan = plan_for(ctx, g, &costed, &selection)?;
+    if selection == Selection::Mix && crate::validate::applies(ctx) {
+        return crate::validate::validate(ctx, g, &costed, plan);
+    }
+    Ok(plan)
+}
+
+/// The candidates of `g` and their costs, as the context's cost mode says.
+pub fn costed_candidates(ctx: &Ctx, g: &Graph) -> Result<CostedCandidates> {
     let lookup = |t: &Target| ctx.backend(t).ok();
-    let cands = collage::candidates(g, ctx.targets, &lookup, &Limits::default())?;
+    // CPU work outside any measurement: under `busy`, so no measurement of another model runs beside it.
+    let cands = {
+        let _busy = crate::device::busy();
+        collage::candidates(g, ctx.targets, &lookup, &Limits::default())?
+    };
     let (cost_us, sources): (Vec<f64>, Vec<&'static str>) = match ctx.costs {
         CostMode::Analytical => cands
             .iter()
@@ -59,23 +97,33 @@ pub fn partition_and_plan(ctx: &Ctx, g: &Graph) -> Result<ExecPlan> {
                 .unzip()
         }
     };
-    // The single-backend baseline: the preferred backend's candidates cost next to nothing in the search, so it
-    // takes every node it can run; reported costs stay the real ones.
-    let search_costs: Vec<f64> = match &ctx.prefer {
-        None => cost_us.clone(),
-        Some(b) => cands
-            .iter()
-            .zip(&cost_us)
-            .map(|(c, &us)| if ctx.targets.targets[c.target].backend_name() == b && us.is_finite() { us * 1e-6 } else { us })
-            .collect(),
-    };
-    let mut outcome = collage::search_detailed(g, ctx.targets, &cands, &search_costs, &CrossingModel::default())?;
-    if ctx.prefer.is_some() {
+    Ok(CostedCandidates { cands, cost_us, sources })
+}
+
+/// The plan the search finds for `selection` over costed candidates.
+pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Selection) -> Result<ExecPlan> {
+    let CostedCandidates { cands, cost_us, sources } = costed;
+    // A preferred backend's candidates cost next to nothing in the search, so it takes every node it can run;
+    // with `Only`, other targets' candidates cannot be chosen. Reported costs stay the real ones.
+    let search_costs: Vec<f64> = cands
+        .iter()
+        .zip(cost_us)
+        .map(|(c, &us)| match selection {
+            Selection::Mix => us,
+            Selection::Prefer(b) if ctx.targets.targets[c.target].backend_name() == b && us.is_finite() => us * 1e-6,
+            Selection::Prefer(_) => us,
+            Selection::Only(t) if c.target == *t => us,
+            Selection::Only(_) => f64::INFINITY,
+        })
+        .collect();
+    let _busy = crate::device::busy();
+    let mut outcome = collage::search_detailed(g, ctx.targets, cands, &search_costs, &CrossingModel::default())?;
+    if matches!(selection, Selection::Prefer(_)) {
         // Report real costs: a chosen partition is a winner or a merge of winners (sum of their costs).
         for ch in &mut outcome.chosen {
             ch.cost_us = cands
                 .iter()
-                .zip(&cost_us)
+                .zip(cost_us)
                 .filter(|(c, _)| c.target == ch.target && c.nodes.iter().all(|n| ch.nodes.contains(n)))
                 .filter(|(c, _)| outcome.winners.iter().any(|(w, _)| w.target == c.target && w.nodes == c.nodes))
                 .map(|(_, &us)| us)

@@ -16,7 +16,7 @@ use tessera_stages::target::Target;
 use tessera_store::Digest;
 
 /// Bump when the plan's content or meaning changes.
-pub const PLAN_VERSION: u32 = 2;
+pub const PLAN_VERSION: u32 = 3;
 
 /// Where a kernel argument or a graph output lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -69,6 +69,50 @@ pub struct ExecPlan {
     /// Lifted constants: the store object holding the bytes, and the type.
     pub constants: Vec<(Digest, TensorType)>,
     pub partitions: Vec<PlanPartition>,
+    /// How the plan was chosen among whole-model alternatives measured end to end (see
+    /// [`crate::validate`]); `None` where no such check ran (analytical costs, a single backend, a baseline).
+    pub validation: Option<Validation>,
+}
+
+impl ExecPlan {
+    /// The plan's own estimate of a run: the sum of its partitions' costs (crossings not included).
+    pub fn estimated_us(&self) -> f64 {
+        self.partitions.iter().map(|p| p.cost_us).sum()
+    }
+
+    /// Whether two plans place the same nodes in the same partitions on the same targets (costs and
+    /// reports aside): such plans compile to the same artifact.
+    pub fn same_placement(&self, other: &ExecPlan) -> bool {
+        self.partitions.len() == other.partitions.len()
+            && self.partitions.iter().zip(&other.partitions).all(|(a, b)| a.target == b.target && a.nodes == b.nodes)
+    }
+}
+
+/// The end-to-end check of a searched plan against the single-backend plans of the same run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Validation {
+    /// The label of the plan used (`searched`, or a backend's name).
+    pub chosen: String,
+    /// The searched plan is kept only when its median beats every measured alternative by this fraction.
+    pub margin: f64,
+    pub trials: Vec<Trial>,
+}
+
+/// One whole-model plan considered by the validation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Trial {
+    /// `searched`, or the backend preferred (its device's fallback running the rest), or the fallback alone.
+    pub label: String,
+    pub partitions: usize,
+    /// Sum of the plan's partition costs.
+    pub estimated_us: f64,
+    /// The artifact measured (absent when not measured).
+    pub artifact: Option<Digest>,
+    /// Median run time of the whole artifact, measured interleaved with the other trials.
+    pub median_us: Option<f64>,
+    pub runs: u32,
+    /// Why it was not measured (the same placement as another trial, or an estimate far above the best).
+    pub skipped: Option<String>,
 }
 
 /// The kernel symbol for a signature.
@@ -150,5 +194,6 @@ pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&tesser
         values,
         constants,
         partitions,
+        validation: None,
     })
 }

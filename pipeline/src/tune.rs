@@ -7,11 +7,13 @@
 //!
 //! On a miss, the kernel is lowered through the same memoized lower stage the compile path uses
 //! ([`build::lower_key`](crate::build::lower_key)), so a kernel measured while partitioning is never lowered
-//! again when the model compiles. All missed kernels of one target go into one module (one C compile per
-//! backend per call); modules of different targets compile in parallel (rayon). Only when every module is
-//! built do measurements start, one function at a time under the device's lock
-//! ([`device::measurement_lock`](crate::device::measurement_lock)), so no compile of ours competes with a
-//! timing run and two measurements never overlap in this process.
+//! again when the model compiles. The missed kernels of one target go into one module per core (a handful
+//! of C compiles per call), all compiled in parallel (rayon). Only when every module is built do
+//! measurements start, one function at a time under the device's lock
+//! ([`device::exclusively`](crate::device::exclusively), on a thread pool of its own), so no compile of ours
+//! competes with a timing run and two measurements never overlap in this process. A zoo runs the partition
+//! stages of its models one at a time ([`build::compile_models`](crate::build::compile_models)) for the same
+//! reason: work outside the lock (graph loads, signatures, store reads) would otherwise share the cores.
 //!
 //! Outcomes:
 //! - `Measured`: the median, with the full [`Measurement`] recorded.
@@ -21,7 +23,7 @@
 //!   fingerprint yet): the backend's `estimate_us`. Not recorded, since it is cheap and not a tune result.
 
 use crate::build::{lower_key, Ctx};
-use crate::device::{cpu_fingerprint, measurement_lock, DeviceFingerprint};
+use crate::device::{cpu_fingerprint, exclusively, DeviceFingerprint};
 use crate::plan::{kernel_signature, kernel_symbol};
 use anyhow::{anyhow, bail, Context, Result};
 use rayon::prelude::*;
@@ -36,7 +38,7 @@ use tessera_stages::target::Target;
 use tessera_store::{Digest, KeyBuilder};
 
 /// Bump when what the tune stage records, or how it measures, changes.
-pub const TUNE_VERSION: u32 = 1;
+pub const TUNE_VERSION: u32 = 2;
 
 /// Seed of the random kernel inputs (per input `i`, stream `i`; see `interp::random`).
 pub const INPUT_SEED: u64 = 0x7e55_e7a5;
@@ -206,7 +208,9 @@ struct Batch {
 
 /// Measures candidates (see the module documentation); costs come back in `cands` order.
 pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: &MeasureOptions) -> Result<Vec<CandidateCost>> {
-    // Keys.
+    // Keys and misses: CPU work (a signature per candidate), under `busy` so that no measurement of another
+    // model's kernels runs beside it; released before `prepare`, which takes it per compile.
+    let busy = crate::device::busy();
     let mut planned = Vec::with_capacity(cands.len());
     for (i, (target, nodes)) in cands.iter().enumerate() {
         let what = || format!("candidate {i} ({target}, nodes {nodes:?})");
@@ -238,6 +242,8 @@ pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeI
             misses.entry(p.target).or_default().push(Miss { key: p.key, target: p.target, backend: p.backend, kernel_graph, kernel: p.kernel });
         }
     }
+
+    drop(busy);
 
     // Lower and compile every target's misses, targets in parallel.
     let batches: Vec<Batch> = misses.par_iter().map(|(_, ms)| prepare(ctx, ms)).collect::<Result<_>>()?;
@@ -293,7 +299,7 @@ pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeI
                 // The search uses the fastest run, not the median: on a shared machine interference only ever
                 // adds time, so the minimum is the robust estimate of a kernel's own cost (Chen & Revels,
                 // "Robust benchmarking in noisy environments", 2016). The record keeps every figure.
-                CandidateCost { us: m.min_us, source: CostSource::Measured, key: p.key, error: None, measurement: Some(m) }
+                CandidateCost { us: m.median_us, source: CostSource::Measured, key: p.key, error: None, measurement: Some(m) }
             }
             TuneOutcome::Unsupported { error } => {
                 CandidateCost { us: f64::INFINITY, source: CostSource::Unsupported, key: p.key, error: Some(error), measurement: None }
@@ -311,18 +317,15 @@ fn run_prepared(modules: &[&dyn LoadedModule], base: usize, prep: &Prepared, opt
         Prepared::Ready { module, index, info, int_bounds } => {
             let inputs: Vec<Tensor> =
                 info.inputs.iter().enumerate().map(|(i, ty)| random_tensor(ty, INPUT_SEED, i as u64, int_bounds[i])).collect();
-            let m = {
-                let _exclusive = measurement_lock(target.device());
-                measure_function(modules[base + module], *index, info, &inputs, opts)
-            }
+            let m = exclusively(target.device(), || measure_function(modules[base + module], *index, info, &inputs, opts))
             .map_err(|e| anyhow!("target {target}: {e}"))?;
             Ok(TuneOutcome::Measured { best: config.clone(), measurements: vec![(config, m)] })
         }
     }
 }
 
-/// Lowers (memoized, shared with the compile path) and compiles one target's missed kernels into one
-/// module; if that compile fails, each kernel alone, so one bad kernel costs only itself.
+/// Lowers (memoized, shared with the compile path) and compiles one target's missed kernels into a module
+/// per core; if one fails, each of its kernels alone, so one bad kernel costs only itself.
 fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
     let lowered: Vec<(Digest, std::result::Result<LoweredKernel, String>, Vec<i64>)> = misses
         .par_iter()
@@ -343,22 +346,25 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
     if ok.is_empty() {
         return Ok(batch);
     }
+    // One module per core's share of the kernels, compiled in parallel (C compiles are single-threaded and
+    // partition stages run one model at a time, so this is where the cores are used); a chunk that fails to
+    // compile is retried kernel by kernel.
     let lks: Vec<LoweredKernel> = ok.iter().map(|(_, lk, _)| lk.clone()).collect();
-    let whole = {
+    let chunk = lks.len().div_ceil(rayon::current_num_threads().max(1));
+    let chunks: Vec<Vec<usize>> = (0..lks.len()).collect::<Vec<_>>().chunks(chunk.max(1)).map(|c| c.to_vec()).collect();
+    let compile = |members: &[usize]| {
         let _busy = crate::device::busy();
-        backend.compile_module(target, &lks)
+        let group: Vec<LoweredKernel> = members.iter().map(|&i| lks[i].clone()).collect();
+        backend.compile_module(target, &group).map_err(|e| e.to_string())
     };
-    let groups: Vec<(Vec<usize>, std::result::Result<tessera_stages::backend::Module, String>)> = match whole {
-        Ok(m) => vec![((0..ok.len()).collect(), Ok(m))],
-        Err(_) if ok.len() > 1 => (0..ok.len())
-            .into_par_iter()
-            .map(|i| {
-                let _busy = crate::device::busy();
-                (vec![i], backend.compile_module(target, std::slice::from_ref(&lks[i])).map_err(|e| e.to_string()))
-            })
-            .collect(),
-        Err(e) => vec![(vec![0], Err(e.to_string()))],
-    };
+    let groups: Vec<(Vec<usize>, std::result::Result<tessera_stages::backend::Module, String>)> = chunks
+        .par_iter()
+        .flat_map_iter(|members| match compile(members) {
+            Ok(m) => vec![(members.clone(), Ok(m))],
+            Err(e) if members.len() == 1 => vec![(members.clone(), Err(e))],
+            Err(_) => members.iter().map(|&i| (vec![i], compile(&[i]))).collect(),
+        })
+        .collect();
     for (members, module) in groups {
         let module = match module {
             Ok(m) => m,

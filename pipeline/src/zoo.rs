@@ -1,11 +1,10 @@
 //! Compiling a zoo: turning command-line inputs (ONNX files, manifests) into jobs, running them in parallel,
 //! writing artifacts and summarizing the run.
 
-use crate::build::{compile_model, Ctx, ModelJob, ModelResult, ModelSource};
+use crate::build::{compile_models, Ctx, ModelJob, ModelResult, ModelSource};
 use crate::memo::{Memo, StageStats};
 use crate::partitioning::CostMode;
 use anyhow::{bail, Context, Result};
-use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -147,14 +146,7 @@ pub fn compile_all(
     memo.call("targets", t_key, || Ok(postcard::to_stdvec(targets)?))?;
     let ctx = Ctx::new(memo, targets, backends).with_costs(costs);
     // One bad model must not cost the rest of the zoo: every model compiles, failures are reported at the end.
-    let outcomes: Vec<Result<ModelResult>> = jobs
-        .par_iter()
-        .map(|j| {
-            let r = compile_model(&ctx, j)?;
-            on_model(&r);
-            Ok(r)
-        })
-        .collect();
+    let outcomes: Vec<Result<ModelResult>> = compile_models(&ctx, jobs, on_model);
     let mut results = Vec::new();
     let mut failed = Vec::new();
     for (job, outcome) in jobs.iter().zip(outcomes) {

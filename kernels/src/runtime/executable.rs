@@ -99,6 +99,23 @@ impl Executable {
 
     /// Runs the model on `inputs` (in the artifact's input order) and returns its outputs in order.
     pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        self.run_inner(inputs, None)
+    }
+
+    /// [`run`](Self::run), also timing every step: `step_us[s]` receives step `s`'s wall time in
+    /// microseconds (the clock is read between steps only, so the total matches an unprofiled run closely).
+    pub fn run_profiled(&mut self, inputs: &[Tensor], step_us: &mut Vec<f64>) -> Result<Vec<Tensor>, RuntimeError> {
+        step_us.clear();
+        step_us.reserve(self.steps.len());
+        self.run_inner(inputs, Some(step_us))
+    }
+
+    /// The steps in run order: (backend, function symbol).
+    pub fn steps(&self) -> &[(String, String)] {
+        &self.names
+    }
+
+    fn run_inner(&mut self, inputs: &[Tensor], mut step_us: Option<&mut Vec<f64>>) -> Result<Vec<Tensor>, RuntimeError> {
         if inputs.len() != self.inputs.len() {
             let names: Vec<&str> = self.inputs.iter().map(|(n, _, _)| n.as_str()).collect();
             return Err(RuntimeError(format!(
@@ -119,6 +136,7 @@ impl Executable {
             // caller's tensor never lives in our arena.
             unsafe { std::ptr::copy_nonoverlapping(t.bytes().as_ptr(), *dst, t.bytes().len()) };
         }
+        let mut clock = step_us.is_some().then(std::time::Instant::now);
         for (s, step) in self.steps.iter().enumerate() {
             // SAFETY: every pointer points into a live buffer of the type the function's signature lists
             // (checked when the artifact was read), outputs never alias live inputs (the memory plan was
@@ -127,6 +145,11 @@ impl Executable {
                 let (backend, symbol) = &self.names[s];
                 RuntimeError(format!("model '{}': step {s} (backend {backend}, function '{symbol}'): {}", self.model, e.0))
             })?;
+            if let (Some(times), Some(start)) = (step_us.as_deref_mut(), clock.as_mut()) {
+                let now = std::time::Instant::now();
+                times.push((now - *start).as_secs_f64() * 1e6);
+                *start = now;
+            }
         }
         self.outputs
             .iter()

@@ -33,6 +33,59 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also time every step (kernel call) of each artifact, in separate runs, and list the medians: where a
+    /// model's time goes, to set against the plan's per-partition costs (`tessera explain`).
+    #[arg(long)]
+    pub profile: bool,
+}
+
+/// One step of an artifact under `--profile`.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepProfile {
+    pub step: usize,
+    pub backend: String,
+    pub symbol: String,
+    pub median_us: f64,
+}
+
+/// Times every step of one artifact: `warmup` untimed runs, then `iters` profiled runs; per-step medians.
+pub fn profile_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> anyhow::Result<Vec<StepProfile>> {
+    if iters == 0 {
+        bail!("--iters must be at least 1");
+    }
+    let artifact = Artifact::open(path)?;
+    let mut exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
+    let inputs = artifact.random_inputs(seed);
+    for _ in 0..warmup {
+        exe.run(&inputs)?;
+    }
+    let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(iters); exe.steps().len()];
+    let mut times = Vec::new();
+    for _ in 0..iters {
+        exe.run_profiled(&inputs, &mut times)?;
+        for (s, t) in times.iter().enumerate() {
+            per_step[s].push(*t);
+        }
+    }
+    Ok(per_step
+        .into_iter()
+        .zip(exe.steps())
+        .enumerate()
+        .map(|(step, (mut v, (backend, symbol)))| {
+            v.sort_by(f64::total_cmp);
+            StepProfile { step, backend: backend.clone(), symbol: symbol.clone(), median_us: percentile(&v, 50.0) }
+        })
+        .collect())
+}
+
+fn profile_table(model: &str, steps: &[StepProfile]) -> String {
+    let total: f64 = steps.iter().map(|s| s.median_us).sum();
+    let mut s = format!("{model}: {} steps, {:.1} us in steps (sum of medians)\n", steps.len(), total);
+    s += &format!("{:>5}  {:<8}  {:<24}  {:>12}  {:>6}\n", "step", "backend", "function", "median us", "share");
+    for p in steps {
+        s += &format!("{:>5}  {:<8}  {:<24}  {:>12.1}  {:>5.1}%\n", p.step, p.backend, p.symbol, p.median_us, 100.0 * p.median_us / total.max(1e-9));
+    }
+    s
 }
 
 /// One artifact's measurements, in milliseconds.
@@ -90,6 +143,80 @@ pub fn bench_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> an
     })
 }
 
+/// How [`time_interleaved`] runs: `warmup` untimed runs of each executable, then rounds (one timed run of
+/// each) until at least `min_rounds` rounds and `budget_us` of timed runs in all, or `max_rounds` rounds.
+#[derive(Clone, Copy, Debug)]
+pub struct Rounds {
+    pub warmup: usize,
+    pub min_rounds: usize,
+    pub max_rounds: usize,
+    pub budget_us: f64,
+}
+
+/// Times several executables round by round, so drift on the machine (frequency, neighbours) hits each alike:
+/// what comparisons between plans of one model should use. Returns each one's samples in microseconds. The
+/// caller owns the machine (e.g. holds [`crate::device::exclusively`]).
+pub fn time_interleaved(runs: &mut [(Executable, Vec<tessera_stages::ir::Tensor>)], r: Rounds) -> anyhow::Result<Vec<Vec<f64>>> {
+    for (exe, inputs) in runs.iter_mut() {
+        for _ in 0..r.warmup {
+            exe.run(inputs)?;
+        }
+    }
+    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(r.min_rounds); runs.len()];
+    let mut total_us = 0.0;
+    for round in 0..r.max_rounds {
+        if round >= r.min_rounds && total_us >= r.budget_us {
+            break;
+        }
+        for ((exe, inputs), s) in runs.iter_mut().zip(samples.iter_mut()) {
+            let t = Instant::now();
+            let out = exe.run(inputs)?;
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            drop(out);
+            s.push(us);
+            total_us += us;
+        }
+    }
+    Ok(samples)
+}
+
+/// Benchmarks several artifacts of one model against each other: loaded once each, timed round by round
+/// ([`time_interleaved`], exactly `iters` rounds), each reported as [`bench_artifact`] reports.
+pub fn bench_interleaved(paths: &[PathBuf], iters: usize, warmup: usize, seed: u64) -> anyhow::Result<Vec<BenchResult>> {
+    if iters == 0 {
+        bail!("--iters must be at least 1");
+    }
+    let mut runs = Vec::with_capacity(paths.len());
+    let mut meta = Vec::with_capacity(paths.len());
+    for path in paths {
+        let artifact = Artifact::open(path)?;
+        let t0 = Instant::now();
+        let exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
+        meta.push((path.display().to_string(), artifact.body.model.clone(), t0.elapsed().as_secs_f64() * 1e3));
+        runs.push((exe, artifact.random_inputs(seed)));
+    }
+    let samples = time_interleaved(&mut runs, Rounds { warmup, min_rounds: iters, max_rounds: iters, budget_us: 0.0 })?;
+    Ok(meta
+        .into_iter()
+        .zip(samples)
+        .map(|((artifact, model, load_ms), s)| {
+            let mut ms: Vec<f64> = s.iter().map(|us| us / 1e3).collect();
+            ms.sort_by(f64::total_cmp);
+            BenchResult {
+                artifact,
+                model,
+                iters,
+                warmup,
+                load_ms,
+                median_ms: percentile(&ms, 50.0),
+                p10_ms: percentile(&ms, 10.0),
+                p90_ms: percentile(&ms, 90.0),
+                min_ms: ms[0],
+            }
+        })
+        .collect())
+}
+
 fn table(results: &[BenchResult]) -> String {
     let w = results.iter().map(|r| r.model.len()).max().unwrap_or(0).max("model".len());
     let mut s = format!("{:<w$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>6}\n", "model", "median ms", "p10 ms", "p90 ms", "min ms", "load ms", "iters");
@@ -105,17 +232,26 @@ fn table(results: &[BenchResult]) -> String {
 /// Runs `tessera bench`: every artifact in order, then a table (or JSON: `{"results": [...]}`).
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut results = Vec::with_capacity(args.artifacts.len());
+    let mut profiles = Vec::new();
     for a in &args.artifacts {
         results.push(bench_artifact(a, args.iters, args.warmup, args.seed)?);
+        if args.profile {
+            profiles.push(profile_artifact(a, args.iters, args.warmup, args.seed)?);
+        }
     }
     if args.json {
         #[derive(Serialize)]
         struct Report<'a> {
             results: &'a [BenchResult],
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            profiles: &'a [Vec<StepProfile>],
         }
-        println!("{}", serde_json::to_string_pretty(&Report { results: &results })?);
+        println!("{}", serde_json::to_string_pretty(&Report { results: &results, profiles: &profiles })?);
     } else {
         print!("{}", table(&results));
+        for (r, p) in results.iter().zip(&profiles) {
+            print!("\n{}", profile_table(&r.model, p));
+        }
     }
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! `tessera compile INPUT... [--target T]... [--store DIR] [--out DIR] [--json]`
 
 use crate::memo::Memo;
-use crate::zoo::{all_backends, compile_all, jobs_from_inputs, Summary};
+use crate::explain::jobs_from_specs;
+use crate::zoo::{all_backends, compile_all, Summary};
 use anyhow::Result;
 use super::build_options::BuildOptions;
 use clap::Args;
@@ -13,9 +14,10 @@ use std::sync::Mutex;
 
 #[derive(Args, Debug)]
 pub struct CompileArgs {
-    /// ONNX models (named after the file stem) and zoo manifests (.toml).
+    /// ONNX models (named after the file stem), zoo manifests (.toml), or fixture specs
+    /// `fixture:MODEL[:bN][:sN][:iN]`.
     #[arg(required = true)]
-    pub inputs: Vec<PathBuf>,
+    pub inputs: Vec<String>,
     #[command(flatten)]
     pub build: BuildOptions,
     /// Where artifacts go, as <model>.tsr.
@@ -30,7 +32,7 @@ const STAGES: [&str; 5] = ["load", "partition", "lower", "compile", "link"];
 
 pub fn run(args: CompileArgs) -> Result<()> {
     let shapes = args.build.shapes()?;
-    let jobs = jobs_from_inputs(&args.inputs, &shapes)?;
+    let jobs = jobs_from_specs(&args.inputs, &shapes)?;
     let backends = all_backends();
     let targets = args.build.targets(&backends)?;
     let store = args.build.open_store()?;

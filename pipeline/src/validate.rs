@@ -1,0 +1,210 @@
+//! Validation: the searched plan measured end to end against the single-backend plans, the fastest kept.
+//!
+//! The search adds up candidates measured one at a time. On a real model the sum can be far off, and not by a
+//! constant factor: a kernel measured alone runs on warm caches and on uniformly random inputs, while in the
+//! model it follows other kernels (whose outputs evict its operands) and sees real activations (the C
+//! backend's erf-based GELU costs twice as much on BERT's activations as on uniform inputs:
+//! `tessera bench --profile` against `tessera explain`, bench/collage.md). Where two plans' sums differ by
+//! less than that error, the search's ranking is a coin toss, and a searched mix can lose to the plan that
+//! simply gives every node to the best backend.
+//!
+//! So, with measured costs, the partition stage also builds the plans Collage compares against — each
+//! backend preferred (its device's fallback running the rest) and each fallback alone — compiles them through
+//! the same memoized stages (they share almost every kernel with the searched plan), and measures every
+//! artifact end to end, interleaved round by round so drift on the machine hits all of them alike. The
+//! searched plan is kept when its median beats every measured alternative by [`MARGIN`]; otherwise the
+//! fastest alternative is used. The margin is this machine's run-to-run noise on whole models (a few
+//! percent), and it favours the alternative because that plan has fewer partitions and crossings: of two
+//! plans within noise of each other, the simpler one. A fallback alone whose estimate is more than
+//! [`SKIP_FACTOR`] times the best estimate is not built (the C backend alone on GPT-2 would cost seconds to
+//! measure and cannot win); preferred-backend plans are always measured, estimates being what is in doubt.
+//!
+//! Everything happens inside the partition stage, so its outcome is recorded with the plan (whose key holds
+//! the device fingerprint and measurement settings): a rebuild measures nothing again. The report is the
+//! plan's [`Validation`], shown by `tessera explain`.
+
+use crate::build::{build_artifact, Ctx};
+use crate::cli::bench::{time_interleaved, Rounds};
+use crate::device::exclusively;
+use crate::partitioning::{plan_for, CostMode, CostedCandidates, Selection};
+use crate::plan::{ExecPlan, Trial, Validation};
+use anyhow::{Context, Result};
+use tessera_kernels::artifact::Artifact;
+use tessera_kernels::runtime::Executable;
+use tessera_stages::ir::Graph;
+use tessera_store::Digest;
+
+/// The searched plan must beat every measured alternative's median by this fraction to be kept.
+pub const MARGIN: f64 = 0.03;
+
+/// A fallback-alone plan estimated at more than this many times the best estimate is not built or measured.
+pub const SKIP_FACTOR: f64 = 2.0;
+
+/// The end-to-end schedule: 2 untimed runs per plan, then rounds (one timed run of every plan each) until at
+/// least 7 rounds and 1 s of timed runs in all, or 200 rounds.
+const ROUNDS: Rounds = Rounds { warmup: 2, min_rounds: 7, max_rounds: 200, budget_us: 1_000_000.0 };
+
+/// Seed of the random model inputs (the tune stage's, so kernels and models see the same kind of data).
+const INPUT_SEED: u64 = crate::tune::INPUT_SEED;
+
+/// Whether the partition stage validates its searched plan in this context: measured costs, the searched
+/// mix (not a baseline), more than one target, and every target on a device this build measures with an
+/// available backend (a plan that cannot run here cannot be timed).
+pub fn applies(ctx: &Ctx) -> bool {
+    ctx.costs == CostMode::Measured
+        && ctx.prefer.is_none()
+        && ctx.targets.targets.len() > 1
+        && ctx.targets.targets.iter().all(|t| {
+            crate::tune::device_fingerprint(t).is_some() && ctx.backend(t).map(|b| b.available().is_ok()).unwrap_or(false)
+        })
+}
+
+/// The reference plans of a target set, with their labels: each non-fallback backend preferred, then each
+/// fallback alone (the configurations `tessera baselines` compares).
+fn references(ctx: &Ctx) -> Vec<(String, Selection)> {
+    let mut out = Vec::new();
+    for t in ctx.targets.targets.iter().filter(|t| !t.is_least_specialized()) {
+        out.push((t.backend_name().to_string(), Selection::Prefer(t.backend_name().to_string())));
+    }
+    for (i, t) in ctx.targets.targets.iter().enumerate().filter(|(_, t)| t.is_least_specialized()) {
+        out.push((format!("{} alone", t.backend_name()), Selection::Only(i)));
+    }
+    out
+}
+
+/// Checks `searched` against the reference plans (see the module documentation) and returns the plan to
+/// use, its [`Validation`] filled in.
+pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecPlan) -> Result<ExecPlan> {
+    let mut plans: Vec<(String, ExecPlan)> = vec![("searched".to_string(), searched)];
+    // Only a fallback alone may be left out for its estimate: preferred-backend plans are few and cheap to
+    // build (their kernels were compiled for measurement already), and estimates are what is in doubt.
+    let mut may_skip = vec![false];
+    for (label, sel) in references(ctx) {
+        let plan = plan_for(ctx, g, costed, &sel).with_context(|| format!("validation: the '{label}' plan"))?;
+        may_skip.push(matches!(sel, Selection::Only(_)));
+        plans.push((label, plan));
+    }
+    let best_estimate = plans.iter().map(|(_, p)| p.estimated_us()).fold(f64::INFINITY, f64::min);
+    let mut trials: Vec<Trial> = Vec::with_capacity(plans.len());
+    for (i, (label, plan)) in plans.iter().enumerate() {
+        let same_as = plans[..i].iter().find(|(_, q)| q.same_placement(plan)).map(|(l, _)| l.clone());
+        let skipped = match same_as {
+            Some(l) => Some(format!("same placement as '{l}'")),
+            None if may_skip[i] && plan.estimated_us() > SKIP_FACTOR * best_estimate => {
+                Some(format!("estimate {:.0} us is over {SKIP_FACTOR}x the best estimate ({best_estimate:.0} us)", plan.estimated_us()))
+            }
+            None => None,
+        };
+        trials.push(Trial {
+            label: label.clone(),
+            partitions: plan.partitions.len(),
+            estimated_us: plan.estimated_us(),
+            artifact: None,
+            median_us: None,
+            runs: 0,
+            skipped,
+        });
+    }
+
+    let to_measure: Vec<usize> = (0..trials.len()).filter(|&i| trials[i].skipped.is_none()).collect();
+    if to_measure.len() > 1 {
+        let mut artifacts: Vec<(usize, Digest)> = Vec::new();
+        for &i in &to_measure {
+            let (label, plan) = &plans[i];
+            let bytes = postcard::to_stdvec(plan)?;
+            let plan_digest = ctx.memo.store().put(&bytes)?;
+            match build_artifact(ctx, &plan_digest, plan, &|| Ok(g)) {
+                Ok(b) => artifacts.push((i, b.artifact)),
+                // The searched plan must build (the compile that follows would fail anyway); an alternative
+                // that does not is only left out, and the report says why.
+                Err(e) if i != 0 => trials[i].skipped = Some(format!("did not build: {e:#}")),
+                Err(e) => return Err(e.context(format!("validation: building the '{label}' plan"))),
+            }
+        }
+        if artifacts.len() > 1 {
+            let timed = measure_interleaved(ctx, &artifacts)?;
+            for ((i, digest), samples) in artifacts.iter().zip(timed) {
+                trials[*i].artifact = Some(*digest);
+                trials[*i].runs = samples.len() as u32;
+                trials[*i].median_us = Some(median(samples));
+            }
+        }
+    }
+
+    let chosen = choose(&trials);
+    let validation = Validation { chosen: trials[chosen].label.clone(), margin: MARGIN, trials };
+    let mut plan = plans.swap_remove(chosen).1;
+    plan.validation = Some(validation);
+    Ok(plan)
+}
+
+/// The trial to use: the searched plan (index 0) unless it was measured and some alternative's median is
+/// not [`MARGIN`] slower than it; then the fastest alternative (the first on a tie).
+pub fn choose(trials: &[Trial]) -> usize {
+    let Some(searched) = trials[0].median_us else { return 0 };
+    let best_alt = trials
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter_map(|(i, t)| t.median_us.map(|m| (i, m)))
+        .fold(None::<(usize, f64)>, |best, (i, m)| match best {
+            Some((_, b)) if b <= m => best,
+            _ => Some((i, m)),
+        });
+    match best_alt {
+        Some((i, alt)) if searched > (1.0 - MARGIN) * alt => i,
+        _ => 0,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Loads every artifact, then, with the CPU to ourselves, times them round by round. Returns each
+/// artifact's samples in microseconds.
+fn measure_interleaved(ctx: &Ctx, artifacts: &[(usize, Digest)]) -> Result<Vec<Vec<f64>>> {
+    let store = ctx.memo.store();
+    let mut runs: Vec<(Executable, Vec<tessera_stages::ir::Tensor>)> = Vec::with_capacity(artifacts.len());
+    for (_, d) in artifacts {
+        let a = Artifact::read_owned(store.get(d)?, &format!("artifact {d}"))?;
+        let inputs = a.random_inputs(INPUT_SEED);
+        runs.push((Executable::load(&a)?, inputs));
+    }
+    exclusively("cpu", move || time_interleaved(&mut runs, ROUNDS))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(label: &str, median_us: Option<f64>) -> Trial {
+        Trial { label: label.into(), partitions: 1, estimated_us: 1.0, artifact: None, median_us, runs: 9, skipped: None }
+    }
+
+    #[test]
+    fn the_searched_plan_stays_only_when_clearly_faster() {
+        // Clearly faster: kept.
+        assert_eq!(choose(&[trial("searched", Some(90.0)), trial("gemm", Some(100.0)), trial("c alone", Some(300.0))]), 0);
+        // Within the margin: the alternative, the simpler plan.
+        assert_eq!(choose(&[trial("searched", Some(98.0)), trial("gemm", Some(100.0))]), 1);
+        // Slower: the fastest alternative, the first of equals.
+        assert_eq!(choose(&[trial("searched", Some(120.0)), trial("gemm", Some(100.0)), trial("x", Some(100.0))]), 1);
+        assert_eq!(choose(&[trial("searched", Some(120.0)), trial("gemm", Some(110.0)), trial("x", Some(100.0))]), 2);
+        // Nothing measured: the search decides.
+        assert_eq!(choose(&[trial("searched", None), trial("gemm", None)]), 0);
+        assert_eq!(choose(&[trial("searched", Some(120.0)), trial("gemm", None)]), 0);
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+}
