@@ -179,3 +179,55 @@ fn measured_costs_compile_correct_models_and_are_measured_once() {
         assert_eq!(st.executions, 0, "warm measured run executed {stage}");
     }
 }
+
+/// With measured costs over several backends, the searched plan is checked end to end against the plans of
+/// each backend alone; the plan used is the one the rule picks from the recorded trials, and the preferred-
+/// backend baseline of the same run is exactly one of those trials. Analytical costs validate nothing.
+#[test]
+fn measured_plans_are_validated_against_single_backend_plans() {
+    use tessera::build::{plan_model, Ctx};
+    use tessera::explain::parse_fixture_spec;
+    use tessera::validate::choose;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(&tmp.path().join("store"), OpenOptions::writable()).unwrap();
+    let memo = Memo::new(&store);
+    let backends = all_backends();
+    let targets = resolve_targets(&[], &backends).unwrap();
+    let job = parse_fixture_spec("fixture:bert-tiny:s16").unwrap();
+
+    let ctx = Ctx::new(&memo, &targets, &backends).with_costs(CostMode::Measured);
+    let mix = plan_model(&ctx, &job).unwrap().plan;
+    let v = mix.validation.as_ref().expect("a measured mix over two backends is validated");
+    let labels: Vec<&str> = v.trials.iter().map(|t| t.label.as_str()).collect();
+    assert_eq!(labels, ["searched", "gemm", "c alone"]);
+    assert_eq!(v.trials[choose(&v.trials)].label, v.chosen);
+    for t in &v.trials {
+        match (&t.skipped, t.median_us) {
+            (None, Some(m)) => assert!(m.is_finite() && m > 0.0 && t.runs >= 7 && t.artifact.is_some(), "{t:?}"),
+            (Some(why), None) => assert!(!why.is_empty() && t.runs == 0, "{t:?}"),
+            _ => panic!("a trial is either measured or skipped with a reason: {t:?}"),
+        }
+    }
+    let chosen = v.trials.iter().find(|t| t.label == v.chosen).unwrap();
+    assert_eq!(mix.partitions.len(), chosen.partitions);
+
+    // The gemm-preferred baseline is the 'gemm' trial's placement.
+    let gemm = plan_model(&ctx_with_prefer(&memo, &targets, &backends, "gemm"), &job).unwrap().plan;
+    assert!(gemm.validation.is_none(), "baselines are not validated");
+    assert_eq!(gemm.partitions.len(), v.trials[1].partitions);
+    if v.chosen == "gemm" {
+        assert!(mix.same_placement(&gemm));
+    }
+
+    let analytical = Ctx::new(&memo, &targets, &backends).with_costs(CostMode::Analytical);
+    assert!(plan_model(&analytical, &job).unwrap().plan.validation.is_none());
+}
+
+fn ctx_with_prefer<'a>(
+    memo: &'a Memo<'a>,
+    targets: &'a tessera_stages::target::TargetSet,
+    backends: &'a [Box<dyn tessera_stages::backend::Backend>],
+    prefer: &str,
+) -> tessera::build::Ctx<'a> {
+    tessera::build::Ctx::new(memo, targets, backends).with_costs(CostMode::Measured).with_prefer(Some(prefer.to_string()))
+}

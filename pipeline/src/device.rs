@@ -169,6 +169,34 @@ mod tests {
         assert_ne!(fp.flags_digest, parse_cpuinfo(&SAMPLE.replace("sse avx fpu", "sse fpu")).flags_digest);
     }
 
+    /// Measurements taken from inside the global pool, beside compile work holding `busy`, all finish (a
+    /// measurement once deadlocked when a worker waiting for the measurement pool ran a `busy` job while
+    /// holding the gate itself), and the parallel loops inside a measurement run on the measurement pool.
+    #[test]
+    fn measurements_beside_busy_work_all_finish() {
+        use rayon::prelude::*;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let total: u64 = (0..32u64)
+                .into_par_iter()
+                .map(|i| {
+                    if i % 2 == 0 {
+                        exclusively("cpu", || {
+                            assert!(rayon::current_thread_index().is_some(), "measurements run on the measurement pool");
+                            (0..1000u64).into_par_iter().sum::<u64>()
+                        })
+                    } else {
+                        let _busy = busy();
+                        (0..1000u64).sum::<u64>()
+                    }
+                })
+                .sum();
+            tx.send(total).unwrap();
+        });
+        let total = rx.recv_timeout(std::time::Duration::from_secs(120)).expect("measurements and busy work never finished: deadlock");
+        assert_eq!(total, 32 * 499_500);
+    }
+
     #[test]
     fn this_machine_has_a_fingerprint() {
         let DeviceFingerprint::Cpu(fp) = cpu_fingerprint();

@@ -202,6 +202,28 @@ mod tests {
         assert_eq!(choose(&[trial("searched", Some(120.0)), trial("gemm", None)]), 0);
     }
 
+    proptest::proptest! {
+        /// The rule's invariants: the plan used is the searched one only when it beats every measured
+        /// alternative by the margin; otherwise an alternative no slower than any other measured one.
+        #[test]
+        fn choice_is_never_beaten_by_more_than_the_margin(
+            medians in proptest::collection::vec(proptest::option::of(1.0f64..1e6), 1..6),
+        ) {
+            let trials: Vec<Trial> = medians.iter().enumerate().map(|(i, m)| trial(&format!("t{i}"), *m)).collect();
+            let c = choose(&trials);
+            let alts: Vec<f64> = medians[1..].iter().flatten().copied().collect();
+            match (medians[0], c) {
+                (Some(s), 0) => proptest::prop_assert!(alts.iter().all(|&a| s <= (1.0 - MARGIN) * a)),
+                (None, c) => proptest::prop_assert_eq!(c, 0),
+                (Some(s), c) => {
+                    let m = medians[c].expect("a measured alternative");
+                    proptest::prop_assert!(alts.iter().all(|&a| m <= a));
+                    proptest::prop_assert!(s > (1.0 - MARGIN) * m);
+                }
+            }
+        }
+    }
+
     #[test]
     fn median_of_odd_and_even_counts() {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
