@@ -5,11 +5,11 @@
 //!
 //! All configurations compile into the same store through the memoized pipeline, so kernels one
 //! configuration shares with another are lowered and compiled once. Artifacts go to a private temporary
-//! folder and are measured one model at a time, that model's artifacts round by round (never two benchmarks
+//! folder and are measured one model at a time, that model's artifacts in two passes (never two benchmarks
 //! at once on one machine).
 
 use crate::build::{compile_models, Ctx, ModelJob};
-use crate::cli::bench::{bench_interleaved, BenchResult};
+use crate::cli::bench::{bench_abba, BenchResult};
 use crate::memo::Memo;
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -156,8 +156,8 @@ pub fn run_baselines(
         progress(&format!("compiled {} models for {} ({})", jobs.len(), c.label, c.targets.targets.iter().map(|t| t.backend_name()).collect::<Vec<_>>().join("+")));
         compiled.push(results);
     }
-    // Per model, each distinct artifact measured once, all of them round by round (so drift on the machine
-    // hits every configuration alike); models in order.
+    // Per model, each distinct artifact measured once, in two passes (in order, then in reverse: drift on the
+    // machine hits every configuration alike); models in order.
     let mut out = Vec::with_capacity(jobs.len());
     for (mi, job) in jobs.iter().enumerate() {
         let mut distinct: Vec<Digest> = Vec::new();
@@ -167,7 +167,7 @@ pub fn run_baselines(
             }
         }
         let paths = distinct.iter().map(|d| write_artifact(memo, d, tmp.0.as_path())).collect::<Result<Vec<_>>>()?;
-        let results = bench_interleaved(&paths, bench.iters, bench.warmup, bench.seed)
+        let results = bench_abba(&paths, bench.iters, bench.warmup, bench.seed)
             .with_context(|| format!("model {}: benchmarking its builds", job.name))?;
         let measured: BTreeMap<Digest, BenchResult> = distinct.into_iter().zip(results).collect();
         let mut rows = Vec::with_capacity(configs.len());

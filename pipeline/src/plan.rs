@@ -108,7 +108,7 @@ pub struct Trial {
     pub estimated_us: f64,
     /// The artifact measured (absent when not measured).
     pub artifact: Option<Digest>,
-    /// Median run time of the whole artifact, measured interleaved with the other trials.
+    /// Median run time of the whole artifact, measured in two passes with the other trials.
     pub median_us: Option<f64>,
     pub runs: u32,
     /// Why it was not measured (the same placement as another trial, or an estimate far above the best).

@@ -11,7 +11,7 @@
 //! So, with measured costs, the partition stage also builds the plans Collage compares against — each
 //! backend preferred (its device's fallback running the rest) and each fallback alone — compiles them through
 //! the same memoized stages (they share almost every kernel with the searched plan), and measures every
-//! artifact end to end, interleaved round by round so drift on the machine hits all of them alike. The
+//! artifact end to end, in order then in reverse order, so drift on the machine hits all of them alike. The
 //! searched plan is kept when its median beats every measured alternative by [`MARGIN`]; otherwise the
 //! fastest alternative is used. The margin is this machine's run-to-run noise on whole models (a few
 //! percent), and it favours the alternative because that plan has fewer partitions and crossings: of two
@@ -24,7 +24,7 @@
 //! plan's [`Validation`], shown by `tessera explain`.
 
 use crate::build::{build_artifact, Ctx};
-use crate::cli::bench::{time_interleaved, Rounds};
+use crate::cli::bench::{time_abba, Block};
 use crate::device::exclusively;
 use crate::partitioning::{plan_for, CostMode, CostedCandidates, Selection};
 use crate::plan::{ExecPlan, Trial, Validation};
@@ -40,9 +40,9 @@ pub const MARGIN: f64 = 0.03;
 /// A fallback-alone plan estimated at more than this many times the best estimate is not built or measured.
 pub const SKIP_FACTOR: f64 = 2.0;
 
-/// The end-to-end schedule: 2 untimed runs per plan, then rounds (one timed run of every plan each) until at
-/// least 7 rounds and 1 s of timed runs in all, or 200 rounds.
-const ROUNDS: Rounds = Rounds { warmup: 2, min_rounds: 7, max_rounds: 200, budget_us: 1_000_000.0 };
+/// The end-to-end schedule, per plan and pass ([`time_abba`]: in order, then in reverse): 2 untimed runs,
+/// then timed runs until at least 5 runs and 250 ms, at most 100 runs.
+const BLOCK: Block = Block { warmup: 2, min_runs: 5, max_runs: 100, budget_us: 250_000.0 };
 
 /// Seed of the random model inputs (the tune stage's, so kernels and models see the same kind of data).
 const INPUT_SEED: u64 = crate::tune::INPUT_SEED;
@@ -122,7 +122,7 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
             }
         }
         if artifacts.len() > 1 {
-            let timed = measure_interleaved(ctx, &artifacts)?;
+            let timed = measure_plans(ctx, &artifacts)?;
             for ((i, digest), samples) in artifacts.iter().zip(timed) {
                 trials[*i].artifact = Some(*digest);
                 trials[*i].runs = samples.len() as u32;
@@ -167,9 +167,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Loads every artifact, then, with the CPU to ourselves, times them round by round. Returns each
-/// artifact's samples in microseconds.
-fn measure_interleaved(ctx: &Ctx, artifacts: &[(usize, Digest)]) -> Result<Vec<Vec<f64>>> {
+/// Loads every artifact, then, with the CPU to ourselves, times them in two passes ([`time_abba`]). Returns
+/// each artifact's samples in microseconds.
+fn measure_plans(ctx: &Ctx, artifacts: &[(usize, Digest)]) -> Result<Vec<Vec<f64>>> {
     let store = ctx.memo.store();
     let mut runs: Vec<(Executable, Vec<tessera_stages::ir::Tensor>)> = Vec::with_capacity(artifacts.len());
     for (_, d) in artifacts {
@@ -177,7 +177,7 @@ fn measure_interleaved(ctx: &Ctx, artifacts: &[(usize, Digest)]) -> Result<Vec<V
         let inputs = a.random_inputs(INPUT_SEED);
         runs.push((Executable::load(&a)?, inputs));
     }
-    exclusively("cpu", move || time_interleaved(&mut runs, ROUNDS))
+    exclusively("cpu", move || time_abba(&mut runs, BLOCK))
 }
 
 #[cfg(test)]

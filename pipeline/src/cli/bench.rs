@@ -37,6 +37,10 @@ pub struct BenchArgs {
     /// model's time goes, to set against the plan's per-partition costs (`tessera explain`).
     #[arg(long)]
     pub profile: bool,
+    /// Time the artifacts in two passes, in order then in reverse, half the runs each, instead of one after
+    /// another: for comparing builds of one model, so drift on the machine hits each alike.
+    #[arg(long)]
+    pub abba: bool,
 }
 
 /// One step of an artifact under `--profile`.
@@ -143,46 +147,49 @@ pub fn bench_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> an
     })
 }
 
-/// How [`time_interleaved`] runs: `warmup` untimed runs of each executable, then rounds (one timed run of
-/// each) until at least `min_rounds` rounds and `budget_us` of timed runs in all, or `max_rounds` rounds.
+/// How [`time_abba`] runs each block: `warmup` untimed runs, then timed runs until at least `min_runs` and
+/// `budget_us` of timed runs, or `max_runs`.
 #[derive(Clone, Copy, Debug)]
-pub struct Rounds {
+pub struct Block {
     pub warmup: usize,
-    pub min_rounds: usize,
-    pub max_rounds: usize,
+    pub min_runs: usize,
+    pub max_runs: usize,
     pub budget_us: f64,
 }
 
-/// Times several executables round by round, so drift on the machine (frequency, neighbours) hits each alike:
-/// what comparisons between plans of one model should use. Returns each one's samples in microseconds. The
-/// caller owns the machine (e.g. holds [`crate::device::exclusively`]).
-pub fn time_interleaved(runs: &mut [(Executable, Vec<tessera_stages::ir::Tensor>)], r: Rounds) -> anyhow::Result<Vec<Vec<f64>>> {
-    for (exe, inputs) in runs.iter_mut() {
-        for _ in 0..r.warmup {
+/// Times several executables in two passes, in order then in reverse (A B C, C B A), one block of runs each
+/// per pass: linear drift on the machine (clocks, neighbours) then weighs on every executable alike, and
+/// each block starts warm on its own executable. Not round by round: on the 2-vCPU CI-class VM, runs
+/// alternating with a 60 ms single-threaded C build left MobileNetV2's gemm build 55% slower than back to
+/// back (32 vs 20.5 ms), even with an untimed run in between; a plan's cost should not include its
+/// neighbour's. Returns each executable's samples in microseconds. The caller owns the machine (e.g. holds
+/// [`crate::device::exclusively`]).
+pub fn time_abba(runs: &mut [(Executable, Vec<tessera_stages::ir::Tensor>)], b: Block) -> anyhow::Result<Vec<Vec<f64>>> {
+    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(2 * b.min_runs); runs.len()];
+    let order: Vec<usize> = (0..runs.len()).chain((0..runs.len()).rev()).collect();
+    for i in order {
+        let (exe, inputs) = &mut runs[i];
+        for _ in 0..b.warmup {
             exe.run(inputs)?;
         }
-    }
-    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(r.min_rounds); runs.len()];
-    let mut total_us = 0.0;
-    for round in 0..r.max_rounds {
-        if round >= r.min_rounds && total_us >= r.budget_us {
-            break;
-        }
-        for ((exe, inputs), s) in runs.iter_mut().zip(samples.iter_mut()) {
+        let mut spent = 0.0;
+        let mut n = 0;
+        while n < b.max_runs && (n < b.min_runs || spent < b.budget_us) {
             let t = Instant::now();
             let out = exe.run(inputs)?;
             let us = t.elapsed().as_secs_f64() * 1e6;
             drop(out);
-            s.push(us);
-            total_us += us;
+            samples[i].push(us);
+            spent += us;
+            n += 1;
         }
     }
     Ok(samples)
 }
 
-/// Benchmarks several artifacts of one model against each other: loaded once each, timed round by round
-/// ([`time_interleaved`], exactly `iters` rounds), each reported as [`bench_artifact`] reports.
-pub fn bench_interleaved(paths: &[PathBuf], iters: usize, warmup: usize, seed: u64) -> anyhow::Result<Vec<BenchResult>> {
+/// Benchmarks several artifacts of one model against each other: loaded once each, timed in two passes
+/// ([`time_abba`], `iters` timed runs in all, half per pass), each reported as [`bench_artifact`] reports.
+pub fn bench_abba(paths: &[PathBuf], iters: usize, warmup: usize, seed: u64) -> anyhow::Result<Vec<BenchResult>> {
     if iters == 0 {
         bail!("--iters must be at least 1");
     }
@@ -195,7 +202,8 @@ pub fn bench_interleaved(paths: &[PathBuf], iters: usize, warmup: usize, seed: u
         meta.push((path.display().to_string(), artifact.body.model.clone(), t0.elapsed().as_secs_f64() * 1e3));
         runs.push((exe, artifact.random_inputs(seed)));
     }
-    let samples = time_interleaved(&mut runs, Rounds { warmup, min_rounds: iters, max_rounds: iters, budget_us: 0.0 })?;
+    let per_block = iters.div_ceil(2);
+    let samples = time_abba(&mut runs, Block { warmup, min_runs: per_block, max_runs: per_block, budget_us: 0.0 })?;
     Ok(meta
         .into_iter()
         .zip(samples)
@@ -233,8 +241,13 @@ fn table(results: &[BenchResult]) -> String {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut results = Vec::with_capacity(args.artifacts.len());
     let mut profiles = Vec::new();
+    if args.abba {
+        results = bench_abba(&args.artifacts, args.iters, args.warmup, args.seed)?;
+    }
     for a in &args.artifacts {
-        results.push(bench_artifact(a, args.iters, args.warmup, args.seed)?);
+        if !args.abba {
+            results.push(bench_artifact(a, args.iters, args.warmup, args.seed)?);
+        }
         if args.profile {
             profiles.push(profile_artifact(a, args.iters, args.warmup, args.seed)?);
         }
