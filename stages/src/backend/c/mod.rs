@@ -35,7 +35,7 @@ use crate::ir::{DType, Graph, NodeId};
 use crate::target::Target;
 
 /// Bump whenever the generated code (or the prelude, or the compile flags) changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// The C helpers every module starts with.
 pub const PRELUDE: &str = include_str!("../../../../kernels/c/prelude.h");
