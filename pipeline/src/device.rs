@@ -110,27 +110,16 @@ pub fn measurement_lock(device: &str) -> Exclusive {
     }
 }
 
-/// Runs `f` with the device to ourselves: under [`measurement_lock`], and on a thread pool of its own.
+/// Runs `f` with the device to ourselves: under [`measurement_lock`], on a thread of its own. Models and
+/// kernels run on the runtime's pool (`tessera_kernels::runtime::on_runtime_pool`) as they do when deployed.
 ///
-/// Why a pool of its own: a kernel's parallel loops (the gemm runtime's im2col, depthwise and epilogues use
-/// rayon) would otherwise run on the global pool, whose other workers are, during a zoo compile, parked on
-/// [`busy`] waiting for this very measurement to end; the loops would then run on one thread and the
-/// measurement would charge the kernel for cores it does get when the model runs. The measurement pool has
-/// as many threads as the global one and nothing else to do.
+/// Why a thread of its own: the caller may be a worker of rayon's global pool, and a worker waiting for
+/// another pool (the runtime's) goes on running its own pool's jobs; one of those taking [`busy`] while this
+/// thread holds the gate for writing would wait on itself. A plain thread entering the runtime pool blocks
+/// without taking work, and so does the caller joining it.
 pub fn exclusively<R: Send>(device: &str, f: impl FnOnce() -> R + Send) -> R {
-    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
-    let pool = POOL.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new().num_threads(rayon::current_num_threads()).thread_name(|i| format!("tessera-measure-{i}")).build().ok()
-    });
     let _exclusive = measurement_lock(device);
-    let Some(pool) = pool else {
-        // No threads to be had: measure where we are (the figures may then undercount parallel loops).
-        return f();
-    };
-    // Not `pool.install(f)` from here: a rayon worker waiting in `install` goes on running its own pool's
-    // jobs, and one of those taking `busy` while this thread holds the gate for writing would wait on itself.
-    // A plain thread entering the pool blocks without taking work, and so does this one joining it.
-    std::thread::scope(|s| match s.spawn(|| pool.install(f)).join() {
+    std::thread::scope(|s| match s.spawn(f).join() {
         Ok(r) => r,
         Err(panic) => std::panic::resume_unwind(panic),
     })
@@ -171,7 +160,7 @@ mod tests {
 
     /// Measurements taken from inside the global pool, beside compile work holding `busy`, all finish (a
     /// measurement once deadlocked when a worker waiting for the measurement pool ran a `busy` job while
-    /// holding the gate itself), and the parallel loops inside a measurement run on the measurement pool.
+    /// holding the gate itself).
     #[test]
     fn measurements_beside_busy_work_all_finish() {
         use rayon::prelude::*;
@@ -182,8 +171,7 @@ mod tests {
                 .map(|i| {
                     if i % 2 == 0 {
                         exclusively("cpu", || {
-                            assert!(rayon::current_thread_index().is_some(), "measurements run on the measurement pool");
-                            (0..1000u64).into_par_iter().sum::<u64>()
+                            tessera_kernels::runtime::on_runtime_pool(|| (0..1000u64).into_par_iter().sum::<u64>())
                         })
                     } else {
                         let _busy = busy();

@@ -38,7 +38,7 @@ use tessera_stages::target::Target;
 use tessera_store::{Digest, KeyBuilder};
 
 /// Bump when what the tune stage records, or how it measures, changes.
-pub const TUNE_VERSION: u32 = 2;
+pub const TUNE_VERSION: u32 = 3;
 
 /// Seed of the random kernel inputs (per input `i`, stream `i`; see `interp::random`).
 pub const INPUT_SEED: u64 = 0x7e55_e7a5;

@@ -1,6 +1,7 @@
 //! An artifact made ready to run: modules loaded once, constants uploaded once, the arena and scratch
 //! allocated once, and every step's argument pointers computed once. A run copies the inputs in, replays the
-//! steps, and copies the outputs out: no compiling, no tuning, no allocation per step.
+//! steps, and copies the outputs out: no compiling, no tuning, no allocation per step. Runs execute on the
+//! runtime's thread pool ([`super::on_runtime_pool`]).
 
 use super::buffer::HostBuffer;
 use super::{load_module, LoadedModule, RuntimeError};
@@ -99,7 +100,7 @@ impl Executable {
 
     /// Runs the model on `inputs` (in the artifact's input order) and returns its outputs in order.
     pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
-        self.run_inner(inputs, None)
+        super::on_runtime_pool(|| self.run_inner(inputs, None))
     }
 
     /// [`run`](Self::run), also timing every step: `step_us[s]` receives step `s`'s wall time in
@@ -107,7 +108,7 @@ impl Executable {
     pub fn run_profiled(&mut self, inputs: &[Tensor], step_us: &mut Vec<f64>) -> Result<Vec<Tensor>, RuntimeError> {
         step_us.clear();
         step_us.reserve(self.steps.len());
-        self.run_inner(inputs, Some(step_us))
+        super::on_runtime_pool(|| self.run_inner(inputs, Some(step_us)))
     }
 
     /// The steps in run order: (backend, function symbol).

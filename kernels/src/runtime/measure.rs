@@ -69,8 +69,19 @@ impl Measurement {
     }
 }
 
-/// Times function `index` of `module`, whose signature is `info`, on `inputs` (see the module docs).
+/// Times function `index` of `module`, whose signature is `info`, on `inputs` (see the module docs), on the
+/// runtime's thread pool, where models run.
 pub fn measure_function(
+    module: &dyn LoadedModule,
+    index: usize,
+    info: &FunctionInfo,
+    inputs: &[Tensor],
+    opts: &MeasureOptions,
+) -> Result<Measurement, RuntimeError> {
+    super::on_runtime_pool(|| measure_in_place(module, index, info, inputs, opts))
+}
+
+fn measure_in_place(
     module: &dyn LoadedModule,
     index: usize,
     info: &FunctionInfo,

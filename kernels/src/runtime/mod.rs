@@ -8,10 +8,12 @@
 
 mod buffer;
 mod executable;
+mod pool;
 mod so;
 
 pub use buffer::HostBuffer;
 pub use executable::Executable;
+pub use pool::on_runtime_pool;
 pub use so::SharedObject;
 
 pub mod gemm;
