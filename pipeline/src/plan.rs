@@ -16,7 +16,7 @@ use tessera_stages::target::Target;
 use tessera_store::Digest;
 
 /// Bump when the plan's content or meaning changes.
-pub const PLAN_VERSION: u32 = 3;
+pub const PLAN_VERSION: u32 = 4;
 
 /// Where a kernel argument or a graph output lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -110,6 +110,8 @@ pub struct Trial {
     pub artifact: Option<Digest>,
     /// Median run time of the whole artifact, measured in two passes with the other trials.
     pub median_us: Option<f64>,
+    /// The median of each pass alone.
+    pub pass_medians_us: Option<[f64; 2]>,
     pub runs: u32,
     /// Why it was not measured (the same placement as another trial, or an estimate far above the best).
     pub skipped: Option<String>,

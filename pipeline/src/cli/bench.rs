@@ -162,12 +162,12 @@ pub struct Block {
 /// each block starts warm on its own executable. Not round by round: on the 2-vCPU CI-class VM, runs
 /// alternating with a 60 ms single-threaded C build left MobileNetV2's gemm build 55% slower than back to
 /// back (32 vs 20.5 ms), even with an untimed run in between; a plan's cost should not include its
-/// neighbour's. Returns each executable's samples in microseconds. The caller owns the machine (e.g. holds
-/// [`crate::device::exclusively`]).
-pub fn time_abba(runs: &mut [(Executable, Vec<tessera_stages::ir::Tensor>)], b: Block) -> anyhow::Result<Vec<Vec<f64>>> {
-    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(2 * b.min_runs); runs.len()];
-    let order: Vec<usize> = (0..runs.len()).chain((0..runs.len()).rev()).collect();
-    for i in order {
+/// neighbour's. Returns each executable's samples in microseconds, per pass. The caller owns the machine
+/// (e.g. holds [`crate::device::exclusively`]).
+pub fn time_abba(runs: &mut [(Executable, Vec<tessera_stages::ir::Tensor>)], b: Block) -> anyhow::Result<Vec<[Vec<f64>; 2]>> {
+    let mut samples: Vec<[Vec<f64>; 2]> = vec![[Vec::with_capacity(b.min_runs), Vec::with_capacity(b.min_runs)]; runs.len()];
+    let order: Vec<(usize, usize)> = (0..runs.len()).map(|i| (0, i)).chain((0..runs.len()).rev().map(|i| (1, i))).collect();
+    for (pass, i) in order {
         let (exe, inputs) = &mut runs[i];
         for _ in 0..b.warmup {
             exe.run(inputs)?;
@@ -179,7 +179,7 @@ pub fn time_abba(runs: &mut [(Executable, Vec<tessera_stages::ir::Tensor>)], b: 
             let out = exe.run(inputs)?;
             let us = t.elapsed().as_secs_f64() * 1e6;
             drop(out);
-            samples[i].push(us);
+            samples[i][pass].push(us);
             spent += us;
             n += 1;
         }
@@ -207,8 +207,8 @@ pub fn bench_abba(paths: &[PathBuf], iters: usize, warmup: usize, seed: u64) -> 
     Ok(meta
         .into_iter()
         .zip(samples)
-        .map(|((artifact, model, load_ms), s)| {
-            let mut ms: Vec<f64> = s.iter().map(|us| us / 1e3).collect();
+        .map(|((artifact, model, load_ms), [first, second])| {
+            let mut ms: Vec<f64> = first.iter().chain(&second).map(|us| us / 1e3).collect();
             ms.sort_by(f64::total_cmp);
             BenchResult {
                 artifact,
