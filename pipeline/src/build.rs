@@ -285,6 +285,8 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
     objects.extend(plan.constants.iter().map(|(d, _)| *d));
     objects.extend(built.lowered.iter().copied());
     objects.extend(built.modules.iter().copied());
+    // The validation's trial plans (small), so `tessera explain --trial` still finds them after a gc.
+    objects.extend(plan.validation.iter().flat_map(|v| v.trials.iter().map(|t| t.plan)));
     let artifact_bytes = ctx.memo.store().objects().size_of(&built.artifact).unwrap_or(0);
     Ok(ModelResult {
         name: job.name.clone(),

@@ -16,7 +16,7 @@ use tessera_stages::target::Target;
 use tessera_store::Digest;
 
 /// Bump when the plan's content or meaning changes.
-pub const PLAN_VERSION: u32 = 4;
+pub const PLAN_VERSION: u32 = 5;
 
 /// Where a kernel argument or a graph output lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -104,6 +104,8 @@ pub struct Trial {
     /// `searched`, or the backend preferred (its device's fallback running the rest), or the fallback alone.
     pub label: String,
     pub partitions: usize,
+    /// The plan itself, in the store (`tessera explain --trial LABEL` shows it).
+    pub plan: Digest,
     /// Sum of the plan's partition costs.
     pub estimated_us: f64,
     /// The artifact measured (absent when not measured).

@@ -102,6 +102,7 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
         trials.push(Trial {
             label: label.clone(),
             partitions: plan.partitions.len(),
+            plan: ctx.memo.store().put(&postcard::to_stdvec(plan)?)?,
             estimated_us: plan.estimated_us(),
             artifact: None,
             median_us: None,
@@ -116,9 +117,7 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
         let mut artifacts: Vec<(usize, Digest)> = Vec::new();
         for &i in &to_measure {
             let (label, plan) = &plans[i];
-            let bytes = postcard::to_stdvec(plan)?;
-            let plan_digest = ctx.memo.store().put(&bytes)?;
-            match build_artifact(ctx, &plan_digest, plan, &|| Ok(g)) {
+            match build_artifact(ctx, &trials[i].plan, plan, &|| Ok(g)) {
                 Ok(b) => artifacts.push((i, b.artifact)),
                 // The searched plan must build (the compile that follows would fail anyway); an alternative
                 // that does not is only left out, and the report says why.
@@ -200,7 +199,7 @@ mod tests {
     use super::*;
 
     fn trial(label: &str, median_us: Option<f64>) -> Trial {
-        Trial { label: label.into(), partitions: 1, estimated_us: 1.0, artifact: None, median_us, pass_medians_us: None, runs: 9, skipped: None }
+        Trial { label: label.into(), partitions: 1, plan: Digest::of(b""), estimated_us: 1.0, artifact: None, median_us, pass_medians_us: None, runs: 9, skipped: None }
     }
 
     #[test]

@@ -4,7 +4,8 @@ use crate::build::Ctx;
 use crate::explain::{explain_plan, job_for_model, plan_model, render_text, svg};
 use crate::memo::Memo;
 use crate::zoo::all_backends;
-use anyhow::{Context, Result};
+use crate::plan::ExecPlan;
+use anyhow::{bail, Context, Result};
 use super::build_options::BuildOptions;
 use clap::Args;
 use std::path::PathBuf;
@@ -30,6 +31,23 @@ pub struct ExplainArgs {
     /// Print the report as JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Show one of the whole-model plans the validation measured instead of the plan used: `searched` (the
+    /// Collage search's own result), a backend's name (that backend preferred), or `c alone`.
+    #[arg(long, value_name = "LABEL")]
+    pub trial: Option<String>,
+}
+
+/// The plan of the validation trial named `label`, read from the store; it carries the used plan's
+/// validation report, so the comparison stays in view.
+fn trial_plan(memo: &Memo, used: &ExecPlan, label: &str) -> Result<ExecPlan> {
+    let Some(v) = &used.validation else {
+        bail!("its plan was not validated (analytical costs, a single target, or a baseline), so there are no trials to show");
+    };
+    let labels: Vec<&str> = v.trials.iter().map(|t| t.label.as_str()).collect();
+    let t = v.trials.iter().find(|t| t.label == label).with_context(|| format!("no trial is labelled '{label}'; trials: {}", labels.join(", ")))?;
+    let mut plan: ExecPlan = memo.load(&t.plan).with_context(|| format!("reading the '{label}' plan"))?;
+    plan.validation = used.validation.clone();
+    Ok(plan)
 }
 
 pub fn run(args: ExplainArgs) -> Result<()> {
@@ -43,7 +61,11 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     let planned = plan_model(&ctx, &job)?;
     store.flush()?;
     let graph = planned.graph()?;
-    let ex = explain_plan(&job.name, &planned.plan, graph, &targets)?;
+    let plan = match &args.trial {
+        None => planned.plan.clone(),
+        Some(label) => trial_plan(&memo, &planned.plan, label).with_context(|| format!("model {}", job.name))?,
+    };
+    let ex = explain_plan(&job.name, &plan, graph, &targets)?;
     if let Some(path) = &args.svg {
         std::fs::write(path, svg::render(graph, &ex)).with_context(|| format!("writing {}", path.display()))?;
     }
