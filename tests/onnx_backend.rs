@@ -187,8 +187,11 @@ fn light_input(shape: &[usize]) -> Tensor {
     Tensor::from_f32(shape.to_vec(), &values)
 }
 
-/// The non-initializer graph inputs of a model: name, ONNX element type, dims (None where symbolic).
-fn graph_inputs(bytes: &[u8]) -> Result<Vec<(String, i32, Vec<Option<usize>>)>, String> {
+/// A graph input as the model declares it: name, ONNX element type, dims (None where symbolic).
+type DeclaredInput = (String, i32, Vec<Option<usize>>);
+
+/// The non-initializer graph inputs of a model.
+fn graph_inputs(bytes: &[u8]) -> Result<Vec<DeclaredInput>, String> {
     let m = ModelProto::decode(bytes).map_err(|e| format!("decode: {e}"))?;
     let g = m.graph.ok_or("no graph")?;
     let inits: Vec<&str> = g.initializer.iter().filter_map(|t| t.name.as_deref()).collect();
@@ -257,11 +260,8 @@ fn run_case(case: &Case) -> Outcome {
         Ok(b) => b,
         Err(e) => return Outcome::Failed(format!("cannot read {}: {e}", case.model.display())),
     };
-    let declared = match graph_inputs(&bytes) {
-        Ok(d) => d,
-        // Let the importer report undecodable files.
-        Err(_) => Vec::new(),
-    };
+    // Let the importer report undecodable files.
+    let declared = graph_inputs(&bytes).unwrap_or_default();
     // Named inputs and expected outputs per data set.
     let mut sets: Vec<(BTreeMap<String, Tensor>, Vec<Tensor>)> = Vec::new();
     // Test data that does not load (a DOUBLE tensor, or a sequence or optional value that is no tensor at

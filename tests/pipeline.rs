@@ -136,7 +136,7 @@ fn every_single_backend_mix_runs_the_same_model() {
     // The same model compiled for the C backend alone and for c + gemm gives matching results.
     let tmp = tempfile::tempdir().unwrap();
     let manifest = write_manifest(tmp.path(), "m.toml", "[[entry]]\nmodel = \"resnet18\"\nimage = 32\n");
-    let jobs = jobs_from_inputs(&[manifest.clone()], &Default::default()).unwrap();
+    let jobs = jobs_from_inputs(std::slice::from_ref(&manifest), &Default::default()).unwrap();
     for (i, targets) in [vec!["cpu".to_string()], vec!["cpu".to_string(), "cpu -compiler=gemm".to_string()]].iter().enumerate() {
         let out = tmp.path().join(format!("out{i}"));
         let s = compile(&tmp.path().join("store"), &out, &manifest, targets);
@@ -171,7 +171,7 @@ fn measured_costs_compile_correct_models_and_are_measured_once() {
     let cold = compile_with(&store, &out, &manifest, &[], CostMode::Measured);
     assert_eq!(cold.cost_source, "measured");
     assert!(executions(&cold, "tune") > 0);
-    for job in &jobs_from_inputs(&[manifest.clone()], &Default::default()).unwrap() {
+    for job in &jobs_from_inputs(std::slice::from_ref(&manifest), &Default::default()).unwrap() {
         check_against_reference(job, &out.join(format!("{}.tsr", job.name)));
     }
     let warm = compile_with(&store, &tmp.path().join("out2"), &manifest, &[], CostMode::Measured);

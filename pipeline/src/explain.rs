@@ -258,7 +258,7 @@ fn render_validation(v: &crate::plan::Validation) -> String {
         v.chosen,
         100.0 * v.margin
     );
-    let _ = writeln!(s, "{:<12} {:>10} {:>12} {:>12} {:>6}  {}", "plan", "partitions", "estimate us", "median us", "runs", "");
+    let _ = writeln!(s, "{:<12} {:>10} {:>12} {:>12} {:>6}  ", "plan", "partitions", "estimate us", "median us", "runs");
     for t in &v.trials {
         let median = t.median_us.map(|m| format!("{m:.1}")).unwrap_or_else(|| "-".into());
         let note = match (&t.skipped, t.label == v.chosen) {

@@ -63,12 +63,10 @@ fn close(got: &[u8], want: &Tensor) -> Result<(), String> {
 #[test]
 fn zoo_models_match_the_reference() {
     let o = |batch, seq, image| ModelOptions { batch, seq, image };
-    let models = vec![
-        model("mlp3", o(2, None, None)),
+    let models = [model("mlp3", o(2, None, None)),
         model("resnet18", o(1, None, Some(32))),
         model("mobilenetv2", o(1, None, Some(32))),
-        model("bert-tiny", o(2, Some(8), None)),
-    ];
+        model("bert-tiny", o(2, Some(8), None))];
     let t = Target::parse("cpu -compiler=c").unwrap();
     let be = CBackend;
     let lowered: Vec<LoweredKernel> = models.iter().map(|m| be.lower(&t, &m.kernel, &format!("m_{}", m.name.replace('-', "_"))).unwrap()).collect();

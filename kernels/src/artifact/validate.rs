@@ -27,7 +27,7 @@ fn unique_names<'a>(what: &str, names: impl Iterator<Item = &'a str>) -> Result<
 }
 
 fn in_bounds(what: impl Fn() -> String, offset: u64, size: u64, limit: u64) -> Result<(), String> {
-    if offset % ALIGN != 0 {
+    if !offset.is_multiple_of(ALIGN) {
         return Err(format!("{} is at offset {offset}, not {ALIGN}-byte aligned", what()));
     }
     match offset.checked_add(size) {

@@ -66,8 +66,8 @@ fn build(r: &Recipe, names: u32, order: Option<u64>) -> Graph {
     let name = |kind: &str, i: usize| format!("{kind}{}_{}", names, i * (names as usize + 1));
     let mut g = Graph::new(format!("g{names}"));
     let mut vals: Vec<Option<ValueId>> = vec![None; avail];
-    for i in 0..n_inputs {
-        vals[i] = Some(g.add_input(name("in", i), TensorType::new(r.dtype, [r.rows, COLS])));
+    for (i, slot) in vals.iter_mut().enumerate().take(n_inputs) {
+        *slot = Some(g.add_input(name("in", i), TensorType::new(r.dtype, [r.rows, COLS])));
     }
     for (k, &seed) in r.consts.iter().enumerate() {
         // Distinct per constant (k), so no two constants are interchangeable.

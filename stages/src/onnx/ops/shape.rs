@@ -74,7 +74,7 @@ fn reshape(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
     check_size("the target shape", &out, im.dtype(x)).map_err(|kind| NodeError { attribute: None, kind })?;
     if let Some(i) = infer {
         let known: usize = out.iter().product();
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(NodeError::invalid(format!("cannot reshape {xs:?} to {spec:?}")));
         }
         out[i] = numel / known;
@@ -164,7 +164,7 @@ fn split(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
                 sizes[count - 1] = last;
                 sizes
             } else {
-                if dim % count != 0 {
+                if !dim.is_multiple_of(count) {
                     return Err(NodeError::invalid(format!("dimension {dim} does not split evenly into {count} outputs")));
                 }
                 vec![dim / count; count]
