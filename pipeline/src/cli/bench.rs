@@ -133,18 +133,23 @@ pub fn bench_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> an
         samples.push(t.elapsed().as_secs_f64() * 1e3);
         drop(out);
     }
-    samples.sort_by(f64::total_cmp);
-    Ok(BenchResult {
-        artifact: path.display().to_string(),
-        model: artifact.body.model.clone(),
+    Ok(summarize(path.display().to_string(), artifact.body.model.clone(), iters, warmup, load_ms, samples))
+}
+
+/// The report of one artifact's timed runs (milliseconds, any order).
+fn summarize(artifact: String, model: String, iters: usize, warmup: usize, load_ms: f64, mut ms: Vec<f64>) -> BenchResult {
+    ms.sort_by(f64::total_cmp);
+    BenchResult {
+        artifact,
+        model,
         iters,
         warmup,
         load_ms,
-        median_ms: percentile(&samples, 50.0),
-        p10_ms: percentile(&samples, 10.0),
-        p90_ms: percentile(&samples, 90.0),
-        min_ms: samples[0],
-    })
+        median_ms: percentile(&ms, 50.0),
+        p10_ms: percentile(&ms, 10.0),
+        p90_ms: percentile(&ms, 90.0),
+        min_ms: ms[0],
+    }
 }
 
 /// How [`time_abba`] runs each block: `warmup` untimed runs, then timed runs until at least `min_runs` and
@@ -208,19 +213,8 @@ pub fn bench_abba(paths: &[PathBuf], iters: usize, warmup: usize, seed: u64) -> 
         .into_iter()
         .zip(samples)
         .map(|((artifact, model, load_ms), [first, second])| {
-            let mut ms: Vec<f64> = first.iter().chain(&second).map(|us| us / 1e3).collect();
-            ms.sort_by(f64::total_cmp);
-            BenchResult {
-                artifact,
-                model,
-                iters,
-                warmup,
-                load_ms,
-                median_ms: percentile(&ms, 50.0),
-                p10_ms: percentile(&ms, 10.0),
-                p90_ms: percentile(&ms, 90.0),
-                min_ms: ms[0],
-            }
+            let ms: Vec<f64> = first.iter().chain(&second).map(|us| us / 1e3).collect();
+            summarize(artifact, model, iters, warmup, load_ms, ms)
         })
         .collect())
 }
