@@ -27,7 +27,7 @@
 //! plan's [`Validation`], shown by `tessera explain`.
 
 use crate::build::{build_artifact, Ctx};
-use crate::cli::bench::{time_abba, Block};
+use crate::cli::bench::{median, time_abba, Block};
 use crate::device::exclusively;
 use crate::partitioning::{plan_for, CostMode, CostedCandidates, Selection};
 use crate::plan::{ExecPlan, Trial, Validation};
@@ -130,8 +130,9 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
             for ((i, digest), [first, second]) in artifacts.iter().zip(timed) {
                 trials[*i].artifact = Some(*digest);
                 trials[*i].runs = (first.len() + second.len()) as u32;
-                trials[*i].pass_medians_us = Some([median(first.clone()), median(second.clone())]);
-                trials[*i].median_us = Some(median(first.into_iter().chain(second).collect()));
+                let all: Vec<f64> = first.iter().chain(&second).copied().collect();
+                trials[*i].pass_medians_us = Some([median(&first), median(&second)]);
+                trials[*i].median_us = Some(median(&all));
             }
         }
     }
@@ -169,16 +170,6 @@ pub fn choose(trials: &[Trial]) -> usize {
         overall && passes
     });
     if clearly_faster { 0 } else { alt_index }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// Loads every artifact, then, with the CPU to ourselves, times them in two passes ([`time_abba`]). Returns
@@ -248,7 +239,7 @@ mod tests {
 
     #[test]
     fn median_of_odd_and_even_counts() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
     }
 }

@@ -107,6 +107,13 @@ pub struct BenchResult {
 }
 
 /// The `p`-th percentile (0..=100) of sorted samples, interpolated linearly between order statistics.
+/// The median of samples in any order (the 50th percentile, interpolated: the mean of the middle two).
+pub fn median(samples: &[f64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    percentile(&sorted, 50.0)
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let pos = p / 100.0 * (sorted.len() - 1) as f64;
     let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
