@@ -51,6 +51,11 @@ pub enum StoreError {
     #[error("the store index at {path} is damaged ({detail}); run `tessera store verify --repair` to rebuild it from the journal and the objects")]
     IndexDamaged { path: PathBuf, detail: String },
 
+    /// sled's own lock on the index is held, by another process that bypassed the store's writer lock
+    /// or by a handle of this process that did not close in time. The index is not damaged.
+    #[error("the store index at {path} is locked by another open handle ({detail}); the index is not damaged: close the other user of the store and retry")]
+    IndexLocked { path: PathBuf, detail: String },
+
     /// A journal frame could not be decoded (only reported by verify / repair; see journal.rs).
     #[error("the journal {path} is damaged at byte {offset}: {detail}")]
     JournalDamaged { path: PathBuf, offset: u64, detail: String },

@@ -23,6 +23,7 @@ use crate::Digest;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 const TREE: &str = "tessera";
 const MEMO: u8 = b'm';
@@ -38,6 +39,56 @@ pub(crate) struct Index {
     path: PathBuf,
     db: sled::Db,
     tree: sled::Tree,
+    /// Declared last, so it drops after `db` and `tree`: see [`ClosedOnDrop`].
+    _closed: ClosedOnDrop,
+}
+
+/// How long an open waits for sled's file lock, and a drop for sled to release it.
+/// (Short under `cfg(test)`, so the test of a lock that stays held is quick.)
+const LOCK_WAIT: Duration = if cfg!(test) { Duration::from_millis(300) } else { Duration::from_secs(20) };
+
+/// Makes closing the index complete when its drop returns.
+///
+/// sled 0.34 keeps its database file (and the exclusive flock on it) in a reference-counted config
+/// that its I/O thread pool also holds while it finishes writing the last log buffer or truncating a
+/// segment (`threadpool::spawn` in `pagecache/iobuf.rs` and `segment.rs`). Dropping `sled::Db`
+/// therefore returns while a `sled-io` thread may still hold the lock for a few milliseconds, and a
+/// store reopened at once (a test, or the next process once our writer lock is released) found sled
+/// "locked". Waiting here until the lock can be taken closes that window.
+struct ClosedOnDrop {
+    lock_file: PathBuf,
+}
+
+impl Drop for ClosedOnDrop {
+    fn drop(&mut self) {
+        // Bounded: a drop must never hang. Errors are ignored (nothing to report to from a drop).
+        let _ = wait_for_sled_lock(&self.lock_file);
+    }
+}
+
+/// Whether a sled open failed because its file lock is held (sled reports it as an `Io` error whose
+/// message is its own; 0.34 has no dedicated variant).
+fn is_lock_error(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
+}
+
+/// Waits (bounded by [`LOCK_WAIT`]) until sled's lock file is free. Returns whether it became free.
+fn wait_for_sled_lock(lock_file: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(lock_file) else { return true };
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        // Fully qualified: since Rust 1.89 `File` has inherent lock methods of the same names.
+        match fs4::FileExt::try_lock(&file) {
+            Ok(()) => {
+                let _ = fs4::FileExt::unlock(&file);
+                return true;
+            }
+            Err(fs4::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            Err(_) => return false,
+        }
+    }
 }
 
 /// An index record that could not be decoded (reported by verify, removed by repair).
@@ -50,10 +101,30 @@ pub(crate) struct BadRecord {
 impl Index {
     pub fn open(path: &Path) -> Result<Index> {
         let damaged = |e: sled::Error| StoreError::IndexDamaged { path: path.to_path_buf(), detail: e.to_string() };
+        // The file sled locks (sled's `Config::db_path`).
+        let lock_file = path.join("db");
         // sled's own background flush is left on; durability comes from the explicit flush in `apply`.
-        let db = sled::Config::new().path(path).open().map_err(damaged)?;
+        let open = || sled::Config::new().path(path).open();
+        let db = match open() {
+            // Our writer lock is held, so the holder is a handle of this process still closing (see
+            // `ClosedOnDrop`), or a process that ignores the writer lock: wait for it, bounded, and
+            // report a lock that stays held as held, never as damage (repair would rebuild the index).
+            Err(e) if is_lock_error(&e) => {
+                if !wait_for_sled_lock(&lock_file) {
+                    return Err(StoreError::IndexLocked { path: path.to_path_buf(), detail: e.to_string() });
+                }
+                open().map_err(|e| {
+                    if is_lock_error(&e) {
+                        StoreError::IndexLocked { path: path.to_path_buf(), detail: e.to_string() }
+                    } else {
+                        damaged(e)
+                    }
+                })?
+            }
+            other => other.map_err(damaged)?,
+        };
         let tree = db.open_tree(TREE).map_err(damaged)?;
-        Ok(Index { path: path.to_path_buf(), db, tree })
+        Ok(Index { path: path.to_path_buf(), db, tree, _closed: ClosedOnDrop { lock_file } })
     }
 
     fn damaged(&self, e: impl std::fmt::Display) -> StoreError {
@@ -219,6 +290,34 @@ fn show_key(k: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (issue 10): a store reopened right after its drop found sled's lock still held by a
+    /// sled I/O thread and reported the index as damaged, 2 times in 6 runs.
+    #[test]
+    fn reopen_right_after_drop_never_finds_the_lock_held() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("index");
+        for i in 0..60u64 {
+            let idx = Index::open(&path).unwrap_or_else(|e| panic!("open {i}: {e}"));
+            // A write makes sled hand a log buffer to its I/O threads, which is what held the lock.
+            idx.apply(&[], &Counters::default(), Some(JournalMeta { generation: 1, applied: i })).unwrap();
+            drop(idx);
+        }
+    }
+
+    #[test]
+    fn a_lock_that_stays_held_is_reported_as_held_not_damage() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("index");
+        let holder = sled::Config::new().path(&path).open().unwrap();
+        match Index::open(&path) {
+            Err(StoreError::IndexLocked { path: p, .. }) => assert_eq!(p, path),
+            Err(e) => panic!("expected IndexLocked, got {e}"),
+            Ok(_) => panic!("sled let two handles open one database"),
+        }
+        drop(holder);
+        Index::open(&path).expect("opens once the holder is gone");
+    }
 
     #[test]
     fn apply_and_read_back() {
