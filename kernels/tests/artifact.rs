@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use std::sync::OnceLock;
 use tessera_kernels::artifact::{plan::Lifetime, slot_bytes, Artifact, ArtifactErrorKind, Buf};
-use tessera_kernels::link::{link, LinkInput, LinkStep, ValueRef};
+use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
 use tessera_kernels::runtime::Executable;
 use tessera_stages::backend::{Module, ModuleFormat};
 use tessera_stages::ir::{DType, Tensor, TensorType};

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 use tessera_kernels::artifact::{slot_bytes, Artifact};
-use tessera_kernels::link::{link, LinkInput, LinkStep, ValueRef};
+use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
 use tessera_stages::backend::{FunctionInfo, Module, ModuleFormat};
 use tessera_stages::ir::{Graph, ValueDef};
 

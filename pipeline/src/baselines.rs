@@ -9,7 +9,7 @@
 //! at once on one machine).
 
 use crate::build::{compile_models, Ctx, ModelJob};
-use crate::cli::bench::{bench_abba, BenchResult};
+use crate::bench::{bench_abba, BenchResult};
 use crate::memo::Memo;
 use anyhow::{Context, Result};
 use serde::Serialize;

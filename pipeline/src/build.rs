@@ -14,7 +14,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use tessera_kernels::link::{link, LinkInput, LinkStep, ValueRef};
+use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
 use tessera_stages::backend::{Backend, LoweredKernel, Module};
 use tessera_stages::ir::{extract_subgraph, serial::GraphDoc, Graph, NodeId, Tensor};
 use tessera_stages::partition::PARTITIONER_VERSION;

@@ -2,6 +2,7 @@
 //! the CLI's subcommands live in `cli`.
 
 pub mod baselines;
+pub mod bench;
 pub mod build;
 pub mod cli;
 pub mod explain;

@@ -27,7 +27,7 @@
 //! plan's [`Validation`], shown by `tessera explain`.
 
 use crate::build::{build_artifact, Ctx};
-use crate::cli::bench::{median, time_abba, Block};
+use crate::bench::{median, time_abba, Block};
 use crate::device::exclusively;
 use crate::partitioning::{plan_for, CostMode, CostedCandidates, Selection};
 use crate::plan::{ExecPlan, Trial, Validation};

@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod interp;
+pub mod link;
 pub mod ir;
 pub mod npy;
 pub mod onnx;

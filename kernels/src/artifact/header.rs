@@ -18,7 +18,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 /// Writes header, body, padding and the data section.
-pub(crate) fn encode(body: &Body, data: &[u8]) -> Result<Vec<u8>, postcard::Error> {
+pub fn encode(body: &Body, data: &[u8]) -> Result<Vec<u8>, postcard::Error> {
     let encoded = postcard::to_stdvec(body)?;
     let data_start = align_up((HEADER_LEN + encoded.len()) as u64) as usize;
     let mut out = Vec::with_capacity(data_start + data.len());

@@ -1,4 +1,4 @@
-//! The artifact file: one deployable file per model, written by the linker ([`crate::link`]) and executed by
+//! The artifact file: one deployable file per model, written by the linker (`tessera_stages::link`, stage 5) and executed by
 //! the runtime ([`crate::runtime::Executable`]).
 //!
 //! # Format, version 1
@@ -22,7 +22,7 @@
 //! (one arena; every input and intermediate value has a 64-byte-aligned offset in it, see [`plan`]), the
 //! steps in execution order (module, function, argument buffers), the modules (shared objects, GEMM plans:
 //! the backends' [`Module`]s, bytes included) and the constants table: one entry per *unique* constant
-//! (deduplicated by [`Tensor::digest`](tessera_stages::ir::Tensor::digest)), with its type, digest and the
+//! (deduplicated by [`Tensor::digest`](crate::tensor::Tensor::digest)), with its type, digest and the
 //! 64-byte-aligned offset of its bytes in the data section.
 //!
 //! Why this shape: the header alone tells a reader whether it can read the rest (magic, version) and whether
@@ -31,7 +31,7 @@
 //! upload) it in one transfer and hand out aligned pointers without touching each constant.
 //!
 //! Nothing in the file depends on when, where or by whom it was written: no timestamps, no paths, no hash-map
-//! order. The same [`crate::link::LinkInput`] gives the same bytes. The body encoding is pinned by a test
+//! order. The same `LinkInput` gives the same bytes. The body encoding is pinned by a test
 //! (`format_is_pinned` in kernels/tests/artifact.rs); a change in any encoded type (including the IR's
 //! `TensorType` and the backends' `Module`) must bump [`FORMAT_VERSION`].
 //!
@@ -46,8 +46,8 @@ mod validate;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::Path;
-use tessera_stages::backend::Module;
-use tessera_stages::ir::{Tensor, TensorType};
+use crate::module::Module;
+use crate::tensor::{Tensor, TensorType};
 
 pub use header::{FORMAT_VERSION, HEADER_LEN, MAGIC};
 pub use validate::arity;
@@ -259,10 +259,11 @@ impl Artifact {
             .inputs
             .iter()
             .enumerate()
-            .map(|(i, d)| tessera_stages::interp::random_tensor(&d.ty, seed, i as u64, d.int_bound))
+            .map(|(i, d)| crate::random::random_tensor(&d.ty, seed, i as u64, d.int_bound))
             .collect()
     }
 }
 
-pub(crate) use header::encode;
-pub(crate) use validate::body as validate_body;
+/// Encoding and body validation are the linker's (stage 5, in the compiler), which writes artifacts.
+pub use header::encode;
+pub use validate::body as validate_body;

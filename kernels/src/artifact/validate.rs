@@ -6,10 +6,10 @@
 use super::plan::{find_overlap, requests};
 use super::{slot_bytes, Body, Buf, ALIGN};
 use std::collections::BTreeSet;
-use tessera_stages::ir::TensorType;
+use crate::tensor::TensorType;
 
 /// The arguments a function of this signature takes: inputs, outputs, and scratch when it declares some.
-pub fn arity(f: &tessera_stages::backend::FunctionInfo) -> usize {
+pub fn arity(f: &crate::module::FunctionInfo) -> usize {
     f.inputs.len() + f.outputs.len() + usize::from(f.scratch_bytes > 0)
 }
 

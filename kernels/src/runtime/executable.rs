@@ -7,7 +7,7 @@ use super::buffer::HostBuffer;
 use super::{load_module, LoadedModule, RuntimeError};
 use crate::artifact::{Artifact, Buf};
 use std::ops::Range;
-use tessera_stages::ir::{Tensor, TensorType};
+use crate::tensor::{Tensor, TensorType};
 
 struct PreparedStep {
     module: usize,

@@ -2,7 +2,7 @@
 //! `matrixmultiply`'s packed SIMD GEMM, this crate's im2col and direct depthwise loops, and fused epilogues.
 //!
 //! Loading decodes the plan, checks its version and validates every function against its `FunctionInfo`
-//! (`tessera_stages::backend::gemm::validate`): a corrupt or mismatched plan is an error naming the module
+//! ([`validate`]): a corrupt or mismatched plan is an error naming the module
 //! and function, never undefined behaviour at call time. A call then checks only its argument array (count,
 //! null or misaligned pointers) and runs the steps; nothing is allocated per call but `matrixmultiply`'s
 //! packing buffers.
@@ -11,11 +11,13 @@ mod depthwise;
 mod epilogue;
 mod exec;
 mod im2col;
+pub mod plan;
+pub mod validate;
 
 use super::{LoadedModule, RuntimeError};
-use tessera_stages::backend::gemm::plan::{Plan, PlanFunction};
-use tessera_stages::backend::gemm::validate::{validate, BufferLens};
-use tessera_stages::backend::{FunctionInfo, Module, ModuleFormat};
+use plan::{Plan, PlanFunction};
+use validate::{validate, BufferLens};
+use crate::module::{FunctionInfo, Module, ModuleFormat};
 
 struct Function {
     plan: PlanFunction,

@@ -17,8 +17,8 @@
 use super::{HostBuffer, LoadedModule, RuntimeError};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
-use tessera_stages::backend::FunctionInfo;
-use tessera_stages::ir::{DType, Tensor};
+use crate::module::FunctionInfo;
+use crate::{dtype::DType, tensor::Tensor};
 
 /// How long and how often to run a function. Part of the tune key: a different schedule is a different
 /// measurement.
@@ -62,11 +62,25 @@ impl Measurement {
         }
         let mut s = samples.to_vec();
         s.sort_by(f64::total_cmp);
-        // Nearest-rank quantile: the smallest sample with at least q of the samples at or below it.
-        let q = |p: f64| s[((p * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1];
-        let median = if s.len() % 2 == 1 { s[s.len() / 2] } else { (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0 };
-        Some(Measurement { median_us: median, p10_us: q(0.1), p90_us: q(0.9), min_us: s[0], runs: s.len() as u32, warmups })
+        let q = |p| percentile(&s, p);
+        Some(Measurement { median_us: q(50.0), p10_us: q(10.0), p90_us: q(90.0), min_us: s[0], runs: s.len() as u32, warmups })
     }
+}
+
+/// The `p`-th percentile (0..=100) of sorted, non-empty samples, interpolated linearly between order
+/// statistics (NumPy's default). The project's one quantile definition: tune records and `tessera bench`
+/// report the same figure for the same samples.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let pos = p / 100.0 * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// The median of non-empty samples in any order (the 50th [`percentile`]: the mean of the middle two).
+pub fn median(samples: &[f64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    percentile(&sorted, 50.0)
 }
 
 /// Times function `index` of `module`, whose signature is `info`, on `inputs` (see the module docs), on the
@@ -145,14 +159,27 @@ mod tests {
 
     #[test]
     fn quantiles() {
+        // Interpolated as `percentile` (one definition for tune records and `tessera bench`).
         let m = Measurement::from_samples(&[5.0, 1.0, 4.0, 2.0, 3.0], 2).unwrap();
-        assert_eq!((m.median_us, m.min_us, m.p10_us, m.p90_us, m.runs, m.warmups), (3.0, 1.0, 1.0, 5.0, 5, 2));
+        assert_eq!((m.median_us, m.min_us, m.runs, m.warmups), (3.0, 1.0, 5, 2));
+        assert!((m.p10_us - 1.4).abs() < 1e-12 && (m.p90_us - 4.6).abs() < 1e-12, "{m:?}");
         let m = Measurement::from_samples(&[4.0, 1.0, 3.0, 2.0], 0).unwrap();
         assert_eq!(m.median_us, 2.5);
         let s: Vec<f64> = (1..=100).map(f64::from).collect();
         let m = Measurement::from_samples(&s, 0).unwrap();
-        assert_eq!((m.p10_us, m.p90_us), (10.0, 90.0));
+        assert!((m.p10_us - 10.9).abs() < 1e-9 && (m.p90_us - 90.1).abs() < 1e-9, "{m:?}");
         assert!(Measurement::from_samples(&[], 0).is_none());
+    }
+
+    #[test]
+    fn percentiles_interpolate() {
+        let s = [1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!(percentile(&s, 50.0), 3.0);
+        assert!((percentile(&s, 10.0) - 1.4).abs() < 1e-12);
+        assert!((percentile(&s, 90.0) - 4.6).abs() < 1e-12);
+        assert_eq!(percentile(&[7.0], 90.0), 7.0);
+        assert_eq!(percentile(&[1.0, 2.0], 50.0), 1.5);
+        assert_eq!(median(&[3.0, 1.0, 2.0, 4.0]), 2.5);
     }
 
     /// A module whose one function sleeps a little and counts its calls.
@@ -170,7 +197,7 @@ mod tests {
     }
 
     fn info() -> FunctionInfo {
-        use tessera_stages::ir::TensorType;
+        use crate::tensor::TensorType;
         FunctionInfo { symbol: "k".into(), inputs: vec![TensorType::f32([3])], outputs: vec![TensorType::f32([3])], scratch_bytes: 100 }
     }
 

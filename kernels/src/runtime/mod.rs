@@ -19,7 +19,7 @@ pub use so::SharedObject;
 pub mod gemm;
 pub mod measure;
 
-use tessera_stages::backend::{Module, ModuleFormat};
+use crate::module::{Module, ModuleFormat};
 
 /// A module failed to load or a call failed; the message names the module, function or file.
 #[derive(Debug, thiserror::Error)]

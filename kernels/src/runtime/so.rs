@@ -19,7 +19,7 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tessera_stages::backend::{FunctionInfo, Module};
+use crate::module::{FunctionInfo, Module};
 
 /// `void symbol(void* const* args)`: the calling convention of every exported function.
 type KernelFn = unsafe extern "C" fn(*const *mut u8);
@@ -34,7 +34,7 @@ pub struct SharedObject {
 }
 
 impl SharedObject {
-    /// Loads `m` (a [`ModuleFormat::SharedObject`](tessera_stages::backend::ModuleFormat) module).
+    /// Loads `m` (a [`ModuleFormat::SharedObject`](crate::module::ModuleFormat) module).
     pub fn load(m: &Module) -> Result<SharedObject, RuntimeError> {
         let fail = |msg: String| RuntimeError(format!("module of backend {} (target {}): {msg}", m.backend, m.target));
         if !m.bytes.starts_with(b"\x7fELF") {
@@ -143,7 +143,7 @@ fn open_temp_file(bytes: &[u8]) -> Result<Library, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_stages::backend::ModuleFormat;
+    use crate::module::ModuleFormat;
 
     #[test]
     fn non_elf_bytes_are_refused() {

@@ -8,13 +8,10 @@
 //! default), and the minimum. CPU runs are timed with the monotonic clock around `Executable::run`, which
 //! includes copying inputs in and outputs out; GPU runs, once they exist, will be timed with CUDA events.
 
-use anyhow::{bail, Context};
+use crate::bench::{bench_abba, bench_artifact, profile_artifact, BenchResult, StepProfile};
 use clap::Args;
 use serde::Serialize;
-use std::path::{Path, PathBuf};
-use std::time::Instant;
-use tessera_kernels::artifact::Artifact;
-use tessera_kernels::runtime::Executable;
+use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -43,45 +40,6 @@ pub struct BenchArgs {
     pub abba: bool,
 }
 
-/// One step of an artifact under `--profile`.
-#[derive(Clone, Debug, Serialize)]
-pub struct StepProfile {
-    pub step: usize,
-    pub backend: String,
-    pub symbol: String,
-    pub median_us: f64,
-}
-
-/// Times every step of one artifact: `warmup` untimed runs, then `iters` profiled runs; per-step medians.
-pub fn profile_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> anyhow::Result<Vec<StepProfile>> {
-    if iters == 0 {
-        bail!("--iters must be at least 1");
-    }
-    let artifact = Artifact::open(path)?;
-    let mut exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
-    let inputs = artifact.random_inputs(seed);
-    for _ in 0..warmup {
-        exe.run(&inputs)?;
-    }
-    let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(iters); exe.steps().len()];
-    let mut times = Vec::new();
-    for _ in 0..iters {
-        exe.run_profiled(&inputs, &mut times)?;
-        for (s, t) in times.iter().enumerate() {
-            per_step[s].push(*t);
-        }
-    }
-    Ok(per_step
-        .into_iter()
-        .zip(exe.steps())
-        .enumerate()
-        .map(|(step, (mut v, (backend, symbol)))| {
-            v.sort_by(f64::total_cmp);
-            StepProfile { step, backend: backend.clone(), symbol: symbol.clone(), median_us: percentile(&v, 50.0) }
-        })
-        .collect())
-}
-
 fn profile_table(model: &str, steps: &[StepProfile]) -> String {
     let total: f64 = steps.iter().map(|s| s.median_us).sum();
     let mut s = format!("{model}: {} steps, {:.1} us in steps (sum of medians)\n", steps.len(), total);
@@ -90,140 +48,6 @@ fn profile_table(model: &str, steps: &[StepProfile]) -> String {
         s += &format!("{:>5}  {:<8}  {:<24}  {:>12.1}  {:>5.1}%\n", p.step, p.backend, p.symbol, p.median_us, 100.0 * p.median_us / total.max(1e-9));
     }
     s
-}
-
-/// One artifact's measurements, in milliseconds.
-#[derive(Clone, Debug, Serialize)]
-pub struct BenchResult {
-    pub artifact: String,
-    pub model: String,
-    pub iters: usize,
-    pub warmup: usize,
-    pub load_ms: f64,
-    pub median_ms: f64,
-    pub p10_ms: f64,
-    pub p90_ms: f64,
-    pub min_ms: f64,
-}
-
-/// The `p`-th percentile (0..=100) of sorted samples, interpolated linearly between order statistics.
-/// The median of samples in any order (the 50th percentile, interpolated: the mean of the middle two).
-pub fn median(samples: &[f64]) -> f64 {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    percentile(&sorted, 50.0)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let pos = p / 100.0 * (sorted.len() - 1) as f64;
-    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
-}
-
-/// Benchmarks one artifact (see the module documentation).
-pub fn bench_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> anyhow::Result<BenchResult> {
-    if iters == 0 {
-        bail!("--iters must be at least 1");
-    }
-    let artifact = Artifact::open(path)?;
-    let t0 = Instant::now();
-    let mut exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
-    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let inputs = artifact.random_inputs(seed);
-    for _ in 0..warmup {
-        exe.run(&inputs)?;
-    }
-    let mut samples = Vec::with_capacity(iters);
-    for _ in 0..iters {
-        let t = Instant::now();
-        let out = exe.run(&inputs)?;
-        samples.push(t.elapsed().as_secs_f64() * 1e3);
-        drop(out);
-    }
-    Ok(summarize(path.display().to_string(), artifact.body.model.clone(), iters, warmup, load_ms, samples))
-}
-
-/// The report of one artifact's timed runs (milliseconds, any order).
-fn summarize(artifact: String, model: String, iters: usize, warmup: usize, load_ms: f64, mut ms: Vec<f64>) -> BenchResult {
-    ms.sort_by(f64::total_cmp);
-    BenchResult {
-        artifact,
-        model,
-        iters,
-        warmup,
-        load_ms,
-        median_ms: percentile(&ms, 50.0),
-        p10_ms: percentile(&ms, 10.0),
-        p90_ms: percentile(&ms, 90.0),
-        min_ms: ms[0],
-    }
-}
-
-/// How [`time_abba`] runs each block: `warmup` untimed runs, then timed runs until at least `min_runs` and
-/// `budget_us` of timed runs, or `max_runs`.
-#[derive(Clone, Copy, Debug)]
-pub struct Block {
-    pub warmup: usize,
-    pub min_runs: usize,
-    pub max_runs: usize,
-    pub budget_us: f64,
-}
-
-/// Times several executables in two passes, in order then in reverse (A B C, C B A), one block of runs each
-/// per pass: linear drift on the machine (clocks, neighbours) then weighs on every executable alike, and
-/// each block starts warm on its own executable. Not round by round: on the 2-vCPU CI-class VM, runs
-/// alternating with a 60 ms single-threaded C build left MobileNetV2's gemm build 55% slower than back to
-/// back (32 vs 20.5 ms), even with an untimed run in between; a plan's cost should not include its
-/// neighbour's. Returns each executable's samples in microseconds, per pass. The caller owns the machine
-/// (e.g. holds [`crate::device::exclusively`]).
-pub fn time_abba(runs: &mut [(Executable, Vec<tessera_stages::ir::Tensor>)], b: Block) -> anyhow::Result<Vec<[Vec<f64>; 2]>> {
-    let mut samples: Vec<[Vec<f64>; 2]> = vec![[Vec::with_capacity(b.min_runs), Vec::with_capacity(b.min_runs)]; runs.len()];
-    let order: Vec<(usize, usize)> = (0..runs.len()).map(|i| (0, i)).chain((0..runs.len()).rev().map(|i| (1, i))).collect();
-    for (pass, i) in order {
-        let (exe, inputs) = &mut runs[i];
-        for _ in 0..b.warmup {
-            exe.run(inputs)?;
-        }
-        let mut spent = 0.0;
-        let mut n = 0;
-        while n < b.max_runs && (n < b.min_runs || spent < b.budget_us) {
-            let t = Instant::now();
-            let out = exe.run(inputs)?;
-            let us = t.elapsed().as_secs_f64() * 1e6;
-            drop(out);
-            samples[i][pass].push(us);
-            spent += us;
-            n += 1;
-        }
-    }
-    Ok(samples)
-}
-
-/// Benchmarks several artifacts of one model against each other: loaded once each, timed in two passes
-/// ([`time_abba`], `iters` timed runs in all, half per pass), each reported as [`bench_artifact`] reports.
-pub fn bench_abba(paths: &[PathBuf], iters: usize, warmup: usize, seed: u64) -> anyhow::Result<Vec<BenchResult>> {
-    if iters == 0 {
-        bail!("--iters must be at least 1");
-    }
-    let mut runs = Vec::with_capacity(paths.len());
-    let mut meta = Vec::with_capacity(paths.len());
-    for path in paths {
-        let artifact = Artifact::open(path)?;
-        let t0 = Instant::now();
-        let exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
-        meta.push((path.display().to_string(), artifact.body.model.clone(), t0.elapsed().as_secs_f64() * 1e3));
-        runs.push((exe, artifact.random_inputs(seed)));
-    }
-    let per_block = iters.div_ceil(2);
-    let samples = time_abba(&mut runs, Block { warmup, min_runs: per_block, max_runs: per_block, budget_us: 0.0 })?;
-    Ok(meta
-        .into_iter()
-        .zip(samples)
-        .map(|((artifact, model, load_ms), [first, second])| {
-            let ms: Vec<f64> = first.iter().chain(&second).map(|us| us / 1e3).collect();
-            summarize(artifact, model, iters, warmup, load_ms, ms)
-        })
-        .collect())
 }
 
 fn table(results: &[BenchResult]) -> String {
@@ -273,19 +97,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_kernels::link::{link, LinkInput, LinkStep, ValueRef};
+    use std::path::Path;
+    use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
     use tessera_stages::backend::{FunctionInfo, Module, ModuleFormat};
     use tessera_stages::ir::TensorType;
-
-    #[test]
-    fn percentiles_interpolate() {
-        let s = [1.0, 2.0, 3.0, 4.0, 5.0];
-        assert_eq!(percentile(&s, 50.0), 3.0);
-        assert!((percentile(&s, 10.0) - 1.4).abs() < 1e-12);
-        assert!((percentile(&s, 90.0) - 4.6).abs() < 1e-12);
-        assert_eq!(percentile(&[7.0], 90.0), 7.0);
-        assert_eq!(percentile(&[1.0, 2.0], 50.0), 1.5);
-    }
 
     /// An artifact whose one step spins for about `n` iterations per element, so timings are non-trivial.
     fn artifact(dir: &Path) -> PathBuf {

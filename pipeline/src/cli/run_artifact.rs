@@ -79,7 +79,7 @@ pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Pat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_kernels::link::{link, LinkInput, LinkStep, ValueRef};
+    use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
     use tessera_stages::backend::{FunctionInfo, Module, ModuleFormat};
     use tessera_stages::interp::random_inputs;
     use tessera_stages::ir::{BinaryOp, DType, Graph, Op, TensorType};

@@ -15,7 +15,8 @@ pub mod registry;
 
 pub mod c;
 
-use crate::ir::{Graph, NodeId, TensorType};
+use crate::ir::{Graph, NodeId};
+pub use tessera_kernels::module::{FunctionInfo, Module, ModuleFormat};
 use crate::target::Target;
 use serde::{Deserialize, Serialize};
 
@@ -23,42 +24,12 @@ use serde::{Deserialize, Serialize};
 /// larger ones are lifted to kernel inputs, so compiled code never depends on weight values.
 pub const INLINE_CONST_MAX: usize = 64;
 
-/// The signature of one compiled function.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FunctionInfo {
-    pub symbol: String,
-    pub inputs: Vec<TensorType>,
-    pub outputs: Vec<TensorType>,
-    /// Bytes of scratch memory passed as the last argument (absent when 0).
-    pub scratch_bytes: u64,
-}
-
 /// One partition lowered by a backend, before its module is compiled.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoweredKernel {
     pub info: FunctionInfo,
     /// Backend-specific: C source of one function for `c`, a postcard-encoded plan for `gemm`.
     pub code: Vec<u8>,
-}
-
-/// How a module's bytes are to be loaded by the runtime.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum ModuleFormat {
-    /// An ELF shared object exporting each function as `void symbol(void* const* args)`.
-    SharedObject,
-    /// A postcard-encoded [`gemm`-backend plan](crate::backend) executed by the runtime's built-in GEMM kernels.
-    GemmPlan,
-}
-
-/// A compiled module: what one backend made of all of one model's partitions.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Module {
-    pub backend: String,
-    /// Canonical target string it was compiled for.
-    pub target: String,
-    pub format: ModuleFormat,
-    pub functions: Vec<FunctionInfo>,
-    pub bytes: Vec<u8>,
 }
 
 /// A backend failed; the message names the partition, node or op at fault.

@@ -12,46 +12,8 @@
 //!   token_type_ids index a table of 2 rows);
 //! - bools: a fair coin (lowest bit of a draw).
 
-use super::view::{from_bools, from_floats, from_ints};
-use crate::ir::{DType, Graph, Op, Tensor, TensorType};
-use chacha20::ChaCha20Rng;
-use rand_core::{Rng, SeedableRng};
-
-/// Exclusive upper bound of random integer inputs when nothing in the graph asks for less.
-pub const INT_INPUT_BOUND: i64 = 100;
-
-fn float_draw(rng: &mut ChaCha20Rng) -> f32 {
-    loop {
-        let k = rng.next_u32() >> 8;
-        if k != 1 << 23 {
-            return k as f32 * 2f32.powi(-23) - 1.0;
-        }
-    }
-}
-
-/// One random tensor of type `ty` from stream `stream` of `seed`; integers in [0, int_bound).
-pub fn random_tensor(ty: &TensorType, seed: u64, stream: u64, int_bound: i64) -> Tensor {
-    let mut rng = ChaCha20Rng::seed_from_u64(seed);
-    rng.set_stream(stream);
-    let n = ty.numel();
-    let bound = int_bound.clamp(1, u32::MAX as i64) as u64;
-    let made = match ty.dtype {
-        DType::F32 | DType::F16 | DType::BF16 => {
-            let v: Vec<f32> = (0..n).map(|_| float_draw(&mut rng)).collect();
-            from_floats(ty.dtype, &ty.shape, &v)
-        }
-        DType::I64 | DType::I32 => {
-            let v: Vec<i64> = (0..n).map(|_| ((rng.next_u32() as u64 * bound) >> 32) as i64).collect();
-            from_ints(ty.dtype, &ty.shape, &v)
-        }
-        DType::Bool => {
-            let v: Vec<bool> = (0..n).map(|_| rng.next_u32() & 1 == 1).collect();
-            from_bools(&ty.shape, &v)
-        }
-    };
-    // The builders only fail when the length and the shape disagree, which cannot happen here.
-    made.unwrap_or_else(|e| unreachable!("random_tensor: {}", e.0))
-}
+use crate::ir::{Graph, Op, Tensor};
+pub use tessera_kernels::random::{random_tensor, INT_INPUT_BOUND};
 
 /// Ops through which integer values reach their output unchanged (as a multiset of values), on the
 /// input positions that carry them.

@@ -1,23 +1,24 @@
 //! The graph IR: dtypes, tensors, ops, graphs, shape inference, verification and structural hashing.
 
-pub mod dtype;
 pub mod extract;
 pub mod graph;
 pub mod hash;
 pub mod infer;
 pub mod op;
 pub mod serial;
-pub mod tensor;
 pub mod verify;
 
 #[cfg(test)]
 mod hash_tests;
 
-pub use dtype::DType;
+// Tensors and dtypes are the runtime's (tessera-kernels): an artifact holds them, so they live below the
+// compiler; the IR uses them under these paths.
+pub use tessera_kernels::{dtype, tensor};
+pub use tessera_kernels::dtype::DType;
 pub use extract::extract_subgraph;
 pub use graph::{BuildError, Graph, Node, NodeId, Value, ValueDef, ValueId};
 pub use hash::{graph_hash, graph_hash_with, subgraph_signature, ConstMode, SubgraphSignature};
 pub use infer::{broadcast_shapes, infer_op, InferError};
 pub use op::*;
-pub use tensor::{Tensor, TensorType};
+pub use tessera_kernels::tensor::{Tensor, TensorSizeError, TensorType};
 pub use verify::{verify, VerifyError};

@@ -1,6 +1,6 @@
 //! Execution of a validated plan function over the caller's buffers.
 //!
-//! Everything here relies on [`tessera_stages::backend::gemm::validate::validate`] having accepted the plan
+//! Everything here relies on [`super::validate::validate`] having accepted the plan
 //! against the function's signature when the module was loaded: every view below lies inside its buffer, no
 //! step writes what it reads, inputs and constants are never written. Slices are made only for the exact
 //! ranges a step touches, so a step's mutable output never overlaps a shared input slice.
@@ -8,7 +8,7 @@
 use super::depthwise::{self, Geometry};
 use super::epilogue::{self, Op};
 use super::im2col::{self, Window};
-use tessera_stages::backend::gemm::plan::{Buf, Depthwise2d, EpOp, Epilogue, GeluKind, Im2col, Mat, PlanFunction, Sgemm, Step, View};
+use crate::runtime::gemm::plan::{Buf, Depthwise2d, EpOp, Epilogue, GeluKind, Im2col, Mat, PlanFunction, Sgemm, Step, View};
 
 /// The buffers of one call: argument and scratch base pointers, and the plan's constants.
 pub struct Mem<'a> {

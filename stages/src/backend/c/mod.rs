@@ -6,7 +6,7 @@
 //! - [`lower`](CBackend::lower) turns one kernel graph into one C function `void <symbol>(void* const* args)`
 //!   (see [`lower`] for the structure: fused elementwise loops, GEMM with fused epilogues, dedicated
 //!   reduction/normalization loops, index loops for data movement, a liveness-planned scratch buffer).
-//! - [`compile_module`](CBackend::compile_module) concatenates the prelude (`kernels/c/prelude.h`, embedded)
+//! - [`compile_module`](CBackend::compile_module) concatenates the prelude (`prelude.h` beside it, embedded)
 //!   and every kernel's function into one C file and compiles it once (see [`toolchain`]).
 //!
 //! Semantics follow the reference interpreter (`crate::interp`), with one documented difference: where the
@@ -38,7 +38,7 @@ use crate::target::Target;
 pub const VERSION: u32 = 3;
 
 /// The C helpers every module starts with.
-pub const PRELUDE: &str = include_str!("../../../../kernels/c/prelude.h");
+pub const PRELUDE: &str = include_str!("prelude.h");
 
 /// The `c` backend.
 #[derive(Clone, Copy, Debug, Default)]

@@ -71,12 +71,6 @@ fn batch_strides(x: &[usize], batch: &[usize], mat: u64) -> Vec<u64> {
         .collect()
 }
 
-impl View {
-    fn at(self, extra: u64) -> View {
-        View { buf: self.buf, offset: self.offset + extra }
-    }
-}
-
 impl<'g> Lowerer<'g> {
     /// Where `v` lives; a constant is inlined into the plan on first use.
     fn view(&mut self, v: ValueId) -> Result<View, String> {

@@ -16,9 +16,9 @@
 pub mod arena;
 pub mod cost;
 pub mod lower;
-pub mod plan;
 pub mod support;
-pub mod validate;
+// The plan format and its validation are the runtime's (it executes plans); lowering writes them.
+pub use tessera_kernels::runtime::gemm::{plan, validate};
 
 use super::{Backend, BackendError, FunctionInfo, LoweredKernel, Module, ModuleFormat};
 use crate::ir::{Graph, NodeId};

@@ -13,8 +13,8 @@
 //!   signed coordinate arithmetic of the sliding-window loops cannot overflow.
 
 use super::plan::{Buf, Depthwise2d, EpOp, Epilogue, Im2col, Mat, PlanError, PlanFunction, Sgemm, Step, View};
-use crate::backend::FunctionInfo;
-use crate::ir::DType;
+use crate::module::FunctionInfo;
+use crate::dtype::DType;
 
 /// The lengths, in f32 elements, of every buffer a function may touch.
 #[derive(Clone, Debug)]
@@ -289,7 +289,7 @@ pub fn validate(f: &PlanFunction, info: &FunctionInfo) -> Result<BufferLens, Pla
 mod tests {
     use super::super::plan::*;
     use super::*;
-    use crate::ir::TensorType;
+    use crate::tensor::TensorType;
 
     fn info(scratch_bytes: u64) -> FunctionInfo {
         FunctionInfo {

@@ -1,4 +1,4 @@
-//! The `gemm` backend's plan format: what a [`ModuleFormat::GemmPlan`](crate::backend::ModuleFormat) module's
+//! The `gemm` backend's plan format: what a [`ModuleFormat::GemmPlan`](crate::module::ModuleFormat) module's
 //! bytes hold, as postcard.
 //!
 //! A plan is a list of functions (one per partition, in the module's function order); a function is a list of
@@ -51,6 +51,13 @@ pub enum Buf {
 pub struct View {
     pub buf: Buf,
     pub offset: u64,
+}
+
+impl View {
+    /// The same buffer, `extra` elements further on.
+    pub fn at(self, extra: u64) -> View {
+        View { buf: self.buf, offset: self.offset + extra }
+    }
 }
 
 /// A strided matrix operand, repeated over the GEMM's batch dimensions: element `(batch index b, row i,

@@ -1,6 +1,6 @@
 //! Tensor types (dtype + static shape) and constant tensor data.
 
-use super::dtype::DType;
+use crate::dtype::DType;
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
 use std::fmt;

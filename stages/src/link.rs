@@ -1,17 +1,17 @@
 //! Stage 5, link: one model's modules, constants and execution plan into one artifact file
-//! (format in [`crate::artifact`]).
+//! (format in [`tessera_kernels::artifact`]).
 //!
 //! The pipeline hands over a [`LinkInput`]: plain data, so it can be hashed as the stage's input. The linker
 //! checks it (every index, every argument's type against the function's signature, every value written once
 //! before it is read, every output defined), deduplicates constants by content digest, plans memory
-//! ([`crate::artifact::plan`]), and encodes. It is a pure function: the same input gives the same bytes.
+//! ([`tessera_kernels::artifact::plan`]), and encodes. It is a pure function: the same input gives the same bytes.
 
-use crate::artifact::{self, align_up, plan, Body, Buf, ConstDesc, InputDesc, OutputDesc, Step, ValueSlot, ALIGN};
+use tessera_kernels::artifact::{self, align_up, plan, Body, Buf, ConstDesc, InputDesc, OutputDesc, Step, ValueSlot, ALIGN};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use tessera_stages::backend::Module;
-use tessera_stages::interp::INT_INPUT_BOUND;
-use tessera_stages::ir::{Tensor, TensorType};
+use crate::backend::Module;
+use crate::interp::INT_INPUT_BOUND;
+use crate::ir::{Tensor, TensorType};
 
 /// A buffer named by the pipeline's plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

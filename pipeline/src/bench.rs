@@ -1,0 +1,179 @@
+//! Timing compiled artifacts as the runtime executes them: what `tessera bench` reports, and what
+//! validation and `tessera baselines` use to compare whole plans.
+//!
+//! Per artifact: load once (modules, constants, arena; timed separately), draw random inputs from the seed
+//! (the generator of `tessera run`: never all zeros, integer inputs inside the bounds the artifact records so
+//! gathers stay valid), run `warmup` times untimed, then `iters` timed runs. Reported: median, p10 and
+//! p90 of the per-run wall time ([`percentile`]: interpolated linearly between order statistics, as NumPy's
+//! default; the one quantile definition of the project), and the minimum. CPU runs are timed with the
+//! monotonic clock around `Executable::run`, which includes copying inputs in and outputs out.
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tessera_kernels::artifact::Artifact;
+use tessera_kernels::runtime::measure::percentile;
+pub use tessera_kernels::runtime::measure::median;
+use tessera_kernels::runtime::Executable;
+use tessera_kernels::Tensor;
+
+/// One step of an artifact under `--profile`.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepProfile {
+    pub step: usize,
+    pub backend: String,
+    pub symbol: String,
+    pub median_us: f64,
+}
+
+/// Times every step of one artifact: `warmup` untimed runs, then `iters` profiled runs; per-step medians.
+pub fn profile_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> anyhow::Result<Vec<StepProfile>> {
+    if iters == 0 {
+        bail!("--iters must be at least 1");
+    }
+    let artifact = Artifact::open(path)?;
+    let mut exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
+    let inputs = artifact.random_inputs(seed);
+    for _ in 0..warmup {
+        exe.run(&inputs)?;
+    }
+    let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(iters); exe.steps().len()];
+    let mut times = Vec::new();
+    for _ in 0..iters {
+        exe.run_profiled(&inputs, &mut times)?;
+        for (s, t) in times.iter().enumerate() {
+            per_step[s].push(*t);
+        }
+    }
+    Ok(per_step
+        .into_iter()
+        .zip(exe.steps())
+        .enumerate()
+        .map(|(step, (mut v, (backend, symbol)))| {
+            v.sort_by(f64::total_cmp);
+            StepProfile { step, backend: backend.clone(), symbol: symbol.clone(), median_us: percentile(&v, 50.0) }
+        })
+        .collect())
+}
+
+/// One artifact's measurements, in milliseconds.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchResult {
+    pub artifact: String,
+    pub model: String,
+    pub iters: usize,
+    pub warmup: usize,
+    pub load_ms: f64,
+    pub median_ms: f64,
+    pub p10_ms: f64,
+    pub p90_ms: f64,
+    pub min_ms: f64,
+}
+
+/// Benchmarks one artifact (see the module documentation).
+pub fn bench_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> anyhow::Result<BenchResult> {
+    if iters == 0 {
+        bail!("--iters must be at least 1");
+    }
+    let artifact = Artifact::open(path)?;
+    let t0 = Instant::now();
+    let mut exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let inputs = artifact.random_inputs(seed);
+    for _ in 0..warmup {
+        exe.run(&inputs)?;
+    }
+    let mut samples = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        let out = exe.run(&inputs)?;
+        samples.push(t.elapsed().as_secs_f64() * 1e3);
+        drop(out);
+    }
+    Ok(summarize(path.display().to_string(), artifact.body.model.clone(), iters, warmup, load_ms, samples))
+}
+
+/// The report of one artifact's timed runs (milliseconds, any order).
+fn summarize(artifact: String, model: String, iters: usize, warmup: usize, load_ms: f64, mut ms: Vec<f64>) -> BenchResult {
+    ms.sort_by(f64::total_cmp);
+    BenchResult {
+        artifact,
+        model,
+        iters,
+        warmup,
+        load_ms,
+        median_ms: percentile(&ms, 50.0),
+        p10_ms: percentile(&ms, 10.0),
+        p90_ms: percentile(&ms, 90.0),
+        min_ms: ms[0],
+    }
+}
+
+/// How [`time_abba`] runs each block: `warmup` untimed runs, then timed runs until at least `min_runs` and
+/// `budget_us` of timed runs, or `max_runs`.
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    pub warmup: usize,
+    pub min_runs: usize,
+    pub max_runs: usize,
+    pub budget_us: f64,
+}
+
+/// Times several executables in two passes, in order then in reverse (A B C, C B A), one block of runs each
+/// per pass: linear drift on the machine (clocks, neighbours) then weighs on every executable alike, and
+/// each block starts warm on its own executable. Not round by round: on the 2-vCPU CI-class VM, runs
+/// alternating with a 60 ms single-threaded C build left MobileNetV2's gemm build 55% slower than back to
+/// back (32 vs 20.5 ms), even with an untimed run in between; a plan's cost should not include its
+/// neighbour's. Returns each executable's samples in microseconds, per pass. The caller owns the machine
+/// (e.g. holds [`crate::device::exclusively`]).
+pub fn time_abba(runs: &mut [(Executable, Vec<Tensor>)], b: Block) -> anyhow::Result<Vec<[Vec<f64>; 2]>> {
+    let mut samples: Vec<[Vec<f64>; 2]> = vec![[Vec::with_capacity(b.min_runs), Vec::with_capacity(b.min_runs)]; runs.len()];
+    let order: Vec<(usize, usize)> = (0..runs.len()).map(|i| (0, i)).chain((0..runs.len()).rev().map(|i| (1, i))).collect();
+    for (pass, i) in order {
+        let (exe, inputs) = &mut runs[i];
+        for _ in 0..b.warmup {
+            exe.run(inputs)?;
+        }
+        let mut spent = 0.0;
+        let mut n = 0;
+        while n < b.max_runs && (n < b.min_runs || spent < b.budget_us) {
+            let t = Instant::now();
+            let out = exe.run(inputs)?;
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            drop(out);
+            samples[i][pass].push(us);
+            spent += us;
+            n += 1;
+        }
+    }
+    Ok(samples)
+}
+
+/// Benchmarks several artifacts of one model against each other: loaded once each, timed in two passes
+/// ([`time_abba`], `iters` timed runs in all, half per pass), each reported as [`bench_artifact`] reports.
+pub fn bench_abba(paths: &[PathBuf], iters: usize, warmup: usize, seed: u64) -> anyhow::Result<Vec<BenchResult>> {
+    if iters == 0 {
+        bail!("--iters must be at least 1");
+    }
+    let mut runs = Vec::with_capacity(paths.len());
+    let mut meta = Vec::with_capacity(paths.len());
+    for path in paths {
+        let artifact = Artifact::open(path)?;
+        let t0 = Instant::now();
+        let exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
+        meta.push((path.display().to_string(), artifact.body.model.clone(), t0.elapsed().as_secs_f64() * 1e3));
+        runs.push((exe, artifact.random_inputs(seed)));
+    }
+    let per_block = iters.div_ceil(2);
+    let samples = time_abba(&mut runs, Block { warmup, min_runs: per_block, max_runs: per_block, budget_us: 0.0 })?;
+    Ok(meta
+        .into_iter()
+        .zip(samples)
+        .map(|((artifact, model, load_ms), [first, second])| {
+            let ms: Vec<f64> = first.iter().chain(&second).map(|us| us / 1e3).collect();
+            summarize(artifact, model, iters, warmup, load_ms, ms)
+        })
+        .collect())
+}
+
