@@ -14,8 +14,14 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 pub(crate) struct WriterLock {
-    _file: File,
+    file: File,
+    /// Whether the previous holder exited without closing the store (killed, crashed): what it left in
+    /// the lock file was its pid, not [`CLOSED`].
+    pub previous_holder_died: bool,
 }
+
+/// What a holder writes into the lock file when it closes the store, after everything else is closed.
+const CLOSED: &str = "closed cleanly";
 
 impl WriterLock {
     /// Takes the lock on `path` (creating the file), or fails with [`StoreError::Locked`] naming the
@@ -40,11 +46,22 @@ impl WriterLock {
             }
             Err(fs4::TryLockError::Error(e)) => return Err(StoreError::io("locking", path)(e)),
         }
+        let previous = read_holder(&mut file);
+        let previous_holder_died = !previous.starts_with(CLOSED) && !previous.starts_with("holder unknown");
         let who = format!("pid {}: {}\n", std::process::id(), command_line());
         let res =
             file.set_len(0).and_then(|_| file.seek(SeekFrom::Start(0))).and_then(|_| file.write_all(who.as_bytes()));
         res.map_err(StoreError::io("writing holder into lock file", PathBuf::from(path)))?;
-        Ok(WriterLock { _file: file })
+        Ok(WriterLock { file, previous_holder_died })
+    }
+}
+
+impl Drop for WriterLock {
+    /// Runs last when a store closes (the lock is its last field): marks the close as clean, so the next
+    /// holder knows a damaged index is not a crash's doing (see `Store::open`). Best effort: a failure
+    /// only makes the next open treat this close as a crash, which costs an index rebuild at most.
+    fn drop(&mut self) {
+        let _ = self.file.set_len(0).and_then(|_| self.file.seek(SeekFrom::Start(0))).and_then(|_| self.file.write_all(CLOSED.as_bytes()));
     }
 }
 

@@ -151,10 +151,23 @@ impl Store {
             report.index_rebuilt = Some(retire_index(&layout, &old_name)?);
             index
         } else {
-            let index = Index::open(&layout.dir.join(layout.index_name()?))?;
-            // Reading the journal position also proves the index's records decode.
-            index.meta()?;
-            index
+            let opened = Index::open(&layout.dir.join(layout.index_name()?)).and_then(|index| {
+                // Reading the journal position also proves the index's records decode.
+                index.meta()?;
+                Ok(index)
+            });
+            match opened {
+                // The previous holder was killed mid-write and sled did not recover its own files (seen in
+                // the SIGKILL crash test: "Read corrupted data"). The journal holds every promised change,
+                // so a crash costs a rebuild, never data. A damaged index after a clean close is not a
+                // crash's doing: that stays an error for `store verify --repair` to answer.
+                Err(StoreError::IndexDamaged { .. }) if lock.previous_holder_died && !opts.read_only => {
+                    let (index, old_name) = switch_to_new_index(&layout)?;
+                    report.index_rebuilt = Some(retire_index(&layout, &old_name)?);
+                    index
+                }
+                other => other?,
+            }
         };
         let mut journal = Journal::open(&layout.journal(), !opts.read_only)?;
         if !opts.read_only {
@@ -639,6 +652,29 @@ mod tests {
         assert_eq!(s.open_report().journal_frames_replayed, 2);
         assert_eq!(s.memo_lookup("partition", &key).unwrap(), Some(e));
         assert_eq!(s.root("b").unwrap(), Some(vec![e.output]));
+    }
+
+    /// After a holder died without closing (its pid still in the lock file), a damaged index is rebuilt
+    /// from the journal by a plain open: a crash costs time, never data (the SIGKILL crash test once saw
+    /// sled fail to reopen its own files).
+    #[test]
+    fn damaged_index_after_a_crash_is_rebuilt_on_open() {
+        let t = tempfile::tempdir().unwrap();
+        let key = Digest::of(b"k");
+        let e = {
+            let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+            let out = s.put(b"output").unwrap();
+            let e = MemoEntry::new(out, 6, Duration::ZERO);
+            s.memo_record("partition", &key, &e).unwrap();
+            e
+        };
+        let layout = Layout::new(t.path());
+        // What a killed holder leaves: its pid in the lock file, and (here, forced) an index sled cannot open.
+        fs::write(layout.lock_file(), b"pid 4242: tessera compile zoo.toml\n").unwrap();
+        fs::write(t.path().join("index").join("conf"), b"\xff\xfe not a sled config").unwrap();
+        let s = Store::open(t.path(), OpenOptions::writable()).expect("a crash's damage is repaired on open");
+        assert!(s.open_report().index_rebuilt.is_some());
+        assert_eq!(s.memo_lookup("partition", &key).unwrap(), Some(e));
     }
 
     #[test]
