@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use tessera::build::{load_graph, ModelJob};
 use tessera::memo::Memo;
-use tessera::partitioning::CostMode;
+use tessera_stages::partition::stage::CostMode;
 use tessera::zoo::{all_backends, compile_all, jobs_from_inputs, resolve_targets, Summary};
 use tessera_kernels::artifact::Artifact;
 use tessera_kernels::runtime::Executable;
@@ -185,9 +185,10 @@ fn measured_costs_compile_correct_models_and_are_measured_once() {
 /// backend baseline of the same run is exactly one of those trials. Analytical costs validate nothing.
 #[test]
 fn measured_plans_are_validated_against_single_backend_plans() {
-    use tessera::build::{plan_model, Ctx};
+    use tessera::build::Ctx;
+    use tessera_stages::build::plan_model;
     use tessera::explain::parse_fixture_spec;
-    use tessera::validate::choose;
+    use tessera_stages::partition::validate::choose;
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(&tmp.path().join("store"), OpenOptions::writable()).unwrap();
     let memo = Memo::new(&store);

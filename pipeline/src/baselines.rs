@@ -140,7 +140,7 @@ pub fn run_baselines(
     full: &TargetSet,
     jobs: &[ModelJob],
     bench: BenchSettings,
-    costs: crate::partitioning::CostMode,
+    costs: tessera_stages::partition::stage::CostMode,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Vec<ModelBaselines>> {
     let configs = configurations(full)?;

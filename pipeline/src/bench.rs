@@ -14,9 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tessera_kernels::artifact::Artifact;
 use tessera_kernels::runtime::measure::percentile;
-pub use tessera_kernels::runtime::measure::median;
+pub use tessera_kernels::runtime::measure::{median, time_abba, Block};
 use tessera_kernels::runtime::Executable;
-use tessera_kernels::Tensor;
 
 /// One step of an artifact under `--profile`.
 #[derive(Clone, Debug, Serialize)]
@@ -108,46 +107,6 @@ fn summarize(artifact: String, model: String, iters: usize, warmup: usize, load_
         p90_ms: percentile(&ms, 90.0),
         min_ms: ms[0],
     }
-}
-
-/// How [`time_abba`] runs each block: `warmup` untimed runs, then timed runs until at least `min_runs` and
-/// `budget_us` of timed runs, or `max_runs`.
-#[derive(Clone, Copy, Debug)]
-pub struct Block {
-    pub warmup: usize,
-    pub min_runs: usize,
-    pub max_runs: usize,
-    pub budget_us: f64,
-}
-
-/// Times several executables in two passes, in order then in reverse (A B C, C B A), one block of runs each
-/// per pass: linear drift on the machine (clocks, neighbours) then weighs on every executable alike, and
-/// each block starts warm on its own executable. Not round by round: on the 2-vCPU CI-class VM, runs
-/// alternating with a 60 ms single-threaded C build left MobileNetV2's gemm build 55% slower than back to
-/// back (32 vs 20.5 ms), even with an untimed run in between; a plan's cost should not include its
-/// neighbour's. Returns each executable's samples in microseconds, per pass. The caller owns the machine
-/// (e.g. holds [`crate::device::exclusively`]).
-pub fn time_abba(runs: &mut [(Executable, Vec<Tensor>)], b: Block) -> anyhow::Result<Vec<[Vec<f64>; 2]>> {
-    let mut samples: Vec<[Vec<f64>; 2]> = vec![[Vec::with_capacity(b.min_runs), Vec::with_capacity(b.min_runs)]; runs.len()];
-    let order: Vec<(usize, usize)> = (0..runs.len()).map(|i| (0, i)).chain((0..runs.len()).rev().map(|i| (1, i))).collect();
-    for (pass, i) in order {
-        let (exe, inputs) = &mut runs[i];
-        for _ in 0..b.warmup {
-            exe.run(inputs)?;
-        }
-        let mut spent = 0.0;
-        let mut n = 0;
-        while n < b.max_runs && (n < b.min_runs || spent < b.budget_us) {
-            let t = Instant::now();
-            let out = exe.run(inputs)?;
-            let us = t.elapsed().as_secs_f64() * 1e6;
-            drop(out);
-            samples[i][pass].push(us);
-            spent += us;
-            n += 1;
-        }
-    }
-    Ok(samples)
 }
 
 /// Benchmarks several artifacts of one model against each other: loaded once each, timed in two passes

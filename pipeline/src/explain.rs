@@ -7,8 +7,9 @@
 
 pub mod svg;
 
-use crate::build::{Ctx, ModelJob, ModelSource, Planned};
-use crate::plan::{Alternative, ExecPlan};
+use crate::build::{Ctx, ModelJob, ModelSource};
+use tessera_stages::build::PlannedModel;
+use tessera_stages::partition::plan::{Alternative, ExecPlan};
 use crate::zoo::jobs_from_inputs;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -106,9 +107,9 @@ pub fn jobs_from_specs(inputs: &[String], shapes: &BTreeMap<String, Vec<usize>>)
 }
 
 /// Runs the load and partition stages of `job` (memoized: a warm store only reads); the plan's node indices
-/// refer to `planned.graph()`.
-pub fn plan_model<'a>(ctx: &Ctx<'a>, job: &ModelJob) -> Result<Planned<'a>> {
-    crate::build::plan_model(ctx, job)
+/// refer to `planned.graph.get()`.
+pub fn plan_model<'a>(ctx: &Ctx<'a>, job: &ModelJob) -> Result<PlannedModel<'a>> {
+    tessera_stages::build::plan_model(ctx, job)
 }
 
 /// One node of a partition: its index in the loaded graph (stable for a given graph document), its name and op.
@@ -149,7 +150,7 @@ pub struct Explanation {
     pub by_backend: BTreeMap<String, Total>,
     pub total: Total,
     /// The end-to-end check against the single-backend plans, where one ran (measured costs, several targets).
-    pub validation: Option<crate::plan::Validation>,
+    pub validation: Option<tessera_stages::partition::plan::Validation>,
 }
 
 /// Builds the report of a plan over the graph its node indices refer to.
@@ -249,7 +250,7 @@ pub fn render_text(ex: &Explanation) -> String {
 }
 
 /// The validation block: every whole-model plan considered, its estimate and measured median, and the choice.
-fn render_validation(v: &crate::plan::Validation) -> String {
+fn render_validation(v: &tessera_stages::partition::plan::Validation) -> String {
     let mut s = String::new();
     let _ = writeln!(s);
     let _ = writeln!(

@@ -1,15 +1,11 @@
-//! The tessera pipeline library: plans and runs the stage DAG for a zoo (`zoo`, `build`, `memo`, `plan`);
-//! the CLI's subcommands live in `cli`.
+//! The tessera pipeline library: the memo driver (`memo`), the zoo's scheduling and reports (`zoo`,
+//! `build`, `baselines`, `explain`, `bench`); the CLI's subcommands live in `cli`. The stages themselves
+//! are in `tessera_stages`.
 
 pub mod baselines;
 pub mod bench;
 pub mod build;
 pub mod cli;
 pub mod explain;
-pub mod device;
 pub mod memo;
-pub mod partitioning;
-pub mod plan;
-pub mod tune;
-pub mod validate;
 pub mod zoo;

@@ -1,16 +1,18 @@
-//! Memoized stage calls over the content-addressed store.
+//! The memo driver: stage calls over the content-addressed store (the one implementation of
+//! [`tessera_stages::stage::Driver`]).
 //!
-//! Every stage is a pure function of its key's ingredients. The pipeline, not the stage, looks the key up
-//! before running and records the output after. Concurrent callers of one key (two models of a zoo sharing a
+//! Every stage is a pure function of its key's ingredients. The driver, not the stage, looks the key up
+//! before running, applies the stage's device policy, and records the output after. Concurrent callers of one key (two models of a zoo sharing a
 //! kernel, compiled in parallel) wait for a single execution, so "computed once" holds within a run too.
 //! Outputs are named by digest, and downstream keys are built from upstream output digests: when an output
 //! comes out unchanged, everything after it hits (early cutoff).
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
+use tessera_stages::stage::{guarded, DevicePolicy, Driver, SharedFailure};
 use tessera_store::{Digest, MemoEntry, Store};
 
 /// Executions, hits and time of one stage in one run.
@@ -22,7 +24,7 @@ pub struct StageStats {
     pub exec_micros: u64,
 }
 
-type Flight = Arc<OnceLock<std::result::Result<Digest, String>>>;
+type Flight = Arc<OnceLock<std::result::Result<Digest, SharedFailure>>>;
 
 /// A run's view of the store: memoized calls and per-stage counters.
 pub struct Memo<'s> {
@@ -30,6 +32,26 @@ pub struct Memo<'s> {
     stats: Mutex<BTreeMap<&'static str, StageStats>>,
     inflight: Mutex<BTreeMap<(&'static str, Digest), Flight>>,
     observer: Option<Box<dyn Fn(&'static str, bool) + Send + Sync + 's>>,
+}
+
+impl Driver for Memo<'_> {
+    fn store(&self) -> &Store {
+        self.store
+    }
+
+    fn call(&self, stage: &'static str, key: Digest, policy: DevicePolicy, compute: &mut dyn FnMut() -> Result<Vec<u8>>) -> Result<Digest> {
+        let flight: Flight = self.inflight.lock().expect("inflight lock").entry((stage, key)).or_default().clone();
+        let mut ran = false;
+        let result = flight.get_or_init(|| {
+            ran = true;
+            self.lookup_or_compute(stage, key, policy, compute).map_err(|e| SharedFailure(Arc::new(e)))
+        });
+        if !ran {
+            // Another caller (earlier in this run, or concurrently) produced it.
+            self.count(stage, true, 0);
+        }
+        result.clone().map_err(anyhow::Error::new)
+    }
 }
 
 impl<'s> Memo<'s> {
@@ -43,6 +65,7 @@ impl<'s> Memo<'s> {
         self
     }
 
+    /// The store (with the driver's lifetime, unlike [`Driver::store`]).
     pub fn store(&self) -> &'s Store {
         self.store
     }
@@ -52,23 +75,7 @@ impl<'s> Memo<'s> {
         self.stats.lock().expect("stats lock").clone()
     }
 
-    /// The output digest of `stage` for `key`: recorded, or computed by `compute` (which returns the output
-    /// bytes) and recorded.
-    pub fn call(&self, stage: &'static str, key: Digest, compute: impl FnOnce() -> Result<Vec<u8>>) -> Result<Digest> {
-        let flight: Flight = self.inflight.lock().expect("inflight lock").entry((stage, key)).or_default().clone();
-        let mut ran = false;
-        let result = flight.get_or_init(|| {
-            ran = true;
-            self.lookup_or_compute(stage, key, compute).map_err(|e| format!("{e:#}"))
-        });
-        if !ran {
-            // Another caller (earlier in this run, or concurrently) produced it.
-            self.count(stage, true, 0);
-        }
-        result.clone().map_err(|e| anyhow!(e))
-    }
-
-    fn lookup_or_compute(&self, stage: &'static str, key: Digest, compute: impl FnOnce() -> Result<Vec<u8>>) -> Result<Digest> {
+    fn lookup_or_compute(&self, stage: &'static str, key: Digest, policy: DevicePolicy, compute: &mut dyn FnMut() -> Result<Vec<u8>>) -> Result<Digest> {
         if let Some(entry) = self.store.memo_lookup(stage, &key).with_context(|| format!("stage {stage}: memo lookup"))? {
             if self.store.contains(&entry.output) {
                 self.count(stage, true, 0);
@@ -77,7 +84,7 @@ impl<'s> Memo<'s> {
             // The output object is gone (gc'd or quarantined): recompute.
         }
         let start = Instant::now();
-        let bytes = compute()?;
+        let bytes = guarded(policy, compute)?;
         let elapsed = start.elapsed();
         let output = self.store.put(&bytes).with_context(|| format!("stage {stage}: storing output"))?;
         self.store
@@ -85,30 +92,6 @@ impl<'s> Memo<'s> {
             .with_context(|| format!("stage {stage}: recording memo entry"))?;
         self.count(stage, false, elapsed.as_micros() as u64);
         Ok(output)
-    }
-
-    /// Like [`Memo::call`] for a serde value: returns the output digest and the decoded value.
-    pub fn call_value<T>(&self, stage: &'static str, key: Digest, compute: impl FnOnce() -> Result<T>) -> Result<(Digest, T)>
-    where
-        T: Serialize + serde::de::DeserializeOwned,
-    {
-        let mut fresh: Option<T> = None;
-        let digest = self.call(stage, key, || {
-            let v = compute()?;
-            let bytes = postcard::to_stdvec(&v).context("encoding stage output")?;
-            fresh = Some(v);
-            Ok(bytes)
-        })?;
-        match fresh {
-            Some(v) => Ok((digest, v)),
-            None => Ok((digest, self.load(&digest).with_context(|| format!("stage {stage}: loading recorded output"))?)),
-        }
-    }
-
-    /// Loads and decodes a stored value.
-    pub fn load<T: serde::de::DeserializeOwned>(&self, digest: &Digest) -> Result<T> {
-        let bytes = self.store.get(digest)?;
-        postcard::from_bytes(&bytes).with_context(|| format!("decoding object {digest}"))
     }
 
     fn count(&self, stage: &'static str, hit: bool, micros: u64) {

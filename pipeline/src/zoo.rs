@@ -3,7 +3,7 @@
 
 use crate::build::{compile_models, Ctx, ModelJob, ModelResult, ModelSource};
 use crate::memo::{Memo, StageStats};
-use crate::partitioning::CostMode;
+use tessera_stages::partition::stage::CostMode;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,7 +12,7 @@ use std::time::Instant;
 use tessera_fixtures::{load_manifest, Precision, Source};
 use tessera_stages::backend::Backend;
 use tessera_stages::target::{Target, TargetSet};
-use tessera_store::{Digest, KeyBuilder};
+use tessera_store::Digest;
 
 /// Turns inputs into jobs: `.onnx` files (named after the file stem, shapes from `--shape`) and `.toml`
 /// manifests (every entry). Names must be unique across the run: they name the artifact files.
@@ -142,8 +142,7 @@ pub fn compile_all(
     on_model: &(dyn Fn(&ModelResult) + Sync),
 ) -> Result<Summary> {
     let start = Instant::now();
-    let t_key = KeyBuilder::new("targets", tessera_stages::target::REGISTRY_VERSION).input("targets", targets).finish()?;
-    memo.call("targets", t_key, || Ok(postcard::to_stdvec(targets)?))?;
+    tessera_stages::stage::run_digest(memo, &tessera_stages::build::Targets { targets })?;
     let ctx = Ctx::new(memo, targets, backends).with_costs(costs);
     // One bad model must not cost the rest of the zoo: every model compiles, failures are reported at the end.
     let outcomes: Vec<Result<ModelResult>> = compile_models(&ctx, jobs, on_model);

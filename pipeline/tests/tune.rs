@@ -1,11 +1,13 @@
 //! The tune stage: measured candidate costs, memoized under a complete key.
 
 use std::time::Instant;
-use tessera::build::{lower_key, Ctx};
-use tessera::device::cpu_fingerprint;
+use tessera::build::Ctx;
+use tessera_stages::build::Lower;
+use tessera_stages::stage::Stage;
+use tessera_stages::device::cpu_fingerprint;
 use tessera::memo::Memo;
-use tessera::plan::kernel_signature;
-use tessera::tune::{measure_candidates, measure_candidates_with, CostSource, TuneKeyParams};
+use tessera_stages::partition::plan::kernel_signature;
+use tessera_stages::tune::{measure_candidates, measure_candidates_with, CostSource, TuneKeyParams};
 use tessera::zoo::all_backends;
 use tessera_kernels::runtime::measure::MeasureOptions;
 use tessera_stages::backend::{c::CBackend, Backend, BackendError, LoweredKernel, Module};
@@ -82,7 +84,9 @@ fn bert_tiny_candidates_measure_once_then_hit() {
     // The lowered kernel is recorded under the compile path's own lower key.
     let sig = kernel_signature(&g, &[mm]);
     let c = t("cpu -compiler=c");
-    let lk = lower_key(&sig.digest, &c, ctx.backend(&c).unwrap()).unwrap();
+    let no_graph = || -> anyhow::Result<tessera_stages::ir::Graph> { unreachable!("only the key is built") };
+    let lower = Lower { kernel: sig.digest, target: &c, backend: ctx.backend(&c).unwrap(), graph: &no_graph, symbol: "k" };
+    let lk = lower.key().unwrap();
     assert!(store.memo_lookup("lower", &lk).unwrap().is_some());
 
     // Same memo again, and a fresh run on the same store: all hits, same results.
@@ -262,7 +266,7 @@ fn key_backend_environment() {
 #[test]
 fn key_device_fingerprint() {
     assert_changes_key(|p| {
-        let Some(tessera::device::DeviceFingerprint::Cpu(fp)) = &mut p.device else { panic!("a CPU fingerprint") };
+        let Some(tessera_stages::device::DeviceFingerprint::Cpu(fp)) = &mut p.device else { panic!("a CPU fingerprint") };
         fp.model_name.push_str(" (another machine)");
     });
     assert_changes_key(|p| p.device = None);
@@ -281,7 +285,7 @@ fn key_input_seed() {
 
 #[test]
 fn key_candidate_config_set() {
-    assert_changes_key(|p| p.configs_checksum = tessera::tune::configs_checksum(&["c/v1/default".into(), "c/v1/unrolled".into()]));
+    assert_changes_key(|p| p.configs_checksum = tessera_stages::tune::configs_checksum(&["c/v1/default".into(), "c/v1/unrolled".into()]));
 }
 
 #[test]

@@ -5,8 +5,8 @@
 //! by the kernel signature (structure, shapes, dtypes, attributes; not weight values), so identical candidates
 //! across layers, models and runs are measured once; see [`TuneKeyParams`] for everything else in the key.
 //!
-//! On a miss, the kernel is lowered through the same memoized lower stage the compile path uses
-//! ([`build::lower_key`](crate::build::lower_key)), so a kernel measured while partitioning is never lowered
+//! On a miss, the kernel is lowered through the same lower stage the compile path uses
+//! ([`Lower`](crate::build::Lower)), so a kernel measured while partitioning is never lowered
 //! again when the model compiles. The missed kernels of one target go into one module per core (a handful
 //! of C compiles per call), all compiled in parallel (rayon). Only when every module is built do
 //! measurements start, one function at a time under the device's lock
@@ -22,19 +22,20 @@
 //! - `Analytical`: nothing can be measured (the backend is unavailable here, or the device has no
 //!   fingerprint yet): the backend's `estimate_us`. Not recorded, since it is cheap and not a tune result.
 
-use crate::build::{lower_key, Ctx};
+use crate::backend::{Backend, BackendError, FunctionInfo, LoweredKernel};
+use crate::build::{Ctx, Lower};
 use crate::device::{cpu_fingerprint, exclusively, DeviceFingerprint};
-use crate::plan::{kernel_signature, kernel_symbol};
+use crate::interp::{int_input_bounds, random_tensor};
+use crate::ir::{extract_subgraph, Graph, NodeId, Tensor};
+use crate::partition::plan::{kernel_signature, kernel_symbol};
+use crate::stage::{cause, run, DevicePolicy, Stage};
+use crate::target::Target;
 use anyhow::{anyhow, bail, Context, Result};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tessera_kernels::runtime::measure::{measure_function, MeasureOptions, Measurement};
 use tessera_kernels::runtime::{load_module, LoadedModule};
-use tessera_stages::backend::{Backend, FunctionInfo, LoweredKernel};
-use tessera_stages::interp::{int_input_bounds, random_tensor};
-use tessera_stages::ir::{extract_subgraph, Graph, NodeId, Tensor};
-use tessera_stages::target::Target;
 use tessera_store::{Digest, KeyBuilder};
 
 /// Bump when what the tune stage records, or how it measures, changes. (4: p10/p90 interpolated, as
@@ -66,7 +67,7 @@ impl CostSource {
 /// The cost of one candidate.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CandidateCost {
-    /// Microseconds per run: the fastest measured run, the estimate, or `+inf` when unsupported.
+    /// Microseconds per run: the measured median, the estimate, or `+inf` when unsupported.
     pub us: f64,
     pub source: CostSource,
     /// The tune key (also for analytical costs, which are not recorded under it).
@@ -136,7 +137,7 @@ impl TuneKeyParams {
 
     /// The tune key.
     pub fn key(&self) -> Result<Digest> {
-        Ok(KeyBuilder::new("tune", TUNE_VERSION)
+        Ok(KeyBuilder::new(Tune::NAME, TUNE_VERSION)
             .input_digest("kernel", &self.kernel)
             .input_digest("target", &self.target)
             .input("backend", &(&self.backend, self.backend_version))
@@ -229,14 +230,14 @@ pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeI
     }
 
     // Misses, one per key, grouped by target (the store is only peeked at: the memo calls below count).
-    let store = ctx.memo.store();
+    let store = ctx.driver.store();
     let mut misses: BTreeMap<&Target, Vec<Miss>> = BTreeMap::new();
     let mut seen = std::collections::BTreeSet::new();
     for (p, (_, nodes)) in planned.iter().zip(cands) {
         if !p.measurable || !seen.insert(p.key) {
             continue;
         }
-        let recorded = store.memo_lookup("tune", &p.key)?.is_some_and(|e| store.contains(&e.output));
+        let recorded = store.memo_lookup(Tune::NAME, &p.key)?.is_some_and(|e| store.contains(&e.output));
         if !recorded {
             let sig = kernel_signature(g, nodes);
             let kernel_graph = extract_subgraph(g, &sig);
@@ -273,20 +274,21 @@ pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeI
         }
         let configs = candidate_configs(p.backend, p.target);
         let [config] = <[String; 1]>::try_from(configs).map_err(|c| anyhow!("backend {}: {} configs; only one is supported yet", p.backend.name(), c.len()))?;
-        let (_, record): (Digest, TuneRecord) = ctx.memo.call_value("tune", p.key, || {
+        let measure = || -> Result<TuneRecord> {
             let outcome = match prepared.get(&p.key) {
-                Some(&(base, prep)) => run_prepared(&modules, base, prep, opts, p.target, config)?,
+                Some(&(base, prep)) => run_prepared(&modules, base, prep, opts, p.target, config.clone())?,
                 None => {
                     // Recorded when peeked at, gone since (gc), or a race: build this one alone.
                     let sig = kernel_signature(g, nodes);
                     let miss = Miss { key: p.key, target: p.target, backend: p.backend, kernel_graph: extract_subgraph(g, &sig), kernel: p.kernel };
                     let b = prepare(ctx, std::slice::from_ref(&miss))?;
                     let mods: Vec<&dyn LoadedModule> = b.modules.iter().map(|m| m.as_ref()).collect();
-                    run_prepared(&mods, 0, &b.kernels[&p.key], opts, p.target, config)?
+                    run_prepared(&mods, 0, &b.kernels[&p.key], opts, p.target, config.clone())?
                 }
             };
             Ok(TuneRecord { kernel: p.kernel, target: p.target.canonical(), backend: p.backend.name().to_string(), outcome })
-        })?;
+        };
+        let (_, record) = run(ctx.driver, &Tune { key: p.key, measure: &measure })?;
         if record.kernel != p.kernel {
             bail!("tune record {} is for kernel {}, expected {}", p.key, record.kernel, p.kernel);
         }
@@ -297,9 +299,8 @@ pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeI
                     .find(|(c, _)| *c == best)
                     .map(|(_, m)| *m)
                     .with_context(|| format!("tune record {}: best config '{best}' has no measurement", p.key))?;
-                // The search uses the fastest run, not the median: on a shared machine interference only ever
-                // adds time, so the minimum is the robust estimate of a kernel's own cost (Chen & Revels,
-                // "Robust benchmarking in noisy environments", 2016). The record keeps every figure.
+                // The search uses the median (robust to the odd preemption; validation measures whole plans
+                // the same way). The record keeps every figure.
                 CandidateCost { us: m.median_us, source: CostSource::Measured, key: p.key, error: None, measurement: Some(m) }
             }
             TuneOutcome::Unsupported { error } => {
@@ -358,7 +359,7 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
         let group: Vec<LoweredKernel> = members.iter().map(|&i| lks[i].clone()).collect();
         backend.compile_module(target, &group).map_err(|e| e.to_string())
     };
-    let groups: Vec<(Vec<usize>, std::result::Result<tessera_stages::backend::Module, String>)> = chunks
+    let groups: Vec<(Vec<usize>, std::result::Result<crate::backend::Module, String>)> = chunks
         .par_iter()
         .flat_map_iter(|members| match compile(members) {
             Ok(m) => vec![(members.clone(), Ok(m))],
@@ -392,33 +393,41 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
     Ok(batch)
 }
 
-/// Lowers one kernel through the memoized lower stage. `Err(text)` when the backend refuses it; store
-/// failures are errors.
+/// Lowers one kernel through the lower stage (the compile path's, so it is lowered once). `Err(text)` when
+/// the backend refuses it (a [`BackendError`], also when another caller of the key ran it); store failures
+/// are errors.
 fn lower(ctx: &Ctx, m: &Miss) -> Result<std::result::Result<LoweredKernel, String>> {
     let symbol = kernel_symbol(&m.kernel);
-    let key = lower_key(&m.kernel, m.target, m.backend)?;
-    let mut refusal: Option<String> = None;
-    let out = ctx.memo.call("lower", key, || {
-        let lowered = {
-            let _busy = crate::device::busy();
-            m.backend.lower(m.target, &m.kernel_graph, &symbol)
-        };
-        match lowered {
-            Ok(lk) => Ok(postcard::to_stdvec(&lk)?),
-            Err(e) => {
-                refusal = Some(e.to_string());
-                Err(e.into())
-            }
-        }
-    });
-    match out {
-        Ok(d) => Ok(Ok(ctx.memo.load(&d)?)),
-        Err(_) if refusal.is_some() => Ok(Err(refusal.unwrap_or_default())),
-        // Another caller's attempt failed (single flight): ask the backend directly to tell a refusal from
-        // a store failure.
-        Err(e) => match m.backend.lower(m.target, &m.kernel_graph, &symbol) {
-            Err(refused) => Ok(Err(refused.to_string())),
-            Ok(_) => Err(e),
+    let graph = || Ok(m.kernel_graph.clone());
+    let stage = Lower { kernel: m.kernel, target: m.target, backend: m.backend, graph: &graph, symbol: &symbol };
+    match run(ctx.driver, &stage) {
+        Ok((_, lk)) => Ok(Ok(lk)),
+        Err(e) => match cause::<BackendError>(&e) {
+            Some(refused) => Ok(Err(refused.to_string())),
+            None => Err(e),
         },
+    }
+}
+
+/// Stage: tune one candidate kernel (see the module documentation); its key is [`TuneKeyParams::key`].
+struct Tune<'a> {
+    key: Digest,
+    /// The one compute body: measure the prepared kernel (or prepare it alone).
+    measure: &'a (dyn Fn() -> Result<TuneRecord> + Sync),
+}
+
+impl Stage for Tune<'_> {
+    const NAME: &'static str = "tune";
+    // Compiles under `busy` and measures under `exclusively` itself.
+    const DEVICE: DevicePolicy = DevicePolicy::Own;
+    type Output = TuneRecord;
+    fn version(&self) -> u32 {
+        TUNE_VERSION
+    }
+    fn key(&self) -> Result<Digest> {
+        Ok(self.key)
+    }
+    fn compute(&self) -> Result<TuneRecord> {
+        (self.measure)()
     }
 }

@@ -153,6 +153,47 @@ fn measure_in_place(
     Ok(Measurement::from_samples(&samples, warmups).expect("at least min_runs >= 1 samples"))
 }
 
+/// How [`time_abba`] runs each block: `warmup` untimed runs, then timed runs until at least `min_runs` and
+/// `budget_us` of timed runs, or `max_runs`.
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    pub warmup: usize,
+    pub min_runs: usize,
+    pub max_runs: usize,
+    pub budget_us: f64,
+}
+
+/// Times several executables in two passes, in order then in reverse (A B C, C B A), one block of runs each
+/// per pass: linear drift on the machine (clocks, neighbours) then weighs on every executable alike, and
+/// each block starts warm on its own executable. Not round by round: on the 2-vCPU CI-class VM, runs
+/// alternating with a 60 ms single-threaded C build left MobileNetV2's gemm build 55% slower than back to
+/// back (32 vs 20.5 ms), even with an untimed run in between; a plan's cost should not include its
+/// neighbour's. Returns each executable's samples in microseconds, per pass. The caller owns the machine
+/// (e.g. holds the compiler's `device::exclusively`).
+pub fn time_abba(runs: &mut [(super::Executable, Vec<crate::tensor::Tensor>)], b: Block) -> Result<Vec<[Vec<f64>; 2]>, RuntimeError> {
+    let mut samples: Vec<[Vec<f64>; 2]> = vec![[Vec::with_capacity(b.min_runs), Vec::with_capacity(b.min_runs)]; runs.len()];
+    let order: Vec<(usize, usize)> = (0..runs.len()).map(|i| (0, i)).chain((0..runs.len()).rev().map(|i| (1, i))).collect();
+    for (pass, i) in order {
+        let (exe, inputs) = &mut runs[i];
+        for _ in 0..b.warmup {
+            exe.run(inputs)?;
+        }
+        let mut spent = 0.0;
+        let mut n = 0;
+        while n < b.max_runs && (n < b.min_runs || spent < b.budget_us) {
+            let t = Instant::now();
+            let out = exe.run(inputs)?;
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            drop(out);
+            samples[i][pass].push(us);
+            spent += us;
+            n += 1;
+        }
+    }
+    Ok(samples)
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,7 @@
 //! The options every command that builds models shares (`compile`, `explain`, `baselines`): targets, input
 //! shapes, the store, and where partition costs come from. One definition, so the commands cannot drift apart.
 
-use crate::partitioning::CostMode;
+use tessera_stages::partition::stage::CostMode;
 use crate::zoo::resolve_targets;
 use anyhow::{bail, Result};
 use clap::Args;
@@ -28,7 +28,7 @@ pub struct BuildOptions {
     pub wait: bool,
     /// Where partition costs come from: measured on this machine (recorded in the store), or the backends'
     /// analytical estimates (no measurement; the same plan on every machine).
-    #[arg(long, value_enum, default_value_t = CostMode::Measured)]
+    #[arg(long, default_value = "measured", value_parser = clap::builder::TypedValueParser::map(clap::builder::PossibleValuesParser::new(CostMode::NAMES), |s| s.parse::<CostMode>().expect("a listed name")))]
     pub costs: CostMode,
 }
 

@@ -4,7 +4,7 @@ use crate::build::Ctx;
 use crate::explain::{explain_plan, job_for_model, plan_model, render_text, svg};
 use crate::memo::Memo;
 use crate::zoo::all_backends;
-use crate::plan::ExecPlan;
+use tessera_stages::partition::plan::ExecPlan;
 use anyhow::{bail, Context, Result};
 use super::build_options::BuildOptions;
 use clap::Args;
@@ -45,7 +45,7 @@ fn trial_plan(memo: &Memo, used: &ExecPlan, label: &str) -> Result<ExecPlan> {
     };
     let labels: Vec<&str> = v.trials.iter().map(|t| t.label.as_str()).collect();
     let t = v.trials.iter().find(|t| t.label == label).with_context(|| format!("no trial is labelled '{label}'; trials: {}", labels.join(", ")))?;
-    let mut plan: ExecPlan = memo.load(&t.plan).with_context(|| format!("reading the '{label}' plan"))?;
+    let mut plan: ExecPlan = tessera_stages::stage::load_value(memo, &t.plan).with_context(|| format!("reading the '{label}' plan"))?;
     plan.validation = used.validation.clone();
     Ok(plan)
 }
@@ -60,7 +60,7 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     let ctx = Ctx::new(&memo, &targets, &backends).with_costs(args.build.costs);
     let planned = plan_model(&ctx, &job)?;
     store.flush()?;
-    let graph = planned.graph()?;
+    let graph = planned.graph.get()?;
     let plan = match &args.trial {
         None => planned.plan.clone(),
         Some(label) => trial_plan(&memo, &planned.plan, label).with_context(|| format!("model {}", job.name))?,

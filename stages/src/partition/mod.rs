@@ -9,6 +9,9 @@
 //! re-derive it.
 
 pub mod collage;
+pub mod plan;
+pub mod stage;
+pub mod validate;
 
 use crate::backend::Backend;
 use crate::ir::{Graph, NodeId, ValueDef};

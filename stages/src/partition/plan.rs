@@ -9,10 +9,10 @@
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use tessera_stages::backend::INLINE_CONST_MAX;
-use tessera_stages::ir::{subgraph_signature, ConstMode, Graph, NodeId, SubgraphSignature, TensorType, ValueDef, ValueId};
-use tessera_stages::partition::Partitioning;
-use tessera_stages::target::Target;
+use super::Partitioning;
+use crate::backend::INLINE_CONST_MAX;
+use crate::ir::{subgraph_signature, ConstMode, Graph, NodeId, SubgraphSignature, TensorType, ValueDef, ValueId};
+use crate::target::Target;
 use tessera_store::Digest;
 
 /// Bump when the plan's content or meaning changes.
@@ -70,7 +70,7 @@ pub struct ExecPlan {
     pub constants: Vec<(Digest, TensorType)>,
     pub partitions: Vec<PlanPartition>,
     /// How the plan was chosen among whole-model alternatives measured end to end (see
-    /// [`crate::validate`]); `None` where no such check ran (analytical costs, a single backend, a baseline).
+    /// [`super::validate`]); `None` where no such check ran (analytical costs, a single backend, a baseline).
     pub validation: Option<Validation>,
 }
 
@@ -130,7 +130,7 @@ pub fn kernel_signature(g: &Graph, nodes: &[NodeId]) -> SubgraphSignature {
 }
 
 /// Builds the plan of a partitioned graph. `const_object` gives the store digest of a constant's bytes.
-pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&tessera_stages::ir::Tensor) -> Digest) -> Result<ExecPlan> {
+pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&crate::ir::Tensor) -> Digest) -> Result<ExecPlan> {
     let mut refs: BTreeMap<ValueId, PlanRef> = BTreeMap::new();
     for (i, &v) in g.inputs.iter().enumerate() {
         refs.insert(v, PlanRef::Input(i as u32));
@@ -193,7 +193,7 @@ pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&tesser
         model: g.name.clone(),
         cost_source: parts.cost_source.name().to_string(),
         inputs: g.inputs.iter().map(|&v| (g.value(v).name.clone(), g.ty(v).clone())).collect(),
-        input_int_bounds: tessera_stages::interp::int_input_bounds(g),
+        input_int_bounds: crate::interp::int_input_bounds(g),
         outputs,
         values,
         constants,

@@ -1,19 +1,137 @@
-//! The partition stage's work: Collage candidates, their costs (measured by the tune stage, or the backends'
-//! estimates), the shortest-path search, and the execution plan with each partition's runner-up.
+//! Stage 2, partition: Collage candidates, their costs (measured by the tune stage, or the backends'
+//! estimates), the shortest-path search, the validation of the searched plan end to end
+//! ([`super::validate`]), and the execution plan with each partition's runner-up.
 
-use crate::build::Ctx;
-use crate::plan::{build_plan, Alternative, ExecPlan};
+use super::collage::{self, CrossingModel, Limits};
+use super::plan::{build_plan, Alternative, ExecPlan, PLAN_VERSION};
+use super::{check, CostSource, PARTITIONER_VERSION};
+use crate::build::{Ctx, LazyGraph};
+use crate::ir::{Graph, NodeId, Tensor};
+use crate::stage::{DevicePolicy, Stage};
+use crate::target::Target;
 use crate::tune::{measure_candidates, CostSource as TuneSource};
-use anyhow::Result;
+use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
-use tessera_stages::ir::{Graph, NodeId, Tensor};
-use tessera_stages::partition::collage::{self, CrossingModel, Limits};
-use tessera_stages::partition::{check, CostSource};
-use tessera_stages::target::Target;
+use tessera_kernels::runtime::measure::MeasureOptions;
 use tessera_store::Digest;
 
+/// Stage: partition one model's graph for the run's targets. Output: the execution plan.
+///
+/// With measured costs the plan depends on the machine: the tune stage's version, the fingerprint of every
+/// target's device, the measurement schedule and the validation's constants are key ingredients too.
+pub struct Partition<'a> {
+    pub ctx: &'a Ctx<'a>,
+    /// The graph document's digest (the load stage's output).
+    pub graph_doc: Digest,
+    /// The means: the graph behind `graph_doc`.
+    pub graph: &'a LazyGraph<'a>,
+}
+
+/// Every ingredient of a partition key, gathered from the context (see [`Partition::params`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PartitionKeyParams {
+    pub graph_doc: Digest,
+    pub targets: Digest,
+    pub cost_mode: CostMode,
+    pub prefer: Option<String>,
+    pub partitioner_version: u32,
+    /// (canonical target, backend name, backend version) of every target.
+    pub backends: Vec<(String, String, u32)>,
+    /// Measured costs only: what makes a measurement.
+    pub measured: Option<MeasuredParams>,
+}
+
+/// The partition key's ingredients that only measured costs have.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MeasuredParams {
+    pub tune_version: u32,
+    /// The device fingerprint of every target (the tune stage keys its records with the same).
+    pub devices: Vec<Option<crate::device::DeviceFingerprint>>,
+    pub measure: MeasureOptions,
+    /// The validation's margin, skip factor and timing schedule ([`super::validate::constants`]).
+    pub validation: super::validate::Constants,
+}
+
+impl<'a> Partition<'a> {
+    pub fn new(ctx: &'a Ctx<'a>, graph_doc: &Digest, graph: &'a LazyGraph<'a>) -> Self {
+        Partition { ctx, graph_doc: *graph_doc, graph }
+    }
+
+    /// The key's ingredients.
+    pub fn params(&self) -> PartitionKeyParams {
+        let ctx = self.ctx;
+        let backends = ctx
+            .targets
+            .targets
+            .iter()
+            .filter_map(|t| ctx.backend(t).ok().map(|b| (t.to_string(), b.name().to_string(), b.version())))
+            .collect();
+        let measured = (ctx.costs == CostMode::Measured).then(|| MeasuredParams {
+            tune_version: crate::tune::TUNE_VERSION,
+            devices: ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect(),
+            measure: MeasureOptions::default(),
+            validation: super::validate::constants(),
+        });
+        PartitionKeyParams {
+            graph_doc: self.graph_doc,
+            targets: ctx.targets.digest(),
+            cost_mode: ctx.costs,
+            prefer: ctx.prefer.clone(),
+            partitioner_version: PARTITIONER_VERSION,
+            backends,
+            measured,
+        }
+    }
+}
+
+impl PartitionKeyParams {
+    /// The partition key.
+    pub fn key(&self) -> Result<Digest> {
+        let mut k = tessera_store::KeyBuilder::new(Partition::NAME, PLAN_VERSION)
+            .input_digest("graph", &self.graph_doc)
+            .input_digest("targets", &self.targets)
+            .input("cost_source", self.cost_mode.name())
+            .input("prefer", &self.prefer)
+            .env("partitioner", &self.partitioner_version)
+            .env("backends", &self.backends);
+        if let Some(m) = &self.measured {
+            k = k
+                .env("tune", &m.tune_version)
+                .env("devices", &m.devices)
+                .env("measure", &m.measure)
+                .env("validation", &m.validation);
+        }
+        Ok(k.finish()?)
+    }
+}
+
+impl Stage for Partition<'_> {
+    const NAME: &'static str = "partition";
+    // Measures (through the tune stage) and guards its own CPU work.
+    const DEVICE: DevicePolicy = DevicePolicy::Own;
+    type Output = ExecPlan;
+    fn version(&self) -> u32 {
+        PLAN_VERSION
+    }
+    fn key(&self) -> Result<Digest> {
+        self.params().key()
+    }
+    fn compute(&self) -> Result<ExecPlan> {
+        let g = self.graph.get()?;
+        let p = partition_and_plan(self.ctx, g)?;
+        // Constants were stored with the graph document; make sure (cheaply) they still are.
+        let store = self.ctx.driver.store();
+        for (d, _) in &p.constants {
+            if !store.contains(d) {
+                bail!("constant object {d} is missing from the store");
+            }
+        }
+        Ok(p)
+    }
+}
+
 /// Where partition costs come from: part of the partition key.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CostMode {
     /// Measure every candidate on this machine (the tune stage; recorded in the store, so measured once).
     #[default]
@@ -22,7 +140,21 @@ pub enum CostMode {
     Analytical,
 }
 
+impl std::str::FromStr for CostMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "measured" => Ok(CostMode::Measured),
+            "analytical" => Ok(CostMode::Analytical),
+            other => Err(format!("'{other}' is not a cost mode (one of: {})", CostMode::NAMES.join(", "))),
+        }
+    }
+}
+
 impl CostMode {
+    /// Every mode's name, as `--costs` takes them.
+    pub const NAMES: [&'static str; 2] = ["measured", "analytical"];
+
     pub fn name(self) -> &'static str {
         match self {
             CostMode::Measured => "measured",
@@ -59,8 +191,8 @@ pub fn partition_and_plan(ctx: &Ctx, g: &Graph) -> Result<ExecPlan> {
         None => Selection::Mix,
     };
     let plan = plan_for(ctx, g, &costed, &selection)?;
-    if selection == Selection::Mix && crate::validate::applies(ctx) {
-        return crate::validate::validate(ctx, g, &costed, plan);
+    if selection == Selection::Mix && super::validate::applies(ctx) {
+        return super::validate::validate(ctx, g, &costed, plan);
     }
     Ok(plan)
 }

@@ -26,15 +26,16 @@
 //! the device fingerprint and measurement settings): a rebuild measures nothing again. The report is the
 //! plan's [`Validation`], shown by `tessera explain`.
 
+use super::plan::{ExecPlan, Trial, Validation};
+use super::stage::{plan_for, CostMode, CostedCandidates, Selection};
 use crate::build::{build_artifact, Ctx};
-use crate::bench::{median, time_abba, Block};
 use crate::device::exclusively;
-use crate::partitioning::{plan_for, CostMode, CostedCandidates, Selection};
-use crate::plan::{ExecPlan, Trial, Validation};
 use anyhow::{Context, Result};
 use tessera_kernels::artifact::Artifact;
+use crate::ir::Graph;
+use serde::Serialize;
+use tessera_kernels::runtime::measure::{median, time_abba, Block};
 use tessera_kernels::runtime::Executable;
-use tessera_stages::ir::Graph;
 use tessera_store::Digest;
 
 /// The searched plan must beat every measured alternative's median by this fraction, overall and in each
@@ -47,6 +48,20 @@ pub const SKIP_FACTOR: f64 = 2.0;
 /// The end-to-end schedule, per plan and pass ([`time_abba`]: in order, then in reverse): 2 untimed runs,
 /// then timed runs until at least 7 runs and 400 ms, at most 200 runs.
 const BLOCK: Block = Block { warmup: 2, min_runs: 7, max_runs: 200, budget_us: 400_000.0 };
+
+/// The constants above, as the partition key records them (a change re-plans).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Constants {
+    pub margin: f64,
+    pub skip_factor: f64,
+    /// (warmup, min_runs, max_runs, budget_us) of [`BLOCK`].
+    pub block: (usize, usize, usize, f64),
+}
+
+/// The validation's constants (a partition key ingredient).
+pub fn constants() -> Constants {
+    Constants { margin: MARGIN, skip_factor: SKIP_FACTOR, block: (BLOCK.warmup, BLOCK.min_runs, BLOCK.max_runs, BLOCK.budget_us) }
+}
 
 /// Seed of the random model inputs (the tune stage's, so kernels and models see the same kind of data).
 const INPUT_SEED: u64 = crate::tune::INPUT_SEED;
@@ -102,7 +117,7 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
         trials.push(Trial {
             label: label.clone(),
             partitions: plan.partitions.len(),
-            plan: ctx.memo.store().put(&postcard::to_stdvec(plan)?)?,
+            plan: ctx.driver.store().put(&postcard::to_stdvec(plan)?)?,
             estimated_us: plan.estimated_us(),
             artifact: None,
             median_us: None,
@@ -175,14 +190,14 @@ pub fn choose(trials: &[Trial]) -> usize {
 /// Loads every artifact, then, with the CPU to ourselves, times them in two passes ([`time_abba`]). Returns
 /// each artifact's samples in microseconds.
 fn measure_plans(ctx: &Ctx, artifacts: &[(usize, Digest)]) -> Result<Vec<[Vec<f64>; 2]>> {
-    let store = ctx.memo.store();
-    let mut runs: Vec<(Executable, Vec<tessera_stages::ir::Tensor>)> = Vec::with_capacity(artifacts.len());
+    let store = ctx.driver.store();
+    let mut runs: Vec<(Executable, Vec<crate::ir::Tensor>)> = Vec::with_capacity(artifacts.len());
     for (_, d) in artifacts {
         let a = Artifact::read_owned(store.get(d)?, &format!("artifact {d}"))?;
         let inputs = a.random_inputs(INPUT_SEED);
         runs.push((Executable::load(&a)?, inputs));
     }
-    exclusively("cpu", move || time_abba(&mut runs, BLOCK))
+    exclusively("cpu", move || time_abba(&mut runs, BLOCK)).map_err(anyhow::Error::from)
 }
 
 #[cfg(test)]
