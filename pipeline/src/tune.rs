@@ -113,8 +113,8 @@ pub struct TuneKeyParams {
     pub options: MeasureOptions,
     /// The seed of the random inputs.
     pub input_seed: u64,
-    /// Checksum of the backend's candidate-config set (as CubeCL's autotune keys do): a new config
-    /// invalidates old winners.
+    /// Checksum of the backend's candidate-config set (`Backend::configs`, a `TunableSet`, as CubeCL's
+    /// autotune keys do): a new config invalidates old winners.
     pub configs_checksum: Digest,
 }
 
@@ -130,7 +130,7 @@ impl TuneKeyParams {
             device: device_fingerprint(target),
             options: *options,
             input_seed: INPUT_SEED,
-            configs_checksum: configs_checksum(&candidate_configs(backend, target)),
+            configs_checksum: backend.configs(target).checksum(),
         }
     }
 
@@ -155,19 +155,6 @@ pub fn device_fingerprint(target: &Target) -> Option<DeviceFingerprint> {
         "cpu" => Some(cpu_fingerprint()),
         _ => None,
     }
-}
-
-/// The configurations a backend would try for one kernel. The CPU backends have no tuning space: a single
-/// configuration, named after the backend and its version so a new backend version is a new set.
-pub fn candidate_configs(backend: &dyn Backend, _target: &Target) -> Vec<String> {
-    vec![format!("{}/v{}/default", backend.name(), backend.version())]
-}
-
-/// The checksum of a candidate-config set (order-independent).
-pub fn configs_checksum(configs: &[String]) -> Digest {
-    let mut sorted: Vec<&String> = configs.iter().collect();
-    sorted.sort();
-    Digest::of(&postcard::to_stdvec(&sorted).expect("strings encode"))
 }
 
 /// Measures candidates with the default schedule ([`MeasureOptions::default`]).
@@ -271,7 +258,7 @@ pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeI
             });
             continue;
         }
-        let configs = candidate_configs(p.backend, p.target);
+        let configs: Vec<String> = p.backend.configs(p.target).names().map(String::from).collect();
         let [config] = <[String; 1]>::try_from(configs).map_err(|c| anyhow!("backend {}: {} configs; only one is supported yet", p.backend.name(), c.len()))?;
         let (_, record): (Digest, TuneRecord) = ctx.memo.call_value("tune", p.key, || {
             let outcome = match prepared.get(&p.key) {
