@@ -18,13 +18,30 @@ pub struct FunctionInfo {
     pub scratch_bytes: u64,
 }
 
-/// How a module's bytes are to be loaded by the runtime.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// How a module's bytes are to be loaded by the runtime: the key of the runtime's loader
+/// [`Registry`](crate::runtime::registry::Registry). A format of this crate is one variant here and one line
+/// there; variants are only ever appended (artifacts encode the variant's index).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ModuleFormat {
-    /// An ELF shared object exporting each function as `void symbol(void* const* args)`.
+    /// An ELF shared object exporting each function as `void symbol(void* const* args)` (the `c` backend's;
+    /// loaded by `runtime::c`).
     SharedObject,
-    /// A postcard-encoded [`gemm`-backend plan](crate::runtime::gemm::plan) executed by the runtime's built-in GEMM kernels.
+    /// A postcard-encoded [`gemm`-backend plan](crate::runtime::gemm::plan) executed by the runtime's built-in
+    /// GEMM kernels (loaded by `runtime::gemm`).
     GemmPlan,
+    /// A format known by name to a loader added to a registry at run time by code outside this crate (a
+    /// backend developed out of tree, or a test's); the built-in registry has none.
+    Named(String),
+}
+
+impl std::fmt::Display for ModuleFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModuleFormat::SharedObject => f.write_str("shared-object"),
+            ModuleFormat::GemmPlan => f.write_str("gemm-plan"),
+            ModuleFormat::Named(name) => write!(f, "named '{name}'"),
+        }
+    }
 }
 
 /// A compiled module: what one backend made of all of one model's partitions.

@@ -10,8 +10,9 @@ use tessera_stages::partition::plan::kernel_signature;
 use tessera_stages::tune::{measure_candidates, measure_candidates_with, CostSource, TuneKeyParams};
 use tessera::zoo::all_backends;
 use tessera_kernels::runtime::measure::MeasureOptions;
-use tessera_stages::backend::{c::CBackend, Backend, BackendError, LoweredKernel, Module};
+use tessera_stages::backend::{c::CBackend, Backend, BackendError, LoweredKernel, Module, TunableSet};
 use tessera_stages::ir::{Graph, NodeId, Op, Tensor, TensorType};
+use tessera_stages::partition::collage::rules::Rule;
 use tessera_stages::target::{Target, TargetSet};
 use tessera_store::{Digest, OpenOptions, Store};
 
@@ -182,6 +183,12 @@ impl Backend for NoCompiler {
     fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool {
         self.0.supports(g, n, target)
     }
+    fn rules(&self) -> Rule {
+        self.0.rules()
+    }
+    fn colors(&self) -> (&'static str, &'static str) {
+        self.0.colors()
+    }
     fn estimate_us(&self, g: &Graph, nodes: &[NodeId], target: &Target) -> f64 {
         self.0.estimate_us(g, nodes, target)
     }
@@ -285,7 +292,7 @@ fn key_input_seed() {
 
 #[test]
 fn key_candidate_config_set() {
-    assert_changes_key(|p| p.configs_checksum = tessera_stages::tune::configs_checksum(&["c/v1/default".into(), "c/v1/unrolled".into()]));
+    assert_changes_key(|p| p.configs_checksum = TunableSet::from_iter(["c/v1/default", "c/v1/unrolled"]).checksum());
 }
 
 #[test]

@@ -17,6 +17,7 @@ use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
+use tessera_kernels::runtime::Registry;
 use tessera_store::Digest;
 
 /// Code versions of the stages that have no version of their own (lower carries its backend's).
@@ -34,11 +35,19 @@ pub struct Ctx<'a> {
     /// A backend that takes every node it can run, the fallback the rest: the single-backend baseline
     /// Collage compares against. `None` (the default) is the searched mix.
     pub prefer: Option<String>,
+    /// How the runtime loads each module format, for the kernels and plans the compiler measures: the
+    /// built-in formats, plus those of backends added from outside.
+    pub runtime: &'a Registry,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(driver: &'a dyn Driver, targets: &'a TargetSet, backends: &'a [Box<dyn Backend>]) -> Self {
-        Ctx { driver, targets, backends, costs: CostMode::default(), prefer: None }
+        Ctx { driver, targets, backends, costs: CostMode::default(), prefer: None, runtime: Registry::builtin() }
+    }
+
+    pub fn with_runtime(mut self, runtime: &'a Registry) -> Self {
+        self.runtime = runtime;
+        self
     }
 
     pub fn with_prefer(mut self, backend: Option<String>) -> Self {

@@ -35,7 +35,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tessera_kernels::runtime::measure::{measure_function, MeasureOptions, Measurement};
-use tessera_kernels::runtime::{load_module, LoadedModule};
+use tessera_kernels::runtime::LoadedModule;
 use tessera_store::{Digest, KeyBuilder};
 
 /// Bump when what the tune stage records, or how it measures, changes. (4: p10/p90 interpolated, as
@@ -114,8 +114,8 @@ pub struct TuneKeyParams {
     pub options: MeasureOptions,
     /// The seed of the random inputs.
     pub input_seed: u64,
-    /// Checksum of the backend's candidate-config set (as CubeCL's autotune keys do): a new config
-    /// invalidates old winners.
+    /// Checksum of the backend's candidate-config set (`Backend::configs`, a `TunableSet`, as CubeCL's
+    /// autotune keys do): a new config invalidates old winners.
     pub configs_checksum: Digest,
 }
 
@@ -131,7 +131,7 @@ impl TuneKeyParams {
             device: device_fingerprint(target),
             options: *options,
             input_seed: INPUT_SEED,
-            configs_checksum: configs_checksum(&candidate_configs(backend, target)),
+            configs_checksum: backend.configs(target).checksum(),
         }
     }
 
@@ -156,19 +156,6 @@ pub fn device_fingerprint(target: &Target) -> Option<DeviceFingerprint> {
         "cpu" => Some(cpu_fingerprint()),
         _ => None,
     }
-}
-
-/// The configurations a backend would try for one kernel. The CPU backends have no tuning space: a single
-/// configuration, named after the backend and its version so a new backend version is a new set.
-pub fn candidate_configs(backend: &dyn Backend, _target: &Target) -> Vec<String> {
-    vec![format!("{}/v{}/default", backend.name(), backend.version())]
-}
-
-/// The checksum of a candidate-config set (order-independent).
-pub fn configs_checksum(configs: &[String]) -> Digest {
-    let mut sorted: Vec<&String> = configs.iter().collect();
-    sorted.sort();
-    Digest::of(&postcard::to_stdvec(&sorted).expect("strings encode"))
 }
 
 /// Measures candidates with the default schedule ([`MeasureOptions::default`]).
@@ -272,7 +259,7 @@ pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeI
             });
             continue;
         }
-        let configs = candidate_configs(p.backend, p.target);
+        let configs: Vec<String> = p.backend.configs(p.target).names().map(String::from).collect();
         let [config] = <[String; 1]>::try_from(configs).map_err(|c| anyhow!("backend {}: {} configs; only one is supported yet", p.backend.name(), c.len()))?;
         let measure = || -> Result<TuneRecord> {
             let outcome = match prepared.get(&p.key) {
@@ -377,7 +364,7 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
                 continue;
             }
         };
-        let loaded = load_module(&module).map_err(|e| anyhow!("target {target}: loading a tune module: {e}"))?;
+        let loaded = ctx.runtime.load(&module).map_err(|e| anyhow!("target {target}: loading a tune module: {e}"))?;
         let mi = batch.modules.len();
         batch.modules.push(loaded);
         for i in members {

@@ -4,7 +4,7 @@
 //! runtime's thread pool ([`super::on_runtime_pool`]).
 
 use super::buffer::HostBuffer;
-use super::{load_module, LoadedModule, RuntimeError};
+use super::{LoadedModule, Registry, RuntimeError};
 use crate::artifact::{Artifact, Buf};
 use std::ops::Range;
 use crate::tensor::{Tensor, TensorType};
@@ -39,12 +39,19 @@ unsafe impl Send for Executable {}
 unsafe impl Sync for Executable {}
 
 impl Executable {
-    /// Loads every module of `a` once, uploads its constants, allocates its arena and scratch.
+    /// Loads every module of `a` once (through the built-in [`Registry`]), uploads its constants, allocates
+    /// its arena and scratch.
     pub fn load(a: &Artifact) -> Result<Executable, RuntimeError> {
+        Self::load_with(a, Registry::builtin())
+    }
+
+    /// [`load`](Self::load), loading modules through `registry` (one holding loaders added from outside this
+    /// crate, say).
+    pub fn load_with(a: &Artifact, registry: &Registry) -> Result<Executable, RuntimeError> {
         let b = &a.body;
         let mut modules = Vec::with_capacity(b.modules.len());
         for (i, m) in b.modules.iter().enumerate() {
-            modules.push(load_module(m).map_err(|e| RuntimeError(format!("artifact {}: module {i}: {}", a.file, e.0)))?);
+            modules.push(registry.load(m).map_err(|e| RuntimeError(format!("artifact {}: module {i}: {}", a.file, e.0)))?);
         }
         let arena = HostBuffer::zeroed(b.arena_bytes, &format!("arena of model '{}'", b.model))?;
         let constants = HostBuffer::from_bytes(a.data(), &format!("constants of model '{}'", b.model))?;

@@ -35,7 +35,7 @@ pub struct GemmModule {
 pub fn load(m: &Module) -> Result<GemmModule, RuntimeError> {
     let fail = |msg: String| RuntimeError(format!("module of backend {}: {msg}", m.backend));
     if m.format != ModuleFormat::GemmPlan {
-        return Err(fail(format!("format {:?} is not a gemm plan", m.format)));
+        return Err(fail(format!("format {} is not a gemm plan", m.format)));
     }
     let plan = Plan::decode(&m.bytes).map_err(|e| fail(e.0))?;
     if plan.functions.len() != m.functions.len() {
@@ -47,6 +47,11 @@ pub fn load(m: &Module) -> Result<GemmModule, RuntimeError> {
         functions.push(Function { plan: f, lens, info: info.clone() });
     }
     Ok(GemmModule { backend: m.backend.clone(), functions })
+}
+
+/// The registry's loader of [`ModuleFormat::GemmPlan`] modules.
+pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
+    Ok(Box::new(load(m)?))
 }
 
 impl GemmModule {

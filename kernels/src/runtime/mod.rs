@@ -1,25 +1,28 @@
 //! The runtime: loads modules and artifacts and executes them. No compiler, no tuning, no initialization work
 //! beyond loading.
 //!
-//! Two seams keep it open to a GPU runtime: module formats dispatch through [`load_module`] (a cubin or a
-//! CUDA-graph plan becomes one more arm and one more file beside `so.rs`), and every buffer is allocated in
-//! `buffer.rs` (device memory becomes one more buffer type there). [`Executable`] only sees loaded modules and
-//! pointers.
+//! Each backend's run side is one module here, named after the backend: [`c`] (shared objects) and [`gemm`]
+//! (GEMM plans). Two seams keep it open to a GPU runtime: modules load through the format -> loader
+//! [`registry`] (a cubin or a CUDA-graph plan becomes one more module here and one more registry line), and
+//! every buffer is allocated in `buffer.rs` (device memory becomes one more buffer type there). [`Executable`]
+//! only sees loaded modules and pointers.
 
 mod buffer;
 mod executable;
 mod pool;
-mod so;
 
 pub use buffer::HostBuffer;
+pub use c::SharedObject;
 pub use executable::Executable;
 pub use pool::on_runtime_pool;
-pub use so::SharedObject;
+pub use registry::{ModuleLoader, Registry};
 
+pub mod c;
 pub mod gemm;
 pub mod measure;
+pub mod registry;
 
-use crate::module::{Module, ModuleFormat};
+use crate::module::Module;
 
 /// A module failed to load or a call failed; the message names the module, function or file.
 #[derive(Debug, thiserror::Error)]
@@ -37,10 +40,7 @@ pub trait LoadedModule: Send + Sync {
     unsafe fn call(&self, index: usize, args: &[*mut u8]) -> Result<(), RuntimeError>;
 }
 
-/// Loads a module by its format.
+/// Loads a module by its format, through the built-in [`Registry`].
 pub fn load_module(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
-    match m.format {
-        ModuleFormat::SharedObject => Ok(Box::new(so::SharedObject::load(m)?)),
-        ModuleFormat::GemmPlan => Ok(Box::new(gemm::load(m)?)),
-    }
+    Registry::builtin().load(m)
 }

@@ -67,7 +67,7 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     };
     let ex = explain_plan(&job.name, &plan, graph, &targets)?;
     if let Some(path) = &args.svg {
-        std::fs::write(path, svg::render(graph, &ex)).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, svg::render(graph, &ex, &backends)).with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&ex)?);

@@ -10,6 +10,7 @@
 use super::Explanation;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use tessera_stages::backend::Backend;
 use tessera_stages::ir::Graph;
 
 const BOX_W: i64 = 128;
@@ -21,17 +22,12 @@ const LEGEND_ROW: i64 = 20;
 /// Op labels longer than this are cut (the full text is in the box's tooltip).
 const LABEL_CHARS: usize = 18;
 
-/// Fill and stroke of a backend. Known backends keep their colors across models; others take the palette in
-/// name order.
-fn colors(backend: &str, rank: usize) -> (&'static str, &'static str) {
-    match backend {
-        "c" => ("#c6dbef", "#3182bd"),
-        "gemm" => ("#fdd0a2", "#e6550d"),
-        "cuda" => ("#c7e9c0", "#31a354"),
-        "cublas" => ("#dadaeb", "#756bb1"),
-        "cudnn" => ("#fcbba1", "#de2d26"),
-        "cutlass" => ("#d9d9d9", "#636363"),
-        _ => {
+/// Fill and stroke of a backend: its own ([`Backend::colors`]), so a backend keeps its colours across models;
+/// a backend not among `backends` takes the palette in name order.
+fn colors(backends: &[Box<dyn Backend>], backend: &str, rank: usize) -> (&'static str, &'static str) {
+    match backends.iter().find(|b| b.name() == backend) {
+        Some(b) => b.colors(),
+        None => {
             const PALETTE: [(&str, &str); 4] = [("#f6e8c3", "#8c510a"), ("#c7eae5", "#01665e"), ("#fde0ef", "#c51b7d"), ("#e6f5d0", "#4d9221")];
             PALETTE[rank % PALETTE.len()]
         }
@@ -99,8 +95,9 @@ pub fn layers(g: &Graph) -> Vec<Vec<usize>> {
     layers
 }
 
-/// Renders the explanation's partitioning over `g` (the graph its node indices refer to).
-pub fn render(g: &Graph, ex: &Explanation) -> String {
+/// Renders the explanation's partitioning over `g` (the graph its node indices refer to), each backend in
+/// the colours `backends` give it.
+pub fn render(g: &Graph, ex: &Explanation, backends: &[Box<dyn Backend>]) -> String {
     let n = g.nodes.len();
     // Which partition and backend each node belongs to (a node outside every partition is drawn grey; a
     // well-formed plan has none).
@@ -112,6 +109,7 @@ pub fn render(g: &Graph, ex: &Explanation) -> String {
             }
         }
     }
+    let registered = backends;
     let backends: Vec<&String> = ex.by_backend.keys().collect();
     let rank = |b: &str| backends.iter().position(|x| x.as_str() == b).unwrap_or(0);
 
@@ -149,7 +147,7 @@ pub fn render(g: &Graph, ex: &Explanation) -> String {
         esc(&format!("{}: {} nodes, {} partitions, {:.1} us ({})", ex.model, ex.total.nodes, ex.total.partitions, ex.total.cost_us, ex.cost_source))
     );
     for (k, b) in backends.iter().enumerate() {
-        let (fill, stroke) = colors(b, k);
+        let (fill, stroke) = colors(registered, b, k);
         let t = &ex.by_backend[b.as_str()];
         let y = MARGIN + LEGEND_ROW * (k as i64 + 1);
         let _ = writeln!(s, r#"<rect x="{MARGIN}" y="{}" width="14" height="14" fill="{fill}" stroke="{stroke}"/>"#, y + 4);
@@ -211,7 +209,7 @@ pub fn render(g: &Graph, ex: &Explanation) -> String {
             Some(p) => (format!("p{p}"), ex.partitions[*p].backend.as_str()),
             None => ("unassigned".to_string(), ""),
         };
-        let (fill, stroke) = if backend.is_empty() { ("#eeeeee", "#999999") } else { colors(backend, rank(backend)) };
+        let (fill, stroke) = if backend.is_empty() { ("#eeeeee", "#999999") } else { colors(registered, backend, rank(backend)) };
         match p {
             Some(pi) => {
                 let pr = &ex.partitions[*pi];

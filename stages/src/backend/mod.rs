@@ -1,14 +1,34 @@
-//! Backends: one module per backend behind one small trait.
+//! Backends: one module per backend behind one trait, and everything about a backend's compile side comes
+//! from it.
 //!
-//! A backend says which nodes it can run (pattern rules), estimates what a partition costs, lowers each
-//! partition (a standalone kernel graph, see [`crate::ir::extract_subgraph`]) to code or a plan fragment, and
-//! compiles all of one model's lowered partitions at once into one [`Module`] (module-at-a-time: one source,
-//! one compile). Lowering is memoized per kernel signature by the pipeline; module compiles per model.
+//! A backend says which nodes it can run ([`Backend::supports`]) and which candidate partitions the Collage
+//! partitioner proposes for it ([`Backend::rules`]), estimates what a partition costs, names the
+//! configurations the tune stage measures ([`Backend::configs`]) and the colours `tessera explain` draws it in
+//! ([`Backend::colors`]), lowers each partition (a standalone kernel graph, see [`crate::ir::extract_subgraph`])
+//! to code or a plan fragment, and compiles all of one model's lowered partitions at once into one [`Module`]
+//! (module-at-a-time: one source, one compile). Lowering is memoized per kernel signature by the pipeline;
+//! module compiles per model. Nothing outside a backend's folder matches on its name.
 //!
 //! Calling convention shared by every module format: a function takes one array of pointers,
 //! `[input_0, .., input_n, output_0, .., output_m, scratch?]`, each pointing at a dense row-major buffer of the
 //! type listed in its [`FunctionInfo`]; inputs are boundary activations and lifted constants in the kernel's
 //! canonical input order. Functions never allocate per call beyond their declared scratch.
+//!
+//! # Adding a backend
+//!
+//! A backend `foo` is one unit in three places:
+//! - **compile side**: a folder `stages/src/backend/foo/` with a type implementing [`Backend`] (its support
+//!   and rules, estimate, configs, colours, lowering and module compile), and one line in
+//!   [`registry::all`];
+//! - **target**: one `-compiler` value selecting it, in the target-kind registry
+//!   (`stages/src/target/registry.rs`: the kind's `compilers` and its `-compiler` enum); a backend built
+//!   outside this crate declares its value at run time with [`crate::target::register_compiler`] instead;
+//! - **run side**: one module `kernels/src/runtime/foo.rs` (or folder) that loads its modules, and one line in
+//!   `kernels/src/runtime/registry.rs` mapping its [`ModuleFormat`] (a new variant of that enum) to its
+//!   loader; a loader built outside the runtime crate uses [`ModuleFormat::Named`] and is added to a
+//!   `Registry` value with `Registry::with` (see `Executable::load_with`).
+//!
+//! `pipeline/tests/toy_backend.rs` is a complete backend written in one test file that way.
 
 pub mod gemm;
 pub mod registry;
@@ -16,9 +36,12 @@ pub mod registry;
 pub mod c;
 
 use crate::ir::{Graph, NodeId};
+use crate::partition::collage::rules::{Kinds, Rule};
 pub use tessera_kernels::module::{FunctionInfo, Module, ModuleFormat};
 use crate::target::Target;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use tessera_store::Digest;
 
 /// Constants with at most this many elements stay inside kernels (a backend may inline them into code);
 /// larger ones are lifted to kernel inputs, so compiled code never depends on weight values.
@@ -40,6 +63,53 @@ pub struct BackendError {
     pub msg: String,
 }
 
+/// The configurations the tune stage measures for one kernel, as a set of names (CubeCL's `TunableSet`). Its
+/// [`checksum`](TunableSet::checksum) is part of every tune key, so a new configuration invalidates old winners;
+/// it depends on the set only, not on the order configurations were added in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TunableSet {
+    names: BTreeSet<String>,
+}
+
+impl TunableSet {
+    /// The one configuration of a backend without a tuning space: `<name>/v<version>/default`, so a new
+    /// backend version is a new set.
+    pub fn single_default(backend: &str, version: u32) -> TunableSet {
+        [format!("{backend}/v{version}/default")].into_iter().collect()
+    }
+
+    /// Adds a configuration (a name already present is kept once).
+    pub fn with(mut self, name: impl Into<String>) -> TunableSet {
+        self.names.insert(name.into());
+        self
+    }
+
+    /// The configurations' names, sorted.
+    pub fn names(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.names.iter().map(|n| n.as_str())
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// The set's checksum: blake3 of the postcard encoding of the sorted names (order-independent).
+    pub fn checksum(&self) -> Digest {
+        let sorted: Vec<&String> = self.names.iter().collect();
+        Digest::of(&postcard::to_stdvec(&sorted).expect("strings encode"))
+    }
+}
+
+impl<S: Into<String>> FromIterator<S> for TunableSet {
+    fn from_iter<I: IntoIterator<Item = S>>(iter: I) -> TunableSet {
+        TunableSet { names: iter.into_iter().map(Into::into).collect() }
+    }
+}
+
 pub trait Backend: Send + Sync {
     /// The backend's name as targets select it (`Target::backend_name`).
     fn name(&self) -> &'static str;
@@ -55,10 +125,51 @@ pub trait Backend: Send + Sync {
     }
     /// Pattern rule: can this backend run node `n` of `g`?
     fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool;
+    /// The Collage partition rules that propose this backend's candidates among the nodes it supports
+    /// (see [`crate::partition::collage::rules`]). Default: every supported node alone.
+    fn rules(&self) -> Rule {
+        Rule::OnlyValid(Box::new(Rule::Primitive { kinds: Kinds::ALL }))
+    }
+    /// The configurations the tune stage measures for a kernel on `target`. Default: the one configuration
+    /// of a backend without a tuning space ([`TunableSet::single_default`]).
+    fn configs(&self, _target: &Target) -> TunableSet {
+        TunableSet::single_default(self.name(), self.version())
+    }
+    /// Fill and stroke (SVG colours) of this backend's partitions in `tessera explain --svg`.
+    fn colors(&self) -> (&'static str, &'static str);
     /// Analytical cost estimate of running these nodes as one partition, in microseconds.
     fn estimate_us(&self, g: &Graph, nodes: &[NodeId], target: &Target) -> f64;
     /// Lowers one partition, given as a standalone kernel graph, to a function named `symbol`.
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError>;
     /// Compiles all of one model's lowered partitions into one module.
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tunable_set_checksum_is_order_independent_and_keeps_the_old_bytes() {
+        let a: TunableSet = ["c/v3/unrolled", "c/v3/default"].into_iter().collect();
+        let b = TunableSet::single_default("c", 3).with("c/v3/unrolled");
+        assert_eq!(a, b);
+        assert_eq!(a.checksum(), b.checksum());
+        assert_eq!(a.names().collect::<Vec<_>>(), ["c/v3/default", "c/v3/unrolled"]);
+        // The checksum tune keys used before the set was a type: postcard of the sorted names.
+        let sorted = ["c/v3/default".to_string(), "c/v3/unrolled".to_string()];
+        assert_eq!(a.checksum(), Digest::of(&postcard::to_stdvec(&sorted.iter().collect::<Vec<_>>()).unwrap()));
+        assert_ne!(a.checksum(), TunableSet::single_default("c", 3).checksum());
+    }
+
+    #[test]
+    fn each_backend_of_the_build_gives_its_own_rules_and_colours() {
+        let all = registry::all();
+        let rules: Vec<Rule> = all.iter().map(|b| b.rules()).collect();
+        assert!(rules.windows(2).all(|w| w[0] != w[1]), "{rules:?}");
+        let uses: Vec<(&str, bool)> = all.iter().map(|b| (b.name(), b.rules().uses_gemm_epilogue())).collect();
+        assert_eq!(uses, [("c", false), ("gemm", true)]);
+        let colors: std::collections::BTreeSet<_> = all.iter().map(|b| b.colors()).collect();
+        assert_eq!(colors.len(), all.len());
+    }
 }

@@ -195,7 +195,7 @@ fn measure_plans(ctx: &Ctx, artifacts: &[(usize, Digest)]) -> Result<Vec<[Vec<f6
     for (_, d) in artifacts {
         let a = Artifact::read_owned(store.get(d)?, &format!("artifact {d}"))?;
         let inputs = a.random_inputs(INPUT_SEED);
-        runs.push((Executable::load(&a)?, inputs));
+        runs.push((Executable::load_with(&a, ctx.runtime)?, inputs));
     }
     exclusively("cpu", move || time_abba(&mut runs, BLOCK)).map_err(anyhow::Error::from)
 }

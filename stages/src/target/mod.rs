@@ -5,11 +5,12 @@
 //! (`{"kind": "cpu", "compiler": "gemm"}`). A backend is a device kind plus its `-compiler`; every backend
 //! option is an attribute with a default and a validator. The canonical form fills every default and sorts
 //! attributes, so two spellings of one target have one digest; nothing outside the target (environment
-//! variables, globals) changes what a backend emits.
+//! variables, globals) changes what a backend emits. The `-compiler` values are the registry's
+//! ([`KINDS`]), plus any a backend built outside this crate declares with [`register_compiler`].
 
 mod registry;
 
-pub use registry::{AttrSpec, AttrType, KindSpec, KINDS, REGISTRY_VERSION};
+pub use registry::{register_compiler, AttrSpec, AttrType, KindSpec, KINDS, REGISTRY_VERSION};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -110,7 +111,12 @@ impl Target {
             let Some(a) = spec.attrs.iter().find(|a| a.name == name) else {
                 return terr(format!("target '{shown}': unknown attribute '-{name}' for kind '{kind}'; valid attributes: {}", spec.attr_names()));
             };
-            let v = a.ty.parse(value.as_deref()).map_err(|why| TargetError(format!("target '{shown}': -{name}: {why}")))?;
+            let parsed = match (name.as_str(), value.as_deref()) {
+                // A -compiler value a backend outside this crate registered (`register_compiler`).
+                ("compiler", Some(c)) if registry::compiler_backend(spec, c).is_some() => Ok(AttrValue::Str(c.to_string())),
+                _ => a.ty.parse(value.as_deref()),
+            };
+            let v = parsed.map_err(|why| TargetError(format!("target '{shown}': -{name}: {why}")))?;
             if attrs.insert(name.clone(), v).is_some() {
                 return terr(format!("target '{shown}': attribute '-{name}' given twice"));
             }
@@ -157,8 +163,7 @@ impl Target {
 
     /// The backend's name, as reports and the artifact show it (`c`, `gemm`, `cuda`, `cublas`, ...).
     pub fn backend_name(&self) -> &'static str {
-        let spec = self.spec();
-        spec.compilers.iter().find(|(c, _)| *c == self.compiler()).map(|(_, b)| *b).expect("validated compiler")
+        registry::compiler_backend(self.spec(), self.compiler()).expect("validated compiler")
     }
 
     /// The device this target runs on (targets of one device can exchange buffers without copies).

@@ -108,6 +108,46 @@ pub static KINDS: &[KindSpec] = &[
     },
 ];
 
+/// A `-compiler` value declared at run time by a backend built outside this crate
+/// ([`register_compiler`]): (kind, compiler value, backend name).
+type Registered = (&'static str, &'static str, &'static str);
+
+static REGISTERED: std::sync::RwLock<Vec<Registered>> = std::sync::RwLock::new(Vec::new());
+
+/// Declares that `-compiler=<compiler>` on targets of `kind` selects `backend`, for a backend built outside
+/// this crate (the backends of this build are listed in [`KINDS`]). It lasts for the process. Registering
+/// the same triple again is a no-op; a value the kind already has, or an unknown kind, is an error naming it.
+/// Registered values never change the digest of a target that does not use them.
+pub fn register_compiler(kind: &str, compiler: &'static str, backend: &'static str) -> Result<(), String> {
+    let Some(spec) = self::kind(kind) else {
+        return Err(format!("registering -compiler={compiler} (backend {backend}): unknown kind '{kind}'; valid kinds: {}", kind_names()));
+    };
+    if compiler.is_empty() || compiler.contains(char::is_whitespace) || compiler.contains('=') {
+        return Err(format!("registering backend {backend}: '{compiler}' is not a valid -compiler value"));
+    }
+    if let Some((_, b)) = spec.compilers.iter().find(|(c, _)| *c == compiler) {
+        return Err(format!("registering backend {backend}: kind '{kind}' already has -compiler={compiler} (backend {b})"));
+    }
+    let mut reg = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    match reg.iter().find(|(k, c, _)| *k == spec.name && *c == compiler) {
+        Some((_, _, b)) if *b == backend => Ok(()),
+        Some((_, _, b)) => Err(format!("registering backend {backend}: -compiler={compiler} of kind '{kind}' already selects backend {b}")),
+        None => {
+            reg.push((spec.name, compiler, backend));
+            Ok(())
+        }
+    }
+}
+
+/// The backend that `-compiler=<compiler>` selects on `kind`: from [`KINDS`], else from [`register_compiler`].
+pub(crate) fn compiler_backend(kind: &KindSpec, compiler: &str) -> Option<&'static str> {
+    if let Some((_, b)) = kind.compilers.iter().find(|(c, _)| *c == compiler) {
+        return Some(b);
+    }
+    let reg = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+    reg.iter().find(|(k, c, _)| *k == kind.name && *c == compiler).map(|(_, _, b)| *b)
+}
+
 pub fn kind(name: &str) -> Option<&'static KindSpec> {
     KINDS.iter().find(|k| k.name == name)
 }

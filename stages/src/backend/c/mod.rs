@@ -32,6 +32,7 @@ mod tests;
 
 use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat};
 use crate::ir::{DType, Graph, NodeId};
+use crate::partition::collage::rules::Rule;
 use crate::target::Target;
 
 /// Bump whenever the generated code (or the prelude, or the compile flags) changes.
@@ -144,6 +145,15 @@ impl Backend for CBackend {
     fn supports(&self, g: &Graph, n: NodeId, _target: &Target) -> bool {
         let node = g.node(n);
         node.inputs.iter().chain(&node.outputs).all(|&v| matches!(g.ty(v).dtype, DType::F32 | DType::I64 | DType::I32 | DType::Bool))
+    }
+
+    /// The fallback's rule set: everything, with elementwise, injective and reduction fusion.
+    fn rules(&self) -> Rule {
+        Rule::fusing_fallback()
+    }
+
+    fn colors(&self) -> (&'static str, &'static str) {
+        ("#c6dbef", "#3182bd")
     }
 
     fn estimate_us(&self, g: &Graph, nodes: &[NodeId], _target: &Target) -> f64 {

@@ -22,6 +22,7 @@ pub use tessera_kernels::runtime::gemm::{plan, validate};
 
 use super::{Backend, BackendError, FunctionInfo, LoweredKernel, Module, ModuleFormat};
 use crate::ir::{Graph, NodeId};
+use crate::partition::collage::rules::Rule;
 use crate::target::Target;
 use plan::{Plan, PlanFunction, PLAN_VERSION};
 use std::collections::BTreeSet;
@@ -63,6 +64,15 @@ impl Backend for GemmBackend {
 
     fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool {
         target.backend_name() == NAME && support::supports(g, n)
+    }
+
+    /// Anchors alone and with their fused epilogue chains.
+    fn rules(&self) -> Rule {
+        Rule::anchors_with_epilogues()
+    }
+
+    fn colors(&self) -> (&'static str, &'static str) {
+        ("#fdd0a2", "#e6550d")
     }
 
     fn estimate_us(&self, g: &Graph, nodes: &[NodeId], _target: &Target) -> f64 {

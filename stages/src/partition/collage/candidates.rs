@@ -1,7 +1,7 @@
 //! Candidate generation: every target's rule set run over the graph.
 
 use super::dag::Dag;
-use super::rules::{self, Cx};
+use super::rules::Cx;
 use crate::ir::{Graph, NodeId};
 use crate::partition::{BackendLookup, PartitionError};
 use crate::target::TargetSet;
@@ -49,8 +49,9 @@ pub fn candidates(g: &Graph, targets: &TargetSet, lookup: &BackendLookup, limits
     for (ti, t) in targets.targets.iter().enumerate() {
         let b = lookup(t).ok_or_else(|| PartitionError(format!("target '{t}': no backend '{}' in this build", t.backend_name())))?;
         let supported: Vec<bool> = (0..g.nodes.len()).map(|i| b.supports(g, NodeId(i as u32), t)).collect();
-        let cx = Cx::new(g, &dag, &supported, limits, b.name());
-        for p in rules::for_backend(b.name()).eval(&cx) {
+        let rule = b.rules();
+        let cx = Cx::new(g, &dag, &supported, limits, &rule);
+        for p in rule.eval(&cx) {
             for &n in &p.nodes {
                 covered[n as usize] = true;
             }

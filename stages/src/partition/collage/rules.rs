@@ -7,9 +7,11 @@
 //!   [`Combiner`] fires (elementwise/injective chains, epilogues onto an anchor, producers into an anchor,
 //!   injective ops into a reduction), for at most `max_nodes - 1` rounds; it yields only the grown candidates;
 //! - [`Rule::OnlyValid`]: keeps candidates that are convex, have at most `max_exits` outputs used outside, and
-//!   stay within the depth and size bounds (and, for gemm, hold the whole chain of every epilogue they hold).
+//!   stay within the depth and size bounds (and, in a rule set that uses [`Combiner::GemmEpilogue`], hold the
+//!   whole chain of every epilogue they hold).
 //!
-//! [`for_backend`] picks the rule set of a backend by name. Growth only keeps convex intermediates (a convex
+//! Each backend gives its own rule set ([`crate::backend::Backend::rules`]); nothing here knows a backend by
+//! name. Growth only keeps convex intermediates (a convex
 //! set minus a sink inside it stays convex, so convex sets reachable through connected convex steps are all
 //! found) and stops after `max_per_seed` grown candidates per base candidate, so counts stay bounded.
 
@@ -106,13 +108,15 @@ pub(crate) struct Cx<'a> {
     /// Whether the backend supports each node on the model graph.
     pub supported: &'a [bool],
     pub limits: &'a Limits,
-    /// For the gemm rule set: each supported epilogue's chain predecessor (the producer of its fused input).
+    /// For a rule set that uses [`Combiner::GemmEpilogue`]: each supported epilogue's chain predecessor (the
+    /// producer of its fused input).
     pub chain_prev: Option<Vec<Option<u32>>>,
 }
 
 impl<'a> Cx<'a> {
-    pub fn new(g: &'a Graph, dag: &'a Dag, supported: &'a [bool], limits: &'a Limits, backend: &str) -> Cx<'a> {
-        let chain_prev = (backend == "gemm").then(|| gemm_chain_prev(g, supported));
+    /// The context `rule` is evaluated in.
+    pub fn new(g: &'a Graph, dag: &'a Dag, supported: &'a [bool], limits: &'a Limits, rule: &Rule) -> Cx<'a> {
+        let chain_prev = rule.uses_gemm_epilogue().then(|| gemm_chain_prev(g, supported));
         Cx { g, dag, supported, limits, chain_prev }
     }
 
@@ -136,16 +140,11 @@ fn gemm_chain_prev(g: &Graph, supported: &[bool]) -> Vec<Option<u32>> {
         .collect()
 }
 
-/// The rule set of a backend, by name: `gemm` (anchors plus their epilogue chains), `c` (the fallback: every
-/// node, elementwise/injective chains, anchors and reductions with their elementwise producers and
-/// consumers, injective ops into reductions), anything else: primitives of supported nodes.
-pub fn for_backend(name: &str) -> Rule {
-    match name {
-        "gemm" => Rule::OnlyValid(Box::new(Rule::Union(vec![
-            Rule::Primitive { kinds: Kinds::ANCHOR },
-            Rule::Combine { base: Box::new(Rule::Primitive { kinds: Kinds::ANCHOR }), combiners: vec![Combiner::GemmEpilogue] },
-        ]))),
-        "c" => Rule::OnlyValid(Box::new(Rule::Union(vec![
+impl Rule {
+    /// The `c` backend's rule set, the fallback's: every node, elementwise/injective chains, anchors and
+    /// reductions with their elementwise producers and consumers, injective ops into reductions.
+    pub fn fusing_fallback() -> Rule {
+        Rule::OnlyValid(Box::new(Rule::Union(vec![
             Rule::Primitive { kinds: Kinds::ALL },
             Rule::Combine {
                 base: Box::new(Rule::Primitive { kinds: Kinds::ALL }),
@@ -156,12 +155,28 @@ pub fn for_backend(name: &str) -> Rule {
                     Combiner::ByKind { upstream: Kinds::INJECTIVE, downstream: Kinds::REDUCTION },
                 ],
             },
-        ]))),
-        _ => Rule::OnlyValid(Box::new(Rule::Primitive { kinds: Kinds::ALL })),
+        ])))
     }
-}
 
-impl Rule {
+    /// The `gemm` backend's rule set: anchors alone and with their epilogue chains ([`Combiner::GemmEpilogue`]).
+    pub fn anchors_with_epilogues() -> Rule {
+        Rule::OnlyValid(Box::new(Rule::Union(vec![
+            Rule::Primitive { kinds: Kinds::ANCHOR },
+            Rule::Combine { base: Box::new(Rule::Primitive { kinds: Kinds::ANCHOR }), combiners: vec![Combiner::GemmEpilogue] },
+        ])))
+    }
+
+    /// Whether [`Combiner::GemmEpilogue`] occurs anywhere in the rule (its `only_valid` then also checks
+    /// epilogue chains).
+    pub fn uses_gemm_epilogue(&self) -> bool {
+        match self {
+            Rule::Primitive { .. } => false,
+            Rule::Union(rules) => rules.iter().any(Rule::uses_gemm_epilogue),
+            Rule::Combine { base, combiners } => base.uses_gemm_epilogue() || combiners.contains(&Combiner::GemmEpilogue),
+            Rule::OnlyValid(rule) => rule.uses_gemm_epilogue(),
+        }
+    }
+
     /// The rule's candidates, deduplicated and sorted.
     pub(crate) fn eval(&self, cx: &Cx) -> Vec<Proto> {
         let mut out = match self {

@@ -1,4 +1,5 @@
-//! Shared-object modules (the `c` backend's, later CUTLASS's): loaded straight from the module bytes, with no
+//! The run side of the `c` backend: shared-object modules ([`ModuleFormat::SharedObject`](crate::module::ModuleFormat);
+//! later CUTLASS's too), loaded straight from the module bytes, with no
 //! compiler and nothing written where other processes could see it.
 //!
 //! The bytes go into an anonymous in-memory file (`memfd_create`), which is `dlopen`ed through its
@@ -54,6 +55,11 @@ impl SharedObject {
         }
         Ok(SharedObject { functions, _lib: lib, _memfd: memfd, backend: m.backend.clone() })
     }
+}
+
+/// The registry's loader of [`ModuleFormat::SharedObject`](crate::module::ModuleFormat) modules.
+pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
+    Ok(Box::new(SharedObject::load(m)?))
 }
 
 fn arity(f: &FunctionInfo) -> usize {

@@ -1,0 +1,138 @@
+//! Module loading: every module format and the loader that turns a module of that format into a
+//! [`LoadedModule`]. Each backend's run side is one module of the runtime named after the backend; this file
+//! is the one list that connects them, so adding a module format is its runtime module, one
+//! [`ModuleFormat`] variant and one line of [`BUILTIN`].
+//!
+//! A [`Registry`] is a value: [`Registry::builtin`] holds this crate's formats, and code outside the crate
+//! (a backend developed out of tree, a test) adds its own loader for a [`ModuleFormat::Named`] format to a
+//! copy with [`Registry::with`] and loads artifacts through it
+//! ([`Executable::load_with`](super::Executable::load_with)). Lookups scan a short vector in registration
+//! order; nothing is hashed.
+
+use super::{c, gemm, LoadedModule, RuntimeError};
+use crate::module::{Module, ModuleFormat};
+use std::sync::{Arc, OnceLock};
+
+/// Loads modules of one format.
+pub trait ModuleLoader: Send + Sync {
+    /// Loads (and validates) `m`; an error names the module's backend.
+    fn load(&self, m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError>;
+}
+
+impl<F> ModuleLoader for F
+where
+    F: Fn(&Module) -> Result<Box<dyn LoadedModule>, RuntimeError> + Send + Sync,
+{
+    fn load(&self, m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
+        self(m)
+    }
+}
+
+type LoadFn = fn(&Module) -> Result<Box<dyn LoadedModule>, RuntimeError>;
+
+/// This crate's module formats and their loaders: one line per format.
+const BUILTIN: &[(ModuleFormat, LoadFn)] = &[
+    (ModuleFormat::SharedObject, c::loader),
+    (ModuleFormat::GemmPlan, gemm::loader),
+];
+
+/// Module format -> loader, at most one loader per format.
+#[derive(Clone, Default)]
+pub struct Registry {
+    loaders: Vec<(ModuleFormat, Arc<dyn ModuleLoader>)>,
+}
+
+impl Registry {
+    /// A registry with no formats.
+    pub fn empty() -> Registry {
+        Registry::default()
+    }
+
+    /// The formats of this crate ([`BUILTIN`]), built once.
+    pub fn builtin() -> &'static Registry {
+        static BUILT: OnceLock<Registry> = OnceLock::new();
+        BUILT.get_or_init(|| {
+            let mut r = Registry::empty();
+            for (format, load) in BUILTIN {
+                r.add(format.clone(), Arc::new(*load)).expect("built-in formats are distinct");
+            }
+            r
+        })
+    }
+
+    /// Adds the loader of `format`; a format that already has one is an error naming it.
+    pub fn add(&mut self, format: ModuleFormat, loader: Arc<dyn ModuleLoader>) -> Result<(), RuntimeError> {
+        if self.loaders.iter().any(|(f, _)| *f == format) {
+            return Err(RuntimeError(format!("module format {format} already has a loader")));
+        }
+        self.loaders.push((format, loader));
+        Ok(())
+    }
+
+    /// This registry with the loader of `format` added (see [`add`](Self::add)).
+    pub fn with(mut self, format: ModuleFormat, loader: impl ModuleLoader + 'static) -> Result<Registry, RuntimeError> {
+        self.add(format, Arc::new(loader))?;
+        Ok(self)
+    }
+
+    /// The registered formats, in registration order.
+    pub fn formats(&self) -> impl Iterator<Item = &ModuleFormat> {
+        self.loaders.iter().map(|(f, _)| f)
+    }
+
+    /// Loads `m` with the loader of its format.
+    pub fn load(&self, m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
+        match self.loaders.iter().find(|(f, _)| *f == m.format) {
+            Some((_, loader)) => loader.load(m),
+            None => {
+                let known: Vec<String> = self.formats().map(|f| f.to_string()).collect();
+                Err(RuntimeError(format!(
+                    "module of backend {} (target {}): format {} has no loader in this runtime (formats: {})",
+                    m.backend,
+                    m.target,
+                    m.format,
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                )))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fake;
+
+    impl LoadedModule for Fake {
+        unsafe fn call(&self, _: usize, _: &[*mut u8]) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+    }
+
+    fn module(format: ModuleFormat) -> Module {
+        Module { backend: "toy".into(), target: "cpu -compiler=toy".into(), format, functions: vec![], bytes: vec![] }
+    }
+
+    #[test]
+    fn builtin_has_one_loader_per_format_of_this_crate() {
+        let formats: Vec<&ModuleFormat> = Registry::builtin().formats().collect();
+        assert_eq!(formats, [&ModuleFormat::SharedObject, &ModuleFormat::GemmPlan]);
+    }
+
+    #[test]
+    fn an_unknown_format_is_an_error_naming_the_backend() {
+        let e = Registry::builtin().load(&module(ModuleFormat::Named("toy-plan".into()))).err().expect("no loader");
+        assert!(e.0.contains("backend toy") && e.0.contains("'toy-plan'") && e.0.contains("shared-object, gemm-plan"), "{e}");
+    }
+
+    #[test]
+    fn an_added_loader_is_used_and_a_second_one_refused() {
+        let load = |_: &Module| -> Result<Box<dyn LoadedModule>, RuntimeError> { Ok(Box::new(Fake)) };
+        let r = Registry::builtin().clone().with(ModuleFormat::Named("toy-plan".into()), load).unwrap();
+        assert!(r.load(&module(ModuleFormat::Named("toy-plan".into()))).is_ok());
+        assert!(r.load(&module(ModuleFormat::Named("other".into()))).is_err());
+        let e = r.with(ModuleFormat::GemmPlan, load).err().expect("duplicate");
+        assert!(e.0.contains("gemm-plan"), "{e}");
+    }
+}
