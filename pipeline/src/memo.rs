@@ -17,7 +17,7 @@ use tessera_store::{Digest, MemoEntry, Store};
 
 /// Executions, hits and time of one stage in one run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct StageStats {
+pub struct RunStageStats {
     pub executions: u64,
     pub hits: u64,
     /// Time spent executing (misses only), in microseconds.
@@ -29,7 +29,7 @@ type Flight = Arc<OnceLock<std::result::Result<Digest, SharedFailure>>>;
 /// A run's view of the store: memoized calls and per-stage counters.
 pub struct Memo<'s> {
     store: &'s Store,
-    stats: Mutex<BTreeMap<&'static str, StageStats>>,
+    stats: Mutex<BTreeMap<&'static str, RunStageStats>>,
     inflight: Mutex<BTreeMap<(&'static str, Digest), Flight>>,
     observer: Option<Box<dyn Fn(&'static str, bool) + Send + Sync + 's>>,
 }
@@ -71,7 +71,7 @@ impl<'s> Memo<'s> {
     }
 
     /// Per-stage counters so far.
-    pub fn stats(&self) -> BTreeMap<&'static str, StageStats> {
+    pub fn stats(&self) -> BTreeMap<&'static str, RunStageStats> {
         self.stats.lock().expect("stats lock").clone()
     }
 

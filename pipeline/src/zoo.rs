@@ -2,7 +2,7 @@
 //! writing artifacts and summarizing the run.
 
 use crate::build::{compile_models, Ctx, ModelJob, ModelResult, ModelSource};
-use crate::memo::{Memo, StageStats};
+use crate::memo::{Memo, RunStageStats};
 use tessera_stages::partition::stage::CostMode;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -103,7 +103,7 @@ pub struct Summary {
     pub unique_kernels: usize,
     /// partitions / unique kernels: how much work identical partitions saved.
     pub dedupe_ratio: f64,
-    pub stages: BTreeMap<String, StageStats>,
+    pub stages: BTreeMap<String, RunStageStats>,
     pub seconds: f64,
     pub cost_source: String,
     pub artifacts: Vec<ArtifactRow>,

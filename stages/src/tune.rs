@@ -12,7 +12,7 @@
 //! measurements start, one function at a time under the device's lock
 //! ([`device::exclusively`](crate::device::exclusively), on a thread pool of its own), so no compile of ours
 //! competes with a timing run and two measurements never overlap in this process. A zoo runs the partition
-//! stages of its models one at a time ([`build::compile_models`](crate::build::compile_models)) for the same
+//! stages of its models one at a time (the pipeline's `build::compile_models`) for the same
 //! reason: work outside the lock (graph loads, signatures, store reads) would otherwise share the cores.
 //!
 //! Outcomes:
@@ -164,7 +164,7 @@ pub fn measure_candidates(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)])
 }
 
 /// One candidate after its key is known.
-struct Planned<'a> {
+struct Keyed<'a> {
     target: &'a Target,
     backend: &'a dyn Backend,
     kernel: Digest,
@@ -213,7 +213,7 @@ pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeI
         let kernel = kernel_signature(g, nodes).digest;
         let params = TuneKeyParams::new(kernel, target, backend, opts);
         let measurable = params.device.is_some() && backend.available().is_ok();
-        planned.push(Planned { target, backend, kernel, key: params.key()?, measurable });
+        planned.push(Keyed { target, backend, kernel, key: params.key()?, measurable });
     }
 
     // Misses, one per key, grouped by target (the store is only peeked at: the memo calls below count).

@@ -1,7 +1,7 @@
 //! Partitioning (stage 2): split a graph into partitions, each carrying the target that runs it.
 //!
 //! [`collage`] generates candidate partitions per backend from composable rules, and finds the cheapest cover
-//! by a shortest-path search over covered-prefix states (costs measured by the pipeline's tune stage, or the
+//! by a shortest-path search over covered-prefix states (costs measured by the tune stage, [`crate::tune`], or the
 //! backends' estimates). This module holds the result types and [`check`], the invariant every partitioning
 //! must satisfy.
 //!
