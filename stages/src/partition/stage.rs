@@ -9,7 +9,7 @@ use crate::build::{Ctx, LazyGraph};
 use crate::ir::{Graph, NodeId, Tensor};
 use crate::stage::{DevicePolicy, Stage};
 use crate::target::Target;
-use crate::tune::{measure_candidates, CostSource as TuneSource};
+use crate::tune::{measure_candidates, CostSource as CandidateSource};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use tessera_kernels::runtime::measure::MeasureOptions;
@@ -178,7 +178,7 @@ pub enum Selection {
 pub struct CostedCandidates {
     pub cands: Vec<collage::Candidate>,
     pub cost_us: Vec<f64>,
-    pub sources: Vec<&'static str>,
+    pub sources: Vec<CandidateSource>,
 }
 
 /// Partitions `g` for the run's targets and builds its execution plan: the searched mix (checked end to end
@@ -205,27 +205,20 @@ pub fn costed_candidates(ctx: &Ctx, g: &Graph) -> Result<CostedCandidates> {
         let _busy = crate::device::busy();
         collage::candidates(g, ctx.targets, &lookup, &Limits::default())?
     };
-    let (cost_us, sources): (Vec<f64>, Vec<&'static str>) = match ctx.costs {
+    let (cost_us, sources): (Vec<f64>, Vec<CandidateSource>) = match ctx.costs {
         CostMode::Analytical => cands
             .iter()
             .map(|c| {
                 let t = &ctx.targets.targets[c.target];
                 let us = ctx.backend(t).map(|b| b.estimate_us(g, &c.nodes, t)).unwrap_or(f64::INFINITY);
-                (us, "analytical")
+                (us, CandidateSource::Analytical)
             })
             .unzip(),
         CostMode::Measured => {
             let pairs: Vec<(Target, Vec<NodeId>)> = cands.iter().map(|c| (ctx.targets.targets[c.target].clone(), c.nodes.clone())).collect();
             measure_candidates(ctx, g, &pairs)?
                 .into_iter()
-                .map(|c| {
-                    let source = match c.source {
-                        TuneSource::Measured => "measured",
-                        TuneSource::Analytical => "analytical",
-                        TuneSource::Unsupported => "unsupported",
-                    };
-                    (c.us, source)
-                })
+                .map(|c| (c.us, c.source))
                 .unzip()
         }
     };
@@ -262,7 +255,7 @@ pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Sel
                 .sum();
         }
     }
-    let used: Vec<&str> = outcome
+    let used: Vec<CandidateSource> = outcome
         .winners
         .iter()
         .map(|(w, _)| {
@@ -270,9 +263,9 @@ pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Sel
             sources[i]
         })
         .collect();
-    let source = if used.iter().all(|s| *s == "measured") {
+    let source = if used.iter().all(|s| *s == CandidateSource::Measured) {
         CostSource::Measured
-    } else if used.iter().all(|s| *s == "analytical") {
+    } else if used.iter().all(|s| *s == CandidateSource::Analytical) {
         CostSource::Analytical
     } else {
         CostSource::Mixed
