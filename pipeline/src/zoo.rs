@@ -142,7 +142,7 @@ pub fn compile_all(
     on_model: &(dyn Fn(&ModelResult) + Sync),
 ) -> Result<Summary> {
     let start = Instant::now();
-    tessera_stages::stage::run_digest(memo, &tessera_stages::build::Targets { targets })?;
+    tessera_stages::stage::run_digest(memo, &tessera_stages::target::Targets { targets })?;
     let ctx = Ctx::new(memo, targets, backends).with_costs(costs);
     // One bad model must not cost the rest of the zoo: every model compiles, failures are reported at the end.
     let outcomes: Vec<Result<ModelResult>> = compile_models(&ctx, jobs, on_model);

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 use tessera::build::Ctx;
-use tessera_stages::build::Lower;
+use tessera_stages::lower::Lower;
 use tessera_stages::stage::Stage;
 use tessera_stages::device::cpu_fingerprint;
 use tessera::memo::Memo;

@@ -2,6 +2,13 @@
 //! tests are the model): changing any one ingredient changes the key, and nothing else does.
 
 use super::*;
+use crate::compile::Compile;
+use crate::link::Link;
+use crate::load::{GraphSource, Load};
+use crate::lower::Lower;
+use crate::stage::{DevicePolicy, Stage};
+use crate::target::Targets;
+use std::sync::OnceLock;
 use crate::backend::{c::CBackend, gemm::GemmBackend};
 use crate::partition::stage::{MeasuredParams, PartitionKeyParams};
 use anyhow::Result;
@@ -78,8 +85,15 @@ fn compile_key_has_every_ingredient() {
 #[test]
 fn link_key_has_every_ingredient() {
     let no_input = || -> Result<LinkInput> { unreachable!("keys only") };
-    let key = |plan: &str, modules: &[Digest]| Link { plan_digest: &d(plan), modules, input: &no_input }.key().unwrap();
-    all_distinct(&[("base", key("p", &[d("m")])), ("plan", key("p2", &[d("m")])), ("modules", key("p", &[d("m"), d("n")]))]);
+    let key = |plan: &str, modules: &[Digest], format_version: u32| {
+        Link { plan_digest: &d(plan), modules, format_version, input: &no_input }.key().unwrap()
+    };
+    all_distinct(&[
+        ("base", key("p", &[d("m")], 1)),
+        ("plan", key("p2", &[d("m")], 1)),
+        ("modules", key("p", &[d("m"), d("n")], 1)),
+        ("artifact format", key("p", &[d("m")], 2)),
+    ]);
 }
 
 #[test]
@@ -152,15 +166,19 @@ impl GraphSource for Source {
 fn load_key_is_the_recipe_or_the_document() {
     let t = tempfile::tempdir().unwrap();
     let store = tessera_store::Store::open(t.path(), Default::default()).unwrap();
-    let key = |recipe: Option<&str>, document: Option<&[u8]>| {
+    let key_with = |recipe: Option<&str>, document: Option<&[u8]>, passes_version: u32| {
         let source = Source { recipe: recipe.map(d) };
-        Load { source: &source, store: &store, document: document.map(<[u8]>::to_vec), built: OnceLock::new() }.key().unwrap()
+        let load = Load { source: &source, store: &store, document: document.map(<[u8]>::to_vec), passes_version, built: OnceLock::new() };
+        load.key().unwrap()
     };
+    let key = |recipe: Option<&str>, document: Option<&[u8]>| key_with(recipe, document, 1);
     all_distinct(&[
         ("recipe", key(Some("r"), None)),
         ("other recipe", key(Some("r2"), None)),
+        ("passes version", key_with(Some("r"), None, 2)),
         ("document", key(None, Some(b"doc"))),
         ("other document", key(None, Some(b"doc2"))),
+        ("document, passes version", key_with(None, Some(b"doc"), 2)),
     ]);
     // With a recipe, the document (built only for sources without one) does not enter the key.
     assert_eq!(key(Some("r"), None), key(Some("r"), Some(b"doc")));

@@ -1,12 +1,15 @@
 //! tessera's compiler: the graph IR, ONNX import, the reference interpreter, graph passes, the hashed stages
-//! (one [`stage::Stage`] each: targets and load in [`build`], partition in [`partition::stage`], tune in
-//! [`tune`], lower/compile/link in [`build`]) and each backend's compile side ([`backend`]).
+//! (one [`stage::Stage`] each, one module each: targets in [`target`], [`load`], partition in
+//! [`partition::stage`], [`tune`], [`lower`], [`compile`], [`link`]; [`build`] runs one model's DAG) and each backend's compile side ([`backend`]).
 
 pub mod backend;
 pub mod build;
+pub mod compile;
 pub mod device;
 pub mod interp;
 pub mod link;
+pub mod load;
+pub mod lower;
 pub mod ir;
 pub mod npy;
 pub mod onnx;

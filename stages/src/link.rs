@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 use crate::backend::Module;
 use crate::interp::INT_INPUT_BOUND;
 use crate::ir::{Tensor, TensorType};
+use crate::stage::{DevicePolicy, Stage};
+use tessera_store::Digest;
 
 /// A buffer named by the pipeline's plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -206,3 +208,46 @@ fn int_bounds(input: &LinkInput) -> Result<Vec<i64>, String> {
     }
     Ok(b.clone())
 }
+
+// ---- the stage -----------------------------------------------------------------------------------
+
+/// The link stage's code version.
+pub const LINK_VERSION: u32 = 1;
+
+/// Stage: link one plan's modules and constants into the artifact. Its output is the artifact file's bytes.
+pub struct Link<'a> {
+    pub plan_digest: &'a Digest,
+    pub modules: &'a [Digest],
+    /// Key ingredient: the artifact format's version ([`tessera_kernels::artifact::FORMAT_VERSION`]).
+    pub format_version: u32,
+    /// The means: the link input (built from the plan and the modules named above).
+    pub input: &'a (dyn Fn() -> anyhow::Result<LinkInput> + Sync),
+}
+
+impl Stage for Link<'_> {
+    const NAME: &'static str = "link";
+    const DEVICE: DevicePolicy = DevicePolicy::Busy;
+    type Output = Vec<u8>;
+    fn version(&self) -> u32 {
+        LINK_VERSION
+    }
+    fn key(&self) -> anyhow::Result<Digest> {
+        Ok(self
+            .key_builder()
+            .input_digest("plan", self.plan_digest)
+            .input("modules", self.modules)
+            .env("artifact_format", &self.format_version)
+            .finish()?)
+    }
+    fn compute(&self) -> anyhow::Result<Vec<u8>> {
+        Ok(link(&(self.input)()?)?)
+    }
+    // The artifact is stored as the file's bytes.
+    fn encode(out: &Vec<u8>) -> anyhow::Result<Vec<u8>> {
+        Ok(out.clone())
+    }
+    fn decode(bytes: &[u8]) -> anyhow::Result<Vec<u8>> {
+        Ok(bytes.to_vec())
+    }
+}
+

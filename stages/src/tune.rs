@@ -6,7 +6,7 @@
 //! across layers, models and runs are measured once; see [`TuneKeyParams`] for everything else in the key.
 //!
 //! On a miss, the kernel is lowered through the same lower stage the compile path uses
-//! ([`Lower`](crate::build::Lower)), so a kernel measured while partitioning is never lowered
+//! ([`Lower`](crate::lower::Lower)), so a kernel measured while partitioning is never lowered
 //! again when the model compiles. The missed kernels of one target go into one module per core (a handful
 //! of C compiles per call), all compiled in parallel (rayon). Only when every module is built do
 //! measurements start, one function at a time under the device's lock
@@ -23,7 +23,8 @@
 //!   fingerprint yet): the backend's `estimate_us`. Not recorded, since it is cheap and not a tune result.
 
 use crate::backend::{Backend, BackendError, FunctionInfo, LoweredKernel};
-use crate::build::{Ctx, Lower};
+use crate::build::Ctx;
+use crate::lower::Lower;
 use crate::device::{cpu_fingerprint, exclusively, DeviceFingerprint};
 use crate::interp::{int_input_bounds, random_tensor};
 use crate::ir::{extract_subgraph, Graph, NodeId, Tensor};

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use tessera_store::Digest;
+use crate::stage::{DevicePolicy, Stage};
+use anyhow::Result;
 
 /// A typed attribute value.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -267,3 +269,23 @@ impl TargetSet {
 
 #[cfg(test)]
 mod tests;
+
+/// Stage: canonical targets. Recorded so a store says which target sets were compiled for.
+pub struct Targets<'a> {
+    pub targets: &'a TargetSet,
+}
+
+impl Stage for Targets<'_> {
+    const NAME: &'static str = "targets";
+    const DEVICE: DevicePolicy = DevicePolicy::Own;
+    type Output = TargetSet;
+    fn version(&self) -> u32 {
+        crate::target::REGISTRY_VERSION
+    }
+    fn key(&self) -> Result<Digest> {
+        Ok(self.key_builder().input("targets", self.targets).finish()?)
+    }
+    fn compute(&self) -> Result<TargetSet> {
+        Ok(self.targets.clone())
+    }
+}

@@ -1,0 +1,53 @@
+//! Stage 3a, lower: one kernel signature for one target, lowered by the target's backend.
+
+use crate::backend::{Backend, LoweredKernel};
+use crate::ir::{extract_subgraph, Graph, NodeId};
+use crate::partition::plan::kernel_signature;
+use crate::stage::{DevicePolicy, Stage};
+use crate::target::Target;
+use anyhow::{bail, Result};
+use tessera_store::Digest;
+
+/// Stage: lower one kernel signature for one target (memoized per distinct kernel: twelve identical layers
+/// lower once). The tune stage lowers candidates through this same stage, so a kernel measured while
+/// partitioning is never lowered again when the model compiles.
+pub struct Lower<'a> {
+    pub kernel: Digest,
+    pub target: &'a Target,
+    pub backend: &'a dyn Backend,
+    /// The means: the kernel graph (extracted from the model graph; only called on a miss).
+    pub graph: &'a (dyn Fn() -> Result<Graph> + Sync),
+    pub symbol: &'a str,
+}
+
+impl Stage for Lower<'_> {
+    const NAME: &'static str = "lower";
+    const DEVICE: DevicePolicy = DevicePolicy::Busy;
+    type Output = LoweredKernel;
+    fn version(&self) -> u32 {
+        self.backend.version()
+    }
+    fn key(&self) -> Result<Digest> {
+        Ok(self
+            .key_builder()
+            .input_digest("kernel", &self.kernel)
+            .input_digest("target", &self.target.digest())
+            .input("backend", self.backend.name())
+            .finish()?)
+    }
+    fn compute(&self) -> Result<LoweredKernel> {
+        let kg = (self.graph)()?;
+        Ok(self.backend.lower(self.target, &kg, self.symbol)?)
+    }
+}
+
+/// The kernel graph of partition `nodes` of `g`, checked against the signature the plan recorded.
+pub fn kernel_graph(g: &Graph, nodes: &[u32], kernel: &Digest) -> Result<Graph> {
+    let nodes: Vec<NodeId> = nodes.iter().map(|&n| NodeId(n)).collect();
+    let sig = kernel_signature(g, &nodes);
+    if sig.digest != *kernel {
+        bail!("kernel signature changed between partition and lower ({} vs {})", sig.digest, kernel);
+    }
+    Ok(extract_subgraph(g, &sig))
+}
+
