@@ -507,3 +507,59 @@ fn external_models_match_stored_outputs() {
     }
     assert!(worst <= 1e-4, "worst relative error {worst:.2e} exceeds 1e-4");
 }
+
+#[test]
+fn a_value_written_by_two_nodes_is_rejected_naming_both() {
+    let b = model(
+        17,
+        vec![node("Relu", "first", &["x"], &["y"], vec![]), node("Neg", "second", &["x"], &["y"], vec![])],
+        vec![f32s("x", &[3])],
+        &["y"],
+        vec![],
+    );
+    let (e, s) = err_of(&b);
+    let loc = e.location.as_ref().expect("the second writer is the node at fault");
+    assert_eq!((loc.node.as_str(), loc.op.as_str()), ("second", "Neg"));
+    assert!(s.contains("models/test_model.onnx") && s.contains("'y'") && s.contains("node 'first' (Relu)"), "{s}");
+}
+
+#[test]
+fn a_node_writing_a_graph_input_or_initializer_or_one_name_twice_is_rejected() {
+    // Overwrites the graph input.
+    let b = model(17, vec![node("Relu", "r", &["x"], &["x"], vec![])], vec![f32s("x", &[3])], &["x"], vec![]);
+    let (_, s) = err_of(&b);
+    assert!(s.contains("node 'r' (Relu)") && s.contains("'x' is already written by graph input"), "{s}");
+    // Overwrites an initializer.
+    let w = Tensor::from_f32(vec![3], &[1.0, 2.0, 3.0]);
+    let b = model(17, vec![node("Add", "a", &["x", "w"], &["w"], vec![])], vec![f32s("x", &[3])], &["w"], vec![init("w", &w)]);
+    let (_, s) = err_of(&b);
+    assert!(s.contains("node 'a' (Add)") && s.contains("'w' is already written by initializer"), "{s}");
+    // One node, one name on two outputs (unnamed node: labelled by index).
+    let b = model(17, vec![node("Split", "", &["x"], &["p", "p"], vec![a_int("axis", 0)])], vec![f32s("x", &[4])], &["p"], vec![]);
+    let (e, s) = err_of(&b);
+    assert_eq!(e.location.unwrap().node, "#0");
+    assert!(s.contains("outputs 0 and 1 are both named 'p'"), "{s}");
+    // Two initializers of one name.
+    let b = model(17, vec![node("Add", "a", &["x", "w"], &["y"], vec![])], vec![f32s("x", &[3])], &["y"], vec![init("w", &w), init("w", &w)]);
+    let (_, s) = err_of(&b);
+    assert!(s.contains("test_model.onnx") && s.contains("'w' is written by two initializers"), "{s}");
+}
+
+#[test]
+fn a_graph_output_listed_twice_is_rejected() {
+    let b = model(17, vec![node("Relu", "r", &["x"], &["y"], vec![])], vec![f32s("x", &[3])], &["y", "y"], vec![]);
+    let (_, s) = err_of(&b);
+    assert!(
+        s.contains("models/test_model.onnx") && s.contains("graph output 'y' (written by node 'r' (Relu)) is listed twice, as outputs 0 and 1"),
+        "{s}"
+    );
+    // Two distinct names that alias one value are still fine.
+    let b = model(
+        17,
+        vec![node("Relu", "r", &["x"], &["y"], vec![]), node("Identity", "i", &["y"], &["z"], vec![])],
+        vec![f32s("x", &[3])],
+        &["y", "z"],
+        vec![],
+    );
+    assert_eq!(import(&b).unwrap().outputs.len(), 2);
+}
