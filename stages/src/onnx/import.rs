@@ -171,6 +171,9 @@ impl<'a> Importer<'a> {
             if matches!(op, Op::Identity) {
                 return Ok(vec![inputs[0]]);
             }
+            for t in &out_types {
+                check_folded(&format!("the result of {}", op.name()), &t.shape, t.dtype).map_err(|kind| NodeError { attribute: None, kind })?;
+            }
             let outs = fold(&op, &consts).map_err(|e| NodeError::invalid(format!("folding {} over constants failed: {e}", op.name())))?;
             if outs.len() != out_types.len() || outs.iter().zip(&out_types).any(|(t, ty)| &t.ty != ty) {
                 return Err(NodeError::invalid(format!(
@@ -391,6 +394,27 @@ fn input_type(vi: &ValueInfoProto, name: &str, opts: &ImportOptions) -> Result<T
 
 /// Largest tensor the importer accepts (16 GiB): bigger is a corrupt or hostile file, not a model.
 pub const MAX_TENSOR_BYTES: usize = 1 << 34;
+
+/// Largest constant the importer computes itself (1 GiB): folding (ConstantOfShape, Expand, Tile... over
+/// constants) turns a few numbers of the file into a tensor, so without a bound a 100-byte model could ask
+/// for gigabytes at import. Weights read from the file are bounded by the file, not by this.
+pub const MAX_FOLDED_BYTES: usize = 1 << 30;
+
+/// Rejects a constant about to be computed at import whose size exceeds [`MAX_FOLDED_BYTES`] (or overflows),
+/// before it is allocated.
+pub fn check_folded(what: &str, dims: &[usize], dtype: DType) -> Result<(), ImportErrorKind> {
+    let bytes = dims.iter().try_fold(dtype.size(), |acc, &d| acc.checked_mul(d));
+    match bytes {
+        Some(b) if b <= MAX_FOLDED_BYTES => Ok(()),
+        _ => Err(ImportErrorKind::Unsupported {
+            what: "constant larger than 1 GiB".into(),
+            detail: format!(
+                "{what} is a constant of shape {dims:?} ({}), computed at import; the importer folds at most {MAX_FOLDED_BYTES} bytes",
+                bytes.map_or("more than 2^64 bytes".to_string(), |b| format!("{b} bytes"))
+            ),
+        }),
+    }
+}
 
 /// Rejects shapes whose size overflows or exceeds [`MAX_TENSOR_BYTES`], before any arithmetic on them.
 pub fn check_size(what: &str, dims: &[usize], dtype: DType) -> Result<(), ImportErrorKind> {

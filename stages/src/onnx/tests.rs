@@ -563,3 +563,28 @@ fn a_graph_output_listed_twice_is_rejected() {
     );
     assert_eq!(import(&b).unwrap().outputs.len(), 2);
 }
+
+/// Found by fuzzing (tessera-fuzz onnx-model): a ConstantOfShape fed a constant shape of [65536, 65536]
+/// passed the 16 GiB tensor limit and was folded at import, allocating 16 GiB for a 100-byte model (the
+/// process aborted). Constants computed at import are now bounded by MAX_FOLDED_BYTES, checked before
+/// allocating, and the error names the node and op.
+#[test]
+fn a_huge_folded_constant_is_refused_before_it_is_allocated() {
+    let shape = Tensor::from_i64(vec![2], &[65536, 65536]);
+    let b = model(17, vec![node("ConstantOfShape", "big", &["s"], &["y"], vec![])], vec![], &["y"], vec![init("s", &shape)]);
+    let (e, s) = err_of(&b);
+    assert_eq!(e.location.as_ref().map(|l| (l.node.as_str(), l.op.as_str())), Some(("big", "ConstantOfShape")));
+    assert!(s.contains("constant of shape [65536, 65536] (17179869184 bytes), computed at import"), "{s}");
+    // The same through a folded op (Expand of a constant).
+    let one = Tensor::from_f32(vec![1], &[1.0]);
+    let b = model(
+        17,
+        vec![node("Expand", "ex", &["c", "s"], &["y"], vec![])],
+        vec![],
+        &["y"],
+        vec![init("c", &one), init("s", &shape)],
+    );
+    let (e, s) = err_of(&b);
+    assert_eq!(e.location.unwrap().node, "ex");
+    assert!(s.contains("computed at import; the importer folds at most 1073741824 bytes"), "{s}");
+}

@@ -6,7 +6,7 @@ use super::one;
 use crate::ir::{BinaryOp, DType, Op, PadMode, ReduceKind, Tensor, TensorType, UnaryOp, ValueId};
 use crate::onnx::attrs::{norm_axes, norm_axis};
 use crate::onnx::error::{NResult, NodeError};
-use crate::onnx::import::{check_size, Importer, NodeCx, MAX_TENSOR_BYTES};
+use crate::onnx::import::{check_folded, check_size, Importer, NodeCx, MAX_FOLDED_BYTES, MAX_TENSOR_BYTES};
 use crate::onnx::ops::Converter;
 use crate::onnx::tensor::tensor_from_proto;
 
@@ -405,7 +405,7 @@ fn constant_of_shape(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
         }
         None => Tensor::scalar_f32(0.0),
     };
-    check_size("the output", &shape, value.dtype()).map_err(|kind| NodeError { attribute: None, kind })?;
+    check_folded("the output", &shape, value.dtype()).map_err(|kind| NodeError { attribute: None, kind })?;
     one(im.konst(n, filled(&value, shape)))
 }
 
@@ -472,11 +472,11 @@ fn range(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
     one(im.konst(n, t))
 }
 
-/// The element count of a Range, `max(ceil(span), 0)`, bounded like any tensor.
+/// The element count of a Range, `max(ceil(span), 0)`, bounded like any constant computed at import.
 fn range_count(span: f64, dt: DType) -> NResult<usize> {
     let count = span.ceil().max(0.0);
-    if count > (MAX_TENSOR_BYTES / dt.size()) as f64 {
-        return Err(NodeError::invalid(format!("Range of {count} elements is too large")));
+    if count > (MAX_FOLDED_BYTES / dt.size()) as f64 {
+        return Err(NodeError::invalid(format!("Range of {count} elements is too large (it is computed at import, which folds at most {MAX_FOLDED_BYTES} bytes)")));
     }
     Ok(count as usize)
 }
