@@ -93,6 +93,13 @@ fn decode_raw(bytes: &[u8], path: &Path) -> Result<Raw, NpyError> {
         if stated > have {
             return Err(err(path, format!("not a valid .npy file: the header says it is {stated} bytes long, the file has {have} after it")));
         }
+        // npyz multiplies the shape's dimensions unchecked: refuse a shape whose element count overflows.
+        let header = String::from_utf8_lossy(&bytes[8 + len_size..8 + len_size + stated]);
+        if let Some(dims) = header_shape(&header) {
+            if dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)).is_none() {
+                return Err(err(path, format!("truncated or corrupt data: the header's shape {dims:?} has more than 2^64 elements")));
+            }
+        }
     }
     let file = npyz::NpyFile::new(&bytes[..]).map_err(|e| io_err(path, "not a valid .npy file", e))?;
     let ty = file_type(path, &file.dtype())?;
@@ -137,6 +144,16 @@ fn decode_raw(bytes: &[u8], path: &Path) -> Result<Raw, NpyError> {
         }),
     };
     Ok(Raw { ty, shape, fortran, data })
+}
+
+/// The dimensions of the header's `'shape': (d0, d1, ...)` entry when it is written that plainly (anything
+/// else is left to npyz, which rejects it).
+fn header_shape(header: &str) -> Option<Vec<u64>> {
+    let at = header.find("'shape'").or_else(|| header.find("\"shape\""))?;
+    let rest = &header[at..];
+    let open = rest.find('(')?;
+    let close = open + rest[open..].find(')')?;
+    rest[open + 1..close].split(',').map(str::trim).filter(|d| !d.is_empty()).map(|d| d.parse::<u64>().ok()).collect()
 }
 
 /// Where the data of a file whose header `npyz` accepted starts: magic (6), version (2), the header length
@@ -271,6 +288,20 @@ mod tests {
         b.extend([0u8; 16]);
         let e = read_bytes_as(&b, path, DType::F32).unwrap_err().to_string();
         assert!(e.contains("the header's shape [1099511627776, 4] needs 17592186044416 bytes of data, the file has 16"), "{e}");
+
+        // A shape whose element count overflows: npyz's own product panicked (debug) or wrapped (release).
+        let mut header = "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 2), }".to_string();
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((header.len() as u16).to_le_bytes());
+        b.extend(header.as_bytes());
+        let e = read_bytes(&b, path).unwrap_err().to_string();
+        assert!(e.starts_with("in.npy: truncated or corrupt data: the header's shape [4294967296, 4294967296, 2] has more than 2^64 elements"), "{e}");
+        assert_eq!(header_shape("{'shape': (3,), }"), Some(vec![3]));
+        assert_eq!(header_shape("{'shape': (), }"), Some(vec![]));
     }
     use super::*;
 
