@@ -60,6 +60,8 @@ pub struct Importer<'a> {
     /// ONNX value name -> what defines it ("graph input", "initializer", "node 'n' (Op)"): in SSA form each
     /// name is written once, and a second writer is an error naming both.
     defined_by: BTreeMap<String, String>,
+    /// The largest constant this import may compute itself (see [`Importer::check_folded`]).
+    pub fold_limit: usize,
 }
 
 impl<'a> Importer<'a> {
@@ -172,7 +174,7 @@ impl<'a> Importer<'a> {
                 return Ok(vec![inputs[0]]);
             }
             for t in &out_types {
-                check_folded(&format!("the result of {}", op.name()), &t.shape, t.dtype).map_err(|kind| NodeError { attribute: None, kind })?;
+                self.check_folded(&format!("the result of {}", op.name()), &t.shape, t.dtype)?;
             }
             let outs = fold(&op, &consts).map_err(|e| NodeError::invalid(format!("folding {} over constants failed: {e}", op.name())))?;
             if outs.len() != out_types.len() || outs.iter().zip(&out_types).any(|(t, ty)| &t.ty != ty) {
@@ -254,8 +256,11 @@ pub fn import(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &ImportOp
         opset,
         base_dir,
         defined_by: BTreeMap::new(),
+        fold_limit: MIN_FOLD_LIMIT,
     };
     declare_values(&mut im, graph, base_dir, opts).map_err(|k| err(file, k))?;
+    let data: usize = im.g.values.iter().map(|v| if let ValueDef::Const(t) = &v.def { t.bytes().len() } else { 0 }).sum();
+    im.fold_limit = MIN_FOLD_LIMIT.max(bytes.len().saturating_add(data).saturating_mul(2));
     for (index, node) in graph.node.iter().enumerate() {
         convert_node(&mut im, node, index).map_err(|e| ImportError {
             file: file.to_string(),
@@ -395,24 +400,30 @@ fn input_type(vi: &ValueInfoProto, name: &str, opts: &ImportOptions) -> Result<T
 /// Largest tensor the importer accepts (16 GiB): bigger is a corrupt or hostile file, not a model.
 pub const MAX_TENSOR_BYTES: usize = 1 << 34;
 
-/// Largest constant the importer computes itself (1 GiB): folding (ConstantOfShape, Expand, Tile... over
-/// constants) turns a few numbers of the file into a tensor, so without a bound a 100-byte model could ask
-/// for gigabytes at import. Weights read from the file are bounded by the file, not by this.
-pub const MAX_FOLDED_BYTES: usize = 1 << 30;
+/// The least bound on a constant the importer computes itself (64 MiB); see [`Importer::check_folded`].
+pub const MIN_FOLD_LIMIT: usize = 64 << 20;
 
-/// Rejects a constant about to be computed at import whose size exceeds [`MAX_FOLDED_BYTES`] (or overflows),
-/// before it is allocated.
-pub fn check_folded(what: &str, dims: &[usize], dtype: DType) -> Result<(), ImportErrorKind> {
-    let bytes = dims.iter().try_fold(dtype.size(), |acc, &d| acc.checked_mul(d));
-    match bytes {
-        Some(b) if b <= MAX_FOLDED_BYTES => Ok(()),
-        _ => Err(ImportErrorKind::Unsupported {
-            what: "constant larger than 1 GiB".into(),
-            detail: format!(
-                "{what} is a constant of shape {dims:?} ({}), computed at import; the importer folds at most {MAX_FOLDED_BYTES} bytes",
-                bytes.map_or("more than 2^64 bytes".to_string(), |b| format!("{b} bytes"))
-            ),
-        }),
+impl Importer<'_> {
+    /// Rejects a constant about to be computed at import (ConstantOfShape, Range, any op folded over
+    /// constants) that is larger than the model justifies, before it is allocated: at most twice the
+    /// model's own data (the file plus its initializers), or [`MIN_FOLD_LIMIT`]. Without a bound, a few
+    /// numbers in a 100-byte file could ask for gigabytes at import.
+    pub fn check_folded(&self, what: &str, dims: &[usize], dtype: DType) -> NResult<()> {
+        let bytes = dims.iter().try_fold(dtype.size(), |acc, &d| acc.checked_mul(d));
+        match bytes {
+            Some(b) if b <= self.fold_limit => Ok(()),
+            _ => Err(NodeError {
+                attribute: None,
+                kind: ImportErrorKind::Unsupported {
+                    what: "constant too large to compute at import".into(),
+                    detail: format!(
+                        "{what} is a constant of shape {dims:?} ({}) computed at import; this model's limit is {} bytes (twice its own data, at least {MIN_FOLD_LIMIT})",
+                        bytes.map_or("more than 2^64 bytes".to_string(), |b| format!("{b} bytes")),
+                        self.fold_limit
+                    ),
+                },
+            }),
+        }
     }
 }
 
