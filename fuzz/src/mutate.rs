@@ -31,7 +31,7 @@ pub fn mutate_bytes(rng: &mut Rng, b: &mut Vec<u8>, splice: &[Vec<u8>]) {
             3 => {
                 let i = rng.below(len + 1);
                 let n = 1 + rng.below(16);
-                let ins: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                let ins: Vec<u8> = (0..n).map(|_| rng.bits() as u8).collect();
                 b.splice(i..i, ins);
             }
             4 if len > 0 => {
@@ -75,7 +75,7 @@ pub fn mutate_bytes(rng: &mut Rng, b: &mut Vec<u8>, splice: &[Vec<u8>]) {
                 let end = (i + enc.len()).min(len);
                 b.splice(i..end, enc);
             }
-            _ => b.push(rng.next() as u8),
+            _ => b.push(rng.bits() as u8),
         }
     }
 }

@@ -12,11 +12,11 @@ impl Rng {
     /// The generator of execution `index` of a run seeded `seed`.
     pub fn for_exec(seed: u64, index: u64) -> Rng {
         let mut r = Rng(seed ^ index.wrapping_mul(0xd605_bbb5_8c8a_bbb5));
-        r.next();
+        r.bits();
         r
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn bits(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -29,7 +29,7 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            (self.next() % n as u64) as usize
+            (self.bits() % n as u64) as usize
         }
     }
 

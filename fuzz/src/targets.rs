@@ -162,7 +162,7 @@ fn import(bytes: &[u8], c: &Corpus) -> bool {
 fn gen_onnx_bytes(rng: &mut Rng, c: &Corpus) -> Vec<u8> {
     if rng.one_in(10) {
         let n = rng.below(256);
-        return (0..n).map(|_| rng.next() as u8).collect();
+        return (0..n).map(|_| rng.bits() as u8).collect();
     }
     let mut b = c.models[pick_model(rng, c)].clone();
     mutate_bytes(rng, &mut b, &c.models);
@@ -242,7 +242,7 @@ fn json_value(rng: &mut Rng, s: Option<&str>) -> serde_json::Value {
         (_, 1) => Value::from(rng.interesting_i64()),
         (_, 2) => Value::Bool(rng.one_in(2)),
         (_, 3) => Value::Null,
-        (_, 4) => serde_json::json!(f64::from_bits(rng.next()).to_string()),
+        (_, 4) => serde_json::json!(f64::from_bits(rng.bits()).to_string()),
         (_, 5) => Value::Array(vec![Value::from(1), Value::String("x".into())]),
         _ => serde_json::json!({"nested": rng.interesting_i64()}),
     }
@@ -357,7 +357,7 @@ fn gen_npy(rng: &mut Rng, c: &Corpus) -> Vec<u8> {
         1 => rng.below(64),
         _ => rng.below(512),
     };
-    b.extend((0..n).map(|_| rng.next() as u8));
+    b.extend((0..n).map(|_| rng.bits() as u8));
     b
 }
 

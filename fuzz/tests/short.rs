@@ -67,7 +67,7 @@ fn the_harness_reports_panics_and_big_allocations() {
     let opts = RunOptions { seed: 1, from: 0, execs: 50, time_limit: None, hang: std::time::Duration::from_secs(20) };
     let panics = FuzzTarget {
         name: "panics",
-        generate: |rng, _| vec![rng.next() as u8],
+        generate: |rng, _| vec![rng.bits() as u8],
         exec: |b, _| if b[0] < 128 { panic!("small byte {}", b[0]) } else { true },
         alloc_limit: |_| 1 << 20,
     };

@@ -101,7 +101,7 @@ fn decode_raw(bytes: &[u8], path: &Path) -> Result<Raw, NpyError> {
             }
         }
     }
-    let file = npyz::NpyFile::new(&bytes[..]).map_err(|e| io_err(path, "not a valid .npy file", e))?;
+    let file = npyz::NpyFile::new(bytes).map_err(|e| io_err(path, "not a valid .npy file", e))?;
     let ty = file_type(path, &file.dtype())?;
     // The header's shape is untrusted: check it against the bytes present before anything is sized by it
     // (a 100-byte file claiming a billion elements must not allocate gigabytes).
@@ -278,7 +278,7 @@ mod tests {
         assert!(e.starts_with("in.npy: not a valid .npy file: the header says it is 662372352 bytes long"), "{e}");
 
         let mut header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 4), }".to_string();
-        while (10 + header.len() + 1) % 64 != 0 {
+        while !(10 + header.len() + 1).is_multiple_of(64) {
             header.push(' ');
         }
         header.push('\n');
@@ -291,7 +291,7 @@ mod tests {
 
         // A shape whose element count overflows: npyz's own product panicked (debug) or wrapped (release).
         let mut header = "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 2), }".to_string();
-        while (10 + header.len() + 1) % 64 != 0 {
+        while !(10 + header.len() + 1).is_multiple_of(64) {
             header.push(' ');
         }
         header.push('\n');
