@@ -93,11 +93,13 @@ fn decode_raw(bytes: &[u8], path: &Path) -> Result<Raw, NpyError> {
         if stated > have {
             return Err(err(path, format!("not a valid .npy file: the header says it is {stated} bytes long, the file has {have} after it")));
         }
-        // npyz multiplies the shape's dimensions unchecked: refuse a shape whose element count overflows.
+        // npyz (and the Fortran-order transpose) multiply the shape's dimensions unchecked, strides
+        // included: refuse a shape whose non-zero dimensions multiply past 2^64 (a zero dimension makes
+        // the element count 0, but not the strides).
         let header = String::from_utf8_lossy(&bytes[8 + len_size..8 + len_size + stated]);
         if let Some(dims) = header_shape(&header) {
-            if dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)).is_none() {
-                return Err(err(path, format!("truncated or corrupt data: the header's shape {dims:?} has more than 2^64 elements")));
+            if dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d.max(1))).is_none() {
+                return Err(err(path, format!("truncated or corrupt data: the header's shape {dims:?} has dimensions whose product overflows")));
             }
         }
     }
@@ -299,7 +301,18 @@ mod tests {
         b.extend((header.len() as u16).to_le_bytes());
         b.extend(header.as_bytes());
         let e = read_bytes(&b, path).unwrap_err().to_string();
-        assert!(e.starts_with("in.npy: truncated or corrupt data: the header's shape [4294967296, 4294967296, 2] has more than 2^64 elements"), "{e}");
+        assert!(e.starts_with("in.npy: truncated or corrupt data: the header's shape [4294967296, 4294967296, 2] has dimensions whose product overflows"), "{e}");
+        // With a zero dimension: no elements, but npyz's strides still overflowed.
+        let mut header = "{'descr': '<f4', 'fortran_order': True, 'shape': (0, 2, 9223372036854775807, 3), }".to_string();
+        while !(10 + header.len() + 1).is_multiple_of(64) {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((header.len() as u16).to_le_bytes());
+        b.extend(header.as_bytes());
+        let e = read_bytes_as(&b, path, DType::F32).unwrap_err().to_string();
+        assert!(e.contains("shape [0, 2, 9223372036854775807, 3] has dimensions whose product overflows"), "{e}");
         assert_eq!(header_shape("{'shape': (3,), }"), Some(vec![3]));
         assert_eq!(header_shape("{'shape': (), }"), Some(vec![]));
     }
