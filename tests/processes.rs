@@ -141,6 +141,12 @@ fn landed_in(now: &BTreeMap<String, u64>, full: &BTreeMap<String, u64>) -> Strin
 /// that opening it does); every finished build has exactly the uninterrupted build's artifact bytes and
 /// verifies. Returns how many kills landed in each stage.
 fn kill_and_restart(kills: usize, seed: u64) -> BTreeMap<String, usize> {
+    kill_and_restart_until(kills, seed, false)
+}
+
+/// [`kill_and_restart`]; with `every_stage`, it goes on past `kills` (up to four times as many) until a
+/// kill has landed in every stage, since where a moment lands depends on the machine's load.
+fn kill_and_restart_until(kills: usize, seed: u64, every_stage: bool) -> BTreeMap<String, usize> {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     let zoo = manifest(t, "zoo.toml", &[MLP_B1, BERT_S16]);
@@ -157,11 +163,13 @@ fn kill_and_restart(kills: usize, seed: u64) -> BTreeMap<String, usize> {
     let mut rng = SplitMix(seed);
     let mut landed: BTreeMap<String, usize> = BTreeMap::new();
     let (mut done, mut round) = (0, 0);
-    while done < kills {
+    let missing = |landed: &BTreeMap<String, usize>| STAGES.iter().skip(1).any(|s| !landed.contains_key(*s));
+    let more = |done: usize, landed: &BTreeMap<String, usize>| done < kills || (every_stage && missing(landed) && done < 4 * kills);
+    while more(done, &landed) {
         let (store, out) = (t.join(format!("store{round}")), t.join(format!("out{round}")));
         let chain = 1 + rng.below(4) as usize;
         let mut k = 0;
-        while k < chain && done < kills {
+        while k < chain && more(done, &landed) {
             if landed_in(&memo_entries(&store), &full) == "artifacts" {
                 break; // a restart finished every stage: later kills would only hit a cached build
             }
@@ -201,7 +209,7 @@ fn kill_and_restart(kills: usize, seed: u64) -> BTreeMap<String, usize> {
         let _ = std::fs::remove_dir_all(&out);
         round += 1;
     }
-    eprintln!("{kills} kills over {round} rounds (cold build {cold:.2?}, seed {seed:#x}); landed in: {landed:?}");
+    eprintln!("{done} kills over {round} rounds (cold build {cold:.2?}, seed {seed:#x}); landed in: {landed:?}");
     landed
 }
 
@@ -211,12 +219,12 @@ fn a_compile_killed_at_random_moments_finishes_with_the_same_bytes() {
     kill_and_restart(8, 0x6b11_0001);
 }
 
-/// The long version: `TESSERA_KILLS` kills (default 50), which must land in every stage.
+/// The long version: at least `TESSERA_KILLS` kills (default 50), more until one has landed in every stage.
 #[test]
 #[ignore = "long: run with --ignored (TESSERA_KILLS=N sets the count)"]
 fn many_kills_across_every_stage() {
     let kills = std::env::var("TESSERA_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
-    let landed = kill_and_restart(kills, 0x6b11_0050);
+    let landed = kill_and_restart_until(kills, 0x6b11_0050, true);
     for s in STAGES.iter().skip(1) {
         assert!(landed.contains_key(*s), "no kill landed in {s}: {landed:?}");
     }
