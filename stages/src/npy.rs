@@ -93,12 +93,13 @@ fn decode_raw(bytes: &[u8], path: &Path) -> Result<Raw, NpyError> {
         if stated > have {
             return Err(err(path, format!("not a valid .npy file: the header says it is {stated} bytes long, the file has {have} after it")));
         }
-        // npyz (and the Fortran-order transpose) multiply the shape's dimensions unchecked, strides
-        // included: refuse a shape whose non-zero dimensions multiply past 2^64 (a zero dimension makes
-        // the element count 0, but not the strides).
+        // npyz (and the Fortran-order transpose, in isize) multiply the shape's dimensions unchecked,
+        // strides included: refuse a shape whose non-zero dimensions multiply past isize::MAX (a zero
+        // dimension makes the element count 0, but not the strides).
         let header = String::from_utf8_lossy(&bytes[8 + len_size..8 + len_size + stated]);
         if let Some(dims) = header_shape(&header) {
-            if dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d.max(1))).is_none() {
+            let fits = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d.max(1))).is_some_and(|p| p <= isize::MAX as u64);
+            if !fits {
                 return Err(err(path, format!("truncated or corrupt data: the header's shape {dims:?} has dimensions whose product overflows")));
             }
         }
@@ -313,6 +314,17 @@ mod tests {
         b.extend(header.as_bytes());
         let e = read_bytes_as(&b, path, DType::F32).unwrap_err().to_string();
         assert!(e.contains("shape [0, 2, 9223372036854775807, 3] has dimensions whose product overflows"), "{e}");
+        // Below 2^64 but past isize::MAX: the transpose's strides (isize) overflowed.
+        let mut header = "{'descr': '|b1', 'fortran_order': True, 'shape': (1, 3, 4611686018427387903, 0), }".to_string();
+        while !(10 + header.len() + 1).is_multiple_of(64) {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((header.len() as u16).to_le_bytes());
+        b.extend(header.as_bytes());
+        let e = read_bytes_as(&b, path, DType::Bool).unwrap_err().to_string();
+        assert!(e.contains("shape [1, 3, 4611686018427387903, 0] has dimensions whose product overflows"), "{e}");
         assert_eq!(header_shape("{'shape': (3,), }"), Some(vec![3]));
         assert_eq!(header_shape("{'shape': (), }"), Some(vec![]));
     }
