@@ -392,3 +392,40 @@ mod props {
         }
     }
 }
+
+/// Re-frames an artifact around a changed body (lengths, padding, digest all correct), so only the
+/// validator can object to it.
+fn reframe(bytes: &[u8], f: impl FnOnce(&mut tessera_kernels::artifact::Body)) -> Vec<u8> {
+    let body_len = u64::from_le_bytes(bytes[16..24].try_into().unwrap()) as usize;
+    let data = &bytes[(64 + body_len).div_ceil(64) * 64..];
+    let mut body: tessera_kernels::artifact::Body = postcard::from_bytes(&bytes[64..64 + body_len]).unwrap();
+    f(&mut body);
+    let enc = postcard::to_stdvec(&body).unwrap();
+    let mut out = bytes[..64].to_vec();
+    out[16..24].copy_from_slice(&(enc.len() as u64).to_le_bytes());
+    out.extend_from_slice(&enc);
+    out.resize((64 + enc.len()).div_ceil(64) * 64, 0);
+    out.extend_from_slice(data);
+    with_fixed_digest(out)
+}
+
+/// Found by fuzzing (tessera-fuzz artifact): a shape whose size overflows made the validator's size
+/// arithmetic panic (debug) or wrap to a small size that passed the bounds checks (release); an arena or
+/// scratch size far beyond what the buffers need passed, and the runtime would allocate it. All are
+/// errors naming the buffer now.
+#[test]
+fn hostile_sizes_are_rejected_before_any_arithmetic_on_them() {
+    let bytes = link(&mlp()).unwrap();
+    assert!(Artifact::read(&reframe(&bytes, |_| {})).is_ok());
+    let err = |b: Vec<u8>| Artifact::read(&b).unwrap_err().to_string();
+    let e = err(reframe(&bytes, |b| b.values[0].ty.shape = vec![1 << 40, 1 << 40]));
+    assert!(e.contains("value %0 has type") && e.contains("whose size is beyond"), "{e}");
+    let e = err(reframe(&bytes, |b| b.constants[0].ty.shape = vec![usize::MAX, 2]));
+    assert!(e.contains("constant 0 has type"), "{e}");
+    let e = err(reframe(&bytes, |b| b.modules[0].functions[0].outputs[0].shape = vec![1 << 62, 8]));
+    assert!(e.contains("module 0") && e.contains("whose size is beyond"), "{e}");
+    let e = err(reframe(&bytes, |b| b.arena_bytes = 1 << 40));
+    assert!(e.contains("the arena is 1099511627776 bytes, more than all inputs and values together"), "{e}");
+    let e = err(reframe(&bytes, |b| b.scratch_bytes = u64::MAX));
+    assert!(e.contains("more than any function declares"), "{e}");
+}

@@ -78,8 +78,55 @@ enum RawData {
 
 fn read_raw(path: &Path) -> Result<Raw, NpyError> {
     let bytes = std::fs::read(path).map_err(|e| io_err(path, "cannot read", e))?;
-    let file = npyz::NpyFile::new(&bytes[..]).map_err(|e| io_err(path, "not a valid .npy file", e))?;
+    decode_raw(&bytes, path)
+}
+
+fn decode_raw(bytes: &[u8], path: &Path) -> Result<Raw, NpyError> {
+    // npyz allocates the header by the length the file states: check that length against the file first.
+    if bytes.len() >= 12 && bytes.starts_with(b"\x93NUMPY") {
+        let (len_size, stated) = if bytes[6] == 1 {
+            (2, u16::from_le_bytes([bytes[8], bytes[9]]) as usize)
+        } else {
+            (4, u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize)
+        };
+        let have = bytes.len() - 8 - len_size;
+        if stated > have {
+            return Err(err(path, format!("not a valid .npy file: the header says it is {stated} bytes long, the file has {have} after it")));
+        }
+        // npyz (and the Fortran-order transpose, in isize) multiply the shape's dimensions unchecked,
+        // strides included: refuse a shape whose non-zero dimensions multiply past isize::MAX (a zero
+        // dimension makes the element count 0, but not the strides).
+        let header = String::from_utf8_lossy(&bytes[8 + len_size..8 + len_size + stated]);
+        if let Some(dims) = header_shape(&header) {
+            let fits = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d.max(1))).is_some_and(|p| p <= isize::MAX as u64);
+            if !fits {
+                return Err(err(path, format!("truncated or corrupt data: the header's shape {dims:?} has dimensions whose product overflows")));
+            }
+        }
+    }
+    let file = npyz::NpyFile::new(bytes).map_err(|e| io_err(path, "not a valid .npy file", e))?;
     let ty = file_type(path, &file.dtype())?;
+    // The header's shape is untrusted: check it against the bytes present before anything is sized by it
+    // (a 100-byte file claiming a billion elements must not allocate gigabytes).
+    let item = match &file.dtype() {
+        npyz::DType::Plain(ts) => ts.size_field() as u128,
+        _ => 1,
+    };
+    let needed = file.shape().iter().try_fold(item, |acc, &d| acc.checked_mul(d as u128));
+    let data_len = (bytes.len() - data_offset(bytes)) as u128;
+    match needed {
+        Some(n) if n <= data_len => {}
+        _ => {
+            return Err(err(
+                path,
+                format!(
+                    "truncated or corrupt data: the header's shape {:?} needs {} bytes of data, the file has {data_len}",
+                    file.shape(),
+                    needed.map_or("more than 2^128".to_string(), |n| n.to_string())
+                ),
+            ))
+        }
+    }
     let shape: Vec<usize> = file.shape().iter().map(|&d| d as usize).collect();
     let fortran = file.order() == Order::Fortran;
     // Fortran data is the transpose's row-major data: read it with the reversed shape.
@@ -102,6 +149,25 @@ fn read_raw(path: &Path) -> Result<Raw, NpyError> {
     Ok(Raw { ty, shape, fortran, data })
 }
 
+/// The dimensions of the header's `'shape': (d0, d1, ...)` entry when it is written that plainly (anything
+/// else is left to npyz, which rejects it).
+fn header_shape(header: &str) -> Option<Vec<u64>> {
+    let at = header.find("'shape'").or_else(|| header.find("\"shape\""))?;
+    let rest = &header[at..];
+    let open = rest.find('(')?;
+    let close = open + rest[open..].find(')')?;
+    rest[open + 1..close].split(',').map(str::trim).filter(|d| !d.is_empty()).map(|d| d.parse::<u64>().ok()).collect()
+}
+
+/// Where the data of a file whose header `npyz` accepted starts: magic (6), version (2), the header length
+/// (2 bytes in version 1, 4 after) and the header.
+fn data_offset(bytes: &[u8]) -> usize {
+    let (len_at, len_size) = (8, if bytes[6] == 1 { 2 } else { 4 });
+    let mut hlen = [0u8; 4];
+    hlen[..len_size].copy_from_slice(&bytes[len_at..len_at + len_size]);
+    (len_at + len_size + u32::from_le_bytes(hlen) as usize).min(bytes.len())
+}
+
 /// Puts a tensor stored with the reversed shape (Fortran order) back into row-major order.
 fn from_fortran(path: &Path, t: Tensor) -> Result<Tensor, NpyError> {
     let r = t.shape().len();
@@ -115,7 +181,15 @@ fn from_fortran(path: &Path, t: Tensor) -> Result<Tensor, NpyError> {
 
 /// Reads a file holding one of the IR's dtypes (f32, f16, i64, i32, bool), as stored.
 pub fn read(path: &Path) -> Result<Tensor, NpyError> {
-    let raw = read_raw(path)?;
+    finish_read(read_raw(path)?, path)
+}
+
+/// [`read`] of a file's contents already in memory; `path` names it in errors.
+pub fn read_bytes(bytes: &[u8], path: &Path) -> Result<Tensor, NpyError> {
+    finish_read(decode_raw(bytes, path)?, path)
+}
+
+fn finish_read(raw: Raw, path: &Path) -> Result<Tensor, NpyError> {
     match raw.data {
         RawData::F64(_) => Err(err(path, "holds float64, which the IR has no dtype for (read it for an f32 value instead)")),
         RawData::T(t) if raw.fortran => from_fortran(path, t),
@@ -126,7 +200,15 @@ pub fn read(path: &Path) -> Result<Tensor, NpyError> {
 /// Reads a file for a value of dtype `want`, applying only the documented conversions (f64 to f32,
 /// f64 or f32 to bf16); any other dtype mismatch is an error naming both dtypes.
 pub fn read_as(path: &Path, want: DType) -> Result<Tensor, NpyError> {
-    let raw = read_raw(path)?;
+    finish_read_as(read_raw(path)?, path, want)
+}
+
+/// [`read_as`] of a file's contents already in memory; `path` names it in errors.
+pub fn read_bytes_as(bytes: &[u8], path: &Path, want: DType) -> Result<Tensor, NpyError> {
+    finish_read_as(decode_raw(bytes, path)?, path, want)
+}
+
+fn finish_read_as(raw: Raw, path: &Path, want: DType) -> Result<Tensor, NpyError> {
     let stored: Vec<usize> = if raw.fortran { raw.shape.iter().rev().copied().collect() } else { raw.shape.clone() };
     let t = match (raw.data, want) {
         (RawData::F64(v), DType::F32 | DType::BF16) => Tensor::from_f64_as(want, stored, &v),
@@ -186,6 +268,66 @@ pub fn written_dtype(dtype: DType) -> DType {
 
 #[cfg(test)]
 mod tests {
+
+    /// Found by fuzzing (tessera-fuzz npy): a header length of 662 MB in a 141-byte file made the reader
+    /// allocate 662 MB before reading; a shape of 2^40 elements likewise. Both are now errors naming the
+    /// file, before any allocation of that size.
+    #[test]
+    fn untrusted_header_lengths_and_shapes_are_checked_against_the_file() {
+        let path = Path::new("in.npy");
+        let mut b = b"\x93NUMPY\x02\x00\x00\x00\x7b\x27".to_vec();
+        b.extend_from_slice(b"{'descr': '<f4', 'fortran_order': False, 'shape': (), }     \n");
+        let e = read_bytes(&b, path).unwrap_err().to_string();
+        assert!(e.starts_with("in.npy: not a valid .npy file: the header says it is 662372352 bytes long"), "{e}");
+
+        let mut header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 4), }".to_string();
+        while !(10 + header.len() + 1).is_multiple_of(64) {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((header.len() as u16).to_le_bytes());
+        b.extend(header.as_bytes());
+        b.extend([0u8; 16]);
+        let e = read_bytes_as(&b, path, DType::F32).unwrap_err().to_string();
+        assert!(e.contains("the header's shape [1099511627776, 4] needs 17592186044416 bytes of data, the file has 16"), "{e}");
+
+        // A shape whose element count overflows: npyz's own product panicked (debug) or wrapped (release).
+        let mut header = "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 2), }".to_string();
+        while !(10 + header.len() + 1).is_multiple_of(64) {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((header.len() as u16).to_le_bytes());
+        b.extend(header.as_bytes());
+        let e = read_bytes(&b, path).unwrap_err().to_string();
+        assert!(e.starts_with("in.npy: truncated or corrupt data: the header's shape [4294967296, 4294967296, 2] has dimensions whose product overflows"), "{e}");
+        // With a zero dimension: no elements, but npyz's strides still overflowed.
+        let mut header = "{'descr': '<f4', 'fortran_order': True, 'shape': (0, 2, 9223372036854775807, 3), }".to_string();
+        while !(10 + header.len() + 1).is_multiple_of(64) {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((header.len() as u16).to_le_bytes());
+        b.extend(header.as_bytes());
+        let e = read_bytes_as(&b, path, DType::F32).unwrap_err().to_string();
+        assert!(e.contains("shape [0, 2, 9223372036854775807, 3] has dimensions whose product overflows"), "{e}");
+        // Below 2^64 but past isize::MAX: the transpose's strides (isize) overflowed.
+        let mut header = "{'descr': '|b1', 'fortran_order': True, 'shape': (1, 3, 4611686018427387903, 0), }".to_string();
+        while !(10 + header.len() + 1).is_multiple_of(64) {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((header.len() as u16).to_le_bytes());
+        b.extend(header.as_bytes());
+        let e = read_bytes_as(&b, path, DType::Bool).unwrap_err().to_string();
+        assert!(e.contains("shape [1, 3, 4611686018427387903, 0] has dimensions whose product overflows"), "{e}");
+        assert_eq!(header_shape("{'shape': (3,), }"), Some(vec![3]));
+        assert_eq!(header_shape("{'shape': (), }"), Some(vec![]));
+    }
     use super::*;
 
     fn tmp() -> tempfile::TempDir {

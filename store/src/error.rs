@@ -18,6 +18,11 @@ pub enum StoreError {
         source: std::io::Error,
     },
 
+    /// An I/O call failed because the store's filesystem is full. Everything recorded before is intact
+    /// (objects are written to a temp file and renamed, memo entries only name complete objects).
+    #[error("no space left on device for the store: {what} {path} failed; free space on that filesystem (or run `tessera store gc`) and run again, nothing already in the store is lost")]
+    NoSpace { what: &'static str, path: PathBuf },
+
     /// An object file's content does not hash to its name (torn, truncated or tampered).
     /// Its bytes are never returned.
     #[error("object {digest} at {path} is corrupt: its content hashes to {actual} ({size} bytes); run `tessera store verify` to quarantine it")]
@@ -80,6 +85,29 @@ pub enum StoreError {
 impl StoreError {
     pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> StoreError {
         let path = path.into();
-        move |source| StoreError::Io { what, path, source }
+        move |source| {
+            if source.kind() == std::io::ErrorKind::StorageFull {
+                StoreError::NoSpace { what, path }
+            } else {
+                StoreError::Io { what, path, source }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_named_as_such_with_the_path_once() {
+        let e = StoreError::io("writing object temp file", "/s/tmp/put-1")(std::io::Error::from_raw_os_error(28));
+        let msg = e.to_string();
+        assert!(matches!(e, StoreError::NoSpace { .. }), "{e:?}");
+        assert!(msg.starts_with("no space left on device for the store: writing object temp file /s/tmp/put-1 failed"), "{msg}");
+        // No source: the OS's own "No space left on device" would repeat it in an error chain.
+        assert!(std::error::Error::source(&e).is_none());
+        let other = StoreError::io("reading", "/s/x")(std::io::Error::from_raw_os_error(2));
+        assert!(matches!(other, StoreError::Io { .. }));
     }
 }

@@ -30,3 +30,52 @@ pub fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f64) {
         b[worst.1]
     );
 }
+
+/// The `tessera` binary of this build, for end-to-end tests that run it as a user would (several processes
+/// on one store, processes killed mid-build). This package cannot name another package's binary
+/// (`CARGO_BIN_EXE_*` is only set for the package's own), so the first call brings it up to date with the
+/// cargo that built this test (a no-op after `cargo test --workspace`, which builds it) and returns its
+/// path next to this test's `deps/` folder.
+pub fn tessera_bin() -> std::path::PathBuf {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps/<test>");
+        let bin = dir.join(format!("tessera{}", std::env::consts::EXE_SUFFIX));
+        let mut cmd = std::process::Command::new(env!("CARGO"));
+        cmd.args(["build", "--quiet", "-p", "tessera", "--bin", "tessera"]);
+        cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+        // The target folder this test was built in (its parent), whatever CARGO_TARGET_DIR said.
+        cmd.env("CARGO_TARGET_DIR", dir.parent().expect("target/<profile>"));
+        if dir.file_name().is_some_and(|p| p == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("cargo runs");
+        assert!(status.success() && bin.exists(), "building the tessera binary failed ({status})");
+        bin
+    })
+    .clone()
+}
+
+/// A small seeded random generator (splitmix64): reproducible choices in tests without a dependency.
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}

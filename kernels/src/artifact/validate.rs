@@ -36,8 +36,57 @@ fn in_bounds(what: impl Fn() -> String, offset: u64, size: u64, limit: u64) -> R
     }
 }
 
+/// Largest buffer an artifact may describe (256 TiB): every size below it, rounded up to the alignment
+/// and summed over a body's buffers, stays far from overflowing a u64.
+pub const MAX_BUFFER_BYTES: u64 = 1 << 48;
+
+/// Checks that a type's size is computable (no overflow) and below [`MAX_BUFFER_BYTES`], before any
+/// other check computes it: a shape from a hostile file must not wrap around to a small size.
+fn sized(what: impl Fn() -> String, ty: &TensorType) -> Result<(), String> {
+    let bytes = ty.shape.iter().try_fold(ty.dtype.size() as u64, |acc, &d| acc.checked_mul(d as u64));
+    match bytes {
+        Some(n) if n <= MAX_BUFFER_BYTES => Ok(()),
+        _ => Err(format!("{} has type {ty}, whose size is beyond {MAX_BUFFER_BYTES} bytes", what())),
+    }
+}
+
+/// Every type a body names has a sane size (see [`sized`]).
+fn sizes(b: &Body) -> Result<(), String> {
+    for d in &b.inputs {
+        sized(|| format!("input '{}'", d.name), &d.ty)?;
+    }
+    for d in &b.outputs {
+        sized(|| format!("output '{}'", d.name), &d.ty)?;
+    }
+    for (i, v) in b.values.iter().enumerate() {
+        sized(|| format!("value %{i}"), &v.ty)?;
+    }
+    for (i, c) in b.constants.iter().enumerate() {
+        sized(|| format!("constant {i}"), &c.ty)?;
+    }
+    for (m, module) in b.modules.iter().enumerate() {
+        for (f, func) in module.functions.iter().enumerate() {
+            for ty in func.inputs.iter().chain(&func.outputs) {
+                sized(|| format!("module {m} (backend {}) function {f} ('{}')", module.backend, func.symbol), ty)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks a body whose data section is `data_len` bytes long; the message says what is wrong and where.
 pub fn body(b: &Body, data_len: u64) -> Result<(), String> {
+    sizes(b)?;
+    // The runtime allocates the arena and the scratch buffer by these sizes: they must be what the
+    // buffers need (a plan only saves on the sum of the slots; scratch is the largest any function declares).
+    let unplanned = b.unplanned_bytes();
+    if b.arena_bytes > unplanned {
+        return Err(format!("the arena is {} bytes, more than all inputs and values together ({unplanned})", b.arena_bytes));
+    }
+    let scratch = b.modules.iter().flat_map(|m| m.functions.iter().map(|f| f.scratch_bytes)).max().unwrap_or(0);
+    if b.scratch_bytes > scratch {
+        return Err(format!("the scratch buffer is {} bytes, more than any function declares ({scratch})", b.scratch_bytes));
+    }
     unique_names("input", b.inputs.iter().map(|d| d.name.as_str()))?;
     unique_names("output", b.outputs.iter().map(|d| d.name.as_str()))?;
     for d in &b.inputs {

@@ -248,9 +248,15 @@ mod tests {
         let x = Tensor::from_f32([3], &[1.0, -2.0, 0.5]);
         let opts = MeasureOptions { warmup: 2, min_runs: 4, budget_us: 3000, max_runs: 1000 };
         let r = measure_function(&m, 0, &info(), std::slice::from_ref(&x), &opts).unwrap();
-        assert!(r.runs >= 4 && r.warmups == 2);
+        // Warmup stops early once the budget is spent: on a loaded machine one 200 us sleep can take
+        // longer than the whole 3 ms budget, leaving one warmup instead of two (this assertion used to
+        // demand two, and failed at random under load).
+        assert!(r.runs >= 4 && (1..=2).contains(&r.warmups), "{r:?}");
         assert!(r.median_us >= 200.0 && r.min_us <= r.median_us && r.p10_us <= r.median_us && r.median_us <= r.p90_us);
-        assert!(r.runs as f64 * r.median_us >= 2000.0, "{r:?}: the budget was not spent");
+        // Every run sleeps at least 200 us, so 15 runs exceed the 3000 us budget whatever the load: the
+        // loop ended on the budget (not on max_runs, 1000). Its lower side, runs until the budget is spent,
+        // cannot be checked from the quantiles without timing assumptions (one slow sample skews them).
+        assert!(r.runs <= 15, "{r:?}: ran past the budget");
         assert_eq!(m.0.load(std::sync::atomic::Ordering::Relaxed), r.runs + r.warmups);
         // The cap wins over the budget.
         let opts = MeasureOptions { warmup: 0, min_runs: 2, budget_us: 10_000_000, max_runs: 3 };

@@ -103,7 +103,7 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
             let s = open(&store, OpenOptions::read_only(), false)?;
             let r = s.export(&file, root.as_deref())?;
             say(&format!(
-                "exported {} root(s), {} object(s) ({}), {} memo entr(ies) to {}",
+                "exported {} root(s), {} object(s) ({}), {} memo entr(ies) to {}\n",
                 r.roots,
                 r.objects,
                 tessera_store::stats::human_bytes(r.bytes),
@@ -115,7 +115,7 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
             let s = open(&store, OpenOptions::writable(), false)?;
             let r = s.import(&file)?;
             say(&format!(
-                "imported {} root(s), {} memo entr(ies); {} new object(s) ({}), {} already present",
+                "imported {} root(s), {} memo entr(ies); {} new object(s) ({}), {} already present\n",
                 r.roots,
                 r.memo_entries,
                 r.objects_added,

@@ -473,11 +473,12 @@ pub fn infer_op(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, Infe
             }
             let mut s = Vec::new();
             for (i, &d) in x.shape.iter().enumerate() {
-                let n = d as i64 + pads[i] + pads[x.rank() + i];
-                if n < 0 {
-                    return err("Pad: negative output dimension");
+                let n = (d as i64).checked_add(pads[i]).and_then(|n| n.checked_add(pads[x.rank() + i]));
+                match n {
+                    Some(n) if n >= 0 => s.push(n as usize),
+                    Some(_) => return err("Pad: negative output dimension"),
+                    None => return err(format!("Pad: dimension {i} ({d} padded by {} and {}) overflows", pads[i], pads[x.rank() + i])),
                 }
-                s.push(n as usize);
             }
             one(TensorType::new(x.dtype, s))
         }
@@ -487,7 +488,14 @@ pub fn infer_op(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, Infe
             if repeats.len() != x.rank() {
                 return err(format!("Tile: {} repeats for rank {}", repeats.len(), x.rank()));
             }
-            one(TensorType::new(x.dtype, x.shape.iter().zip(repeats).map(|(d, r)| d * r).collect::<Vec<_>>()))
+            let mut s = Vec::with_capacity(repeats.len());
+            for (i, (&d, &r)) in x.shape.iter().zip(repeats).enumerate() {
+                match d.checked_mul(r) {
+                    Some(n) => s.push(n),
+                    None => return err(format!("Tile: dimension {i} ({d} repeated {r} times) overflows")),
+                }
+            }
+            one(TensorType::new(x.dtype, s))
         }
     }
 }
@@ -496,6 +504,18 @@ pub fn infer_op(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, Infe
 mod tests {
     use super::*;
     use crate::ir::op::*;
+
+    /// Found by fuzzing (tessera-fuzz onnx-model): a Tile whose repeats overflow a dimension panicked on
+    /// the multiplication (debug) or wrapped to a small shape (release); a Pad of i64::MAX likewise.
+    #[test]
+    fn tile_and_pad_sizes_that_overflow_are_errors() {
+        let x = TensorType::new(DType::F32, vec![3, 2]);
+        let e = infer_op(&Op::Tile { repeats: vec![usize::MAX / 2, 1] }, &[&x]).unwrap_err().to_string();
+        assert!(e.contains("Tile: dimension 0 (3 repeated 9223372036854775807 times) overflows"), "{e}");
+        let pad = Op::Pad { pads: vec![i64::MAX, 0, 1, 0], mode: PadMode::Constant, value: 0.0 };
+        let e = infer_op(&pad, &[&x]).unwrap_err().to_string();
+        assert!(e.contains("Pad: dimension 0") && e.contains("overflows"), "{e}");
+    }
 
     #[test]
     fn broadcast() {

@@ -89,10 +89,35 @@ pub fn verify(g: &Graph) -> Result<(), VerifyError> {
     if g.outputs.is_empty() {
         return fail("graph has no outputs".into());
     }
-    for &o in &g.outputs {
+    for (pos, &o) in g.outputs.iter().enumerate() {
         if !in_range(o) {
             return fail(format!("graph output refers to missing value {o}"));
         }
+        // Outputs are bound and written by name (the artifact's output list, `tessera run --out`): two
+        // different values under one name would overwrite each other. (One value listed twice is an alias.)
+        let name = &g.value(o).name;
+        if let Some(first) = g.outputs[..pos].iter().position(|&p| p != o && g.value(p).name == *name) {
+            return fail(format!("graph outputs {first} and {pos} are different values both named '{name}'"));
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{DType, Op, TensorType, UnaryOp};
+
+    #[test]
+    fn two_different_outputs_of_one_name_are_rejected_an_alias_is_not() {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![3]));
+        let a = g.add_node("y", Op::Unary(UnaryOp::Relu), &[x]).unwrap()[0];
+        let b = g.add_node("y", Op::Unary(UnaryOp::Neg), &[x]).unwrap()[0];
+        g.outputs = vec![a, a];
+        verify(&g).unwrap();
+        g.outputs = vec![a, b];
+        let e = verify(&g).unwrap_err().to_string();
+        assert!(e.contains("graph outputs 0 and 1 are different values both named 'y'"), "{e}");
+    }
 }

@@ -57,6 +57,11 @@ pub struct Importer<'a> {
     pub opset: i64,
     /// The model's directory, for external data of tensors in attributes (Constant's value).
     pub base_dir: Option<&'a Path>,
+    /// ONNX value name -> what defines it ("graph input", "initializer", "node 'n' (Op)"): in SSA form each
+    /// name is written once, and a second writer is an error naming both.
+    defined_by: BTreeMap<String, String>,
+    /// The largest constant this import may compute itself (see [`Importer::check_folded`]).
+    pub fold_limit: usize,
 }
 
 impl<'a> Importer<'a> {
@@ -168,6 +173,9 @@ impl<'a> Importer<'a> {
             if matches!(op, Op::Identity) {
                 return Ok(vec![inputs[0]]);
             }
+            for t in &out_types {
+                self.check_folded(&format!("the result of {}", op.name()), &t.shape, t.dtype)?;
+            }
             let outs = fold(&op, &consts).map_err(|e| NodeError::invalid(format!("folding {} over constants failed: {e}", op.name())))?;
             if outs.len() != out_types.len() || outs.iter().zip(&out_types).any(|(t, ty)| &t.ty != ty) {
                 return Err(NodeError::invalid(format!(
@@ -241,8 +249,18 @@ pub fn import(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &ImportOp
     let Some(graph) = model.graph.as_ref() else {
         return Err(err(file, ImportErrorKind::Invalid("the model has no graph".into())));
     };
-    let mut im = Importer { g: Graph::new(super::model_name(file)), env: BTreeMap::new(), unavailable: BTreeMap::new(), opset, base_dir };
+    let mut im = Importer {
+        g: Graph::new(super::model_name(file)),
+        env: BTreeMap::new(),
+        unavailable: BTreeMap::new(),
+        opset,
+        base_dir,
+        defined_by: BTreeMap::new(),
+        fold_limit: MIN_FOLD_LIMIT,
+    };
     declare_values(&mut im, graph, base_dir, opts).map_err(|k| err(file, k))?;
+    let data: usize = im.g.values.iter().map(|v| if let ValueDef::Const(t) = &v.def { t.bytes().len() } else { 0 }).sum();
+    im.fold_limit = MIN_FOLD_LIMIT.max(bytes.len().saturating_add(data).saturating_mul(2));
     for (index, node) in graph.node.iter().enumerate() {
         convert_node(&mut im, node, index).map_err(|e| ImportError {
             file: file.to_string(),
@@ -287,6 +305,9 @@ fn declare_values(im: &mut Importer, graph: &GraphProto, base_dir: Option<&Path>
         if name.is_empty() {
             return Err(ImportErrorKind::Invalid("an initializer has no name".into()));
         }
+        if im.defined_by.insert(name.clone(), "initializer".into()).is_some() {
+            return Err(ImportErrorKind::Invalid(format!("the value name '{name}' is written by two initializers")));
+        }
         let tensor = tensor_from_proto(t, base_dir)?;
         let v = im.g.add_const(name.clone(), tensor);
         im.env.insert(name, v);
@@ -294,9 +315,12 @@ fn declare_values(im: &mut Importer, graph: &GraphProto, base_dir: Option<&Path>
     let mut used_shapes = 0;
     for vi in &graph.input {
         let name = vi.name.clone().unwrap_or_default();
-        if im.env.contains_key(&name) {
-            continue; // an input with a default value: a constant, as the ONNX runtime treats it in inference
+        match im.defined_by.get(&name).map(String::as_str) {
+            Some("initializer") => continue, // an input with a default value: a constant, as the ONNX runtime treats it in inference
+            Some(_) => return Err(ImportErrorKind::Invalid(format!("the value name '{name}' is listed twice as a graph input"))),
+            None => {}
         }
+        im.defined_by.insert(name.clone(), "graph input".into());
         let ty = input_type(vi, &name, opts)?;
         if opts.shapes.contains_key(&name) {
             used_shapes += 1;
@@ -376,6 +400,33 @@ fn input_type(vi: &ValueInfoProto, name: &str, opts: &ImportOptions) -> Result<T
 /// Largest tensor the importer accepts (16 GiB): bigger is a corrupt or hostile file, not a model.
 pub const MAX_TENSOR_BYTES: usize = 1 << 34;
 
+/// The least bound on a constant the importer computes itself (64 MiB); see [`Importer::check_folded`].
+pub const MIN_FOLD_LIMIT: usize = 64 << 20;
+
+impl Importer<'_> {
+    /// Rejects a constant about to be computed at import (ConstantOfShape, Range, any op folded over
+    /// constants) that is larger than the model justifies, before it is allocated: at most twice the
+    /// model's own data (the file plus its initializers), or [`MIN_FOLD_LIMIT`]. Without a bound, a few
+    /// numbers in a 100-byte file could ask for gigabytes at import.
+    pub fn check_folded(&self, what: &str, dims: &[usize], dtype: DType) -> NResult<()> {
+        let bytes = dims.iter().try_fold(dtype.size(), |acc, &d| acc.checked_mul(d));
+        match bytes {
+            Some(b) if b <= self.fold_limit => Ok(()),
+            _ => Err(NodeError {
+                attribute: None,
+                kind: ImportErrorKind::Unsupported {
+                    what: "constant too large to compute at import".into(),
+                    detail: format!(
+                        "{what} is a constant of shape {dims:?} ({}) computed at import; this model's limit is {} bytes (twice its own data, at least {MIN_FOLD_LIMIT})",
+                        bytes.map_or("more than 2^64 bytes".to_string(), |b| format!("{b} bytes")),
+                        self.fold_limit
+                    ),
+                },
+            }),
+        }
+    }
+}
+
 /// Rejects shapes whose size overflows or exceeds [`MAX_TENSOR_BYTES`], before any arithmetic on them.
 pub fn check_size(what: &str, dims: &[usize], dtype: DType) -> Result<(), ImportErrorKind> {
     let bytes = dims.iter().try_fold(dtype.size(), |acc, &d| acc.checked_mul(d));
@@ -400,6 +451,7 @@ fn convert_node(im: &mut Importer, node: &NodeProto, index: usize) -> NResult<()
         Some(s) if !s.is_empty() => s.to_string(),
         _ => node.output.iter().find(|s| !s.is_empty()).cloned().unwrap_or_else(|| format!("#{index}")),
     };
+    claim_outputs(im, node, index)?;
     let n = NodeCx { proto: node, attrs: Attrs::new(node), op_type, base, emitted: std::cell::Cell::new(0) };
     let first_new = im.g.values.len();
     let outs = convert(im, &n)?;
@@ -426,12 +478,41 @@ fn convert_node(im: &mut Importer, node: &NodeProto, index: usize) -> NResult<()
     Ok(())
 }
 
+/// Records the node as the writer of its output names; a name already written (by an earlier node, a graph
+/// input, an initializer, or twice by this node) is an error naming the name and the earlier writer. ONNX
+/// graphs are in SSA form: without this check the later writer silently wins and the model compiles to
+/// something other than what it says.
+fn claim_outputs(im: &mut Importer, node: &NodeProto, index: usize) -> NResult<()> {
+    let this = format!("node '{}' ({})", node_label(node, index), op_label(node));
+    for (i, name) in node.output.iter().enumerate() {
+        if name.is_empty() {
+            continue;
+        }
+        if let Some(j) = node.output[..i].iter().position(|o| o == name) {
+            return Err(NodeError::invalid(format!("outputs {j} and {i} are both named '{name}'; a value name may be written only once")));
+        }
+        if let Some(first) = im.defined_by.get(name) {
+            return Err(NodeError::invalid(format!(
+                "output {i} '{name}' is already written by {first}; a value name may be written only once"
+            )));
+        }
+    }
+    for name in node.output.iter().filter(|s| !s.is_empty()) {
+        im.defined_by.insert(name.clone(), this.clone());
+    }
+    Ok(())
+}
+
 fn bind_outputs(im: &mut Importer, graph: &GraphProto) -> Result<(), ImportErrorKind> {
     if graph.output.is_empty() {
         return Err(ImportErrorKind::Invalid("the graph has no outputs".into()));
     }
-    for o in &graph.output {
+    for (pos, o) in graph.output.iter().enumerate() {
         let name = o.name.clone().unwrap_or_default();
+        if let Some(first) = graph.output[..pos].iter().position(|p| p.name.as_deref().unwrap_or_default() == name) {
+            let writer = im.defined_by.get(&name).map_or(String::new(), |w| format!(" (written by {w})"));
+            return Err(ImportErrorKind::Invalid(format!("the graph output '{name}'{writer} is listed twice, as outputs {first} and {pos}")));
+        }
         let v = match im.env.get(&name) {
             Some(&v) => v,
             None => {

@@ -38,6 +38,7 @@ pub mod tensor;
 mod tests;
 
 pub use error::{ImportError, ImportErrorKind, NodeLocation};
+pub use import::{MAX_TENSOR_BYTES, MIN_FOLD_LIMIT};
 pub use tensor::{decode_tensor, dtype_from_onnx, tensor_from_proto, tensor_to_proto};
 
 use crate::ir::{Graph, Tensor};

@@ -507,3 +507,96 @@ fn external_models_match_stored_outputs() {
     }
     assert!(worst <= 1e-4, "worst relative error {worst:.2e} exceeds 1e-4");
 }
+
+#[test]
+fn a_value_written_by_two_nodes_is_rejected_naming_both() {
+    let b = model(
+        17,
+        vec![node("Relu", "first", &["x"], &["y"], vec![]), node("Neg", "second", &["x"], &["y"], vec![])],
+        vec![f32s("x", &[3])],
+        &["y"],
+        vec![],
+    );
+    let (e, s) = err_of(&b);
+    let loc = e.location.as_ref().expect("the second writer is the node at fault");
+    assert_eq!((loc.node.as_str(), loc.op.as_str()), ("second", "Neg"));
+    assert!(s.contains("models/test_model.onnx") && s.contains("'y'") && s.contains("node 'first' (Relu)"), "{s}");
+}
+
+#[test]
+fn a_node_writing_a_graph_input_or_initializer_or_one_name_twice_is_rejected() {
+    // Overwrites the graph input.
+    let b = model(17, vec![node("Relu", "r", &["x"], &["x"], vec![])], vec![f32s("x", &[3])], &["x"], vec![]);
+    let (_, s) = err_of(&b);
+    assert!(s.contains("node 'r' (Relu)") && s.contains("'x' is already written by graph input"), "{s}");
+    // Overwrites an initializer.
+    let w = Tensor::from_f32(vec![3], &[1.0, 2.0, 3.0]);
+    let b = model(17, vec![node("Add", "a", &["x", "w"], &["w"], vec![])], vec![f32s("x", &[3])], &["w"], vec![init("w", &w)]);
+    let (_, s) = err_of(&b);
+    assert!(s.contains("node 'a' (Add)") && s.contains("'w' is already written by initializer"), "{s}");
+    // One node, one name on two outputs (unnamed node: labelled by index).
+    let b = model(17, vec![node("Split", "", &["x"], &["p", "p"], vec![a_int("axis", 0)])], vec![f32s("x", &[4])], &["p"], vec![]);
+    let (e, s) = err_of(&b);
+    assert_eq!(e.location.unwrap().node, "#0");
+    assert!(s.contains("outputs 0 and 1 are both named 'p'"), "{s}");
+    // Two initializers of one name.
+    let b = model(17, vec![node("Add", "a", &["x", "w"], &["y"], vec![])], vec![f32s("x", &[3])], &["y"], vec![init("w", &w), init("w", &w)]);
+    let (_, s) = err_of(&b);
+    assert!(s.contains("test_model.onnx") && s.contains("'w' is written by two initializers"), "{s}");
+}
+
+#[test]
+fn a_graph_output_listed_twice_is_rejected() {
+    let b = model(17, vec![node("Relu", "r", &["x"], &["y"], vec![])], vec![f32s("x", &[3])], &["y", "y"], vec![]);
+    let (_, s) = err_of(&b);
+    assert!(
+        s.contains("models/test_model.onnx") && s.contains("graph output 'y' (written by node 'r' (Relu)) is listed twice, as outputs 0 and 1"),
+        "{s}"
+    );
+    // Two distinct names that alias one value are still fine.
+    let b = model(
+        17,
+        vec![node("Relu", "r", &["x"], &["y"], vec![]), node("Identity", "i", &["y"], &["z"], vec![])],
+        vec![f32s("x", &[3])],
+        &["y", "z"],
+        vec![],
+    );
+    assert_eq!(import(&b).unwrap().outputs.len(), 2);
+}
+
+/// Found by fuzzing (tessera-fuzz onnx-model): a ConstantOfShape fed a constant shape of [65536, 65536]
+/// passed the 16 GiB tensor limit and was folded at import, allocating 16 GiB for a 100-byte model (the
+/// process aborted); a 1 GiB one took seconds (the fuzzer's hang watchdog). Constants computed at import are
+/// now bounded by what the model justifies (twice its own data, at least MIN_FOLD_LIMIT), checked before
+/// allocating, and the error names the node and op.
+#[test]
+fn a_huge_folded_constant_is_refused_before_it_is_allocated() {
+    let shape = Tensor::from_i64(vec![2], &[65536, 65536]);
+    let b = model(17, vec![node("ConstantOfShape", "big", &["s"], &["y"], vec![])], vec![], &["y"], vec![init("s", &shape)]);
+    let (e, s) = err_of(&b);
+    assert_eq!(e.location.as_ref().map(|l| (l.node.as_str(), l.op.as_str())), Some(("big", "ConstantOfShape")));
+    assert!(s.contains("constant of shape [65536, 65536] (17179869184 bytes) computed at import"), "{s}");
+    // 256 MiB is under the 16 GiB tensor limit, but far more than a 100-byte model justifies.
+    let shape = Tensor::from_i64(vec![2], &[8192, 8192]);
+    let b = model(17, vec![node("ConstantOfShape", "big", &["s"], &["y"], vec![])], vec![], &["y"], vec![init("s", &shape)]);
+    let (_, s) = err_of(&b);
+    assert!(s.contains("(268435456 bytes) computed at import; this model's limit is 67108864 bytes"), "{s}");
+    // A Range of 2^40 elements.
+    let sc = |v: i64| Tensor::from_i64(Vec::<usize>::new(), &[v]);
+    let b = model(17, vec![node("Range", "r", &["a", "b", "c"], &["y"], vec![])], vec![], &["y"], vec![init("a", &sc(0)), init("b", &sc(1 << 40)), init("c", &sc(1))]);
+    let (e, s) = err_of(&b);
+    assert_eq!(e.location.unwrap().op, "Range");
+    assert!(s.contains("Range's output is a constant of shape [1099511627776]"), "{s}");
+    // The same through a folded op (Expand of a constant).
+    let one = Tensor::from_f32(vec![1], &[1.0]);
+    let b = model(
+        17,
+        vec![node("Expand", "ex", &["c", "s"], &["y"], vec![])],
+        vec![],
+        &["y"],
+        vec![init("c", &one), init("s", &shape)],
+    );
+    let (e, s) = err_of(&b);
+    assert_eq!(e.location.unwrap().node, "ex");
+    assert!(s.contains("computed at import; this model's limit is"), "{s}");
+}

@@ -6,7 +6,7 @@ use super::one;
 use crate::ir::{BinaryOp, DType, Op, PadMode, ReduceKind, Tensor, TensorType, UnaryOp, ValueId};
 use crate::onnx::attrs::{norm_axes, norm_axis};
 use crate::onnx::error::{NResult, NodeError};
-use crate::onnx::import::{check_size, Importer, NodeCx, MAX_TENSOR_BYTES};
+use crate::onnx::import::{check_size, Importer, NodeCx};
 use crate::onnx::ops::Converter;
 use crate::onnx::tensor::tensor_from_proto;
 
@@ -405,7 +405,7 @@ fn constant_of_shape(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
         }
         None => Tensor::scalar_f32(0.0),
     };
-    check_size("the output", &shape, value.dtype()).map_err(|kind| NodeError { attribute: None, kind })?;
+    im.check_folded("the output", &shape, value.dtype())?;
     one(im.konst(n, filled(&value, shape)))
 }
 
@@ -452,7 +452,7 @@ fn range(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
         if d == 0 {
             return Err(NodeError::invalid("delta is 0"));
         }
-        let count = range_count((l as f64 - s as f64) / d as f64, dt)?;
+        let count = range_count(im, (l as f64 - s as f64) / d as f64, dt)?;
         let vals: Vec<f64> = (0..count).map(|i| s.wrapping_add((i as i64).wrapping_mul(d)) as f64).collect();
         if dt == DType::I64 {
             Tensor::from_i64([count], &(0..count).map(|i| s.wrapping_add((i as i64).wrapping_mul(d))).collect::<Vec<_>>())
@@ -464,7 +464,7 @@ fn range(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
         if d == 0.0 || !d.is_finite() || !s.is_finite() || !l.is_finite() {
             return Err(NodeError::invalid(format!("invalid range start {s}, limit {l}, delta {d}")));
         }
-        let count = range_count((l - s) / d, dt)?;
+        let count = range_count(im, (l - s) / d, dt)?;
         Tensor::from_f64_as(dt, [count], &(0..count).map(|i| s + i as f64 * d).collect::<Vec<_>>())
     } else {
         return Err(NodeError::invalid(format!("Range of {dt}")));
@@ -472,11 +472,11 @@ fn range(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
     one(im.konst(n, t))
 }
 
-/// The element count of a Range, `max(ceil(span), 0)`, bounded like any tensor.
-fn range_count(span: f64, dt: DType) -> NResult<usize> {
+/// The element count of a Range, `max(ceil(span), 0)`, bounded like any constant computed at import.
+fn range_count(im: &Importer, span: f64, dt: DType) -> NResult<usize> {
     let count = span.ceil().max(0.0);
-    if count > (MAX_TENSOR_BYTES / dt.size()) as f64 {
-        return Err(NodeError::invalid(format!("Range of {count} elements is too large")));
+    if count > (im.fold_limit / dt.size()) as f64 {
+        im.check_folded("Range's output", &[count as usize], dt)?;
     }
     Ok(count as usize)
 }
