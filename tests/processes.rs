@@ -2,8 +2,11 @@
 //! killed with SIGKILL at random moments and started again, a store on a disk that fills up.
 //!
 //! Small models and analytical costs keep it affordable on a 2-core machine. The kill test runs a short
-//! version by default; `TESSERA_KILLS=N cargo test -p tessera-tests --test processes -- --ignored` runs N
+//! version by default; `TESSERA_KILLS=N cargo test -p tessera --test processes -- --ignored` runs N
 //! kills (50 by default) and prints where each one landed.
+//!
+//! The file lives with the other end-to-end tests but is a test of the `tessera` package
+//! (pipeline/Cargo.toml), so that cargo builds the binary it runs and names it (`CARGO_BIN_EXE_tessera`).
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
@@ -12,7 +15,33 @@ use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 use tessera_kernels::artifact::Artifact;
 use tessera_store::{OpenOptions, Store};
-use tessera_tests::{tessera_bin, SplitMix};
+
+fn tessera_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tessera")
+}
+
+/// A small seeded random generator (splitmix64): reproducible kill moments without a dependency.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// Uniform in `[0, 1)`.
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
 
 const MLP_B1: &str = "[[entry]]\nmodel = \"mlp3\"\nbatch = 1\n";
 const MLP_B2: &str = "[[entry]]\nmodel = \"mlp3\"\nbatch = 2\n";
@@ -151,8 +180,9 @@ fn kill_and_restart_until(kills: usize, seed: u64, every_stage: bool) -> BTreeMa
     let t = tmp.path();
     let zoo = manifest(t, "zoo.toml", &[MLP_B1, BERT_S16]);
     let ref_store = t.join("ref-store");
+    let mut uninterrupted = compile_cmd(&zoo, &ref_store, &t.join("ref-out"));
     let start = Instant::now();
-    ok("the uninterrupted compile", compile_cmd(&zoo, &ref_store, &t.join("ref-out")).output().unwrap());
+    ok("the uninterrupted compile", uninterrupted.output().unwrap());
     let cold = start.elapsed();
     let want = artifacts(&t.join("ref-out"));
     let full = memo_entries(&ref_store);
