@@ -32,6 +32,9 @@ pub enum ModuleFormat {
     /// A format known by name to a loader added to a registry at run time by code outside this crate (a
     /// backend developed out of tree, or a test's); the built-in registry has none.
     Named(String),
+    /// A [`cubin module`](crate::runtime::cuda::format::CubinModule): one cubin and each function's kernel
+    /// launches (the `cuda` backend's; loaded by `runtime::cuda`, run on the GPU).
+    Cubin,
 }
 
 impl std::fmt::Display for ModuleFormat {
@@ -40,6 +43,7 @@ impl std::fmt::Display for ModuleFormat {
             ModuleFormat::SharedObject => f.write_str("shared-object"),
             ModuleFormat::GemmPlan => f.write_str("gemm-plan"),
             ModuleFormat::Named(name) => write!(f, "named '{name}'"),
+            ModuleFormat::Cubin => f.write_str("cubin"),
         }
     }
 }

@@ -1,9 +1,11 @@
 //! An artifact made ready to run: modules loaded once, constants uploaded once, the arena and scratch
 //! allocated once, and every step's argument pointers computed once. A run copies the inputs in, replays the
-//! steps, and copies the outputs out: no compiling, no tuning, no allocation per step. Runs execute on the
-//! runtime's thread pool ([`super::on_runtime_pool`]).
+//! steps, and copies the outputs out: no compiling, no tuning, no allocation per step. Host runs execute on
+//! the runtime's thread pool ([`super::on_runtime_pool`]); an artifact of GPU modules runs on the
+//! [`DeviceEngine`] instead (same interface, its memory and steps on the GPU).
 
 use super::buffer::HostBuffer;
+use super::cuda::DeviceEngine;
 use super::{LoadedModule, Registry, RuntimeError};
 use crate::artifact::{Artifact, Buf};
 use std::ops::Range;
@@ -25,6 +27,8 @@ pub struct Executable {
     args: Vec<*mut u8>,
     /// For errors: (backend, symbol) of each step.
     names: Vec<(String, String)>,
+    /// Set for an artifact of GPU modules: then it runs every step and the host fields stay empty.
+    device: Option<DeviceEngine>,
     modules: Vec<Box<dyn LoadedModule>>,
     // The memory every pointer above points into; declared after the modules only by taste (nothing in a
     // module's drop reads it).
@@ -53,6 +57,27 @@ impl Executable {
         for (i, m) in b.modules.iter().enumerate() {
             modules.push(registry.load(m).map_err(|e| RuntimeError(format!("artifact {}: module {i}: {}", a.file, e.0)))?);
         }
+        let names: Vec<(String, String)> = b.steps.iter().map(|s| {
+            let m = &b.modules[s.module as usize];
+            (m.backend.clone(), m.functions[s.function as usize].symbol.clone())
+        }).collect();
+        if modules.iter().any(|m| m.cuda().is_some()) {
+            let device = DeviceEngine::new(b, a.data(), &modules).map_err(|e| RuntimeError(format!("artifact {}: {}", a.file, e.0)))?;
+            let empty = || HostBuffer::zeroed(0, "unused host memory of a GPU artifact");
+            return Ok(Executable {
+                model: b.model.clone(),
+                inputs: b.inputs.iter().map(|d| (d.name.clone(), d.ty.clone(), std::ptr::null_mut())).collect(),
+                outputs: b.outputs.iter().map(|o| (o.name.clone(), o.ty.clone(), std::ptr::null())).collect(),
+                steps: Vec::new(),
+                args: Vec::new(),
+                names,
+                device: Some(device),
+                modules,
+                _arena: empty()?,
+                _constants: empty()?,
+                _scratch: empty()?,
+            });
+        }
         let arena = HostBuffer::zeroed(b.arena_bytes, &format!("arena of model '{}'", b.model))?;
         let constants = HostBuffer::from_bytes(a.data(), &format!("constants of model '{}'", b.model))?;
         let scratch = HostBuffer::zeroed(b.scratch_bytes, &format!("scratch of model '{}'", b.model))?;
@@ -69,13 +94,10 @@ impl Executable {
         };
         let mut args = Vec::new();
         let mut steps = Vec::with_capacity(b.steps.len());
-        let mut names = Vec::with_capacity(b.steps.len());
         for s in &b.steps {
             let start = args.len();
             args.extend(s.args.iter().map(|&x| ptr(x)));
             steps.push(PreparedStep { module: s.module as usize, function: s.function as usize, args: start..args.len() });
-            let m = &b.modules[s.module as usize];
-            names.push((m.backend.clone(), m.functions[s.function as usize].symbol.clone()));
         }
         Ok(Executable {
             model: b.model.clone(),
@@ -84,6 +106,7 @@ impl Executable {
             steps,
             args,
             names,
+            device: None,
             modules,
             _arena: arena,
             _constants: constants,
@@ -107,12 +130,41 @@ impl Executable {
 
     /// Runs the model on `inputs` (in the artifact's input order) and returns its outputs in order.
     pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        self.check_inputs(inputs)?;
+        if let Some(d) = &mut self.device {
+            return d.run(inputs).map_err(|e| RuntimeError(format!("model '{}': {}", self.model, e.0)));
+        }
         super::on_runtime_pool(|| self.run_inner(inputs, None))
+    }
+
+    /// Whether the artifact runs on the GPU.
+    pub fn is_gpu(&self) -> bool {
+        self.device.is_some()
+    }
+
+    /// Kernel launches per run of a GPU artifact (`None` on the host).
+    pub fn kernel_count(&self) -> Option<usize> {
+        self.device.as_ref().map(DeviceEngine::kernel_count)
+    }
+
+    /// For a GPU artifact: the GPU time of `iters` replays of the model's CUDA graph on `inputs` (uploaded
+    /// once, so host copies are not timed), each between CUDA events, after `warmup` replays; microseconds.
+    /// `None` for a host artifact.
+    pub fn gpu_replay_times_us(&mut self, inputs: &[Tensor], warmup: usize, iters: usize) -> Option<Result<Vec<f64>, RuntimeError>> {
+        if let Err(e) = self.check_inputs(inputs) {
+            return Some(Err(e));
+        }
+        let model = self.model.clone();
+        self.device.as_mut().map(|d| d.replay_times_us(inputs, warmup, iters).map_err(|e| RuntimeError(format!("model '{model}': {}", e.0))))
     }
 
     /// [`run`](Self::run), also timing every step: `step_us[s]` receives step `s`'s wall time in
     /// microseconds (the clock is read between steps only, so the total matches an unprofiled run closely).
     pub fn run_profiled(&mut self, inputs: &[Tensor], step_us: &mut Vec<f64>) -> Result<Vec<Tensor>, RuntimeError> {
+        self.check_inputs(inputs)?;
+        if let Some(d) = &mut self.device {
+            return d.run_profiled(inputs, step_us).map_err(|e| RuntimeError(format!("model '{}': {}", self.model, e.0)));
+        }
         step_us.clear();
         step_us.reserve(self.steps.len());
         super::on_runtime_pool(|| self.run_inner(inputs, Some(step_us)))
@@ -123,7 +175,7 @@ impl Executable {
         &self.names
     }
 
-    fn run_inner(&mut self, inputs: &[Tensor], mut step_us: Option<&mut Vec<f64>>) -> Result<Vec<Tensor>, RuntimeError> {
+    fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), RuntimeError> {
         if inputs.len() != self.inputs.len() {
             let names: Vec<&str> = self.inputs.iter().map(|(n, _, _)| n.as_str()).collect();
             return Err(RuntimeError(format!(
@@ -139,6 +191,10 @@ impl Executable {
                 return Err(RuntimeError(format!("model '{}': input {i} ('{name}') must be {ty}, got {}", self.model, t.ty)));
             }
         }
+        Ok(())
+    }
+
+    fn run_inner(&mut self, inputs: &[Tensor], mut step_us: Option<&mut Vec<f64>>) -> Result<Vec<Tensor>, RuntimeError> {
         for ((_, _, dst), t) in self.inputs.iter().zip(inputs) {
             // SAFETY: the slot holds `ty.size_bytes()` bytes (checked at read), the types are equal, and a
             // caller's tensor never lives in our arena.

@@ -1,11 +1,10 @@
 //! The runtime: loads modules and artifacts and executes them. No compiler, no tuning, no initialization work
 //! beyond loading.
 //!
-//! Each backend's run side is one module here, named after the backend: [`c`] (shared objects) and [`gemm`]
-//! (GEMM plans). Two seams keep it open to a GPU runtime: modules load through the format -> loader
-//! [`registry`] (a cubin or a CUDA-graph plan becomes one more module here and one more registry line), and
-//! every buffer is allocated in `buffer.rs` (device memory becomes one more buffer type there). [`Executable`]
-//! only sees loaded modules and pointers.
+//! Each backend's run side is one module here, named after the backend: [`c`] (shared objects), [`gemm`]
+//! (GEMM plans) and [`cuda`] (cubins). Modules load through the format -> loader [`registry`]. An
+//! [`Executable`] runs an artifact on one of two engines: host modules are called in turn on host memory;
+//! an artifact of GPU modules runs on [`cuda::DeviceEngine`] (device arena, one CUDA graph per model).
 
 mod buffer;
 mod executable;
@@ -18,6 +17,7 @@ pub use pool::on_runtime_pool;
 pub use registry::{ModuleLoader, Registry};
 
 pub mod c;
+pub mod cuda;
 pub mod gemm;
 pub mod measure;
 pub mod registry;
@@ -38,6 +38,12 @@ pub trait LoadedModule: Send + Sync {
     /// Every pointer must point at a live, suitably aligned (64 bytes) buffer of the type the function's
     /// `FunctionInfo` lists, outputs must not alias inputs, and the scratch buffer must have the declared size.
     unsafe fn call(&self, index: usize, args: &[*mut u8]) -> Result<(), RuntimeError>;
+
+    /// The module as a loaded cubin, if it is one: GPU modules are not called through [`call`](Self::call)
+    /// but launched by the GPU engine on its stream.
+    fn cuda(&self) -> Option<&cuda::LoadedCubin> {
+        None
+    }
 }
 
 /// Loads a module by its format, through the built-in [`Registry`].

@@ -9,7 +9,7 @@
 //! ([`Executable::load_with`](super::Executable::load_with)). Lookups scan a short vector in registration
 //! order; nothing is hashed.
 
-use super::{c, gemm, LoadedModule, RuntimeError};
+use super::{c, cuda, gemm, LoadedModule, RuntimeError};
 use crate::module::{Module, ModuleFormat};
 use std::sync::{Arc, OnceLock};
 
@@ -34,6 +34,7 @@ type LoadFn = fn(&Module) -> Result<Box<dyn LoadedModule>, RuntimeError>;
 const BUILTIN: &[(ModuleFormat, LoadFn)] = &[
     (ModuleFormat::SharedObject, c::loader),
     (ModuleFormat::GemmPlan, gemm::loader),
+    (ModuleFormat::Cubin, cuda::loader),
 ];
 
 /// Module format -> loader, at most one loader per format.
@@ -117,13 +118,13 @@ mod tests {
     #[test]
     fn builtin_has_one_loader_per_format_of_this_crate() {
         let formats: Vec<&ModuleFormat> = Registry::builtin().formats().collect();
-        assert_eq!(formats, [&ModuleFormat::SharedObject, &ModuleFormat::GemmPlan]);
+        assert_eq!(formats, [&ModuleFormat::SharedObject, &ModuleFormat::GemmPlan, &ModuleFormat::Cubin]);
     }
 
     #[test]
     fn an_unknown_format_is_an_error_naming_the_backend() {
         let e = Registry::builtin().load(&module(ModuleFormat::Named("toy-plan".into()))).err().expect("no loader");
-        assert!(e.0.contains("backend toy") && e.0.contains("'toy-plan'") && e.0.contains("shared-object, gemm-plan"), "{e}");
+        assert!(e.0.contains("backend toy") && e.0.contains("'toy-plan'") && e.0.contains("shared-object, gemm-plan, cubin"), "{e}");
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod gemm;
 pub mod registry;
 
 pub mod c;
+pub mod cuda;
 
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::{Kinds, Rule};

@@ -23,8 +23,8 @@ fn numel(g: &Graph, n: NodeId) -> f64 {
     g.ty(g.node(n).outputs[0]).numel() as f64
 }
 
-/// (GEMM flops, other flops) of one node.
-fn flops(g: &Graph, n: NodeId) -> (f64, f64) {
+/// (GEMM flops, other flops) of one node (transcendental functions weighted as above).
+pub fn flops(g: &Graph, n: NodeId) -> (f64, f64) {
     let node = g.node(n);
     let out = numel(g, n);
     let in0 = g.ty(node.inputs[0]).numel() as f64;
@@ -53,13 +53,20 @@ fn flops(g: &Graph, n: NodeId) -> (f64, f64) {
 }
 
 pub fn estimate_us(g: &Graph, nodes: &[NodeId]) -> f64 {
+    let (gemm, other) = partition_flops(g, nodes);
+    let bytes = boundary_bytes(g, nodes);
+    gemm / (GEMM_GFLOPS * 1e3) + other / (SCALAR_GFLOPS * 1e3) + bytes as f64 / (BANDWIDTH_GBS * 1e3) + CALL_US
+}
+
+/// (GEMM flops, other flops) of a partition.
+pub fn partition_flops(g: &Graph, nodes: &[NodeId]) -> (f64, f64) {
     let set: BTreeSet<NodeId> = nodes.iter().copied().collect();
-    let (mut gemm, mut other) = (0.0, 0.0);
-    for &n in &set {
-        let (a, b) = flops(g, n);
-        gemm += a;
-        other += b;
-    }
+    set.iter().map(|&n| flops(g, n)).fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y))
+}
+
+/// Bytes a partition reads from and writes to outside itself (inline constants excluded).
+pub fn boundary_bytes(g: &Graph, nodes: &[NodeId]) -> usize {
+    let set: BTreeSet<NodeId> = nodes.iter().copied().collect();
     let produced: BTreeSet<_> = set.iter().flat_map(|&n| g.node(n).outputs.iter().copied()).collect();
     let consumers = g.consumers();
     let mut bytes = 0usize;
@@ -78,5 +85,5 @@ pub fn estimate_us(g: &Graph, nodes: &[NodeId]) -> f64 {
             bytes += g.ty(o).size_bytes();
         }
     }
-    gemm / (GEMM_GFLOPS * 1e3) + other / (SCALAR_GFLOPS * 1e3) + bytes as f64 / (BANDWIDTH_GBS * 1e3) + CALL_US
+    bytes
 }

@@ -16,7 +16,7 @@
 pub mod cexpr;
 pub mod cost;
 mod ew;
-mod func;
+pub(crate) mod func;
 mod linalg;
 pub mod lower;
 mod movement;

@@ -69,6 +69,13 @@ pub struct Plan {
     pub scratch: Vec<(ValueId, u64)>,
 }
 
+impl Group {
+    /// A closed group holding only `anchor` (a MatMul or Conv run with no epilogue), over its output.
+    pub fn anchored(g: &Graph, anchor: NodeId) -> Group {
+        Group { domain: g.ty(g.node(anchor).outputs[0]).shape.clone(), anchor: Some(anchor), nodes: Vec::new(), open: false }
+    }
+}
+
 fn is_alias(op: &Op) -> bool {
     matches!(op, Op::Reshape { .. } | Op::Identity)
 }

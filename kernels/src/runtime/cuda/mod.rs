@@ -1,0 +1,31 @@
+//! The `cuda` run side: cubin modules on an NVIDIA GPU through the CUDA driver API (cudarc, loaded at run
+//! time, so this builds and runs on machines without CUDA and says so instead of crashing).
+//!
+//! - [`libs`]: finding the driver and NVRTC before cudarc opens them.
+//! - [`format`]: the cubin module format (a cubin and each function's launches).
+//! - [`device`]: the process's context on GPU 0 and its description.
+//! - [`module`]: a loaded cubin.
+//! - [`engine`]: a loaded GPU artifact: device arena, constants uploaded once, a captured CUDA graph replayed
+//!   per run, pinned staging buffers.
+
+pub mod device;
+pub mod engine;
+pub mod format;
+pub mod libs;
+pub mod module;
+
+pub use engine::DeviceEngine;
+pub use module::LoadedCubin;
+
+use crate::module::Module;
+use crate::runtime::{LoadedModule, RuntimeError};
+
+/// The loader of [`crate::module::ModuleFormat::Cubin`] modules.
+pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
+    Ok(Box::new(LoadedCubin::load(m)?))
+}
+
+/// Whether this machine can run GPU artifacts; why not, if not.
+pub fn available() -> Result<(), String> {
+    device::context().map(|_| ())
+}

@@ -1,0 +1,106 @@
+//! A loaded cubin module: the cubin in the process's context and, per function, its launches resolved to
+//! kernel handles.
+
+use super::device;
+use super::format::{CubinModule, Launch};
+use crate::module::Module;
+use crate::runtime::{LoadedModule, RuntimeError};
+use cudarc::driver::{sys, CudaFunction, CudaModule};
+use std::sync::Arc;
+
+/// A cubin module loaded on GPU 0.
+pub struct LoadedCubin {
+    backend: String,
+    _module: Arc<CudaModule>,
+    /// Per function, per launch: the kernel and its configuration.
+    functions: Vec<Vec<(CudaFunction, Launch)>>,
+    /// Argument count per function (`[inputs.., outputs.., scratch?]`).
+    arg_counts: Vec<usize>,
+}
+
+impl LoadedCubin {
+    pub fn load(m: &Module) -> Result<LoadedCubin, RuntimeError> {
+        let c = CubinModule::decode(m).map_err(RuntimeError)?;
+        let ctx = device::context().map_err(|e| RuntimeError(format!("module of backend {} needs a GPU: {e}", m.backend)))?;
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(c.cubin))
+            .map_err(|e| RuntimeError(format!("module of backend {} (compiled for {}): the GPU refuses its cubin: {e}", m.backend, c.arch)))?;
+        let mut functions = Vec::with_capacity(c.functions.len());
+        for (f, info) in c.functions.into_iter().zip(&m.functions) {
+            let mut launches = Vec::with_capacity(f.launches.len());
+            for l in f.launches {
+                let k = module.load_function(&l.entry).map_err(|e| RuntimeError(format!("module of backend {}: function '{}': kernel '{}' not in the cubin: {e}", m.backend, info.symbol, l.entry)))?;
+                if l.shared_bytes > 48 * 1024 {
+                    k.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.shared_bytes as i32)
+                        .map_err(|e| RuntimeError(format!("kernel '{}': {} bytes of shared memory refused: {e}", l.entry, l.shared_bytes)))?;
+                }
+                launches.push((k, l));
+            }
+            functions.push(launches);
+        }
+        Ok(LoadedCubin {
+            backend: m.backend.clone(),
+            _module: module,
+            functions,
+            arg_counts: m.functions.iter().map(|f| f.inputs.len() + f.outputs.len() + usize::from(f.scratch_bytes > 0)).collect(),
+        })
+    }
+
+    /// The launches of function `index` with their parameters resolved against the function's device
+    /// argument addresses `args`.
+    pub fn launches(&self, index: usize, args: &[u64]) -> Result<Vec<PreparedLaunch>, RuntimeError> {
+        let launches = self.functions.get(index).ok_or_else(|| RuntimeError(format!("module of backend {}: no function {index}", self.backend)))?;
+        if args.len() != self.arg_counts[index] {
+            return Err(RuntimeError(format!("module of backend {}: function {index} takes {} arguments, got {}", self.backend, self.arg_counts[index], args.len())));
+        }
+        Ok(launches
+            .iter()
+            .map(|(k, l)| PreparedLaunch {
+                function: k.clone(),
+                grid: l.grid,
+                block: l.block,
+                shared_bytes: l.shared_bytes,
+                params: l.args.iter().map(|a| args[a.index as usize] + a.offset).collect(),
+            })
+            .collect())
+    }
+}
+
+impl LoadedModule for LoadedCubin {
+    unsafe fn call(&self, _index: usize, _args: &[*mut u8]) -> Result<(), RuntimeError> {
+        Err(RuntimeError(format!("module of backend {}: a cubin runs on the GPU only, inside a GPU executable", self.backend)))
+    }
+
+    fn cuda(&self) -> Option<&LoadedCubin> {
+        Some(self)
+    }
+}
+
+/// One kernel launch with its parameters (device addresses).
+#[derive(Clone)]
+pub struct PreparedLaunch {
+    pub function: CudaFunction,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+    pub params: Vec<u64>,
+}
+
+impl PreparedLaunch {
+    /// Enqueues the launch on `stream`.
+    ///
+    /// # Safety
+    /// The parameters must be live device buffers of the types the kernel expects.
+    pub unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), cudarc::driver::DriverError> {
+        let mut params = self.params.clone();
+        let mut ptrs: Vec<*mut std::ffi::c_void> = params.iter_mut().map(|p| p as *mut u64 as *mut std::ffi::c_void).collect();
+        cudarc::driver::result::launch_kernel(
+            self.function.cu_function(),
+            (self.grid[0], self.grid[1], self.grid[2]),
+            (self.block[0], self.block[1], self.block[2]),
+            self.shared_bytes,
+            stream,
+            &mut ptrs,
+        )
+    }
+}

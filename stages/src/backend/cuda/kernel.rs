@@ -1,0 +1,186 @@
+//! One generated CUDA kernel (`extern "C" __global__`): its pointer parameters, which function arguments
+//! they bind to, its body and its launch configuration.
+//!
+//! Each plan item of a partition (see `backend/c/plan.rs`, shared with the `c` backend: the fusion decisions
+//! do not depend on the device) becomes one or more kernels. A kernel's parameters are the buffers it
+//! touches, by alias root, `__restrict__`-qualified (an item never reads memory it writes); shapes and
+//! strides are compile-time constants in its body, so index arithmetic divides by constants only.
+
+use crate::backend::c::cexpr::{f32_lit, int_lit};
+use crate::backend::c::plan::Plan;
+use crate::ir::{DType, Graph, ValueId};
+
+/// Threads per block of the one-thread-per-element kernels.
+pub const EW_BLOCK: u32 = 256;
+
+/// The CUDA type of an element in memory.
+pub fn mem_type(d: DType) -> &'static str {
+    crate::backend::c::cexpr::mem_type(d)
+}
+
+/// What a kernel parameter points at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binding {
+    /// A value's buffer, by alias root.
+    Root(ValueId),
+    /// The partition's output `j` (for copies into an output listed twice, or of an input).
+    Output(usize),
+}
+
+/// A kernel under construction.
+pub struct Kernel<'a> {
+    pub g: &'a Graph,
+    pub plan: &'a Plan,
+    /// Buffer parameters: what each binds to and whether the kernel writes it.
+    pub params: Vec<(Binding, bool)>,
+    /// Inline constants the body reads (emitted once per kernel source as `__device__` arrays).
+    pub consts: Vec<ValueId>,
+    pub body: String,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+    /// Name prefix of the partition's symbols (for constant arrays).
+    pub symbol: &'a str,
+}
+
+impl<'a> Kernel<'a> {
+    pub fn new(g: &'a Graph, plan: &'a Plan, symbol: &'a str) -> Kernel<'a> {
+        Kernel { g, plan, params: Vec::new(), consts: Vec::new(), body: String::new(), grid: [1, 1, 1], block: [1, 1, 1], shared_bytes: 0, symbol }
+    }
+
+    /// The expression naming `v`'s buffer (its alias root's): a parameter or an inline constant array.
+    pub fn buf(&mut self, v: ValueId, write: bool) -> String {
+        let root = self.plan.root[v.index()];
+        if matches!(self.plan.storage[root.index()], Some(crate::backend::c::plan::Storage::Const)) && !write {
+            if !self.consts.contains(&root) {
+                self.consts.push(root);
+            }
+            return const_name(self.symbol, root, self.g.ty(root).dtype);
+        }
+        self.bind(Binding::Root(root), write)
+    }
+
+    /// The parameter of partition output `j`, written.
+    pub fn output(&mut self, j: usize) -> String {
+        self.bind(Binding::Output(j), true)
+    }
+
+    fn bind(&mut self, b: Binding, write: bool) -> String {
+        match self.params.iter().position(|(r, _)| *r == b) {
+            Some(i) => {
+                self.params[i].1 |= write;
+                format!("p{i}")
+            }
+            None => {
+                self.params.push((b, write));
+                format!("p{}", self.params.len() - 1)
+            }
+        }
+    }
+
+    fn dtype(&self, b: Binding) -> DType {
+        match b {
+            Binding::Root(v) => self.g.ty(v).dtype,
+            Binding::Output(j) => self.g.ty(self.g.outputs[j]).dtype,
+        }
+    }
+
+    /// One thread per element of an `n`-element domain, in blocks of [`EW_BLOCK`]; the body sees the flat
+    /// index as `i` and has returned for threads past the end.
+    pub fn per_element(&mut self, n: usize) {
+        let blocks = n.div_ceil(EW_BLOCK as usize).max(1);
+        self.block = [EW_BLOCK, 1, 1];
+        self.grid = [blocks as u32, 1, 1];
+        self.body.insert_str(0, &format!("const unsigned i = blockIdx.x * {EW_BLOCK}u + threadIdx.x;\nif (i >= {n}u) return;\n"));
+    }
+
+    /// The kernel's source, named `name`.
+    pub fn render(&self, name: &str) -> String {
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, (b, write))| format!("{}{}* __restrict__ p{i}", if *write { "" } else { "const " }, mem_type(self.dtype(*b))))
+            .collect();
+        format!(
+            "extern \"C\" __global__ void __launch_bounds__({}) {name}({}) {{\n{}}}\n",
+            self.block.iter().product::<u32>(),
+            params.join(", "),
+            crate::backend::c::func::indent(&self.body)
+        )
+    }
+}
+
+/// The name under which an inline constant is read.
+pub fn const_name(symbol: &str, root: ValueId, d: DType) -> String {
+    match d {
+        DType::F32 => format!("((const float*){symbol}_c{})", root.0),
+        _ => format!("{symbol}_c{}", root.0),
+    }
+}
+
+/// The `__device__` array of an inline constant (floats by their bits, so NaN and -0 survive).
+pub fn const_array(symbol: &str, root: ValueId, t: &crate::ir::Tensor) -> String {
+    let n = t.numel().max(1);
+    match t.dtype() {
+        DType::F32 => {
+            let bits: Vec<String> = t.bytes().chunks_exact(4).map(|c| format!("0x{:08x}u", u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect();
+            let bits = if bits.is_empty() { "0u".to_string() } else { bits.join(", ") };
+            format!("__device__ const unsigned {symbol}_c{}[{n}] = {{{bits}}};\n", root.0)
+        }
+        d => {
+            let vals: Vec<String> = t.to_i64_vec().iter().map(|&v| int_lit(v, d)).collect();
+            let vals = if vals.is_empty() { "0".to_string() } else { vals.join(", ") };
+            format!("__device__ const {} {symbol}_c{}[{n}] = {{{vals}}};\n", mem_type(d), root.0)
+        }
+    }
+}
+
+/// The literal of a one-element constant.
+pub fn scalar_literal(t: &crate::ir::Tensor) -> String {
+    match t.dtype() {
+        DType::F32 => f32_lit(t.to_f32_vec()[0]),
+        d => int_lit(t.to_i64_vec()[0], d),
+    }
+}
+
+/// Statements decomposing flat index `flat` over `dims` (row-major) into coordinates `{prefix}0..`; only
+/// the coordinates some operand uses (`used[d]`) are computed.
+pub fn coords(dims: &[usize], flat: &str, prefix: &str, used: &[bool]) -> String {
+    let mut s = String::new();
+    let mut stride = 1usize;
+    let mut strides = vec![0usize; dims.len()];
+    for d in (0..dims.len()).rev() {
+        strides[d] = stride;
+        stride *= dims[d];
+    }
+    for d in 0..dims.len() {
+        if !used[d] {
+            continue;
+        }
+        let q = if strides[d] == 1 { flat.to_string() } else { format!("({flat} / {}u)", strides[d]) };
+        let e = if d == 0 { q } else { format!("({q} % {}u)", dims[d]) };
+        s.push_str(&format!("const unsigned {prefix}{d} = {e};\n"));
+    }
+    s
+}
+
+/// `sum(coord_d * stride_d)` over dims with a non-zero stride (as an unsigned expression; `0u` if none).
+pub fn offset(prefix: &str, strides: &[i64]) -> String {
+    let terms: Vec<String> = strides
+        .iter()
+        .enumerate()
+        .filter(|(_, &s)| s != 0)
+        .map(|(d, &s)| match s {
+            1 => format!("{prefix}{d}"),
+            // Unsigned arithmetic wraps: a negative stride is exact modulo 2^32, and offsets are in range.
+            s if s < 0 => format!("{prefix}{d} * (unsigned)({s})"),
+            s => format!("{prefix}{d} * {s}u"),
+        })
+        .collect();
+    if terms.is_empty() {
+        "0u".to_string()
+    } else {
+        terms.join(" + ")
+    }
+}

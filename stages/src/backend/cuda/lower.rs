@@ -1,0 +1,203 @@
+//! Lowering one kernel graph (a partition) to CUDA: the shared fusion plan (`backend/c/plan.rs`) orders it
+//! into items, each item becomes one or more `__global__` kernels (see [`super::kernel`]), and their
+//! launches bind each kernel parameter to the function's argument array (`[inputs.., outputs.., scratch]`),
+//! scratch values at offsets laid out by liveness. Everything is emitted in a fixed order from the canonical
+//! kernel graph, so equal partitions give byte-identical source.
+
+use super::gemm::{self, Tiles};
+use super::kernel::{const_array, Binding, Kernel};
+use super::{movement, pool, reduce};
+use crate::backend::c::plan::{plan, Group, Item, Plan, Storage};
+use crate::backend::c::scratch::{assign, Request};
+use crate::backend::FunctionInfo;
+use crate::ir::{self, DType, Graph, Op, ValueId};
+use serde::{Deserialize, Serialize};
+use tessera_kernels::runtime::cuda::format::{FunctionLaunches, Launch, LaunchArg};
+
+/// What [`lower`] makes of a partition: its kernels' source and its launches (postcard-encoded as the
+/// lowered kernel's code).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudaCode {
+    pub source: String,
+    pub launches: FunctionLaunches,
+}
+
+pub struct Lowered {
+    pub code: CudaCode,
+    pub info: FunctionInfo,
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut ch = s.chars();
+    matches!(ch.next(), Some(c) if c.is_ascii_alphabetic() || c == '_') && ch.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Why a graph cannot be lowered: the first value whose dtype the backend does not run, or one too large
+/// for 32-bit indexing.
+pub fn unsupported(g: &Graph) -> Option<String> {
+    for node in &g.nodes {
+        for &v in node.inputs.iter().chain(&node.outputs) {
+            let ty = g.ty(v);
+            if matches!(ty.dtype, DType::F16 | DType::BF16) {
+                return Some(format!("node '{}' ({}): {} tensors are not supported by the cuda backend yet (fp32 only)", node.name, node.op.name(), ty.dtype));
+            }
+            if ty.numel() >= 1 << 31 {
+                return Some(format!("node '{}' ({}): a tensor of {} elements exceeds 32-bit indexing", node.name, node.op.name(), ty.numel()));
+            }
+        }
+    }
+    None
+}
+
+/// The kernels of one item.
+fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item) -> Result<Vec<Kernel<'a>>, String> {
+    let one = |f: &mut dyn FnMut(&mut Kernel<'a>) -> Result<(), String>| -> Result<Vec<Kernel<'a>>, String> {
+        let mut k = Kernel::new(g, p, symbol);
+        f(&mut k)?;
+        Ok(vec![k])
+    };
+    match item {
+        Item::Group(gid) => {
+            let grp = &p.groups[*gid];
+            match grp.anchor {
+                None => one(&mut |k| super::ew::standalone(k, grp)),
+                Some(a) => match &g.node(a).op {
+                    Op::MatMul => one(&mut |k| gemm::matmul(k, a, grp, Tiles::default())),
+                    Op::Conv(attrs) => one(&mut |k| gemm::conv(k, a, attrs, grp, Tiles::default())),
+                    op => Err(format!("{} cannot anchor a group", op.name())),
+                },
+            }
+        }
+        Item::Copy { from, output } => one(&mut |k| {
+            movement::copy_value(k, *from, *output);
+            Ok(())
+        }),
+        Item::Node(n) => {
+            let node = g.node(*n);
+            let at = |e: String| format!("node '{}' ({}): {e}", node.name, node.op.name());
+            let f32_out = g.ty(node.outputs[0]).dtype == DType::F32;
+            let alone = Group::anchored(g, *n);
+            match &node.op {
+                Op::MatMul if f32_out => one(&mut |k| gemm::matmul(k, *n, &alone, Tiles::default())),
+                Op::MatMul => one(&mut |k| gemm::matmul_int(k, *n)),
+                Op::Conv(a) => one(&mut |k| gemm::conv(k, *n, a, &alone, Tiles::default())),
+                Op::ConvTranspose(a) => one(&mut |k| gemm::conv_transpose(k, *n, a)),
+                Op::BatchNorm { epsilon } => one(&mut |k| reduce::batch_norm(k, *n, *epsilon)),
+                Op::MaxPool(pa) => one(&mut |k| pool::pool(k, *n, pa, None)),
+                Op::AveragePool { pool: pa, count_include_pad } => one(&mut |k| pool::pool(k, *n, pa, Some(*count_include_pad))),
+                Op::GlobalAveragePool => {
+                    let r = g.ty(node.inputs[0]).rank();
+                    one(&mut |k| reduce::reduce(k, *n, ir::ReduceKind::Mean, &(2..r).collect::<Vec<_>>()))
+                }
+                Op::Reduce { kind, axes, .. } => one(&mut |k| reduce::reduce(k, *n, *kind, axes)),
+                Op::Softmax { axis } => one(&mut |k| reduce::softmax(k, *n, *axis, false)),
+                Op::LogSoftmax { axis } => one(&mut |k| reduce::softmax(k, *n, *axis, true)),
+                Op::LayerNorm { axis, epsilon } => one(&mut |k| reduce::layer_norm(k, *n, *axis, *epsilon)),
+                Op::Transpose { perm } => one(&mut |k| {
+                    movement::transpose(k, *n, perm);
+                    Ok(())
+                }),
+                Op::Concat { axis } => Ok((0..node.inputs.len())
+                    .filter(|&w| g.ty(node.inputs[w]).numel() > 0)
+                    .map(|w| {
+                        let mut k = Kernel::new(g, p, symbol);
+                        movement::concat_one(&mut k, *n, *axis, w);
+                        k
+                    })
+                    .collect()),
+                Op::Split { axis, sizes } => Ok((0..sizes.len())
+                    .filter(|&o| p.materialized[node.outputs[o].index()] && g.ty(node.outputs[o]).numel() > 0)
+                    .map(|o| {
+                        let mut k = Kernel::new(g, p, symbol);
+                        movement::split_one(&mut k, *n, *axis, sizes, o);
+                        k
+                    })
+                    .collect()),
+                Op::Slice { axes, starts, steps, .. } => one(&mut |k| {
+                    movement::slice(k, *n, axes, starts, steps);
+                    Ok(())
+                }),
+                Op::Gather { axis } => one(&mut |k| {
+                    movement::gather(k, *n, *axis);
+                    Ok(())
+                }),
+                Op::GatherElements { axis } => one(&mut |k| movement::gather_elements(k, *n, *axis)),
+                Op::Expand { .. } => one(&mut |k| {
+                    movement::expand(k, *n);
+                    Ok(())
+                }),
+                Op::Tile { repeats } => one(&mut |k| {
+                    movement::tile(k, *n, repeats);
+                    Ok(())
+                }),
+                Op::Pad { pads, mode, value } => one(&mut |k| movement::pad(k, *n, pads, *mode, *value)),
+                op => Err(format!("{} is not planned as a standalone item", op.name())),
+            }
+            .map_err(at)
+        }
+    }
+}
+
+pub fn lower(g: &Graph, symbol: &str) -> Result<Lowered, String> {
+    if !is_identifier(symbol) {
+        return Err(format!("symbol '{symbol}' is not a C identifier"));
+    }
+    ir::verify(g).map_err(|e| e.to_string())?;
+    if let Some(why) = unsupported(g) {
+        return Err(why);
+    }
+    let p = plan(g);
+    let (n_in, n_out) = (g.inputs.len(), g.outputs.len());
+
+    let mut kernels: Vec<(usize, Kernel)> = Vec::new();
+    for (i, item) in p.items.iter().enumerate() {
+        for k in emit_item(g, &p, symbol, item)? {
+            kernels.push((i, k));
+        }
+    }
+
+    // Scratch: a value lives from the item that writes it to the last item that reads it.
+    let mut reqs: Vec<Request> = Vec::new();
+    let mut value_req: Vec<Option<usize>> = vec![None; g.values.len()];
+    for &(root, bytes) in &p.scratch {
+        let start = p.items.iter().position(|it| p.writes(g, it).contains(&root)).unwrap_or(0);
+        let end = p.items.iter().rposition(|it| p.reads(g, it).contains(&root)).unwrap_or(start).max(start);
+        value_req[root.index()] = Some(reqs.len());
+        reqs.push(Request { bytes, start, end });
+    }
+    let (offsets, scratch_bytes) = assign(&reqs);
+
+    let mut consts: Vec<ValueId> = kernels.iter().flat_map(|(_, k)| k.consts.iter().copied()).collect();
+    consts.sort();
+    consts.dedup();
+    let mut source = format!("/* tessera cuda kernel {symbol}: {} nodes, {} items, {} launches, {scratch_bytes} scratch bytes */\n", g.nodes.len(), p.items.len(), kernels.len());
+    for &c in &consts {
+        source.push_str(&const_array(symbol, c, g.constant(c).expect("const storage holds a constant")));
+    }
+    let mut launches = Vec::with_capacity(kernels.len());
+    for (j, (item, k)) in kernels.iter().enumerate() {
+        let entry = format!("{symbol}_k{item}_{j}");
+        source.push_str(&k.render(&entry));
+        let args = k
+            .params
+            .iter()
+            .map(|(b, _)| match b {
+                Binding::Output(o) => Ok(LaunchArg { index: (n_in + o) as u32, offset: 0 }),
+                Binding::Root(root) => match p.storage[root.index()].as_ref() {
+                    Some(Storage::Input(i)) => Ok(LaunchArg { index: *i as u32, offset: 0 }),
+                    Some(Storage::Output(o)) => Ok(LaunchArg { index: (n_in + o) as u32, offset: 0 }),
+                    Some(Storage::Scratch(_)) => Ok(LaunchArg { index: (n_in + n_out) as u32, offset: offsets[value_req[root.index()].expect("a scratch value has a request")] }),
+                    other => Err(format!("value {root} has no buffer to pass ({other:?})")),
+                },
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        launches.push(Launch { entry, grid: k.grid, block: k.block, shared_bytes: k.shared_bytes, args });
+    }
+    let info = FunctionInfo {
+        symbol: symbol.to_string(),
+        inputs: g.inputs.iter().map(|&v| g.ty(v).clone()).collect(),
+        outputs: g.outputs.iter().map(|&v| g.ty(v).clone()).collect(),
+        scratch_bytes,
+    };
+    Ok(Lowered { code: CudaCode { source, launches: FunctionLaunches { launches } }, info })
+}

@@ -1,0 +1,147 @@
+//! The `cuda` backend (`cuda -compiler=nvrtc`): tessera's own CUDA code generation, compiled by NVRTC into
+//! one cubin per model. It is the least specialized GPU backend, so it runs every op of the IR (fp32, and
+//! the integer/bool ops that survive constant folding); the library backends (cuBLASLt, cuDNN) will take
+//! the partitions they run faster.
+//!
+//! The split follows the `c` backend's: [`lower`] (plan items to kernels; the fusion plan itself is the
+//! `c` backend's, shared), [`kernel`] (one `__global__` function and its launch), [`ew`], [`gemm`],
+//! [`reduce`], [`movement`], [`pool`] (the kernel families), [`cost`] (the analytical estimate) and
+//! [`toolchain`] (NVRTC). The prelude (`prelude.cuh`) holds the device helpers every module starts with.
+//!
+//! Semantics follow the reference interpreter; where it reports a data-dependent error (integer division by
+//! zero, a Gather index out of range), compiled code produces 0 instead, as the `c` backend does.
+
+pub mod cost;
+mod ew;
+pub mod gemm;
+pub mod kernel;
+pub mod lower;
+mod movement;
+mod pool;
+mod reduce;
+pub mod toolchain;
+
+#[cfg(test)]
+mod tests;
+
+use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat};
+use crate::ir::{DType, Graph, NodeId};
+use crate::partition::collage::rules::Rule;
+use crate::target::Target;
+use lower::CudaCode;
+use tessera_kernels::runtime::cuda::format::CubinModule;
+use tessera_kernels::runtime::cuda::libs;
+
+/// Bump whenever the generated code (or the prelude, or the NVRTC options) changes.
+pub const VERSION: u32 = 1;
+
+/// The device helpers every module starts with.
+pub const PRELUDE: &str = include_str!("prelude.cuh");
+
+/// The `cuda` backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CudaBackend;
+
+fn err(msg: impl Into<String>) -> BackendError {
+    BackendError { backend: "cuda".into(), msg: msg.into() }
+}
+
+fn check_target(target: &Target) -> Result<(), BackendError> {
+    if target.backend_name() != "cuda" {
+        return Err(err(format!("target '{target}' does not select the cuda backend")));
+    }
+    Ok(())
+}
+
+fn decode(k: &LoweredKernel) -> Result<CudaCode, BackendError> {
+    postcard::from_bytes(&k.code).map_err(|e| err(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol)))
+}
+
+/// The whole CUDA source of a module: the prelude, then each kernel's source, in order.
+pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> {
+    let mut src = String::from("/* tessera cuda module */\n");
+    src.push_str(PRELUDE);
+    let mut seen = std::collections::BTreeSet::new();
+    for k in kernels {
+        if !seen.insert(k.info.symbol.as_str()) {
+            return Err(err(format!("two kernels of one module are named '{}'", k.info.symbol)));
+        }
+        src.push('\n');
+        src.push_str(&decode(k)?.source);
+    }
+    Ok(src)
+}
+
+/// A readable NVRTC failure: the first lines of its log and the kernels they point into.
+fn compile_error(kernels: &[LoweredKernel], log: &str) -> BackendError {
+    let lines: Vec<&str> = log.lines().take(15).collect();
+    let mut culprits: Vec<&str> = Vec::new();
+    for k in kernels {
+        if log.contains(&format!("{}_k", k.info.symbol)) && !culprits.contains(&k.info.symbol.as_str()) {
+            culprits.push(&k.info.symbol);
+        }
+    }
+    let who = if culprits.is_empty() {
+        let all: Vec<&str> = kernels.iter().map(|k| k.info.symbol.as_str()).collect();
+        format!("module of [{}]", all.join(", "))
+    } else {
+        format!("kernel {}", culprits.join(", "))
+    };
+    err(format!("NVRTC compilation failed in {who}:\n{}", lines.join("\n")))
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn version(&self) -> u32 {
+        VERSION
+    }
+
+    /// Compiling needs NVRTC only; running needs a GPU (the runtime says so when there is none).
+    fn available(&self) -> Result<(), String> {
+        libs::toolkit().map(|_| ())
+    }
+
+    fn environment(&self, target: &Target) -> Vec<(String, String)> {
+        let nvrtc = match libs::toolkit() {
+            Ok(t) => t.nvrtc_version.clone(),
+            Err(why) => format!("unavailable: {why}"),
+        };
+        vec![("nvrtc.options".into(), toolchain::options(target).join(" ")), ("nvrtc.version".into(), nvrtc)]
+    }
+
+    fn supports(&self, g: &Graph, n: NodeId, _target: &Target) -> bool {
+        let node = g.node(n);
+        node.inputs.iter().chain(&node.outputs).all(|&v| matches!(g.ty(v).dtype, DType::F32 | DType::I64 | DType::I32 | DType::Bool))
+    }
+
+    /// Everything, with elementwise, injective and reduction fusion (the fallback's rules, as `c`).
+    fn rules(&self) -> Rule {
+        Rule::fusing_fallback()
+    }
+
+    fn colors(&self) -> (&'static str, &'static str) {
+        ("#c7e9c0", "#31a354")
+    }
+
+    fn estimate_us(&self, g: &Graph, nodes: &[NodeId], _target: &Target) -> f64 {
+        cost::estimate_us(g, nodes)
+    }
+
+    fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
+        check_target(target)?;
+        let l = lower::lower(kernel, symbol).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
+        Ok(LoweredKernel { info: l.info, code: postcard::to_stdvec(&l.code).expect("cuda code encodes") })
+    }
+
+    fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
+        check_target(target)?;
+        let src = module_source(kernels)?;
+        let cubin = toolchain::compile(target, "module.cu", &src).map_err(|log| compile_error(kernels, &log))?;
+        let functions = kernels.iter().map(|k| decode(k).map(|c| c.launches)).collect::<Result<Vec<_>, _>>()?;
+        let bytes = CubinModule { arch: toolchain::arch(target), cubin, functions }.encode();
+        Ok(Module { backend: "cuda".into(), target: target.canonical(), format: ModuleFormat::Cubin, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes })
+    }
+}

@@ -1,0 +1,56 @@
+//! MaxPool and AveragePool over any number of spatial dims, one thread per output element looping over its
+//! window (a window is a handful of taps: the work per output is small and the reads are shared through L1).
+//! MaxPool lets NaN win; AveragePool divides by the taps inside the input, or inside the padded extent with
+//! count_include_pad, as the reference does.
+
+use super::kernel::Kernel;
+use crate::backend::c::nest::contiguous;
+use crate::ir::{NodeId, PoolAttrs};
+
+pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>) -> Result<(), String> {
+    let g = k.g;
+    let nd = g.node(node);
+    let xs = g.ty(nd.inputs[0]).shape.clone();
+    let ys = g.ty(nd.outputs[0]).shape.clone();
+    let sp = xs.len() - 2;
+    let (in_sp, out_sp) = (&xs[2..], &ys[2..]);
+    let isz: usize = in_sp.iter().product();
+    let osz: usize = out_sp.iter().product();
+    let (in_st, out_st) = (contiguous(in_sp), contiguous(out_sp));
+    let x = k.buf(nd.inputs[0], false);
+    let y = k.buf(nd.outputs[0], true);
+    let mut b = format!("const unsigned pl = i / {}u;\nconst unsigned r = i % {}u;\nconst float* xp = {x} + pl * {isz}u;\n", osz.max(1), osz.max(1));
+    for d in 0..sp {
+        let (st, pad, dil, kk, size, pe) = (p.strides[d], p.pads[d], p.dilations[d], p.kernel[d], in_sp[d], p.pads[sp + d]);
+        b.push_str(&format!("const int o{d} = (int)((r / {}u) % {}u);\nconst int i{d} = o{d} * {st} - {pad};\n", out_st[d], out_sp[d]));
+        b.push_str(&format!("const int lo{d} = i{d} < 0 ? (-i{d} + {dm}) / {dil} : 0;\nint hi{d} = {size} - i{d} <= 0 ? 0 : ({size} - i{d} + {dm}) / {dil};\nif (hi{d} > {kk}) hi{d} = {kk};\n", dm = dil - 1));
+        if avg == Some(true) {
+            b.push_str(&format!("int ph{d} = {e} - i{d} <= 0 ? 0 : ({e} - i{d} + {dm}) / {dil};\nif (ph{d} > {kk}) ph{d} = {kk};\n", e = size + pe, dm = dil - 1));
+        }
+    }
+    match avg {
+        None => b.push_str("float m = -0x1.fffffep+127f;\nbool nan = false;\n"),
+        Some(_) => b.push_str("float s = 0.0f;\n"),
+    }
+    for d in 0..sp {
+        b.push_str(&format!("for (int k{d} = lo{d}; k{d} < hi{d}; k{d}++) {{\n"));
+    }
+    let xi: Vec<String> = (0..sp).map(|d| format!("(i{d} + k{d} * {}) * {}", p.dilations[d], in_st[d])).collect();
+    match avg {
+        None => b.push_str(&format!("const float v = xp[{}];\nnan |= v != v;\nm = v > m ? v : m;\n", xi.join(" + "))),
+        Some(_) => b.push_str(&format!("s += xp[{}];\n", xi.join(" + "))),
+    }
+    for _ in 0..sp {
+        b.push_str("}\n");
+    }
+    match avg {
+        None => b.push_str(&format!("{y}[i] = nan ? TSR_NAN : m;\n")),
+        Some(include_pad) => {
+            let counts: Vec<String> = (0..sp).map(|d| if include_pad { format!("ph{d}") } else { format!("(hi{d} - lo{d})") }).collect();
+            b.push_str(&format!("const int cnt = {};\n{y}[i] = cnt <= 0 ? 0.0f : s / (float)cnt;\n", counts.join(" * ")));
+        }
+    }
+    k.body.push_str(&b);
+    k.per_element(ys.iter().product());
+    Ok(())
+}
