@@ -10,6 +10,14 @@ python3 -m pip install --quiet --disable-pip-version-check 'onnx==1.23.2' 'numpy
 ONNX_BACKEND_DATA="$(python3 -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data"))')"
 export ONNX_BACKEND_DATA
 
+# NVRTC and the CUDA headers of the GPU machine's release (CUDA 13.0), from NVIDIA's PyPI wheels: the cuda
+# backend's tests compile every generated kernel to an sm_90 cubin on this machine, GPU or not. tessera
+# finds them under site-packages/nvidia/cu13 by itself; TESSERA_REQUIRE_NVRTC makes a missing NVRTC a test
+# failure rather than a skip.
+python3 -m pip install --quiet --disable-pip-version-check nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runtime==13.0.88 \
+    nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85
+export TESSERA_REQUIRE_NVRTC=1
+
 command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc; }
 
 cargo test --workspace --locked "$@"

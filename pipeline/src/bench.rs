@@ -68,6 +68,11 @@ pub struct BenchResult {
     pub p10_ms: f64,
     pub p90_ms: f64,
     pub min_ms: f64,
+    /// `gpu` (CUDA-event times of graph replays, inputs already on the device) or `host` (wall clock around
+    /// a whole run, copies included).
+    pub timing: &'static str,
+    /// Kernel launches per run, for GPU artifacts.
+    pub kernels: Option<usize>,
 }
 
 /// Benchmarks one artifact (see the module documentation).
@@ -80,6 +85,13 @@ pub fn bench_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> an
     let mut exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     let inputs = artifact.random_inputs(seed);
+    if let Some(times) = exe.gpu_replay_times_us(&inputs, warmup, iters) {
+        let ms = times.with_context(|| format!("timing {}", path.display()))?.iter().map(|us| us / 1e3).collect();
+        let mut r = summarize(path.display().to_string(), artifact.body.model.clone(), iters, warmup, load_ms, ms);
+        r.timing = "gpu";
+        r.kernels = exe.kernel_count();
+        return Ok(r);
+    }
     for _ in 0..warmup {
         exe.run(&inputs)?;
     }
@@ -106,6 +118,8 @@ fn summarize(artifact: String, model: String, iters: usize, warmup: usize, load_
         p10_ms: percentile(&ms, 10.0),
         p90_ms: percentile(&ms, 90.0),
         min_ms: ms[0],
+        timing: "host",
+        kernels: None,
     }
 }
 

@@ -6,7 +6,9 @@
 //! gathers stay valid), run `--warmup` times untimed, then `--iters` timed runs. Reported: median, p10 and
 //! p90 of the per-run wall time (percentiles interpolated linearly between order statistics, as NumPy's
 //! default), and the minimum. CPU runs are timed with the monotonic clock around `Executable::run`, which
-//! includes copying inputs in and outputs out; GPU runs, once they exist, will be timed with CUDA events.
+//! includes copying inputs in and outputs out. GPU artifacts are timed on the GPU: CUDA events around each
+//! replay of the model's CUDA graph, inputs uploaded once (so host copies are not timed), after the warm-up
+//! replays; `--profile` times each step between events.
 
 use crate::bench::{bench_abba, bench_artifact, profile_artifact, BenchResult, StepProfile};
 use clap::Args;
@@ -52,11 +54,19 @@ fn profile_table(model: &str, steps: &[StepProfile]) -> String {
 
 fn table(results: &[BenchResult]) -> String {
     let w = results.iter().map(|r| r.model.len()).max().unwrap_or(0).max("model".len());
-    let mut s = format!("{:<w$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>6}\n", "model", "median ms", "p10 ms", "p90 ms", "min ms", "load ms", "iters");
+    let mut s = format!("{:<w$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>6}  {:>6}  {:>7}\n", "model", "median ms", "p10 ms", "p90 ms", "min ms", "load ms", "iters", "timing", "kernels");
     for r in results {
         s += &format!(
-            "{:<w$}  {:>10.4}  {:>10.4}  {:>10.4}  {:>10.4}  {:>10.2}  {:>6}\n",
-            r.model, r.median_ms, r.p10_ms, r.p90_ms, r.min_ms, r.load_ms, r.iters
+            "{:<w$}  {:>10.4}  {:>10.4}  {:>10.4}  {:>10.4}  {:>10.2}  {:>6}  {:>6}  {:>7}\n",
+            r.model,
+            r.median_ms,
+            r.p10_ms,
+            r.p90_ms,
+            r.min_ms,
+            r.load_ms,
+            r.iters,
+            r.timing,
+            r.kernels.map(|k| k.to_string()).unwrap_or_else(|| "-".into())
         );
     }
     s
