@@ -5,8 +5,10 @@
 //! implicit GEMM (rows: output channels of a group; columns: images x output positions; depth: input
 //! channels of the group x kernel taps), its B tile gathered from the input with the padding as zeros, so
 //! no im2col buffer exists. The output tile leaves registers through the partition's fused epilogue (bias,
-//! activation, residual, ...). The tile shape is a [`Tiles`] value with defaults, the knobs the tune stage
-//! will search.
+//! activation, residual, ...). Small problems (batch-1 inference is mostly small problems) take a smaller
+//! tile and split K across blocks, a second kernel summing the slices in a fixed order and applying the
+//! epilogue (see [`Schedule::for_problem`]). Tile shapes and the split are explicit values with defaults,
+//! the knobs the tune stage will search.
 //!
 //! Convolutions with few output channels per group (depthwise) would waste a row tile: they run one thread
 //! per output element over their few taps instead, as do ConvTranspose and integer MatMul (rare, small).
@@ -16,7 +18,7 @@ use super::kernel::{coords, Kernel};
 use crate::backend::c::cexpr::mem_type;
 use crate::backend::c::nest::{broadcast, contiguous};
 use crate::backend::c::plan::Group;
-use crate::ir::{ConvAttrs, ConvTransposeAttrs, DType, NodeId};
+use crate::ir::{ConvAttrs, ConvTransposeAttrs, DType, NodeId, ValueId};
 
 /// Tile shape of the GEMM kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,9 +36,50 @@ impl Default for Tiles {
     }
 }
 
+/// The smaller tile, for problems too small to fill the GPU with [`Tiles::default`].
+pub const SMALL_TILES: Tiles = Tiles { bm: 32, bn: 32, bk: 16, tm: 2, tn: 2 };
+
+/// Blocks a launch needs to fill an sm_90 GPU (132 SMs, two blocks each).
+pub const FILL_BLOCKS: usize = 264;
+
+/// Most K slices of a split-K GEMM.
+pub const MAX_SPLITS: usize = 16;
+
+/// Least depth of one K slice.
+pub const MIN_SLICE_K: usize = 128;
+
 impl Tiles {
     fn threads(&self) -> u32 {
         (self.bm / self.tm) * (self.bn / self.tn)
+    }
+
+    fn blocks(&self, m: usize, n: usize, z: usize) -> usize {
+        m.div_ceil(self.bm as usize) * n.div_ceil(self.bn as usize) * z
+    }
+}
+
+/// How one GEMM runs: its tile and how many K slices (1: no split).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    pub tiles: Tiles,
+    pub splits: usize,
+}
+
+impl Schedule {
+    /// The default schedule of an `m x n x k` problem, `z` of them: the large tile when it fills the GPU,
+    /// else the small one; then, if the blocks still leave SMs idle, K split into slices (each at least
+    /// [`MIN_SLICE_K`] deep) whose partial sums a second kernel adds up (in a fixed order) before the
+    /// epilogue. Batch-1 inference is mostly such small problems: a ResNet-50 stage-4 conv is 512 x 49 with
+    /// K = 4608, one row of 8 large tiles.
+    pub fn for_problem(m: usize, n: usize, k: usize, z: usize) -> Schedule {
+        let big = Tiles::default();
+        let tiles = if big.blocks(m, n, z) >= FILL_BLOCKS { big } else { SMALL_TILES };
+        let blocks = tiles.blocks(m, n, z);
+        let mut splits = 1;
+        if blocks < FILL_BLOCKS {
+            splits = FILL_BLOCKS.div_ceil(blocks).min(k / MIN_SLICE_K).min(MAX_SPLITS).min(65535 / z.max(1)).max(1);
+        }
+        Schedule { tiles, splits }
     }
 }
 
@@ -51,66 +94,92 @@ struct Problem {
     load_a: String,
     load_b: String,
     out_index: String,
-    /// Added to the accumulator before the epilogue (a conv bias).
-    bias: Option<String>,
+    /// A conv bias: the value, its index from `(z, m)` and its index from the flat output index `i`.
+    bias: Option<(ValueId, String, String)>,
 }
 
-fn tiled(k: &mut Kernel, p: Problem, grp: Option<&Group>, t: Tiles) -> Result<(), String> {
-    if p.z > 65535 {
+/// The epilogue of output element `f` with value `value`, stored through the group.
+fn epilogue(k: &mut Kernel, grp: &Group, value: &str, f: &str) -> Result<String, String> {
+    let loaded = ew::loaded_operands(k, grp);
+    let mut b = ew::operand_offsets(k, &grp.domain, &loaded, f);
+    b.push_str(&ew::element(k, grp, &loaded, &|o| format!("o{o}"), Some(value), f)?);
+    Ok(b)
+}
+
+/// The tiled GEMM kernel in `k`; with a split schedule, also the kernel adding the slices up and applying
+/// the epilogue (returned).
+fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
+    let sch = Schedule::for_problem(p.m, p.n, p.k, p.z);
+    let Tiles { bm, bn, bk, tm, tn } = sch.tiles;
+    let splits = sch.splits;
+    if p.z * splits > 65535 {
         return Err(format!("{} GEMMs in one batch (at most 65535)", p.z));
     }
-    let Tiles { bm, bn, bk, tm, tn } = t;
-    let threads = t.threads();
+    let threads = sch.tiles.threads();
     let cols = bn / tn;
+    let slice = p.k.div_ceil(splits).div_ceil(bk as usize) * bk as usize;
     let mut b = format!("__shared__ float As[{bk}][{bm}];\n__shared__ float Bs[{bk}][{}];\n", bn + 4);
-    b.push_str(&format!("const unsigned z = blockIdx.z;\nconst int m0 = blockIdx.y * {bm}, n0 = blockIdx.x * {bn};\nconst int tx = threadIdx.x % {cols}, ty = threadIdx.x / {cols};\n"));
+    b.push_str(&format!(
+        "const unsigned z = blockIdx.z / {splits}u, slice = blockIdx.z % {splits}u;\nconst int m0 = blockIdx.y * {bm}, n0 = blockIdx.x * {bn};\nconst int tx = threadIdx.x % {cols}, ty = threadIdx.x / {cols};\n"
+    ));
     b.push_str(&p.prep);
     b.push_str(&format!("float acc[{tm}][{tn}];\n#pragma unroll\nfor (int a = 0; a < {tm}; a++)\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) acc[a][c] = 0.0f;\n"));
-    b.push_str(&format!("for (int k0 = 0; k0 < {K}; k0 += {bk}) {{\n", K = p.k));
+    b.push_str(&format!("const int kbeg = slice * {slice}, kend = min({K}, kbeg + {slice});\nfor (int k0 = kbeg; k0 < kend; k0 += {bk}) {{\n", K = p.k));
     b.push_str(&format!(
-        "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int kk = e % {bk}, mm = e / {bk};\nconst int m = m0 + mm, k = k0 + kk;\nAs[kk][mm] = (m < {M} && k < {K}) ? ({la}) : 0.0f;\n}}\n",
+        "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int kk = e % {bk}, mm = e / {bk};\nconst int m = m0 + mm, k = k0 + kk;\nAs[kk][mm] = (m < {M} && k < kend) ? ({la}) : 0.0f;\n}}\n",
         bm * bk,
         M = p.m,
-        K = p.k,
         la = p.load_a
     ));
     b.push_str(&format!(
-        "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int nn = e % {bn}, kk = e / {bn};\nconst int n = n0 + nn, k = k0 + kk;\nBs[kk][nn] = (n < {N} && k < {K}) ? ({lb}) : 0.0f;\n}}\n",
+        "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int nn = e % {bn}, kk = e / {bn};\nconst int n = n0 + nn, k = k0 + kk;\nBs[kk][nn] = (n < {N} && k < kend) ? ({lb}) : 0.0f;\n}}\n",
         bn * bk,
         N = p.n,
-        K = p.k,
         lb = p.load_b
     ));
     b.push_str(&format!(
         "__syncthreads();\n#pragma unroll\nfor (int kk = 0; kk < {bk}; kk++) {{\nfloat ra[{tm}], rb[{tn}];\n#pragma unroll\nfor (int a = 0; a < {tm}; a++) ra[a] = As[kk][ty * {tm} + a];\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) rb[c] = Bs[kk][tx * {tn} + c];\n#pragma unroll\nfor (int a = 0; a < {tm}; a++)\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) acc[a][c] = fmaf(ra[a], rb[c], acc[a][c]);\n}}\n__syncthreads();\n}}\n"
     ));
-    // Epilogue.
     b.push_str(&format!("#pragma unroll\nfor (int a = 0; a < {tm}; a++) {{\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) {{\nconst int m = m0 + ty * {tm} + a, n = n0 + tx * {tn} + c;\nif (m < {} && n < {}) {{\nconst unsigned f = {};\n", p.m, p.n, p.out_index));
-    let value = match &p.bias {
-        Some(bias) => format!("acc[a][c] + {bias}"),
-        None => "acc[a][c]".to_string(),
-    };
-    match grp {
-        Some(grp) if !grp.nodes.is_empty() || grp.anchor.is_some() => {
-            let loaded = ew::loaded_operands(k, grp);
-            b.push_str(&ew::operand_offsets(k, &grp.domain, &loaded, "f"));
-            b.push_str(&ew::element(k, grp, &loaded, &|o| format!("o{o}"), Some(&value), "f")?);
+    let total = p.m * p.n * p.z;
+    let second = if splits == 1 {
+        let value = match &p.bias {
+            Some((v, by_zm, _)) => format!("acc[a][c] + {}[{by_zm}]", k.buf(*v, false)),
+            None => "acc[a][c]".to_string(),
+        };
+        b.push_str(&epilogue(k, grp, &value, "f")?);
+        None
+    } else {
+        // Slice `s` of the partial sums holds element `f` at `s * total + f`.
+        let ws = k.temp(0, splits * total);
+        b.push_str(&format!("{ws}[slice * {total}u + f] = acc[a][c];\n"));
+        let mut e = Kernel::new(k.g, k.plan, k.symbol);
+        let ws = e.temp(0, splits * total);
+        let mut eb = format!("float s = {ws}[i];\n");
+        for sl in 1..splits {
+            eb.push_str(&format!("s += {ws}[{}u + i];\n", sl * total));
         }
-        _ => return Err("a GEMM needs its output group".into()),
-    }
+        if let Some((v, _, by_flat)) = &p.bias {
+            eb.push_str(&format!("s += {}[{by_flat}];\n", e.buf(*v, false)));
+        }
+        eb.push_str(&epilogue(&mut e, grp, "s", "i")?);
+        e.body.push_str(&eb);
+        e.per_element(total);
+        Some(e)
+    };
     b.push_str("}\n}\n}\n");
     k.body.push_str(&b);
-    k.grid = [p.n.div_ceil(bn as usize).max(1) as u32, p.m.div_ceil(bm as usize).max(1) as u32, p.z.max(1) as u32];
+    k.grid = [p.n.div_ceil(bn as usize).max(1) as u32, p.m.div_ceil(bm as usize).max(1) as u32, (p.z * splits).max(1) as u32];
     if k.grid[1] > 65535 {
         return Err(format!("a GEMM with {} rows (at most {} row tiles)", p.m, 65535));
     }
     k.block = [threads, 1, 1];
-    Ok(())
+    Ok(second)
 }
 
 /// An f32 MatMul (NumPy semantics: batched, broadcast batch dims, rank-1 operands) as a tiled GEMM; `grp` is
 /// the group anchored on it (its epilogue).
-pub fn matmul(k: &mut Kernel, node: NodeId, grp: &Group, t: Tiles) -> Result<(), String> {
+pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
     let g = k.g;
     let nd = g.node(node);
     let (a, bv, o) = (nd.inputs[0], nd.inputs[1], nd.outputs[0]);
@@ -152,7 +221,7 @@ pub fn matmul(k: &mut Kernel, node: NodeId, grp: &Group, t: Tiles) -> Result<(),
         out_index: format!("z * {}u + m * {n}u + n", m * n),
         bias: None,
     };
-    tiled(k, p, Some(grp), t)
+    tiled(k, p, grp)
 }
 
 /// Geometry of a convolution's spatial dims.
@@ -187,7 +256,7 @@ fn conv_tap(geo: &ConvGeom, a: &ConvAttrs, q: &str, r: &str) -> String {
 }
 
 /// An f32 convolution: a tiled implicit GEMM per group, or one thread per output for depthwise-like shapes.
-pub fn conv(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, t: Tiles) -> Result<(), String> {
+pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -202,9 +271,9 @@ pub fn conv(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, t: Tiles) 
     let kd = cg * taps;
     let x = k.buf(nd.inputs[0], false);
     let w = k.buf(nd.inputs[1], false);
-    let bias = if nd.inputs.len() > 2 { Some(k.buf(nd.inputs[2], false)) } else { None };
     if mg < 8 {
-        return conv_direct(k, node, a, grp, &geo, (x, w, bias));
+        let bias = if nd.inputs.len() > 2 { Some(k.buf(nd.inputs[2], false)) } else { None };
+        return conv_direct(k, node, a, grp, &geo, (x, w, bias)).map(|_| None);
     }
     let tap = conv_tap(&geo, a, "q", "r");
     let load_b = format!(
@@ -219,9 +288,9 @@ pub fn conv(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, t: Tiles) 
         load_a: format!("{w}[(z * {mg}u + m) * {kd}u + k]"),
         load_b,
         out_index: format!("((n / {osz}u) * {cout}u + z * {mg}u + m) * {osz}u + n % {osz}u"),
-        bias: bias.map(|b| format!("{b}[z * {mg}u + m]")),
+        bias: nd.inputs.get(2).map(|&b| (b, format!("z * {mg}u + m"), format!("(i / {osz}u) % {cout}u"))),
     };
-    tiled(k, p, Some(grp), t)
+    tiled(k, p, grp)
 }
 
 /// One thread per output element, looping over its group's input channels and the kernel taps.

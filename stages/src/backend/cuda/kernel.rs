@@ -25,6 +25,8 @@ pub enum Binding {
     Root(ValueId),
     /// The partition's output `j` (for copies into an output listed twice, or of an input).
     Output(usize),
+    /// Item-private scratch number `id` (shared by the kernels of one item, e.g. split-K partial sums).
+    Temp(u32),
 }
 
 /// A kernel under construction.
@@ -41,11 +43,13 @@ pub struct Kernel<'a> {
     pub shared_bytes: u32,
     /// Name prefix of the partition's symbols (for constant arrays).
     pub symbol: &'a str,
+    /// Bytes of each item-private scratch buffer this kernel uses, by id.
+    pub temps: Vec<(u32, u64)>,
 }
 
 impl<'a> Kernel<'a> {
     pub fn new(g: &'a Graph, plan: &'a Plan, symbol: &'a str) -> Kernel<'a> {
-        Kernel { g, plan, params: Vec::new(), consts: Vec::new(), body: String::new(), grid: [1, 1, 1], block: [1, 1, 1], shared_bytes: 0, symbol }
+        Kernel { g, plan, params: Vec::new(), consts: Vec::new(), body: String::new(), grid: [1, 1, 1], block: [1, 1, 1], shared_bytes: 0, symbol, temps: Vec::new() }
     }
 
     /// The expression naming `v`'s buffer (its alias root's): a parameter or an inline constant array.
@@ -65,6 +69,17 @@ impl<'a> Kernel<'a> {
         self.bind(Binding::Output(j), true)
     }
 
+    /// Item-private f32 scratch `id` of `count` elements (the same id in another kernel of the item is the
+    /// same memory).
+    pub fn temp(&mut self, id: u32, count: usize) -> String {
+        let bytes = (count.max(1) * 4) as u64;
+        match self.temps.iter_mut().find(|(i, _)| *i == id) {
+            Some(t) => t.1 = t.1.max(bytes),
+            None => self.temps.push((id, bytes)),
+        }
+        self.bind(Binding::Temp(id), true)
+    }
+
     fn bind(&mut self, b: Binding, write: bool) -> String {
         match self.params.iter().position(|(r, _)| *r == b) {
             Some(i) => {
@@ -82,6 +97,7 @@ impl<'a> Kernel<'a> {
         match b {
             Binding::Root(v) => self.g.ty(v).dtype,
             Binding::Output(j) => self.g.ty(self.g.outputs[j]).dtype,
+            Binding::Temp(_) => DType::F32,
         }
     }
 

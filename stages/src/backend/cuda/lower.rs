@@ -4,7 +4,7 @@
 //! scratch values at offsets laid out by liveness. Everything is emitted in a fixed order from the canonical
 //! kernel graph, so equal partitions give byte-identical source.
 
-use super::gemm::{self, Tiles};
+use super::gemm;
 use super::kernel::{const_array, Binding, Kernel};
 use super::{movement, pool, reduce};
 use crate::backend::c::plan::{plan, Group, Item, Plan, Storage};
@@ -56,14 +56,20 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item) -> Res
         f(&mut k)?;
         Ok(vec![k])
     };
+    // A GEMM may add a second kernel (the split-K reduction and epilogue).
+    let gemm = |f: &mut dyn FnMut(&mut Kernel<'a>) -> Result<Option<Kernel<'a>>, String>| -> Result<Vec<Kernel<'a>>, String> {
+        let mut k = Kernel::new(g, p, symbol);
+        let second = f(&mut k)?;
+        Ok(std::iter::once(k).chain(second).collect())
+    };
     match item {
         Item::Group(gid) => {
             let grp = &p.groups[*gid];
             match grp.anchor {
                 None => one(&mut |k| super::ew::standalone(k, grp)),
                 Some(a) => match &g.node(a).op {
-                    Op::MatMul => one(&mut |k| gemm::matmul(k, a, grp, Tiles::default())),
-                    Op::Conv(attrs) => one(&mut |k| gemm::conv(k, a, attrs, grp, Tiles::default())),
+                    Op::MatMul => gemm(&mut |k| gemm::matmul(k, a, grp)),
+                    Op::Conv(attrs) => gemm(&mut |k| gemm::conv(k, a, attrs, grp)),
                     op => Err(format!("{} cannot anchor a group", op.name())),
                 },
             }
@@ -78,9 +84,9 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item) -> Res
             let f32_out = g.ty(node.outputs[0]).dtype == DType::F32;
             let alone = Group::anchored(g, *n);
             match &node.op {
-                Op::MatMul if f32_out => one(&mut |k| gemm::matmul(k, *n, &alone, Tiles::default())),
+                Op::MatMul if f32_out => gemm(&mut |k| gemm::matmul(k, *n, &alone)),
                 Op::MatMul => one(&mut |k| gemm::matmul_int(k, *n)),
-                Op::Conv(a) => one(&mut |k| gemm::conv(k, *n, a, &alone, Tiles::default())),
+                Op::Conv(a) => gemm(&mut |k| gemm::conv(k, *n, a, &alone)),
                 Op::ConvTranspose(a) => one(&mut |k| gemm::conv_transpose(k, *n, a)),
                 Op::BatchNorm { epsilon } => one(&mut |k| reduce::batch_norm(k, *n, *epsilon)),
                 Op::MaxPool(pa) => one(&mut |k| pool::pool(k, *n, pa, None)),
@@ -165,6 +171,19 @@ pub fn lower(g: &Graph, symbol: &str) -> Result<Lowered, String> {
         value_req[root.index()] = Some(reqs.len());
         reqs.push(Request { bytes, start, end });
     }
+    // Item-private buffers (split-K partials) live during their item only.
+    let mut temp_req: Vec<((usize, u32), usize)> = Vec::new();
+    for (item, k) in &kernels {
+        for &(id, bytes) in &k.temps {
+            match temp_req.iter().find(|(key, _)| *key == (*item, id)) {
+                Some(&(_, r)) => reqs[r].bytes = reqs[r].bytes.max(bytes),
+                None => {
+                    temp_req.push(((*item, id), reqs.len()));
+                    reqs.push(Request { bytes, start: *item, end: *item });
+                }
+            }
+        }
+    }
     let (offsets, scratch_bytes) = assign(&reqs);
 
     let mut consts: Vec<ValueId> = kernels.iter().flat_map(|(_, k)| k.consts.iter().copied()).collect();
@@ -182,6 +201,10 @@ pub fn lower(g: &Graph, symbol: &str) -> Result<Lowered, String> {
             .params
             .iter()
             .map(|(b, _)| match b {
+                Binding::Temp(id) => {
+                    let r = temp_req.iter().find(|(key, _)| *key == (*item, *id)).expect("a temp has a request").1;
+                    Ok(LaunchArg { index: (n_in + n_out) as u32, offset: offsets[r] })
+                }
                 Binding::Output(o) => Ok(LaunchArg { index: (n_in + o) as u32, offset: 0 }),
                 Binding::Root(root) => match p.storage[root.index()].as_ref() {
                     Some(Storage::Input(i)) => Ok(LaunchArg { index: *i as u32, offset: 0 }),

@@ -33,7 +33,7 @@ use tessera_kernels::runtime::cuda::format::CubinModule;
 use tessera_kernels::runtime::cuda::libs;
 
 /// Bump whenever the generated code (or the prelude, or the NVRTC options) changes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// The device helpers every module starts with.
 pub const PRELUDE: &str = include_str!("prelude.cuh");

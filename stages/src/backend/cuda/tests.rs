@@ -95,3 +95,16 @@ fn nvrtc_errors_name_the_kernel() {
     let e = CudaBackend.compile_module(&target(), &[k]).unwrap_err().to_string();
     assert!(e.contains("kernel bad") && e.contains("undefined_thing"), "{e}");
 }
+
+#[test]
+fn small_gemms_take_small_tiles_and_split_k_large_ones_do_not() {
+    use gemm::{Schedule, Tiles, SMALL_TILES};
+    // A large problem fills the GPU with the default tile.
+    assert_eq!(Schedule::for_problem(4096, 4096, 4096, 1), Schedule { tiles: Tiles::default(), splits: 1 });
+    // ResNet-50 stage 4 at batch 1: 512 x 49, K = 4608: small tiles, K split.
+    let s = Schedule::for_problem(512, 49, 4608, 1);
+    assert_eq!(s.tiles, SMALL_TILES);
+    assert!(s.splits > 1 && s.splits <= gemm::MAX_SPLITS, "{s:?}");
+    // A shallow K is never split below the minimum slice.
+    assert_eq!(Schedule::for_problem(64, 64, 64, 1).splits, 1);
+}
