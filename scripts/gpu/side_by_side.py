@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""tessera against PyTorch on the GPU, in one run: the yardstick table of the GPU issues.
+
+Run on the GPU machine (PyTorch, torchvision, transformers; no network: every model is built from its
+config, weights re-initialised from a fixed seed so every layer matters: the libraries' own inits leave
+some layers at zero or identity). For each model:
+  1. export it to ONNX (TorchScript exporter, opset 17; dynamo opset 18 as a fallback) with those weights;
+  2. tessera: `tessera compile` for the target (cold: empty store, fresh process; warm: the same store again,
+     fresh process), then `tessera bench --json` (CUDA events around graph replays, inputs on the device);
+  3. PyTorch on the same weights and precision: eager, eager captured in one CUDA graph, and
+     torch.compile(mode="reduce-overhead") (compile time = the first call, in this process, with an empty
+     inductor cache made for the run), each timed with CUDA events after warm-up, median of ITERS runs on
+     random non-zero inputs;
+  4. the floor: FLOPs (torch.utils.flop_counter) over the dense matmul rate measured now, and bytes
+     (weights + inputs + outputs) over the device copy bandwidth measured now; tessera's distance from it.
+
+Usage: python3 scripts/gpu/side_by_side.py TESSERA_BINARY WORKDIR REPORT.md [model ...]
+Models: resnet50-b1 resnet50-b32 mobilenetv2-b1 bert-base-s128-b1 bert-base-s128-b8 gpt2-s256-b1 vit-b16-b1.
+Precision: fp32 on both sides, TF32 off (tessera's cuda backend has no fp16 yet; the table says so).
+"""
+import json, os, subprocess, sys, time, math, tempfile, datetime
+
+ITERS = 50
+WARMUP = 10
+TARGET = "cuda -compiler=nvrtc"
+
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
+
+
+def reinit(model, torch):
+    """Deterministic random weights that make every layer matter (non-trivial norms and biases)."""
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for m in model.modules():
+            for name, p in list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False)):
+                if p is None or not p.dtype.is_floating_point:
+                    continue
+                if isinstance(m, (torch.nn.BatchNorm2d, torch.nn.LayerNorm)) or "norm" in type(m).__name__.lower():
+                    if name in ("weight", "running_var"):
+                        p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+                    else:
+                        p.copy_((torch.rand(p.shape, generator=g) - 0.5) * 0.2)
+                elif name.endswith("bias"):
+                    p.copy_((torch.rand(p.shape, generator=g) - 0.5) * 0.2)
+                elif p.dim() >= 2:
+                    fan_in = p[0].numel() if not isinstance(m, torch.nn.Embedding) else 50
+                    p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(fan_in))
+                else:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+
+
+def build(name, torch):
+    """The model (eval mode, plain tuple outputs) and example inputs on the CPU."""
+    class Outputs(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, *args):
+            out = self.m(*args, return_dict=False)
+            return tuple(o for o in out if o is not None)
+
+    batch = int(name.rsplit("-b", 1)[1])
+    if name.startswith(("resnet50", "mobilenetv2", "vit-b16")):
+        import torchvision
+        ctor = {"resnet50": torchvision.models.resnet50, "mobilenetv2": torchvision.models.mobilenet_v2, "vit-b16": torchvision.models.vit_b_16}
+        model = ctor[name.rsplit("-b", 1)[0]](weights=None)
+        args = (torch.rand(batch, 3, 224, 224) * 2 - 1,)
+        names = ["input"]
+    elif name.startswith("bert-base"):
+        from transformers import BertConfig, BertModel
+        seq = int(name.split("-s")[1].split("-")[0])
+        model = Outputs(BertModel(BertConfig(attn_implementation="eager")))
+        args = (torch.randint(0, 30522, (batch, seq)), torch.ones(batch, seq, dtype=torch.int64))
+        names = ["input_ids", "attention_mask"]
+    elif name.startswith("gpt2"):
+        from transformers import GPT2Config, GPT2LMHeadModel
+        seq = int(name.split("-s")[1].split("-")[0])
+        model = Outputs(GPT2LMHeadModel(GPT2Config(attn_implementation="eager", use_cache=False)))
+        args = (torch.randint(0, 50257, (batch, seq)),)
+        names = ["input_ids"]
+    else:
+        raise SystemExit(f"unknown model {name}")
+    reinit(model, torch)
+    return model.eval(), args, names
+
+
+def export(model, args, names, path, torch):
+    with torch.no_grad():
+        try:
+            torch.onnx.export(model, args, path, opset_version=17, input_names=names, dynamo=False)
+            return "torchscript opset 17"
+        except Exception as e:
+            torch.onnx.export(model, args, path, opset_version=18, input_names=names, dynamo=True, external_data=False)
+            return f"dynamo opset 18 (torchscript: {type(e).__name__})"
+
+
+def timed(cmd):
+    t = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed: {(p.stderr or p.stdout).strip().splitlines()[-1][:200]}")
+    return time.time() - t, p.stdout
+
+
+def cuda_median_ms(fn, torch, iters=ITERS, warmup=WARMUP):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def rates(torch):
+    """Dense fp32 matmul rate (FLOP/s) and device copy bandwidth (bytes/s, read + write), measured now."""
+    a = torch.randn(8192, 8192, device="cuda")
+    b = torch.randn(8192, 8192, device="cuda")
+    ms = cuda_median_ms(lambda: a @ b, torch, iters=10, warmup=3)
+    flops = 2 * 8192 ** 3 / (ms / 1e3)
+    x = torch.randn(256 * 1024 * 1024 // 4, device="cuda")
+    y = torch.empty_like(x)
+    ms = cuda_median_ms(lambda: y.copy_(x), torch, iters=20, warmup=3)
+    bw = 2 * x.numel() * 4 / (ms / 1e3)
+    del a, b, x, y
+    torch.cuda.empty_cache()
+    return flops, bw
+
+
+def torch_side(model, args, torch, row):
+    from torch.utils.flop_counter import FlopCounterMode
+    dev = [a.cuda() for a in args]
+    m = model.cuda()
+    with torch.inference_mode():
+        with FlopCounterMode(display=False) as fc:
+            out = m(*dev)
+        row["flops"] = fc.get_total_flops()
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        row["io_bytes"] = sum(a.numel() * a.element_size() for a in dev) + sum(o.numel() * o.element_size() for o in outs)
+        row["weight_bytes"] = sum(p.numel() * p.element_size() for p in m.parameters())
+        row["eager_ms"] = cuda_median_ms(lambda: m(*dev), torch)
+        try:
+            static = [a.clone() for a in dev]
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    m(*static)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                m(*static)
+            row["cuda_graph_ms"] = cuda_median_ms(graph.replay, torch)
+        except Exception as e:
+            row["cuda_graph_error"] = f"{type(e).__name__}: {str(e)[:120]}"
+    try:
+        torch._dynamo.reset()
+        c = torch.compile(m, mode="reduce-overhead")
+        with torch.inference_mode():
+            t = time.time()
+            c(*dev)
+            torch.cuda.synchronize()
+            row["torch_compile_s"] = time.time() - t
+            row["torch_compile_ms"] = cuda_median_ms(lambda: c(*dev), torch)
+    except Exception as e:
+        row["torch_compile_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+    m.cpu()
+    torch.cuda.empty_cache()
+
+
+def tessera_side(tessera, path, shapes, workdir, name, row):
+    store = os.path.join(workdir, f"store-{name}")
+    out = os.path.join(workdir, f"out-{name}")
+    shape_args = sum((["--shape", f"{k}={'x'.join(map(str, v))}"] for k, v in shapes.items()), [])
+    cmd = [tessera, "compile", path, "--target", TARGET, "--store", store, "--out", out, "--costs", "analytical"] + shape_args
+    row["tessera_cold_s"], _ = timed(cmd)
+    row["tessera_warm_s"], _ = timed(cmd)
+    artifacts = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".tsr")]
+    _, js = timed([tessera, "bench", artifacts[0], "--json", "--iters", str(ITERS * 4), "--warmup", str(WARMUP)])
+    r = json.loads(js)["results"][0]
+    row["tessera_ms"] = r["median_ms"]
+    row["tessera_kernels"] = r.get("kernels")
+
+
+def fmt(v, unit=""):
+    if v is None:
+        return "-"
+    return f"{v:.3g}{unit}" if isinstance(v, float) else str(v)
+
+
+def main():
+    tessera, workdir, report = sys.argv[1:4]
+    names = sys.argv[4:] or ["resnet50-b1", "resnet50-b32", "mobilenetv2-b1", "bert-base-s128-b1", "bert-base-s128-b8", "gpt2-s256-b1", "vit-b16-b1"]
+    os.makedirs(workdir, exist_ok=True)
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    flops_rate, bandwidth = rates(torch)
+    rows = []
+    for name in names:
+        row = {"model": name}
+        print(f"== {name}", flush=True)
+        try:
+            model, args, in_names = build(name, torch)
+            path = os.path.join(workdir, f"{name}.onnx")
+            row["exporter"] = export(model, args, in_names, path, torch)
+            try:
+                tessera_side(tessera, path, {n: list(a.shape) for n, a in zip(in_names, args)}, workdir, name, row)
+            except Exception as e:
+                row["tessera_error"] = str(e)[:200]
+            torch_side(model, args, torch, row)
+        except Exception as e:
+            row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        if "flops" in row:
+            row["floor_ms"] = max(row["flops"] / flops_rate, (row["weight_bytes"] + row["io_bytes"]) / bandwidth) * 1e3
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+
+    def ratio(a, b):
+        return a / b if a and b else None
+
+    lines = [
+        "# tessera against PyTorch on the GPU",
+        "",
+        f"{datetime.date.today()}, {torch.cuda.get_device_name()}, driver CUDA {torch.version.cuda}, PyTorch {torch.__version__}; "
+        f"generated by scripts/gpu/side_by_side.py. fp32 on both sides, TF32 off (tessera's `cuda` backend has no fp16 yet). "
+        f"tessera: target `{TARGET}`, analytical costs, CUDA events around graph replays. PyTorch: CUDA events, median of "
+        f"{ITERS} after {WARMUP} warm-up runs. Measured now: fp32 matmul {flops_rate / 1e12:.1f} TFLOP/s, copy {bandwidth / 1e9:.0f} GB/s. "
+        "torch.compile's compile time is its first call in this process (an empty inductor cache made for the run; later models "
+        "share what earlier ones compiled). tessera compile: `tessera compile` in a fresh process, cold = empty store.",
+        "",
+        "| model | tessera ms | eager ms | eager+graph ms | torch.compile ms | compile/tessera | tessera kernels | tessera compile cold / warm s | torch.compile s | floor ms | tessera / floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    logs = []
+    for r in rows:
+        t = r.get("tessera_ms")
+        lines.append(
+            f"| {r['model']} | {fmt(t)} | {fmt(r.get('eager_ms'))} | {fmt(r.get('cuda_graph_ms'))} | {fmt(r.get('torch_compile_ms'))} | "
+            f"{fmt(ratio(r.get('torch_compile_ms'), t))} | {fmt(r.get('tessera_kernels'))} | {fmt(r.get('tessera_cold_s'))} / {fmt(r.get('tessera_warm_s'))} | "
+            f"{fmt(r.get('torch_compile_s'))} | {fmt(r.get('floor_ms'))} | {fmt(ratio(t, r.get('floor_ms')))} |"
+        )
+        for k in ("error", "tessera_error", "torch_compile_error", "cuda_graph_error"):
+            if k in r:
+                logs.append(f"- {r['model']}: {k}: {r[k]}")
+    both = [ratio(r.get("torch_compile_ms"), r.get("tessera_ms")) for r in rows]
+    both = [b for b in both if b]
+    if both:
+        lines += ["", f"Geometric mean of torch.compile / tessera over {len(both)} models: {math.exp(sum(map(math.log, both)) / len(both)):.3f} (above 1: tessera faster)."]
+    if logs:
+        lines += ["", "Errors:"] + logs
+    with open(report, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.splitext(report)[0] + ".json", "w") as f:
+        json.dump({"rows": rows, "matmul_flops": flops_rate, "copy_bytes_per_s": bandwidth}, f, indent=1)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
