@@ -69,8 +69,14 @@ pub fn all_backends() -> Vec<Box<dyn Backend>> {
 /// Canonical targets: the given ones, or every backend this machine can run.
 pub fn resolve_targets(given: &[String], backends: &[Box<dyn Backend>]) -> Result<TargetSet> {
     let set = if given.is_empty() {
+        // Every backend whose artifacts can run on this machine. Where a GPU is present the zoo compiles for
+        // the GPU alone: the runtime does not run host and GPU partitions in one artifact yet.
         let mut ts = Vec::new();
+        let gpu = tessera_kernels::runtime::cuda::available().is_ok();
         for kind in tessera_stages::target::KINDS {
+            if (kind.name == "cuda") != gpu {
+                continue;
+            }
             for (compiler, backend) in kind.compilers {
                 if backends.iter().any(|b| b.name() == *backend && b.available().is_ok()) {
                     ts.push(Target::parse(&format!("{} -compiler={compiler}", kind.name))?);

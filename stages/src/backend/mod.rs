@@ -167,9 +167,11 @@ mod tests {
     fn each_backend_of_the_build_gives_its_own_rules_and_colours() {
         let all = registry::all();
         let rules: Vec<Rule> = all.iter().map(|b| b.rules()).collect();
+        // `cuda` is the GPU's fallback and proposes what the CPU's fallback `c` proposes.
         assert!(rules.windows(2).all(|w| w[0] != w[1]), "{rules:?}");
+        assert_eq!(rules[0], rules[2]);
         let uses: Vec<(&str, bool)> = all.iter().map(|b| (b.name(), b.rules().uses_gemm_epilogue())).collect();
-        assert_eq!(uses, [("c", false), ("gemm", true)]);
+        assert_eq!(uses, [("c", false), ("gemm", true), ("cuda", false)]);
         let colors: std::collections::BTreeSet<_> = all.iter().map(|b| b.colors()).collect();
         assert_eq!(colors.len(), all.len());
     }
