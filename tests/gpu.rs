@@ -22,7 +22,8 @@ use tessera_stages::interp::{random_inputs, run_graph};
 use tessera_stages::partition::stage::CostMode;
 use tessera_store::{OpenOptions, Store};
 
-const TARGET: &str = "cuda -compiler=nvrtc";
+/// The targets checked: fp32, and fp16 storage with fp32 accumulation.
+const TARGETS: [(&str, f64); 2] = [("cuda -compiler=nvrtc", 1e-4), ("cuda -compiler=nvrtc -precision=fp16", 1e-2)];
 
 fn repo() -> PathBuf {
     std::env::var_os("TESSERA_REPO").map(PathBuf::from).unwrap_or_else(|| {
@@ -46,24 +47,31 @@ fn nvrtc_or_skip(what: &str) -> bool {
     }
 }
 
-fn compile_for_cuda(manifest: &Path, store: &Path, out: &Path) -> tessera::zoo::Summary {
+fn compile_for_cuda(target: &str, manifest: &Path, store: &Path, out: &Path) -> tessera::zoo::Summary {
     let store = Store::open(store, OpenOptions::writable()).unwrap();
     let backends = all_backends();
-    let targets = resolve_targets(&[TARGET.to_string()], &backends).unwrap();
+    let targets = resolve_targets(&[target.to_string()], &backends).unwrap();
     let jobs = jobs_from_inputs(&[manifest.to_path_buf()], &Default::default()).unwrap();
     let memo = Memo::new(&store);
     compile_all(&memo, &targets, &backends, &jobs, out, CostMode::Analytical, &|_| {}).unwrap()
 }
 
-/// Every generated kernel of every model of the bundled zoo compiles to an sm_90 cubin, no GPU needed.
+/// Every generated kernel of every model of the bundled zoo, in both precisions, compiles to an sm_90
+/// cubin, no GPU needed.
 #[test]
 fn the_zoo_compiles_to_cubins_without_a_gpu() {
     if !nvrtc_or_skip("compiling the zoo for cuda") {
         return;
     }
+    for (target, _) in TARGETS {
+        zoo_compiles_for(target);
+    }
+}
+
+fn zoo_compiles_for(target: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let manifest = repo().join("fixtures/zoo.toml");
-    let s = compile_for_cuda(&manifest, &tmp.path().join("store"), &tmp.path().join("out"));
+    let s = compile_for_cuda(target, &manifest, &tmp.path().join("store"), &tmp.path().join("out"));
     let jobs = jobs_from_inputs(&[manifest], &Default::default()).unwrap();
     assert_eq!(s.models, jobs.len());
     for job in &jobs {
@@ -100,7 +108,9 @@ fn relative_error(got: &tessera_stages::ir::Tensor, want: &tessera_stages::ir::T
     Ok(worst)
 }
 
-/// Every model of the manifest, compiled for `cuda`, matches the reference interpreter on the GPU.
+/// Every model of the manifest, compiled for `cuda` in each precision (`TESSERA_GPU_PRECISION`: fp32, fp16
+/// or both, the default), matches the fp32 reference interpreter on the GPU: relative error below 1e-4 in
+/// fp32, 1e-2 in fp16, NaN never.
 #[test]
 #[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine"]
 fn the_zoo_matches_the_reference_on_the_gpu() {
@@ -108,11 +118,31 @@ fn the_zoo_matches_the_reference_on_the_gpu() {
         eprintln!("skipping: set TESSERA_GPU=1 on a machine with an NVIDIA GPU");
         return;
     }
+    let which = std::env::var("TESSERA_GPU_PRECISION").unwrap_or_else(|_| "both".into());
+    let mut tables = Vec::new();
+    let mut failures = Vec::new();
+    for (target, tol) in TARGETS {
+        let fp16 = target.contains("fp16");
+        if (which == "fp16" && !fp16) || (which == "fp32" && fp16) {
+            continue;
+        }
+        let (table, fails) = zoo_on_the_gpu(target, tol);
+        tables.push(table);
+        failures.extend(fails);
+    }
+    let all = tables.join("\n");
+    if let Some(path) = std::env::var_os("TESSERA_GPU_RESULTS") {
+        std::fs::write(path, &all).unwrap();
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+fn zoo_on_the_gpu(target: &str, tol: f64) -> (String, Vec<String>) {
     let device = tessera_kernels::runtime::cuda::device::info().expect("TESSERA_GPU=1 but no usable GPU");
     let manifest = std::env::var_os("TESSERA_GPU_MANIFEST").map(PathBuf::from).unwrap_or_else(|| repo().join("fixtures/zoo-full.toml"));
     let tmp = tempfile::tempdir().unwrap();
     let t0 = std::time::Instant::now();
-    let s = compile_for_cuda(&manifest, &tmp.path().join("store"), &tmp.path().join("out"));
+    let s = compile_for_cuda(target, &manifest, &tmp.path().join("store"), &tmp.path().join("out"));
     let compile_s = t0.elapsed().as_secs_f64();
     let jobs = jobs_from_inputs(&[manifest.clone()], &Default::default()).unwrap();
     let mut rows = Vec::new();
@@ -143,8 +173,8 @@ fn the_zoo_matches_the_reference_on_the_gpu() {
                 Err(e) => failures.push(format!("{} output {i}: {e}", job.name)),
             }
         }
-        if worst >= 1e-4 {
-            failures.push(format!("{}: relative error {worst:.3e} is not below 1e-4", job.name));
+        if worst >= tol {
+            failures.push(format!("{} ({target}): relative error {worst:.3e} is not below {tol:e}", job.name));
         }
         let mut times = exe.gpu_replay_times_us(&inputs, 20, 200).expect("a GPU artifact").unwrap();
         times.sort_by(f64::total_cmp);
@@ -154,7 +184,7 @@ fn the_zoo_matches_the_reference_on_the_gpu() {
         rows.push(row);
     }
     let table = format!(
-        "Device: {} ({}, {} SMs, driver CUDA {}); target `{TARGET}`; manifest {}; {} models compiled in {compile_s:.1} s ({} partitions).\n\n| model | kernels per run | max relative error (fp32) | median graph replay (us) |\n|---|---|---|---|\n{}\n",
+        "Device: {} ({}, {} SMs, driver CUDA {}); target `{target}`; manifest {}; {} models compiled in {compile_s:.1} s ({} partitions).\n\n| model | kernels per run | max relative error (against the fp32 reference) | median graph replay (us) |\n|---|---|---|---|\n{}\n",
         device.name,
         device.arch,
         device.sm_count,
@@ -165,8 +195,5 @@ fn the_zoo_matches_the_reference_on_the_gpu() {
         rows.join("\n")
     );
     println!("{table}");
-    if let Some(path) = std::env::var_os("TESSERA_GPU_RESULTS") {
-        std::fs::write(path, &table).unwrap();
-    }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    (table, failures)
 }

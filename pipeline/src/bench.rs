@@ -24,6 +24,8 @@ pub struct StepProfile {
     pub backend: String,
     pub symbol: String,
     pub median_us: f64,
+    /// For a GPU kernel, its launch shape (`grid XxYxZ, block N`).
+    pub launch: Option<String>,
 }
 
 /// Times every step of one artifact: `warmup` untimed runs, then `iters` profiled runs; per-step medians.
@@ -34,6 +36,20 @@ pub fn profile_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> 
     let artifact = Artifact::open(path)?;
     let mut exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
     let inputs = artifact.random_inputs(seed);
+    // A GPU artifact is one step of many kernels: each kernel is profiled.
+    if let Some(kernels) = exe.gpu_kernel_times_us(&inputs, warmup, iters) {
+        let names = exe.steps().to_vec();
+        return Ok(kernels?
+            .into_iter()
+            .map(|k| StepProfile {
+                step: k.step,
+                backend: names.get(k.step).map(|n| n.0.clone()).unwrap_or_default(),
+                symbol: k.entry,
+                median_us: k.median_us,
+                launch: Some(format!("grid {}x{}x{}, block {}", k.grid[0], k.grid[1], k.grid[2], k.block.iter().product::<u32>())),
+            })
+            .collect());
+    }
     for _ in 0..warmup {
         exe.run(&inputs)?;
     }
@@ -51,7 +67,7 @@ pub fn profile_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> 
         .enumerate()
         .map(|(step, (mut v, (backend, symbol)))| {
             v.sort_by(f64::total_cmp);
-            StepProfile { step, backend: backend.clone(), symbol: symbol.clone(), median_us: percentile(&v, 50.0) }
+            StepProfile { step, backend: backend.clone(), symbol: symbol.clone(), median_us: percentile(&v, 50.0), launch: None }
         })
         .collect())
 }

@@ -15,6 +15,7 @@ pub mod npy;
 pub mod onnx;
 pub mod partition;
 pub mod passes;
+pub mod precision;
 pub mod stage;
 pub mod target;
 pub mod tune;

@@ -158,6 +158,20 @@ impl Executable {
         self.device.as_mut().map(|d| d.replay_times_us(inputs, warmup, iters).map_err(|e| RuntimeError(format!("model '{model}': {}", e.0))))
     }
 
+    /// For a GPU artifact, every kernel timed on its own (see
+    /// [`DeviceEngine::kernel_times_us`](super::cuda::engine::DeviceEngine::kernel_times_us)); `None` for a
+    /// host artifact.
+    pub fn gpu_kernel_times_us(&mut self, inputs: &[Tensor], warmup: usize, iters: usize) -> Option<Result<Vec<super::cuda::engine::KernelTime>, RuntimeError>> {
+        if iters == 0 {
+            return Some(Err(RuntimeError("at least one timed run is needed".into())));
+        }
+        if let Err(e) = self.check_inputs(inputs) {
+            return Some(Err(e));
+        }
+        let model = self.model.clone();
+        self.device.as_mut().map(|d| d.kernel_times_us(inputs, warmup, iters).map_err(|e| RuntimeError(format!("model '{model}': {}", e.0))))
+    }
+
     /// [`run`](Self::run), also timing every step: `step_us[s]` receives step `s`'s wall time in
     /// microseconds (the clock is read between steps only, so the total matches an unprofiled run closely).
     pub fn run_profiled(&mut self, inputs: &[Tensor], step_us: &mut Vec<f64>) -> Result<Vec<Tensor>, RuntimeError> {

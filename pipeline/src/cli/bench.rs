@@ -8,7 +8,7 @@
 //! default), and the minimum. CPU runs are timed with the monotonic clock around `Executable::run`, which
 //! includes copying inputs in and outputs out. GPU artifacts are timed on the GPU: CUDA events around each
 //! replay of the model's CUDA graph, inputs uploaded once (so host copies are not timed), after the warm-up
-//! replays; `--profile` times each step between events.
+//! replays; `--profile` times each kernel on its own between events (captured with them into one graph).
 
 use crate::bench::{bench_abba, bench_artifact, profile_artifact, BenchResult, StepProfile};
 use clap::Args;
@@ -45,9 +45,14 @@ pub struct BenchArgs {
 fn profile_table(model: &str, steps: &[StepProfile]) -> String {
     let total: f64 = steps.iter().map(|s| s.median_us).sum();
     let mut s = format!("{model}: {} steps, {:.1} us in steps (sum of medians)\n", steps.len(), total);
-    s += &format!("{:>5}  {:<8}  {:<24}  {:>12}  {:>6}\n", "step", "backend", "function", "median us", "share");
+    let w = steps.iter().map(|p| p.symbol.len()).max().unwrap_or(0).max(24);
+    s += &format!("{:>5}  {:<8}  {:<w$}  {:>12}  {:>6}\n", "step", "backend", "function", "median us", "share");
     for p in steps {
-        s += &format!("{:>5}  {:<8}  {:<24}  {:>12.1}  {:>5.1}%\n", p.step, p.backend, p.symbol, p.median_us, 100.0 * p.median_us / total.max(1e-9));
+        s += &format!("{:>5}  {:<8}  {:<w$}  {:>12.1}  {:>5.1}%", p.step, p.backend, p.symbol, p.median_us, 100.0 * p.median_us / total.max(1e-9));
+        if let Some(l) = &p.launch {
+            s += &format!("  {l}");
+        }
+        s.push('\n');
     }
     s
 }

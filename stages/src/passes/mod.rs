@@ -6,6 +6,7 @@ mod fold_batchnorm;
 mod gelu;
 mod layernorm;
 mod pattern;
+pub mod precision;
 pub mod simplify;
 
 /// Version of everything the passes do to a graph: part of every key of a graph they produced. Bump it

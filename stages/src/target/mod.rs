@@ -203,6 +203,22 @@ impl fmt::Display for Target {
     }
 }
 
+/// The storage precision of a compiled model (see `passes::precision`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Precision {
+    Fp32,
+    Fp16,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Fp16 => "fp16",
+        }
+    }
+}
+
 /// A canonical, validated, ordered set of targets: duplicates removed, at most one target per backend, and the
 /// least-specialized target of every device present (added with the device's other attributes if not given),
 /// so every node has somewhere to run.
@@ -250,7 +266,26 @@ impl TargetSet {
             }
         }
         targets.sort();
-        Ok(TargetSet { targets })
+        let set = TargetSet { targets };
+        set.precision()?;
+        Ok(set)
+    }
+
+    /// The precision the model computes in: that of the set's targets with a `precision` attribute (GPU
+    /// targets), which must agree, since the graph is rewritten once for all of them; fp32 when none has one.
+    pub fn precision(&self) -> Result<Precision, TargetError> {
+        let mut found: Option<(&Target, Precision)> = None;
+        for t in &self.targets {
+            let Some(AttrValue::Str(p)) = t.attrs.get("precision") else { continue };
+            let p = if p == "fp16" { Precision::Fp16 } else { Precision::Fp32 };
+            match found {
+                Some((other, q)) if q != p => {
+                    return terr(format!("targets '{other}' and '{t}' ask for different precisions; give every GPU target the same -precision"));
+                }
+                _ => found = Some((t, p)),
+            }
+        }
+        Ok(found.map(|(_, p)| p).unwrap_or(Precision::Fp32))
     }
 
     /// The least-specialized target of a device.

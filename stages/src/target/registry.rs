@@ -4,7 +4,7 @@
 use super::AttrValue;
 
 /// Bump whenever a kind, attribute, type or default changes.
-pub const REGISTRY_VERSION: u32 = 1;
+pub const REGISTRY_VERSION: u32 = 2;
 
 #[derive(Debug)]
 pub enum AttrType {
@@ -104,6 +104,7 @@ pub static KINDS: &[KindSpec] = &[
             AttrSpec { name: "compiler", ty: AttrType::Enum(CUDA_COMPILERS), default: "nvrtc", doc: "backend: nvrtc = tessera's CUDA codegen; cublas = cuBLASLt; cudnn = cuDNN; cutlass = CUTLASS templates" },
             AttrSpec { name: "arch", ty: AttrType::Enum(&["sm_80", "sm_86", "sm_89", "sm_90"]), default: "sm_90", doc: "GPU architecture to compile for" },
             AttrSpec { name: "fast-math", ty: AttrType::Bool, default: "false", doc: "fast math intrinsics in generated kernels" },
+            AttrSpec { name: "precision", ty: AttrType::Enum(&["fp32", "fp16"]), default: "fp32", doc: "storage precision of activations and weights: fp16 converts weights once at compile time and keeps fp32 accumulation (inputs and outputs stay fp32)" },
         ],
     },
 ];

@@ -64,3 +64,16 @@ fn target_sets_gain_the_fallback_and_reject_conflicts() {
     let e = TargetSet::parse(&["cpu -opt-level=1".into(), "cpu -opt-level=2".into()]).unwrap_err().0;
     assert!(e.contains("two targets select backend 'c'"), "{e}");
 }
+
+#[test]
+fn precision_is_one_per_set_and_the_fallback_inherits_it() {
+    assert_eq!(TargetSet::parse(&["cpu".into()]).unwrap().precision().unwrap(), Precision::Fp32);
+    assert_eq!(TargetSet::parse(&["cuda".into()]).unwrap().precision().unwrap(), Precision::Fp32);
+    let set = TargetSet::parse(&["cuda -compiler=cublas -precision=fp16".into(), "cpu".into()]).unwrap();
+    assert_eq!(set.precision().unwrap(), Precision::Fp16);
+    assert_eq!(set.fallback("cuda").unwrap().str_attr("precision"), "fp16");
+    let e = TargetSet::parse(&["cuda -precision=fp16".into(), "cuda -compiler=cublas".into()]).unwrap_err().0;
+    assert!(e.contains("different precisions"), "{e}");
+    let e = Target::parse("cuda -precision=fp8").unwrap_err().0;
+    assert!(e.contains("fp32|fp16"), "{e}");
+}

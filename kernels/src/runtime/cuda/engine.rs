@@ -68,6 +68,16 @@ struct Staged {
     pinned: usize,
 }
 
+/// One kernel's time under [`DeviceEngine::kernel_times_us`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTime {
+    pub step: usize,
+    pub entry: String,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub median_us: f64,
+}
+
 /// A loaded GPU artifact (see the module documentation).
 pub struct DeviceEngine {
     ctx: Arc<CudaContext>,
@@ -247,6 +257,63 @@ impl DeviceEngine {
         step_us.clear();
         for w in events.windows(2) {
             step_us.push(w[0].elapsed_ms(&w[1]).map_err(gpu)? as f64 * 1e3);
+        }
+        Ok(out)
+    }
+
+    /// Every kernel timed on its own: `iters` runs (after `warmup`), each launch between two CUDA events,
+    /// the median per launch. The launches and their events are captured into one CUDA graph, as a run is,
+    /// so host launch overhead does not enter the times; where the driver cannot capture timing events the
+    /// launches are enqueued directly (small kernels then also count the gap to their launch).
+    pub fn kernel_times_us(&mut self, inputs: &[Tensor], warmup: usize, iters: usize) -> Result<Vec<KernelTime>, RuntimeError> {
+        self.upload(inputs)?;
+        let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let n = self.kernel_count();
+        let events = (0..=n).map(|_| self.ctx.new_event(timing)).collect::<Result<Vec<_>, _>>().map_err(gpu)?;
+        let enqueue_timed = |this: &Self| -> Result<(), RuntimeError> {
+            events[0].record(&this.stream).map_err(gpu)?;
+            let mut i = 0;
+            for (s, launches) in this.steps.iter().enumerate() {
+                for l in launches {
+                    // SAFETY: as in `enqueue_all`.
+                    unsafe { l.enqueue(this.stream.cu_stream()) }.map_err(|e| RuntimeError(format!("step {s}: {e}")))?;
+                    i += 1;
+                    events[i].record(&this.stream).map_err(gpu)?;
+                }
+            }
+            Ok(())
+        };
+        let graph = (|| -> Result<Option<CudaGraph>, RuntimeError> {
+            self.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(gpu)?;
+            let enqueued = enqueue_timed(self);
+            let g = self.stream.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(gpu)?;
+            enqueued?;
+            Ok(g)
+        })()
+        .ok()
+        .flatten();
+        let mut per: Vec<Vec<f64>> = vec![Vec::with_capacity(iters); n];
+        for it in 0..warmup + iters {
+            match &graph {
+                Some(g) => g.launch().map_err(gpu)?,
+                None => enqueue_timed(self)?,
+            }
+            self.stream.synchronize().map_err(|e| RuntimeError(format!("GPU 0: a kernel failed: {e}")))?;
+            if it >= warmup {
+                for (k, w) in events.windows(2).enumerate() {
+                    per[k].push(w[0].elapsed_ms(&w[1]).map_err(gpu)? as f64 * 1e3);
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(n);
+        let mut k = 0;
+        for (s, launches) in self.steps.iter().enumerate() {
+            for l in launches {
+                let v = &mut per[k];
+                v.sort_by(f64::total_cmp);
+                out.push(KernelTime { step: s, entry: l.entry.clone(), grid: l.grid, block: l.block, median_us: v[v.len() / 2] });
+                k += 1;
+            }
         }
         Ok(out)
     }

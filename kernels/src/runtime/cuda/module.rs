@@ -56,6 +56,7 @@ impl LoadedCubin {
         Ok(launches
             .iter()
             .map(|(k, l)| PreparedLaunch {
+                entry: l.entry.clone(),
                 function: k.clone(),
                 grid: l.grid,
                 block: l.block,
@@ -79,6 +80,8 @@ impl LoadedModule for LoadedCubin {
 /// One kernel launch with its parameters (device addresses).
 #[derive(Clone)]
 pub struct PreparedLaunch {
+    /// The kernel's entry name (for profiles).
+    pub entry: String,
     pub function: CudaFunction,
     pub grid: [u32; 3],
     pub block: [u32; 3],

@@ -2,7 +2,7 @@
 //! one-thread-per-element kernel that runs a group on its own. Every member is a register; only the members
 //! the plan materializes are stored.
 
-use super::kernel::{coords, offset, scalar_literal, Kernel};
+use super::kernel::{compute_dtype, coords, ld, offset, scalar_literal, st, Kernel};
 use crate::backend::c::cexpr;
 use crate::backend::c::nest::{broadcast, contiguous, Nest};
 use crate::backend::c::plan::{group_externals, Group};
@@ -21,10 +21,10 @@ pub fn element(k: &mut Kernel, grp: &Group, loaded: &[ValueId], operand: &dyn Fn
             None => {
                 let at = loaded.iter().position(|&l| l == v).ok_or_else(|| format!("operand {v} is not loaded"))?;
                 let p = k.buf(v, false);
-                cexpr::load(d, &p, &operand(at))
+                ld(d, &p, &operand(at))
             }
         };
-        code.push_str(&format!("const {} x{} = {e};\n", cexpr::mem_type(d), v.0));
+        code.push_str(&format!("const {} x{} = {e};\n", cexpr::mem_type(compute_dtype(d)), v.0));
         local.push((v, format!("x{}", v.0)));
     }
     let mut stores: Vec<ValueId> = Vec::new();
@@ -41,10 +41,15 @@ pub fn element(k: &mut Kernel, grp: &Group, loaded: &[ValueId], operand: &dyn Fn
             .iter()
             .map(|i| local.iter().find(|(v, _)| v == i).map(|(_, s)| s.clone()).ok_or_else(|| format!("operand {i} of node '{}' not in scope", node.name)))
             .collect::<Result<_, _>>()?;
-        let dts: Vec<DType> = node.inputs.iter().map(|&i| g.ty(i).dtype).collect();
+        // f16 values are floats in registers: ops (and casts between f16 and f32) see fp32.
+        let dts: Vec<DType> = node.inputs.iter().map(|&i| compute_dtype(g.ty(i).dtype)).collect();
         let o = node.outputs[0];
-        let od = g.ty(o).dtype;
-        let e = cexpr::elementwise(&node.op, &args, &dts, od).map_err(|e| format!("node '{}': {e}", node.name))?;
+        let od = compute_dtype(g.ty(o).dtype);
+        let op = match &node.op {
+            crate::ir::Op::Cast { to } => crate::ir::Op::Cast { to: compute_dtype(*to) },
+            op => op.clone(),
+        };
+        let e = cexpr::elementwise(&op, &args, &dts, od).map_err(|e| format!("node '{}': {e}", node.name))?;
         code.push_str(&format!("const {} v{} = {e};\n", cexpr::mem_type(od), o.0));
         local.push((o, format!("v{}", o.0)));
         stores.push(o);
@@ -52,7 +57,7 @@ pub fn element(k: &mut Kernel, grp: &Group, loaded: &[ValueId], operand: &dyn Fn
     for v in stores {
         if k.plan.materialized[v.index()] {
             let p = k.buf(v, true);
-            code.push_str(&format!("{p}[{out}] = v{};\n", v.0));
+            code.push_str(&format!("{p}[{out}] = {};\n", st(g.ty(v).dtype, &format!("v{}", v.0))));
         }
     }
     Ok(code)

@@ -14,8 +14,7 @@
 //! per output element over their few taps instead, as do ConvTranspose and integer MatMul (rare, small).
 
 use super::ew;
-use super::kernel::{coords, Kernel};
-use crate::backend::c::cexpr::mem_type;
+use super::kernel::{coords, is_float, ld, mem_type, st, zero, Kernel};
 use crate::backend::c::nest::{broadcast, contiguous};
 use crate::backend::c::plan::Group;
 use crate::ir::{ConvAttrs, ConvTransposeAttrs, DType, NodeId, ValueId};
@@ -74,18 +73,69 @@ impl Schedule {
     pub fn for_problem(m: usize, n: usize, k: usize, z: usize) -> Schedule {
         let big = Tiles::default();
         let tiles = if big.blocks(m, n, z) >= FILL_BLOCKS { big } else { SMALL_TILES };
-        let blocks = tiles.blocks(m, n, z);
-        let mut splits = 1;
-        if blocks < FILL_BLOCKS {
-            splits = FILL_BLOCKS.div_ceil(blocks).min(k / MIN_SLICE_K).min(MAX_SPLITS).min(65535 / z.max(1)).max(1);
-        }
-        Schedule { tiles, splits }
+        Schedule { tiles, splits: splits_for(tiles.blocks(m, n, z), k, z) }
+    }
+}
+
+/// K slices for a GEMM of `blocks` tiles over depth `k`, `z` of them: none when the tiles fill the GPU, else
+/// enough to (each slice at least [`MIN_SLICE_K`] deep, at most [`MAX_SPLITS`]).
+fn splits_for(blocks: usize, k: usize, z: usize) -> usize {
+    if blocks >= FILL_BLOCKS {
+        return 1;
+    }
+    FILL_BLOCKS.div_ceil(blocks).min(k / MIN_SLICE_K).min(MAX_SPLITS).min(65535 / z.max(1)).max(1)
+}
+
+/// Tile shape of the tensor-core GEMM: the block's `bm x bn` tile, `bk` deep per shared-memory stage, each
+/// warp a `wm x wn` piece (multiples of the 16x16 WMMA fragment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcTiles {
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub wm: u32,
+    pub wn: u32,
+}
+
+impl Default for TcTiles {
+    fn default() -> TcTiles {
+        TcTiles { bm: 64, bn: 64, bk: 32, wm: 32, wn: 32 }
+    }
+}
+
+/// The smaller tensor-core tile (four warps of one fragment each), for problems the default leaves idle.
+pub const SMALL_TC_TILES: TcTiles = TcTiles { bm: 32, bn: 32, bk: 32, wm: 16, wn: 16 };
+
+impl TcTiles {
+    fn threads(&self) -> u32 {
+        (self.bm / self.wm) * (self.bn / self.wn) * 32
+    }
+
+    fn blocks(&self, m: usize, n: usize, z: usize) -> usize {
+        m.div_ceil(self.bm as usize) * n.div_ceil(self.bn as usize) * z
+    }
+}
+
+/// How one tensor-core GEMM runs (chosen as [`Schedule::for_problem`] chooses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcSchedule {
+    pub tiles: TcTiles,
+    pub splits: usize,
+}
+
+impl TcSchedule {
+    pub fn for_problem(m: usize, n: usize, k: usize, z: usize) -> TcSchedule {
+        let big = TcTiles::default();
+        let tiles = if big.blocks(m, n, z) >= FILL_BLOCKS { big } else { SMALL_TC_TILES };
+        TcSchedule { tiles, splits: splits_for(tiles.blocks(m, n, z), k, z) }
     }
 }
 
 /// The pieces of one GEMM problem, as code: `load_a(m, k)`, `load_b(k, n)` (with `z` the batch or group in
 /// scope, after `prep`), and the flat output index of `(m, n)`.
 struct Problem {
+    /// The operands' element type (f32: SIMT; f16: tensor cores).
+    dtype: DType,
     m: usize,
     n: usize,
     k: usize,
@@ -106,9 +156,12 @@ fn epilogue(k: &mut Kernel, grp: &Group, value: &str, f: &str) -> Result<String,
     Ok(b)
 }
 
-/// The tiled GEMM kernel in `k`; with a split schedule, also the kernel adding the slices up and applying
-/// the epilogue (returned).
+/// The GEMM kernel in `k` (tensor cores for f16 operands, SIMT for f32); with a split schedule, also the
+/// kernel adding the slices up and applying the epilogue (returned).
 fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
+    if p.dtype == DType::F16 {
+        return tiled_tc(k, p, grp);
+    }
     let sch = Schedule::for_problem(p.m, p.n, p.k, p.z);
     let Tiles { bm, bn, bk, tm, tn } = sch.tiles;
     let splits = sch.splits;
@@ -141,39 +194,117 @@ fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kerne
         "__syncthreads();\n#pragma unroll\nfor (int kk = 0; kk < {bk}; kk++) {{\nfloat ra[{tm}], rb[{tn}];\n#pragma unroll\nfor (int a = 0; a < {tm}; a++) ra[a] = As[kk][ty * {tm} + a];\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) rb[c] = Bs[kk][tx * {tn} + c];\n#pragma unroll\nfor (int a = 0; a < {tm}; a++)\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) acc[a][c] = fmaf(ra[a], rb[c], acc[a][c]);\n}}\n__syncthreads();\n}}\n"
     ));
     b.push_str(&format!("#pragma unroll\nfor (int a = 0; a < {tm}; a++) {{\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) {{\nconst int m = m0 + ty * {tm} + a, n = n0 + tx * {tn} + c;\nif (m < {} && n < {}) {{\nconst unsigned f = {};\n", p.m, p.n, p.out_index));
-    let total = p.m * p.n * p.z;
-    let second = if splits == 1 {
-        let value = match &p.bias {
-            Some((v, by_zm, _)) => format!("acc[a][c] + {}[{by_zm}]", k.buf(*v, false)),
-            None => "acc[a][c]".to_string(),
-        };
-        b.push_str(&epilogue(k, grp, &value, "f")?);
-        None
-    } else {
-        // Slice `s` of the partial sums holds element `f` at `s * total + f`.
-        let ws = k.temp(0, splits * total);
-        b.push_str(&format!("{ws}[slice * {total}u + f] = acc[a][c];\n"));
-        let mut e = Kernel::new(k.g, k.plan, k.symbol);
-        let ws = e.temp(0, splits * total);
-        let mut eb = format!("float s = {ws}[i];\n");
-        for sl in 1..splits {
-            eb.push_str(&format!("s += {ws}[{}u + i];\n", sl * total));
-        }
-        if let Some((v, _, by_flat)) = &p.bias {
-            eb.push_str(&format!("s += {}[{by_flat}];\n", e.buf(*v, false)));
-        }
-        eb.push_str(&epilogue(&mut e, grp, "s", "i")?);
-        e.body.push_str(&eb);
-        e.per_element(total);
-        Some(e)
-    };
+    let second = finish(k, &p, grp, splits, "acc[a][c]", &mut b)?;
     b.push_str("}\n}\n}\n");
     k.body.push_str(&b);
+    launch(k, &p, bm, bn, splits, threads)?;
+    Ok(second)
+}
+
+/// The grid of a GEMM of `bm x bn` tiles, `splits` K slices each, and its block.
+fn launch(k: &mut Kernel, p: &Problem, bm: u32, bn: u32, splits: usize, threads: u32) -> Result<(), String> {
     k.grid = [p.n.div_ceil(bn as usize).max(1) as u32, p.m.div_ceil(bm as usize).max(1) as u32, (p.z * splits).max(1) as u32];
     if k.grid[1] > 65535 {
         return Err(format!("a GEMM with {} rows (at most {} row tiles)", p.m, 65535));
     }
     k.block = [threads, 1, 1];
+    Ok(())
+}
+
+/// What happens to the accumulated `value` of output element `f` (in scope as `f`, in the code `b`): the
+/// bias and epilogue applied and stored; or, with K split, the partial sum written to slice `slice` of an
+/// item-private buffer, and a second kernel (returned) that sums the slices in a fixed order, then adds the
+/// bias and applies the epilogue.
+fn finish<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, value: &str, b: &mut String) -> Result<Option<Kernel<'a>>, String> {
+    let total = p.m * p.n * p.z;
+    if splits == 1 {
+        let value = match &p.bias {
+            Some((v, by_zm, _)) => {
+                let bias = k.buf(*v, false);
+                format!("{value} + {}", ld(k.g.ty(*v).dtype, &bias, by_zm))
+            }
+            None => value.to_string(),
+        };
+        b.push_str(&epilogue(k, grp, &value, "f")?);
+        return Ok(None);
+    }
+    // Slice `s` of the partial sums holds element `f` at `s * total + f`.
+    let ws = k.temp(0, splits * total);
+    b.push_str(&format!("{ws}[slice * {total}u + f] = {value};\n"));
+    let mut e = Kernel::new(k.g, k.plan, k.symbol);
+    let ws = e.temp(0, splits * total);
+    let mut eb = format!("float s = {ws}[i];\n");
+    for sl in 1..splits {
+        eb.push_str(&format!("s += {ws}[{}u + i];\n", sl * total));
+    }
+    if let Some((v, _, by_flat)) = &p.bias {
+        let bias = e.buf(*v, false);
+        eb.push_str(&format!("s += {};\n", ld(k.g.ty(*v).dtype, &bias, by_flat)));
+    }
+    eb.push_str(&epilogue(&mut e, grp, "s", "i")?);
+    e.body.push_str(&eb);
+    e.per_element(total);
+    Ok(Some(e))
+}
+
+/// The f16 GEMM on tensor cores (WMMA 16x16x16, fp32 accumulators): a block computes a `bm x bn` tile of C,
+/// each warp a `wm x wn` piece of it as 16x16 fragments, through `bk`-deep slices of A and B staged in
+/// shared memory as f16. The accumulators leave through shared memory (fp32), so the epilogue sees each
+/// element with its coordinates, as in the SIMT kernel.
+fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
+    let sch = TcSchedule::for_problem(p.m, p.n, p.k, p.z);
+    let TcTiles { bm, bn, bk, wm, wn } = sch.tiles;
+    let splits = sch.splits;
+    if p.z * splits > 65535 {
+        return Err(format!("{} GEMMs in one batch (at most 65535)", p.z));
+    }
+    let threads = sch.tiles.threads();
+    let (fm, fnn, warps_n) = (wm / 16, wn / 16, bn / wn);
+    let slice = p.k.div_ceil(splits).div_ceil(bk as usize) * bk as usize;
+    // Leading dimensions padded (a multiple of 8 halves / 4 floats, as WMMA needs) against bank conflicts.
+    let (lda, ldb, ldc) = (bk + 8, bn + 8, bn + 4);
+    let zero = zero(DType::F16);
+    let mut b = format!(
+        "__shared__ __align__(32) __half As[{}];\n__shared__ __align__(32) __half Bs[{}];\n__shared__ __align__(32) float Cs[{}];\n",
+        bm * lda,
+        bk * ldb,
+        bm * ldc
+    );
+    b.push_str(&format!(
+        "const unsigned z = blockIdx.z / {splits}u, slice = blockIdx.z % {splits}u;\nconst int m0 = blockIdx.y * {bm}, n0 = blockIdx.x * {bn};\nconst int warp = threadIdx.x / 32, wr = warp / {warps_n}, wc = warp % {warps_n};\n"
+    ));
+    b.push_str(&p.prep);
+    b.push_str(&format!("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc[{fm}][{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::fill_fragment(acc[a][c], 0.0f);\n"));
+    b.push_str(&format!("const int kbeg = slice * {slice}, kend = min({K}, kbeg + {slice});\nfor (int k0 = kbeg; k0 < kend; k0 += {bk}) {{\n", K = p.k));
+    b.push_str(&format!(
+        "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int kk = e % {bk}, mm = e / {bk};\nconst int m = m0 + mm, k = k0 + kk;\nAs[mm * {lda} + kk] = (m < {M} && k < kend) ? ({la}) : {zero};\n}}\n",
+        bm * bk,
+        M = p.m,
+        la = p.load_a
+    ));
+    b.push_str(&format!(
+        "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int nn = e % {bn}, kk = e / {bn};\nconst int n = n0 + nn, k = k0 + kk;\nBs[kk * {ldb} + nn] = (n < {N} && k < kend) ? ({lb}) : {zero};\n}}\n",
+        bn * bk,
+        N = p.n,
+        lb = p.load_b
+    ));
+    b.push_str(&format!(
+        "__syncthreads();\n#pragma unroll\nfor (int kk = 0; kk < {bk}; kk += 16) {{\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> fa[{fm}];\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __half, nvcuda::wmma::row_major> fb[{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++) nvcuda::wmma::load_matrix_sync(fa[a], As + (wr * {wm} + a * 16) * {lda} + kk, {lda});\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::load_matrix_sync(fb[c], Bs + kk * {ldb} + wc * {wn} + c * 16, {ldb});\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::mma_sync(acc[a][c], fa[a], fb[c], acc[a][c]);\n}}\n__syncthreads();\n}}\n"
+    ));
+    b.push_str(&format!(
+        "#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::store_matrix_sync(Cs + (wr * {wm} + a * 16) * {ldc} + wc * {wn} + c * 16, acc[a][c], {ldc}, nvcuda::wmma::mem_row_major);\n__syncthreads();\n"
+    ));
+    b.push_str(&format!(
+        "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int mm = e / {bn}, nn = e % {bn};\nconst int m = m0 + mm, n = n0 + nn;\nif (m < {} && n < {}) {{\nconst unsigned f = {};\n",
+        bm * bn,
+        p.m,
+        p.n,
+        p.out_index
+    ));
+    let second = finish(k, &p, grp, splits, &format!("Cs[mm * {ldc} + nn]"), &mut b)?;
+    b.push_str("}\n}\n");
+    k.body.push_str(&b);
+    launch(k, &p, bm, bn, splits, threads)?;
     Ok(second)
 }
 
@@ -210,7 +341,12 @@ pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Optio
     let pa = k.buf(a, false);
     let pb = k.buf(bv, false);
     let _ = o;
+    let dtype = g.ty(a).dtype;
+    if g.ty(bv).dtype != dtype || !is_float(dtype) {
+        return Err(format!("MatMul of {} by {} is not supported by the cuda backend", dtype, g.ty(bv).dtype));
+    }
     let p = Problem {
+        dtype,
         m,
         n,
         k: kd,
@@ -269,6 +405,10 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group) ->
     let isz: usize = geo.in_sp.iter().product();
     let osz: usize = geo.out_sp.iter().product();
     let kd = cg * taps;
+    let dtype = g.ty(nd.inputs[0]).dtype;
+    if nd.inputs.iter().chain(&nd.outputs).any(|&v| g.ty(v).dtype != dtype) || !is_float(dtype) {
+        return Err(format!("Conv on {dtype} (mixed or non-float operands) is not supported by the cuda backend"));
+    }
     let x = k.buf(nd.inputs[0], false);
     let w = k.buf(nd.inputs[1], false);
     if mg < 8 {
@@ -276,10 +416,14 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group) ->
         return conv_direct(k, node, a, grp, &geo, (x, w, bias)).map(|_| None);
     }
     let tap = conv_tap(&geo, a, "q", "r");
+    // The gathered element in its own type (f16 feeds the tensor-core tile as is).
+    let zero = if dtype == DType::F16 { zero(dtype) } else { "0.0f".to_string() };
     let load_b = format!(
-        "[&]() -> float {{\nconst unsigned img = n / {osz}u, q = n % {osz}u;\nconst unsigned ci = k / {taps}u, r = k % {taps}u;\n{tap}return ok ? {x}[(img * {cin}u + z * {cg}u + ci) * {isz}u + xo] : 0.0f;\n}}()"
+        "[&]() -> {} {{\nconst unsigned img = n / {osz}u, q = n % {osz}u;\nconst unsigned ci = k / {taps}u, r = k % {taps}u;\n{tap}return ok ? {x}[(img * {cin}u + z * {cg}u + ci) * {isz}u + xo] : {zero};\n}}()",
+        mem_type(dtype)
     );
     let p = Problem {
+        dtype,
         m: mg,
         n: nimg * osz,
         k: kd,
@@ -306,12 +450,16 @@ fn conv_direct(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &C
     let isz: usize = geo.in_sp.iter().product();
     let osz: usize = geo.out_sp.iter().product();
     let tap = conv_tap(geo, a, "q", "r");
+    let d = g.ty(nd.inputs[0]).dtype;
+    let t = mem_type(d);
     let mut b = format!(
-        "const unsigned q = i % {osz}u, co = (i / {osz}u) % {cout}u, img = i / {};\nconst unsigned gg = co / {mg}u;\nfloat s = 0.0f;\nfor (unsigned ci = 0; ci < {cg}u; ci++) {{\nconst float* xc = {x} + (img * {cin}u + gg * {cg}u + ci) * {isz}u;\nconst float* wc = {w} + (co * {cg}u + ci) * {taps}u;\n#pragma unroll 3\nfor (unsigned r = 0; r < {taps}u; r++) {{\n{tap}if (ok) s = fmaf(xc[xo], wc[r], s);\n}}\n}}\n",
-        osz * cout
+        "const unsigned q = i % {osz}u, co = (i / {osz}u) % {cout}u, img = i / {};\nconst unsigned gg = co / {mg}u;\nfloat s = 0.0f;\nfor (unsigned ci = 0; ci < {cg}u; ci++) {{\nconst {t}* xc = {x} + (img * {cin}u + gg * {cg}u + ci) * {isz}u;\nconst {t}* wc = {w} + (co * {cg}u + ci) * {taps}u;\n#pragma unroll 3\nfor (unsigned r = 0; r < {taps}u; r++) {{\n{tap}if (ok) s = fmaf({}, {}, s);\n}}\n}}\n",
+        osz * cout,
+        ld(d, "xc", "xo"),
+        ld(d, "wc", "r")
     );
     let value = match bias {
-        Some(bb) => format!("s + {bb}[co]"),
+        Some(bb) => format!("s + {}", ld(d, &bb, "co")),
         None => "s".to_string(),
     };
     let loaded = ew::loaded_operands(k, grp);
@@ -352,9 +500,17 @@ pub fn conv_transpose(k: &mut Kernel, node: NodeId, a: &ConvTransposeAttrs) -> R
             out_st[d], out_sp[d], k_st[d], kernel[d], a.pads[d], a.dilations[d], a.strides[d], a.strides[d], in_sp[d], in_st[d]
         ));
     }
-    b.push_str(&format!("if (!ok) continue;\nfor (unsigned ci = 0; ci < {cg}u; ci++) s = fmaf({x}[(img * {c}u + gg * {cg}u + ci) * {isz}u + xo], {w}[((gg * {cg}u + ci) * {mg}u + co) * {taps}u + r], s);\n}}\n"));
-    let add = bias.map(|bb| format!(" + {bb}[m]")).unwrap_or_default();
-    b.push_str(&format!("{y}[i] = s{add};\n"));
+    let d = g.ty(nd.outputs[0]).dtype;
+    if !is_float(d) {
+        return Err(format!("ConvTranspose on {d} is not supported by the cuda backend"));
+    }
+    b.push_str(&format!(
+        "if (!ok) continue;\nfor (unsigned ci = 0; ci < {cg}u; ci++) s = fmaf({}, {}, s);\n}}\n",
+        ld(d, &x, &format!("(img * {c}u + gg * {cg}u + ci) * {isz}u + xo")),
+        ld(d, &w, &format!("((gg * {cg}u + ci) * {mg}u + co) * {taps}u + r"))
+    ));
+    let add = bias.map(|bb| format!(" + {}", ld(d, &bb, "m"))).unwrap_or_default();
+    b.push_str(&format!("{y}[i] = {};\n", st(d, &format!("s{add}"))));
     k.body.push_str(&b);
     k.per_element(ys.iter().product());
     Ok(())

@@ -38,8 +38,8 @@ pub fn unsupported(g: &Graph) -> Option<String> {
     for node in &g.nodes {
         for &v in node.inputs.iter().chain(&node.outputs) {
             let ty = g.ty(v);
-            if matches!(ty.dtype, DType::F16 | DType::BF16) {
-                return Some(format!("node '{}' ({}): {} tensors are not supported by the cuda backend yet (fp32 only)", node.name, node.op.name(), ty.dtype));
+            if ty.dtype == DType::BF16 {
+                return Some(format!("node '{}' ({}): {} tensors are not supported by the cuda backend yet (fp32 and fp16 only)", node.name, node.op.name(), ty.dtype));
             }
             if ty.numel() >= 1 << 31 {
                 return Some(format!("node '{}' ({}): a tensor of {} elements exceeds 32-bit indexing", node.name, node.op.name(), ty.numel()));
@@ -81,7 +81,7 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item) -> Res
         Item::Node(n) => {
             let node = g.node(*n);
             let at = |e: String| format!("node '{}' ({}): {e}", node.name, node.op.name());
-            let f32_out = g.ty(node.outputs[0]).dtype == DType::F32;
+            let f32_out = super::kernel::is_float(g.ty(node.outputs[0]).dtype);
             let alone = Group::anchored(g, *n);
             match &node.op {
                 Op::MatMul if f32_out => gemm(&mut |k| gemm::matmul(k, *n, &alone)),

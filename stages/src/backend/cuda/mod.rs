@@ -33,10 +33,13 @@ use tessera_kernels::runtime::cuda::format::CubinModule;
 use tessera_kernels::runtime::cuda::libs;
 
 /// Bump whenever the generated code (or the prelude, or the NVRTC options) changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// The device helpers every module starts with.
 pub const PRELUDE: &str = include_str!("prelude.cuh");
+
+/// What modules with f16 tensors start with (before [`PRELUDE`]): the toolkit's fp16 and WMMA headers.
+pub const HALF_PRELUDE: &str = "#include <cuda_fp16.h>\n#include <mma.h>\n";
 
 /// The `cuda` backend.
 #[derive(Clone, Copy, Debug, Default)]
@@ -59,16 +62,22 @@ fn decode(k: &LoweredKernel) -> Result<CudaCode, BackendError> {
 
 /// The whole CUDA source of a module: the prelude, then each kernel's source, in order.
 pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> {
-    let mut src = String::from("/* tessera cuda module */\n");
-    src.push_str(PRELUDE);
+    let mut body = String::new();
     let mut seen = std::collections::BTreeSet::new();
     for k in kernels {
         if !seen.insert(k.info.symbol.as_str()) {
             return Err(err(format!("two kernels of one module are named '{}'", k.info.symbol)));
         }
-        src.push('\n');
-        src.push_str(&decode(k)?.source);
+        body.push('\n');
+        body.push_str(&decode(k)?.source);
     }
+    let mut src = String::from("/* tessera cuda module */\n");
+    // fp16 storage and tensor cores need the toolkit's headers; fp32 modules compile without them (faster).
+    if body.contains("__half") {
+        src.push_str(HALF_PRELUDE);
+    }
+    src.push_str(PRELUDE);
+    src.push_str(&body);
     Ok(src)
 }
 
@@ -114,7 +123,7 @@ impl Backend for CudaBackend {
 
     fn supports(&self, g: &Graph, n: NodeId, _target: &Target) -> bool {
         let node = g.node(n);
-        node.inputs.iter().chain(&node.outputs).all(|&v| matches!(g.ty(v).dtype, DType::F32 | DType::I64 | DType::I32 | DType::Bool))
+        node.inputs.iter().chain(&node.outputs).all(|&v| matches!(g.ty(v).dtype, DType::F32 | DType::F16 | DType::I64 | DType::I32 | DType::Bool))
     }
 
     /// Everything, with elementwise, injective and reduction fusion (the fallback's rules, as `c`).

@@ -3,9 +3,10 @@
 //! index (Gather, GatherElements), or maps each coordinate through the padding rule (Pad). Elements move in
 //! their own type, bit-exact.
 
-use super::kernel::{coords, offset, scalar_literal, Kernel};
+use super::kernel::{coords, offset, scalar_literal, st, zero, Kernel};
+use crate::backend::c::cexpr::f32_lit;
 use crate::backend::c::nest::{broadcast, contiguous, Nest};
-use crate::ir::{NodeId, PadMode, Tensor, ValueId};
+use crate::ir::{DType, NodeId, PadMode, Tensor, ValueId};
 
 /// `dst[dst_base + c·dst_st] = src[src_base + c·src_st]` for every coordinate `c` of `shape`, as one kernel.
 #[allow(clippy::too_many_arguments)]
@@ -122,8 +123,9 @@ pub fn gather(k: &mut Kernel, node: NodeId, axis: usize) {
     let nidx = k.g.ty(idx).numel();
     let (x, ix, y) = (k.buf(i, false), k.buf(idx, false), k.buf(o, true));
     let n = pre * nidx * post;
+    let z = zero(k.g.ty(o).dtype);
     k.body.push_str(&format!(
-        "const unsigned q = i % {post}u;\nconst unsigned t = (i / {post}u) % {nidx}u;\nconst unsigned p = i / {};\nlong long j = (long long){ix}[t];\nif (j < 0) j += {dim};\n{y}[i] = (j >= 0 && j < {dim}) ? {x}[(p * {dim}u + (unsigned)j) * {post}u + q] : 0;\n",
+        "const unsigned q = i % {post}u;\nconst unsigned t = (i / {post}u) % {nidx}u;\nconst unsigned p = i / {};\nlong long j = (long long){ix}[t];\nif (j < 0) j += {dim};\n{y}[i] = (j >= 0 && j < {dim}) ? {x}[(p * {dim}u + (unsigned)j) * {post}u + q] : {z};\n",
         (nidx * post).max(1)
     ));
     k.per_element(n);
@@ -149,9 +151,10 @@ pub fn gather_elements(k: &mut Kernel, node: NodeId, axis: usize) -> Result<(), 
     let used = vec![true; is.len()];
     let mut b = coords(&is, "i", "c", &used);
     b.push_str(&format!(
-        "long long j = (long long){ix}[i];\nif (j < 0) j += {dim};\n{y}[i] = (j >= 0 && j < {dim}) ? {x}[{} + (unsigned)j * {}u] : 0;\n",
+        "long long j = (long long){ix}[i];\nif (j < 0) j += {dim};\n{y}[i] = (j >= 0 && j < {dim}) ? {x}[{} + (unsigned)j * {}u] : {};\n",
         offset("c", &xst),
-        own[axis]
+        own[axis],
+        zero(k.g.ty(o).dtype)
     ));
     k.body.push_str(&b);
     k.per_element(is.iter().product());
@@ -188,7 +191,11 @@ pub fn pad(k: &mut Kernel, node: NodeId, pads: &[i64], mode: PadMode, value: f32
         }
         b.push_str(&format!("src += s * {};\n}}\n", xst[a]));
     }
-    let fill = scalar_literal(&Tensor::from_f64_as(d, Vec::new(), &[value as f64]));
+    let fill = match d {
+        // The fill as stored: an f16 buffer holds the value rounded to f16.
+        DType::F16 => st(d, &f32_lit(value)),
+        d => scalar_literal(&Tensor::from_f64_as(d, Vec::new(), &[value as f64])),
+    };
     b.push_str(&format!("{y}[i] = inside ? {x}[src] : {fill};\n"));
     k.body.push_str(&b);
     k.per_element(ys.iter().product());

@@ -3,7 +3,7 @@
 //! MaxPool lets NaN win; AveragePool divides by the taps inside the input, or inside the padded extent with
 //! count_include_pad, as the reference does.
 
-use super::kernel::Kernel;
+use super::kernel::{is_float, ld, mem_type, st, Kernel};
 use crate::backend::c::nest::contiguous;
 use crate::ir::{NodeId, PoolAttrs};
 
@@ -17,9 +17,13 @@ pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>) -> R
     let isz: usize = in_sp.iter().product();
     let osz: usize = out_sp.iter().product();
     let (in_st, out_st) = (contiguous(in_sp), contiguous(out_sp));
+    let d = g.ty(nd.outputs[0]).dtype;
+    if !is_float(d) {
+        return Err(format!("{} on {d} is not supported by the cuda backend", nd.op.name()));
+    }
     let x = k.buf(nd.inputs[0], false);
     let y = k.buf(nd.outputs[0], true);
-    let mut b = format!("const unsigned pl = i / {}u;\nconst unsigned r = i % {}u;\nconst float* xp = {x} + pl * {isz}u;\n", osz.max(1), osz.max(1));
+    let mut b = format!("const unsigned pl = i / {}u;\nconst unsigned r = i % {}u;\nconst {}* xp = {x} + pl * {isz}u;\n", osz.max(1), osz.max(1), mem_type(d));
     for d in 0..sp {
         let (st, pad, dil, kk, size, pe) = (p.strides[d], p.pads[d], p.dilations[d], p.kernel[d], in_sp[d], p.pads[sp + d]);
         b.push_str(&format!("const int o{d} = (int)((r / {}u) % {}u);\nconst int i{d} = o{d} * {st} - {pad};\n", out_st[d], out_sp[d]));
@@ -37,17 +41,17 @@ pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>) -> R
     }
     let xi: Vec<String> = (0..sp).map(|d| format!("(i{d} + k{d} * {}) * {}", p.dilations[d], in_st[d])).collect();
     match avg {
-        None => b.push_str(&format!("const float v = xp[{}];\nnan |= v != v;\nm = v > m ? v : m;\n", xi.join(" + "))),
-        Some(_) => b.push_str(&format!("s += xp[{}];\n", xi.join(" + "))),
+        None => b.push_str(&format!("const float v = {};\nnan |= v != v;\nm = v > m ? v : m;\n", ld(d, "xp", &xi.join(" + ")))),
+        Some(_) => b.push_str(&format!("s += {};\n", ld(d, "xp", &xi.join(" + ")))),
     }
     for _ in 0..sp {
         b.push_str("}\n");
     }
     match avg {
-        None => b.push_str(&format!("{y}[i] = nan ? TSR_NAN : m;\n")),
+        None => b.push_str(&format!("{y}[i] = {};\n", st(d, "(nan ? TSR_NAN : m)"))),
         Some(include_pad) => {
             let counts: Vec<String> = (0..sp).map(|d| if include_pad { format!("ph{d}") } else { format!("(hi{d} - lo{d})") }).collect();
-            b.push_str(&format!("const int cnt = {};\n{y}[i] = cnt <= 0 ? 0.0f : s / (float)cnt;\n", counts.join(" * ")));
+            b.push_str(&format!("const int cnt = {};\n{y}[i] = {};\n", counts.join(" * "), st(d, "(cnt <= 0 ? 0.0f : s / (float)cnt)")));
         }
     }
     k.body.push_str(&b);

@@ -108,3 +108,49 @@ fn small_gemms_take_small_tiles_and_split_k_large_ones_do_not() {
     // A shallow K is never split below the minimum slice.
     assert_eq!(Schedule::for_problem(64, 64, 64, 1).splits, 1);
 }
+
+/// `zoo_of_ops` in fp16 (the precision pass's rewrite), plus a GEMM deep enough to split K.
+fn zoo_of_ops_f16() -> Graph {
+    let mut g = zoo_of_ops();
+    let a = f32in(&mut g, "a", &[4, 512]);
+    let bw = f32in(&mut g, "bw", &[512, 96]);
+    let mm = node(&mut g, Op::MatMul, &[a, bw]);
+    let pad = node(&mut g, Op::Pad { pads: vec![0, 1, 0, 1], mode: PadMode::Constant, value: 0.5 }, &[mm]);
+    g.outputs.push(pad);
+    crate::passes::precision::to_half(&g).unwrap()
+}
+
+#[test]
+fn fp16_graphs_lower_to_tensor_core_gemms_and_fp32_accumulation() {
+    let g = zoo_of_ops_f16();
+    assert!(g.nodes.iter().any(|n| matches!(n.op, Op::MatMul) && g.ty(n.outputs[0]).dtype == DType::F16));
+    let k = CudaBackend.lower(&target(), &g, "ops16").unwrap();
+    let code: CudaCode = postcard::from_bytes(&k.code).unwrap();
+    // Tensor cores for both GEMMs and the conv, fp32 accumulators, f16 buffers.
+    assert!(code.source.matches("nvcuda::wmma::mma_sync").count() >= 3, "{}", code.source);
+    assert!(code.source.contains("nvcuda::wmma::accumulator, 16, 16, 16, float"));
+    assert!(code.source.contains("__half* __restrict__"));
+    // The deep GEMM splits K: its slices are summed by a second kernel.
+    assert!(code.source.contains("slice * "), "{}", code.source);
+    assert_eq!(gemm::TcSchedule::for_problem(4, 96, 512, 1).tiles, gemm::SMALL_TC_TILES);
+    assert!(gemm::TcSchedule::for_problem(4, 96, 512, 1).splits > 1);
+    assert!(module_source(&[k]).unwrap().starts_with("/* tessera cuda module */\n#include <cuda_fp16.h>"));
+}
+
+#[test]
+fn an_fp16_module_compiles_to_an_sm90_cubin() {
+    if !nvrtc_or_skip("the fp16 NVRTC compile test") {
+        return;
+    }
+    let g = zoo_of_ops_f16();
+    let k = CudaBackend.lower(&target(), &g, "ops16").unwrap();
+    let m = CudaBackend.compile_module(&target(), &[k]).unwrap_or_else(|e| panic!("{e}"));
+    let c = CubinModule::decode(&m).unwrap();
+    assert_eq!(&c.cubin[..4], b"\x7fELF");
+}
+
+#[test]
+fn fp32_modules_do_not_include_the_fp16_headers() {
+    let k = CudaBackend.lower(&target(), &zoo_of_ops(), "ops").unwrap();
+    assert!(!module_source(&[k]).unwrap().contains("#include"));
+}

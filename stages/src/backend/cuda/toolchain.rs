@@ -34,10 +34,20 @@ fn check(r: sys::nvrtcResult, what: &str) -> Result<(), String> {
 
 /// Compiles `source` (named `name` in diagnostics) to a cubin; `Err` holds NVRTC's log.
 pub fn compile(target: &Target, name: &str, source: &str) -> Result<Vec<u8>, String> {
-    libs::toolkit()?;
+    let toolkit = libs::toolkit()?;
     let src = CString::new(source).map_err(|_| "the CUDA source holds a NUL byte".to_string())?;
     let cname = CString::new(name).map_err(|_| "the source name holds a NUL byte".to_string())?;
-    let opts: Vec<CString> = options(target).into_iter().map(|o| CString::new(o).expect("options have no NUL")).collect();
+    // The header folder is where this machine keeps the toolkit's headers, not a property of the code: it
+    // is passed here rather than through `options` (a key ingredient), the NVRTC version standing for the
+    // headers' release.
+    let mut opts = options(target);
+    opts.push(format!("-I{}", toolkit.include_dir.display()));
+    // CUDA 13 keeps the CCCL headers (`<nv/target>`, which cuda_fp16.h includes) under include/cccl.
+    let cccl = toolkit.include_dir.join("cccl");
+    if cccl.is_dir() {
+        opts.push(format!("-I{}", cccl.display()));
+    }
+    let opts: Vec<CString> = opts.into_iter().map(|o| CString::new(o).map_err(|_| "an NVRTC option holds a NUL byte".to_string())).collect::<Result<_, _>>()?;
     let ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
     // SAFETY: NVRTC is loaded (toolkit() above); every pointer is a live NUL-terminated string; the program
