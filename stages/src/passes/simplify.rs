@@ -6,12 +6,15 @@
 //! 3. [`fold_batchnorm_into_conv`]: inference BatchNormalization after a Conv folds into its weight and bias.
 //! 4. [`fuse_gelu`]: erf- and tanh-GELU written out by exporters become one `Gelu`.
 //! 5. [`fuse_layernorm`]: decomposed layer normalization becomes one `LayerNorm`.
+//! 6. [`fuse_attention`]: scaled dot-product attention (MatMul, scale, masks, Softmax, MatMul) becomes one
+//!    `Attention`.
 //!
 //! Each is a small function over the graph that rewrites by adding nodes and redirecting uses; the graph is
 //! compacted after each (dead nodes go, topological order is restored) and verified at the end. Every rewrite
 //! checks the constants it relies on and is exact in real arithmetic, so results change only by rounding
 //! (the unit tests compare the reference interpreter's outputs before and after within 1e-5).
 
+pub use super::attention::fuse_attention;
 pub use super::fold_batchnorm::fold_batchnorm_into_conv;
 pub use super::gelu::fuse_gelu;
 pub use super::layernorm::fuse_layernorm;
@@ -26,6 +29,7 @@ pub struct SimplifyReport {
     pub batchnorms: usize,
     pub gelus: usize,
     pub layernorms: usize,
+    pub attentions: usize,
 }
 
 /// Runs every simplification, then dead-code elimination and the verifier.
@@ -41,6 +45,8 @@ pub fn simplify(g: &mut Graph) -> Result<SimplifyReport, VerifyError> {
     r.gelus = fuse_gelu(g);
     g.compact();
     r.layernorms = fuse_layernorm(g);
+    g.compact();
+    r.attentions = fuse_attention(g);
     g.compact();
     verify(g)?;
     Ok(r)
