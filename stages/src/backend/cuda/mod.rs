@@ -13,6 +13,8 @@
 
 pub mod attention;
 pub mod cost;
+#[cfg(test)]
+mod emulate;
 mod ew;
 pub mod gemm;
 pub mod kernel;
