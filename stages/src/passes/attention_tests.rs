@@ -277,3 +277,36 @@ proptest! {
         fuse_and_check(s);
     }
 }
+
+/// HuggingFace GPT-2's eager attention as the TorchScript exporter writes it: `key.transpose(-1, -2)`,
+/// Div by a scalar, `torch.where(causal, w.to(dtype), finfo.min)`, the mask added, Softmax, `.type(dtype)`
+/// (Casts to the dtype the value already has), MatMul. The whole simplification fuses it.
+#[test]
+fn hf_gpt2_export_with_same_type_casts_fuses_through_simplify() {
+    let mut g = Graph::new("gpt2");
+    let q = g.add_input("q", TensorType::f32([1, 2, 6, 8]));
+    let k = g.add_input("k", TensorType::f32([1, 2, 6, 8]));
+    let v = g.add_input("v", TensorType::f32([1, 2, 6, 8]));
+    let m = g.add_input("mask", TensorType::f32([1, 1, 1, 6]));
+    let kt = g.add("kt", Op::Transpose { perm: vec![0, 1, 3, 2] }, &[k]).unwrap();
+    let s = g.add("mm", Op::MatMul, &[q, kt]).unwrap();
+    let c = g.add_const("scale", Tensor::scalar_f32(8f32.sqrt()));
+    let s = bin(&mut g, BinaryOp::Div, s, c);
+    let s = g.add("to", Op::Cast { to: DType::F32 }, &[s]).unwrap();
+    let keep: Vec<bool> = (0..36).map(|i| i % 6 <= i / 6).collect();
+    let causal = g.add_const("causal", Tensor::from_bool([1, 1, 6, 6], &keep));
+    let fill = g.add_const("min", Tensor::scalar_f32(f32::MIN));
+    let s = g.add("where", Op::Where, &[causal, s, fill]).unwrap();
+    let s = bin(&mut g, BinaryOp::Add, s, m);
+    let p = g.add("softmax", Op::Softmax { axis: 3 }, &[s]).unwrap();
+    let p = g.add("type", Op::Cast { to: DType::F32 }, &[p]).unwrap();
+    let y = g.add("context", Op::MatMul, &[p, v]).unwrap();
+    g.outputs.push(y);
+    let g0 = g.clone();
+    let r = crate::passes::simplify::simplify(&mut g).unwrap();
+    assert_eq!((r.identities, r.attentions), (2, 1), "{r:?}");
+    assert_eq!(g.nodes.len(), 1);
+    let a = attention_ops(&g)[0].clone();
+    assert_eq!(a, AttentionAttrs { scale: 1.0 / 8f32.sqrt(), k_transposed: false, mask: true, keep_fill: Some(f32::MIN) });
+    assert_same(&g0, &g, 2e-6);
+}
