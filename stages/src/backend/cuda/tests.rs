@@ -185,3 +185,14 @@ fn attention_inside_a_partition_compiles() {
     }
     CudaBackend.compile_module(&target(), &[k]).unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Prints the attention kernel of the GPT-2-like case, to read: `cargo test -p tessera-stages --lib
+/// dump_attention_source -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn dump_attention_source() {
+    let c = &crate::backend::attention_cases::cases()[1];
+    let k = CudaBackend.lower(&target(), &c.graph(), "dump").unwrap();
+    let code: CudaCode = postcard::from_bytes(&k.code).unwrap();
+    println!("{}", code.source);
+}
