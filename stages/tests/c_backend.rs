@@ -19,9 +19,14 @@ struct Model {
 }
 
 /// The model as one kernel; lifted constants get their real values, model inputs seeded random values
-/// (integers below the smallest table they index, as `interp::random_inputs` bounds them).
-fn model(name: &str, opts: ModelOptions) -> Model {
-    let g = build_with(name, &opts).unwrap();
+/// (integers below the smallest table they index, as `interp::random_inputs` bounds them). `simplified`:
+/// after the graph passes the pipeline runs (attention fused into one op).
+fn model(name: &str, opts: ModelOptions, simplified: bool) -> Model {
+    let mut g = build_with(name, &opts).unwrap();
+    if simplified {
+        let r = tessera_stages::passes::simplify::simplify(&mut g).unwrap();
+        assert!(r.attentions > 0, "{name}: the simplified graph has Attention ops");
+    }
     let all: Vec<NodeId> = (0..g.nodes.len() as u32).map(NodeId).collect();
     let sig = subgraph_signature(&g, &all, ConstMode::LiftLarge(INLINE_CONST_MAX));
     let kernel = extract_subgraph(&g, &sig);
@@ -37,7 +42,7 @@ fn model(name: &str, opts: ModelOptions) -> Model {
             _ => r,
         })
         .collect();
-    Model { name: name.to_string(), kernel, inputs }
+    Model { name: format!("{name}{}", if simplified { "-simplified" } else { "" }), kernel, inputs }
 }
 
 fn close(got: &[u8], want: &Tensor) -> Result<(), String> {
@@ -63,10 +68,11 @@ fn close(got: &[u8], want: &Tensor) -> Result<(), String> {
 #[test]
 fn zoo_models_match_the_reference() {
     let o = |batch, seq, image| ModelOptions { batch, seq, image };
-    let models = [model("mlp3", o(2, None, None)),
-        model("resnet18", o(1, None, Some(32))),
-        model("mobilenetv2", o(1, None, Some(32))),
-        model("bert-tiny", o(2, Some(8), None))];
+    let models = [model("mlp3", o(2, None, None), false),
+        model("resnet18", o(1, None, Some(32)), false),
+        model("mobilenetv2", o(1, None, Some(32)), false),
+        model("bert-tiny", o(2, Some(8), None), false),
+        model("bert-tiny", o(2, Some(8), None), true)];
     let t = Target::parse("cpu -compiler=c").unwrap();
     let be = CBackend;
     let lowered: Vec<LoweredKernel> = models.iter().map(|m| be.lower(&t, &m.kernel, &format!("m_{}", m.name.replace('-', "_"))).unwrap()).collect();

@@ -33,6 +33,8 @@
 pub mod gemm;
 pub mod registry;
 
+#[cfg(test)]
+pub(crate) mod attention_cases;
 pub mod c;
 pub mod cuda;
 

@@ -15,6 +15,7 @@
 //! with shape inference before any kernel runs, so a kernel only sees inputs it can handle: bad inputs
 //! give an [`InterpError`] naming the op (and the node, from `run_graph`), never a panic.
 
+mod attention;
 mod conv;
 mod elementwise;
 mod layout;
@@ -99,6 +100,7 @@ fn dispatch(op: &Op, x: &[&Tensor], out: &[TensorType]) -> Result<Vec<Tensor>, O
         Op::Expand { .. } => one(mv::expand(x[0], out0)),
         Op::Pad { pads, mode, value } => one(mv::pad(x[0], pads, *mode, *value)),
         Op::Tile { repeats } => one(mv::tile(x[0], repeats)),
+        Op::Attention(a) => one(attention::attention(a, x)),
     }
 }
 

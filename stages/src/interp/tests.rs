@@ -681,3 +681,53 @@ mod props {
         }
     }
 }
+
+/// Attention by hand: one query against two keys, with the K layouts, the masks, NaN rows and Sk = 0.
+#[test]
+fn attention_by_hand() {
+    let attrs = |k_transposed, mask, keep_fill| Op::Attention(AttentionAttrs { scale: 2.0, k_transposed, mask, keep_fill });
+    let q = f(&[1, 2], &[0.5, 0.0]);
+    let k = f(&[2, 2], &[1.0, 0.0, 0.0, 1.0]);
+    let v = f(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    // scores = 2 * [0.5, 0] = [1, 0]; p = [e, 1] / (e + 1).
+    let e = std::f32::consts::E;
+    let want = [(e * 1.0 + 3.0) / (e + 1.0), (e * 2.0 + 4.0) / (e + 1.0)];
+    assert_close(&fv(&eval1(attrs(false, false, None), &[&q, &k, &v])), &want, 1e-6);
+    // The same K given transposed (symmetric here, so a non-symmetric one: keys [1, 0] and [1, 1]).
+    let k2 = f(&[2, 2], &[1.0, 0.0, 1.0, 1.0]);
+    let k2t = f(&[2, 2], &[1.0, 1.0, 0.0, 1.0]);
+    let a = fv(&eval1(attrs(false, false, None), &[&q, &k2, &v]));
+    assert_eq!(a, fv(&eval1(attrs(true, false, None), &[&q, &k2t, &v])));
+    // Keys' scores are equal ([1, 1]): the plain average of v's rows.
+    assert_close(&a, &[2.0, 3.0], 1e-6);
+    // An additive mask of -1 on the first key: scores [0, 0].
+    let m = f(&[1, 2], &[-1.0, 0.0]);
+    assert_close(&fv(&eval1(attrs(false, true, None), &[&q, &k, &v, &m])), &[2.0, 3.0], 1e-6);
+    // Keep only the second key (fill -inf, then the mask): v's second row.
+    let keep = Tensor::from_bool([2], &[false, true]);
+    assert_close(&fv(&eval1(attrs(false, true, Some(f32::NEG_INFINITY)), &[&q, &k, &v, &m, &keep])), &[3.0, 4.0], 0.0);
+    // Nothing kept: a row of -inf scores is 0/0 = NaN, as the unfused Softmax gives.
+    let none = Tensor::from_bool([2], &[false, false]);
+    assert!(fv(&eval1(attrs(false, false, Some(f32::NEG_INFINITY)), &[&q, &k, &v, &none])).iter().all(|x| x.is_nan()));
+    // No keys: an empty sum.
+    let y = eval1(attrs(false, false, None), &[&q, &f(&[0, 2], &[]), &f(&[0, 2], &[])]);
+    assert_eq!(y.shape(), &[1, 2]);
+    assert_eq!(fv(&y), vec![0.0, 0.0]);
+}
+
+#[test]
+fn attention_rejects_bad_operands_by_name() {
+    let a = |mask| Op::Attention(AttentionAttrs { scale: 1.0, k_transposed: false, mask, keep_fill: None });
+    let q = f(&[2, 3, 4], &[0.0; 24]);
+    let k = f(&[2, 5, 4], &[0.0; 40]);
+    let v = f(&[2, 5, 6], &[0.0; 60]);
+    let err = |op: Op, ins: &[&Tensor]| eval_op(&op, ins).unwrap_err().to_string();
+    assert!(err(a(true), &[&q, &k, &v]).contains("Attention (mask: true, keep: false) takes 4 inputs, got 3"));
+    let bad_k = f(&[2, 5, 3], &[0.0; 30]);
+    assert!(err(a(false), &[&q, &bad_k, &v]).contains("differ in the head dim"));
+    let bad_v = f(&[2, 4, 6], &[0.0; 48]);
+    assert!(err(a(false), &[&q, &k, &bad_v]).contains("has 5 keys, v"));
+    let wide = f(&[3, 1, 3, 5], &[0.0; 45]);
+    assert!(err(a(true), &[&q, &k, &v, &wide]).contains("must broadcast to the scores' shape [2, 3, 5]"));
+    assert_eq!(eval1(a(false), &[&q, &k, &v]).shape(), &[2, 3, 6]);
+}

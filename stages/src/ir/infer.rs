@@ -3,7 +3,7 @@
 //! Every node added to a [`crate::ir::Graph`] goes through here, so a graph that exists is well-typed.
 
 use super::dtype::DType;
-use super::op::{BinaryOp, ConvAttrs, ConvTransposeAttrs, Op, PoolAttrs, UnaryOp};
+use super::op::{AttentionAttrs, BinaryOp, ConvAttrs, ConvTransposeAttrs, Op, PoolAttrs, UnaryOp};
 use super::tensor::TensorType;
 
 /// Why inference rejected an op (wrapped with the node name by the graph builder).
@@ -211,6 +211,88 @@ fn infer_matmul(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, InferErro
         shape.push(n);
     }
     Ok(TensorType::new(dtype, shape))
+}
+
+/// The shapes an [`Op::Attention`] works on, from its input types (checked).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttentionDims {
+    /// Broadcast leading (batch, head) dims of q, k and v.
+    pub batch: Vec<usize>,
+    pub sq: usize,
+    pub sk: usize,
+    pub d: usize,
+    pub dv: usize,
+}
+
+impl AttentionDims {
+    /// `[batch.., Sq, Sk]`, what the mask and keep inputs broadcast to.
+    pub fn scores_shape(&self) -> Vec<usize> {
+        let mut s = self.batch.clone();
+        s.extend([self.sq, self.sk]);
+        s
+    }
+
+    pub fn out_shape(&self) -> Vec<usize> {
+        let mut s = self.batch.clone();
+        s.extend([self.sq, self.dv]);
+        s
+    }
+}
+
+/// Checks an Attention's inputs against its attributes and returns its dims.
+pub fn attention_dims(a: &AttentionAttrs, inputs: &[&TensorType]) -> Result<AttentionDims, InferError> {
+    if inputs.len() != a.arity() {
+        return err(format!(
+            "Attention (mask: {}, keep: {}) takes {} inputs, got {}",
+            a.mask,
+            a.keep_fill.is_some(),
+            a.arity(),
+            inputs.len()
+        ));
+    }
+    let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
+    need_float(&Op::Attention(a.clone()), q)?;
+    for (name, t) in [("k", k), ("v", v)] {
+        if t.dtype != q.dtype {
+            return err(format!("Attention: {name} is {}, q is {}", t.dtype, q.dtype));
+        }
+    }
+    if q.rank() < 2 || k.rank() < 2 || v.rank() < 2 {
+        return err(format!("Attention: q, k and v need rank >= 2, got {q}, {k}, {v}"));
+    }
+    let two = |t: &TensorType| (t.shape[t.rank() - 2], t.shape[t.rank() - 1]);
+    let (sq, d) = two(q);
+    let (sk, dk) = if a.k_transposed { let (x, y) = two(k); (y, x) } else { two(k) };
+    let (sv, dv) = two(v);
+    if dk != d {
+        return err(format!("Attention: q {q} and k {k} (transposed: {}) differ in the head dim", a.k_transposed));
+    }
+    if sv != sk {
+        return err(format!("Attention: k {k} has {sk} keys, v {v} has {sv}"));
+    }
+    let lead = |t: &TensorType| t.shape[..t.rank() - 2].to_vec();
+    let batch = broadcast_shapes(&broadcast_shapes(&lead(q), &lead(k))?, &lead(v))?;
+    let dims = AttentionDims { batch, sq, sk, d, dv };
+    let scores = dims.scores_shape();
+    if let Some(i) = a.mask_index() {
+        let m = inputs[i];
+        if m.dtype != q.dtype {
+            return err(format!("Attention: mask is {}, q is {}", m.dtype, q.dtype));
+        }
+        if m.rank() > scores.len() || broadcast_shapes(&scores, &m.shape).ok().as_deref() != Some(&scores[..]) {
+            return err(format!("Attention: mask {m} must broadcast to the scores' shape {scores:?}"));
+        }
+    }
+    if let Some(i) = a.keep_index() {
+        let m = inputs[i];
+        if m.dtype != DType::Bool {
+            return err(format!("Attention: keep mask must be bool, got {}", m.dtype));
+        }
+        if m.rank() > scores.len() || broadcast_shapes(&scores, &m.shape).ok().as_deref() != Some(&scores[..]) {
+            return err(format!("Attention: keep mask {m} must broadcast to the scores' shape {scores:?}"));
+        }
+    }
+    Ok(dims)
 }
 
 /// Output types of `op` applied to inputs of the given types.
@@ -481,6 +563,10 @@ pub fn infer_op(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, Infe
                 }
             }
             one(TensorType::new(x.dtype, s))
+        }
+        Op::Attention(a) => {
+            let dims = attention_dims(a, inputs)?;
+            one(TensorType::new(inputs[0].dtype, dims.out_shape()))
         }
         Op::Tile { repeats } => {
             arity(op, inputs, 1, 1)?;

@@ -18,7 +18,7 @@ pub use tessera_kernels::dtype::DType;
 pub use extract::extract_subgraph;
 pub use graph::{BuildError, Graph, Node, NodeId, Value, ValueDef, ValueId};
 pub use hash::{graph_hash, graph_hash_with, subgraph_signature, ConstMode, SubgraphSignature};
-pub use infer::{broadcast_shapes, infer_op, InferError};
+pub use infer::{attention_dims, broadcast_shapes, infer_op, AttentionDims, InferError};
 pub use op::*;
 pub use tessera_kernels::tensor::{Tensor, TensorSizeError, TensorType};
 pub use verify::{verify, VerifyError};

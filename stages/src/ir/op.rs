@@ -122,6 +122,48 @@ pub struct PoolAttrs {
     pub ceil_mode: bool,
 }
 
+/// Attributes of [`Op::Attention`]: `softmax(scale · Q Kᵀ [where keep, else fill] [+ mask]) · V`.
+///
+/// Inputs, in order: `q` `[.., Sq, D]`, `k` (`[.., Sk, D]`, or `[.., D, Sk]` when `k_transposed`), `v`
+/// `[.., Sk, Dv]`, then the additive `mask` if `mask` is set, then the bool `keep` mask if `keep_fill` is
+/// set. The leading (batch, head) dims of q, k and v broadcast together; `mask` and `keep` broadcast to the
+/// scores' shape `[.., Sq, Sk]` without widening it. The output is `[.., Sq, Dv]`.
+///
+/// Semantics, exactly the unfused graph's in real arithmetic: `s = scale * (Q Kᵀ)`; where `keep` is false
+/// `s = keep_fill` (ONNX `Where(keep, s, fill)`); `s = s + mask`; softmax over the last axis; times V. So a
+/// query row whose scores are all -inf (or hold a NaN or +inf) gives NaN outputs, as Softmax's 0/0 does in
+/// the unfused graph, and `Sk = 0` gives zeros (an empty sum), as the unfused MatMul does.
+///
+/// `k_transposed` keeps K in whatever layout the graph had for the scores MatMul (exporters usually
+/// transpose K to `[.., D, Sk]` themselves, with a head-splitting Transpose that stays a node), so the fusion
+/// never adds a transpose; kernels read either layout through strides.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttentionAttrs {
+    pub scale: f32,
+    pub k_transposed: bool,
+    /// An additive float mask follows `v`.
+    pub mask: bool,
+    /// A bool keep-mask follows (after `mask`, if any); scores where it is false become this value before
+    /// the additive mask is added.
+    pub keep_fill: Option<f32>,
+}
+
+impl AttentionAttrs {
+    /// Number of inputs the op takes with these attributes.
+    pub fn arity(&self) -> usize {
+        3 + usize::from(self.mask) + usize::from(self.keep_fill.is_some())
+    }
+
+    /// Input positions of the additive mask and of the keep mask.
+    pub fn mask_index(&self) -> Option<usize> {
+        self.mask.then_some(3)
+    }
+
+    pub fn keep_index(&self) -> Option<usize> {
+        self.keep_fill.map(|_| 3 + usize::from(self.mask))
+    }
+}
+
 /// One operator with its attributes. Inputs are positional (documented per variant); optional trailing inputs
 /// are simply absent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -175,6 +217,9 @@ pub enum Op {
     /// `[begin.., end..]`, negative values crop.
     Pad { pads: Vec<i64>, mode: PadMode, value: f32 },
     Tile { repeats: Vec<usize> },
+    /// (q, k, v, [mask], [keep]): scaled dot-product attention, see [`AttentionAttrs`]. Last in the enum so the
+    /// encodings (and structural hashes) of every older op stay as they were.
+    Attention(AttentionAttrs),
 }
 
 impl Op {
@@ -249,6 +294,7 @@ impl Op {
             Op::Expand { .. } => "Expand",
             Op::Pad { .. } => "Pad",
             Op::Tile { .. } => "Tile",
+            Op::Attention(_) => "Attention",
         }
     }
 

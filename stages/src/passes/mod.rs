@@ -1,5 +1,6 @@
 //! Graph passes: constant folding and the simplifications importers need.
 
+mod attention;
 pub mod fold;
 // Simplifications run after ONNX import (owned with stages/src/onnx/).
 mod fold_batchnorm;
@@ -11,4 +12,4 @@ pub mod simplify;
 
 /// Version of everything the passes do to a graph: part of every key of a graph they produced. Bump it
 /// whenever folding or a simplification changes its output.
-pub const PASSES_VERSION: u32 = 2;
+pub const PASSES_VERSION: u32 = 3;

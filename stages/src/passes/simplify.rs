@@ -1,17 +1,20 @@
 //! The simplifications importers need, run by the ONNX importer after every import:
 //!
-//! 1. [`remove_identities`]: Identity nodes disappear (their uses read the input).
+//! 1. [`remove_identities`]: Identity nodes (and Casts to the same dtype) disappear (their uses read the input).
 //! 2. [`fold_weight_transposes`]: a Transpose of a constant (Gemm's `transB` on a weight) becomes a transposed
 //!    constant, so MatMul reads the weight directly.
 //! 3. [`fold_batchnorm_into_conv`]: inference BatchNormalization after a Conv folds into its weight and bias.
 //! 4. [`fuse_gelu`]: erf- and tanh-GELU written out by exporters become one `Gelu`.
 //! 5. [`fuse_layernorm`]: decomposed layer normalization becomes one `LayerNorm`.
+//! 6. [`fuse_attention`]: scaled dot-product attention (MatMul, scale, masks, Softmax, MatMul) becomes one
+//!    `Attention`.
 //!
 //! Each is a small function over the graph that rewrites by adding nodes and redirecting uses; the graph is
 //! compacted after each (dead nodes go, topological order is restored) and verified at the end. Every rewrite
 //! checks the constants it relies on and is exact in real arithmetic, so results change only by rounding
 //! (the unit tests compare the reference interpreter's outputs before and after within 1e-5).
 
+pub use super::attention::fuse_attention;
 pub use super::fold_batchnorm::fold_batchnorm_into_conv;
 pub use super::gelu::fuse_gelu;
 pub use super::layernorm::fuse_layernorm;
@@ -26,6 +29,7 @@ pub struct SimplifyReport {
     pub batchnorms: usize,
     pub gelus: usize,
     pub layernorms: usize,
+    pub attentions: usize,
 }
 
 /// Runs every simplification, then dead-code elimination and the verifier.
@@ -42,18 +46,26 @@ pub fn simplify(g: &mut Graph) -> Result<SimplifyReport, VerifyError> {
     g.compact();
     r.layernorms = fuse_layernorm(g);
     g.compact();
+    r.attentions = fuse_attention(g);
+    g.compact();
     verify(g)?;
     Ok(r)
 }
 
-/// Redirects the uses of every Identity's output to its input. An Identity that maps a graph input (or a
-/// value that is already another graph output) to a graph output stays: removing it would rename or merge
-/// outputs that callers bind by name.
+/// Redirects the uses of every Identity's output to its input; a Cast to the dtype its input already has
+/// (PyTorch exports `.to(dtype)` and `.type(dtype)` as one, e.g. around GPT-2's attention softmax) counts
+/// as an Identity. An Identity that maps a graph input (or a value that is already another graph output) to
+/// a graph output stays: removing it would rename or merge outputs that callers bind by name.
 pub fn remove_identities(g: &mut Graph) -> usize {
     let mut count = 0;
     for i in 0..g.nodes.len() {
         let node = &g.nodes[i];
-        if !matches!(node.op, Op::Identity) {
+        let identity = match node.op {
+            Op::Identity => true,
+            Op::Cast { to } => to == g.ty(node.inputs[0]).dtype,
+            _ => false,
+        };
+        if !identity {
             continue;
         }
         let (input, output) = (node.inputs[0], node.outputs[0]);
@@ -140,6 +152,21 @@ mod tests {
         assert_eq!(g.nodes.len(), 2);
         assert_eq!(g.value(g.outputs[0]).name, "c");
         assert_eq!(g.value(g.outputs[1]).name, "d");
+        assert_same_outputs(&g0, &g, 0.0);
+    }
+
+    #[test]
+    fn casts_to_the_same_dtype_go() {
+        let mut g = Graph::new("cast");
+        let x = g.add_input("x", TensorType::f32([2]));
+        let a = g.add("same", Op::Cast { to: crate::ir::DType::F32 }, &[x]).unwrap();
+        let b = g.add("exp", Op::Unary(crate::ir::UnaryOp::Exp), &[a]).unwrap();
+        let c = g.add("to_i64", Op::Cast { to: crate::ir::DType::I64 }, &[b]).unwrap();
+        g.outputs.push(c);
+        let g0 = g.clone();
+        assert_eq!(remove_identities(&mut g), 1, "only the cast that changes nothing");
+        g.compact();
+        assert_eq!(g.nodes.iter().map(|n| n.op.name()).collect::<Vec<_>>(), ["Exp", "Cast"]);
         assert_same_outputs(&g0, &g, 0.0);
     }
 

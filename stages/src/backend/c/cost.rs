@@ -40,6 +40,17 @@ pub fn flops(g: &Graph, n: NodeId) -> (f64, f64) {
             let base = if matches!(node.op, Op::Conv(_)) { out } else { in0 };
             (2.0 * base * per, 0.0)
         }
+        Op::Attention(a) => {
+            // Two GEMMs (Q Kᵀ and P V) and a softmax over the scores; a graph that exists has valid dims.
+            let types: Vec<_> = node.inputs.iter().map(|&v| g.ty(v)).collect();
+            match crate::ir::attention_dims(a, &types) {
+                Ok(d) => {
+                    let scores = d.batch.iter().product::<usize>() as f64 * (d.sq * d.sk) as f64;
+                    (2.0 * scores * (d.d + d.dv) as f64, scores * (TRANSCENDENTAL + 4.0))
+                }
+                Err(_) => (0.0, out),
+            }
+        }
         Op::MaxPool(p) | Op::AveragePool { pool: p, .. } => (0.0, out * p.kernel.iter().product::<usize>() as f64),
         Op::Softmax { .. } | Op::LogSoftmax { .. } => (0.0, in0 * (TRANSCENDENTAL + 3.0)),
         Op::LayerNorm { .. } | Op::BatchNorm { .. } => (0.0, in0 * 6.0),

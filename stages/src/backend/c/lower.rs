@@ -10,7 +10,7 @@ use super::cexpr::{f32_lit, int_lit, mem_type};
 use super::func::{Func, Param};
 use super::plan::{plan, Item, Plan, Storage};
 use super::scratch::{assign, Request};
-use super::{ew, linalg, movement, pool, reduce};
+use super::{attention, ew, linalg, movement, pool, reduce};
 use crate::backend::FunctionInfo;
 use crate::ir::{self, DType, Graph, Op, Tensor, ValueId};
 
@@ -85,6 +85,7 @@ fn emit_item(f: &mut Func, plan: &Plan, item: &Item) -> Result<(), String> {
                 Op::Softmax { axis } => reduce::softmax(f, *n, *axis, false),
                 Op::LogSoftmax { axis } => reduce::softmax(f, *n, *axis, true),
                 Op::LayerNorm { axis, epsilon } => reduce::layer_norm(f, *n, *axis, *epsilon),
+                Op::Attention(a) => attention::attention(f, *n, a),
                 Op::Transpose { perm } => {
                     movement::transpose(f, *n, perm);
                     Ok(())

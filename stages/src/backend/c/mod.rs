@@ -13,6 +13,7 @@
 //! reference reports a data-dependent error (integer division by zero, a Gather index out of range), compiled
 //! code cannot report anything and produces 0 instead of trapping.
 
+mod attention;
 pub mod cexpr;
 pub mod cost;
 mod ew;
@@ -36,7 +37,7 @@ use crate::partition::collage::rules::Rule;
 use crate::target::Target;
 
 /// Bump whenever the generated code (or the prelude, or the compile flags) changes.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// The C helpers every module starts with.
 pub const PRELUDE: &str = include_str!("prelude.h");

@@ -1014,3 +1014,28 @@ fn bench_against_reference() {
         println!("{name:28} c: {:8.3} ms {gf:>14}   reference: {:8.3} ms", ours * 1e3, reference * 1e3);
     }
 }
+
+/// Attention in every shape of the shared cases (K layouts, broadcast batches, masks, NaN rows, no keys),
+/// and fed by and feeding other items (its operands in scratch, its result read by a fused group).
+#[test]
+fn attention_matches_the_reference() {
+    let mut cases: Vec<Case> = crate::backend::attention_cases::cases()
+        .into_iter()
+        .map(|c| {
+            let nan = c.may_be_nan();
+            case_with(&format!("attention_{}", c.name), c.graph(), nan, |_, _| None)
+        })
+        .collect();
+    // q computed by a group and the result consumed by one: the item reads and writes scratch.
+    let mut g = Graph::new("attention_in_a_kernel");
+    let x = f32in(&mut g, "x", &[2, 4, 16]);
+    let q = node(&mut g, un(UnaryOp::Tanh), &[x]);
+    let k = f32in(&mut g, "k", &[2, 16, 4]);
+    let v = node(&mut g, Op::Reshape { shape: vec![2, 4, 16] }, &[x]);
+    let a = AttentionAttrs { scale: 0.25, k_transposed: true, mask: false, keep_fill: None };
+    let y = node(&mut g, Op::Attention(a), &[q, k, v]);
+    let z = node(&mut g, un(UnaryOp::Relu), &[y]);
+    g.outputs.push(z);
+    cases.push(case("attention_in_a_kernel", g));
+    run(cases);
+}

@@ -6,7 +6,7 @@
 
 use super::gemm;
 use super::kernel::{const_array, Binding, Kernel};
-use super::{movement, pool, reduce};
+use super::{attention, movement, pool, reduce};
 use crate::backend::c::plan::{plan, Group, Item, Plan, Storage};
 use crate::backend::c::scratch::{assign, Request};
 use crate::backend::FunctionInfo;
@@ -99,6 +99,11 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item) -> Res
                 Op::Softmax { axis } => one(&mut |k| reduce::softmax(k, *n, *axis, false)),
                 Op::LogSoftmax { axis } => one(&mut |k| reduce::softmax(k, *n, *axis, true)),
                 Op::LayerNorm { axis, epsilon } => one(&mut |k| reduce::layer_norm(k, *n, *axis, *epsilon)),
+                // No kernel when the output is empty.
+                Op::Attention(attrs) => {
+                    let mut k = Kernel::new(g, p, symbol);
+                    attention::attention(&mut k, *n, attrs).map(|needed| if needed { vec![k] } else { Vec::new() })
+                }
                 Op::Transpose { perm } => one(&mut |k| {
                     movement::transpose(k, *n, perm);
                     Ok(())

@@ -5,13 +5,16 @@
 //!
 //! The split follows the `c` backend's: [`lower`] (plan items to kernels; the fusion plan itself is the
 //! `c` backend's, shared), [`kernel`] (one `__global__` function and its launch), [`ew`], [`gemm`],
-//! [`reduce`], [`movement`], [`pool`] (the kernel families), [`cost`] (the analytical estimate) and
+//! [`attention`], [`reduce`], [`movement`], [`pool`] (the kernel families), [`cost`] (the analytical estimate) and
 //! [`toolchain`] (NVRTC). The prelude (`prelude.cuh`) holds the device helpers every module starts with.
 //!
 //! Semantics follow the reference interpreter; where it reports a data-dependent error (integer division by
 //! zero, a Gather index out of range), compiled code produces 0 instead, as the `c` backend does.
 
+pub mod attention;
 pub mod cost;
+#[cfg(test)]
+mod emulate;
 mod ew;
 pub mod gemm;
 pub mod kernel;
@@ -33,7 +36,7 @@ use tessera_kernels::runtime::cuda::format::CubinModule;
 use tessera_kernels::runtime::cuda::libs;
 
 /// Bump whenever the generated code (or the prelude, or the NVRTC options) changes.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// The device helpers every module starts with.
 pub const PRELUDE: &str = include_str!("prelude.cuh");

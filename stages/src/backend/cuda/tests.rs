@@ -149,8 +149,112 @@ fn an_fp16_module_compiles_to_an_sm90_cubin() {
     assert_eq!(&c.cubin[..4], b"\x7fELF");
 }
 
+/// Every shared attention case lowers to one kernel (none for an empty output, a zero fill for no keys),
+/// deterministically, and the module compiles to a cubin; so does every tile on the BERT and ViT shapes.
+#[test]
+fn attention_kernels_lower_and_compile() {
+    use attention::{AttnTiles, MID_TILES, SMALL_TILES};
+    let cases = crate::backend::attention_cases::cases();
+    let mut lowered = Vec::new();
+    for c in &cases {
+        let g = c.graph();
+        let sym = format!("attn_{}", c.name);
+        let a = CudaBackend.lower(&target(), &g, &sym).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        assert_eq!(a, CudaBackend.lower(&target(), &g, &sym).unwrap(), "{}: lowering is deterministic", c.name);
+        let code: CudaCode = postcard::from_bytes(&a.code).unwrap();
+        assert_eq!(code.launches.launches.len(), 1, "{}", c.name);
+        let l = &code.launches.launches[0];
+        if c.sk == 0 {
+            assert_eq!(l.shared_bytes, 0, "{}: no keys is a plain zero fill", c.name);
+            assert!(code.source.contains("= 0.0f;"), "{}", code.source);
+        } else {
+            let types: Vec<_> = g.nodes[0].inputs.iter().map(|&v| g.ty(v)).collect();
+            let Op::Attention(attrs) = &g.nodes[0].op else { unreachable!("the case is one Attention") };
+            let dims = attention_dims(attrs, &types).unwrap();
+            let t = AttnTiles::for_problem(dims.batch.iter().product(), c.sq);
+            assert!(l.shared_bytes > 0 && code.source.contains("extern __shared__ float4 tsr_smem[]"), "{}", c.name);
+            assert_eq!(l.block, [t.threads, 1, 1], "{}", c.name);
+            assert_eq!(l.grid, [t.blocks(dims.batch.iter().product(), c.sq) as u32, 1, 1], "{}", c.name);
+        }
+        lowered.push(a);
+    }
+    // Each tile on its own, through `attention_with`, for the shapes BERT-base and ViT run.
+    for (name, case) in [("bert_like", &cases[1]), ("vit_like", &cases[3]), ("broadcast", &cases[4])] {
+        for (i, t) in [AttnTiles::default(), MID_TILES, SMALL_TILES, AttnTiles { bq: 64, bk: 32, threads: 128 }].into_iter().enumerate() {
+            let g = case.graph();
+            let p = crate::backend::c::plan::plan(&g);
+            let sym = format!("attn_{name}_t{i}");
+            let mut k = kernel::Kernel::new(&g, &p, &sym);
+            let n = crate::ir::NodeId(0);
+            let Op::Attention(a) = &g.node(n).op else { unreachable!("the case is one Attention") };
+            assert!(attention::attention_with(&mut k, n, a, t).unwrap());
+            lowered.push(LoweredKernel {
+                info: crate::backend::FunctionInfo { symbol: sym.clone(), inputs: vec![], outputs: vec![], scratch_bytes: 0 },
+                code: postcard::to_stdvec(&CudaCode { source: k.render(&format!("{sym}_k0_0")), launches: Default::default() }).unwrap(),
+            });
+        }
+    }
+    // An empty output needs no kernel at all.
+    let empty = crate::backend::attention_cases::AttnCase { name: "empty", sq: 0, ..cases[0].clone() };
+    let e = CudaBackend.lower(&target(), &empty.graph(), "attn_empty").unwrap();
+    assert!(postcard::from_bytes::<CudaCode>(&e.code).unwrap().launches.launches.is_empty());
+    if !nvrtc_or_skip("the attention NVRTC compile test") {
+        return;
+    }
+    let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
+    let c = CubinModule::decode(&m).unwrap();
+    assert_eq!(&c.cubin[..4], b"\x7fELF");
+}
+
 #[test]
 fn fp32_modules_do_not_include_the_fp16_headers() {
     let k = CudaBackend.lower(&target(), &zoo_of_ops(), "ops").unwrap();
     assert!(!module_source(&[k]).unwrap().contains("#include"));
+}
+
+/// A graph with attention between other kernels: q from a fused group, the output into one.
+#[test]
+fn attention_inside_a_partition_compiles() {
+    let mut g = Graph::new("attn_partition");
+    let x = f32in(&mut g, "x", &[2, 4, 10, 64]);
+    let q = node(&mut g, Op::Unary(UnaryOp::Tanh), &[x]);
+    let kt = node(&mut g, Op::Transpose { perm: vec![0, 1, 3, 2] }, &[x]);
+    let a = AttentionAttrs { scale: 0.125, k_transposed: true, mask: false, keep_fill: None };
+    let y = node(&mut g, Op::Attention(a), &[q, kt, x]);
+    let z = node(&mut g, Op::Unary(UnaryOp::Relu), &[y]);
+    g.outputs = vec![z];
+    let k = CudaBackend.lower(&target(), &g, "attn_partition").unwrap();
+    let code: CudaCode = postcard::from_bytes(&k.code).unwrap();
+    assert_eq!(code.launches.launches.len(), 4, "tanh, transpose, attention, relu");
+    if !nvrtc_or_skip("the attention partition compile test") {
+        return;
+    }
+    CudaBackend.compile_module(&target(), &[k]).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Prints the attention kernel of the GPT-2-like case, to read: `cargo test -p tessera-stages --lib
+/// dump_attention_source -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn dump_attention_source() {
+    let c = &crate::backend::attention_cases::cases()[1];
+    let k = CudaBackend.lower(&target(), &c.graph(), "dump").unwrap();
+    let code: CudaCode = postcard::from_bytes(&k.code).unwrap();
+    println!("{}", code.source);
+}
+
+/// Every attention case in fp16 (the precision pass's rewrite) lowers and compiles.
+#[test]
+fn fp16_attention_compiles() {
+    let mut lowered = Vec::new();
+    for c in crate::backend::attention_cases::cases() {
+        let g = crate::passes::precision::to_half(&c.graph()).unwrap();
+        let sym = format!("attn16_{}", c.name);
+        lowered.push(CudaBackend.lower(&target(), &g, &sym).unwrap_or_else(|e| panic!("{}: {e}", c.name)));
+    }
+    if !nvrtc_or_skip("the fp16 attention NVRTC compile test") {
+        return;
+    }
+    let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&CubinModule::decode(&m).unwrap().cubin[..4], b"\x7fELF");
 }

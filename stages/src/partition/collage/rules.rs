@@ -30,14 +30,14 @@ pub enum Kind {
     Injective,
     /// Reductions and ops built on them: Reduce*, Softmax, LogSoftmax, LayerNorm, pooling.
     Reduction,
-    /// Compute-heavy ops libraries specialize in: MatMul, Conv, ConvTranspose.
+    /// Compute-heavy ops libraries specialize in: MatMul, Conv, ConvTranspose, Attention.
     Anchor,
 }
 
 impl Kind {
     pub fn of(op: &Op) -> Kind {
         match op {
-            Op::MatMul | Op::Conv(_) | Op::ConvTranspose(_) => Kind::Anchor,
+            Op::MatMul | Op::Conv(_) | Op::ConvTranspose(_) | Op::Attention(_) => Kind::Anchor,
             Op::Reduce { .. }
             | Op::Softmax { .. }
             | Op::LogSoftmax { .. }

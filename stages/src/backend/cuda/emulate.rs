@@ -1,0 +1,183 @@
+//! Test-only: runs lowered cuda kernels on the CPU through a small emulation of CUDA (`emulate.cpp`: a
+//! cooperative fiber per thread, warp and block barriers, warp shuffles, dynamic shared memory), so kernels
+//! that use only those features are checked against the reference interpreter on machines without a GPU.
+//! Not a GPU model (no timing, no memory model beyond barriers), but it runs the exact generated source, so
+//! indexing, masking, tail handling and numerics are tested; each case runs twice, resuming threads in
+//! opposite orders, so a missing barrier tends to show.
+
+use super::lower::CudaCode;
+use crate::backend::FunctionInfo;
+use crate::ir::Tensor;
+use std::ffi::c_void;
+use std::fmt::Write;
+
+const HARNESS: &str = include_str!("emulate.cpp");
+
+/// One function to emulate: its lowered code and signature, and the inputs to run it on.
+pub struct Job<'a> {
+    pub code: &'a CudaCode,
+    pub info: &'a FunctionInfo,
+    pub inputs: &'a [Tensor],
+}
+
+/// The C++ driver of job `j`: `tsr_run_<j>(args, reverse)` runs its launches in order.
+fn driver(j: usize, code: &CudaCode) -> String {
+    let mut s = format!("extern \"C\" void tsr_run_{j}(void** args, int reverse) {{\n");
+    for l in &code.launches.launches {
+        let params: Vec<String> = l.args.iter().map(|a| format!("(char*)args[{}] + {}", a.index, a.offset)).collect();
+        let params = if params.is_empty() { "nullptr".to_string() } else { params.join(", ") };
+        writeln!(s, "{{\nvoid* p[] = {{{params}}};\ntsr_launch({}u, {}u, [&] {{ tsr_call(&{}, p); }}, reverse);\n}}", l.grid[0], l.block[0], l.entry).unwrap();
+        assert_eq!((l.grid[1], l.grid[2], l.block[1], l.block[2]), (1, 1, 1, 1), "the emulation runs 1-D launches only");
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// Runs every job (compiled together, once) in both thread orders; per job, per order, its outputs' bytes.
+pub fn run(jobs: &[Job]) -> Vec<[Vec<Vec<u8>>; 2]> {
+    let mut src = String::from(HARNESS);
+    for (j, job) in jobs.iter().enumerate() {
+        src.push_str(&job.code.source);
+        src.push_str(&driver(j, job.code));
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cpp, so) = (dir.path().join("emu.cpp"), dir.path().join("emu.so"));
+    std::fs::write(&cpp, &src).expect("write the emulation source");
+    let out = std::process::Command::new("c++")
+        .args(["-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-o"])
+        .arg(&so)
+        .arg(&cpp)
+        .output()
+        .expect("a C++ compiler (c++) runs");
+    assert!(out.status.success(), "the emulation does not compile:\n{}", String::from_utf8_lossy(&out.stderr).lines().take(30).collect::<Vec<_>>().join("\n"));
+    // SAFETY: the library was just compiled from the harness and the generated kernels; no initializers
+    // beyond the C++ runtime's.
+    let lib = unsafe { libloading::Library::new(&so) }.expect("load the emulation");
+    jobs.iter()
+        .enumerate()
+        .map(|(j, job)| {
+            [0, 1].map(|reverse| {
+                let words = |n: usize| vec![u64::MAX; n.div_ceil(8).max(1)];
+                let mut ins: Vec<Vec<u64>> = job.inputs.iter().map(|t| {
+                    let mut w = words(t.bytes().len());
+                    bytemuck::cast_slice_mut::<u64, u8>(&mut w)[..t.bytes().len()].copy_from_slice(t.bytes());
+                    w
+                }).collect();
+                // Outputs and scratch start as NaN bytes: anything a kernel fails to write shows.
+                let mut outs: Vec<Vec<u64>> = job.info.outputs.iter().map(|t| words(t.size_bytes())).collect();
+                let mut scratch = words(job.info.scratch_bytes as usize);
+                let mut args: Vec<*mut c_void> = ins.iter_mut().map(|b| b.as_mut_ptr() as *mut c_void).collect();
+                args.extend(outs.iter_mut().map(|b| b.as_mut_ptr() as *mut c_void));
+                args.push(scratch.as_mut_ptr() as *mut c_void);
+                // SAFETY: `tsr_run_<j>` is the driver generated above; every pointer it passes on is a live buffer
+                // sized from the function's signature.
+                unsafe {
+                    let f: libloading::Symbol<unsafe extern "C" fn(*mut *mut c_void, i32)> = lib.get(format!("tsr_run_{j}").as_bytes()).expect("driver symbol");
+                    f(args.as_mut_ptr(), reverse);
+                }
+                outs.iter().zip(&job.info.outputs).map(|(o, t)| bytemuck::cast_slice::<u64, u8>(o)[..t.size_bytes()].to_vec()).collect()
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::attention_cases::{cases, AttnCase};
+    use crate::backend::Backend;
+    use crate::interp::{random_inputs, run_graph};
+    use crate::ir::{DType, Graph};
+    use crate::target::Target;
+
+    /// `got` against the reference: NaN exactly where it has NaN, else within 1e-4 of the element (or of the
+    /// output's mean magnitude, for elements near zero), as the lead's GPU check will compare.
+    fn compare(got: &[u8], want: &Tensor) -> Result<(), String> {
+        assert_eq!(want.dtype(), DType::F32);
+        let g: Vec<f32> = got.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        let w = want.to_f32_vec();
+        let finite: Vec<f32> = w.iter().copied().filter(|v| v.is_finite()).collect();
+        let mean = finite.iter().map(|v| v.abs() as f64).sum::<f64>() / finite.len().max(1) as f64;
+        for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
+            let ok = if b.is_nan() || a.is_nan() { a.is_nan() && b.is_nan() } else { ((a - b).abs() as f64) <= 1e-4 * (b.abs() as f64).max(mean) };
+            if !ok {
+                return Err(format!("element {i} of {}: got {a:e}, want {b:e}", want.ty));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lowers each graph for cuda, emulates it in both thread orders and compares with the reference.
+    fn check(graphs: Vec<(String, Graph)>) {
+        let t = Target::parse("cuda -compiler=nvrtc").unwrap();
+        let lowered: Vec<(CudaCode, FunctionInfo, Vec<Tensor>)> = graphs
+            .iter()
+            .enumerate()
+            .map(|(i, (name, g))| {
+                let l = super::super::lower::lower(g, &format!("emu{i}")).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(postcard::to_stdvec(&l.code).unwrap(), super::super::CudaBackend.lower(&t, g, &format!("emu{i}")).unwrap().code);
+                (l.code, l.info, random_inputs(g, 11 + i as u64))
+            })
+            .collect();
+        let jobs: Vec<Job> = lowered.iter().map(|(code, info, inputs)| Job { code, info, inputs }).collect();
+        let results = run(&jobs);
+        let mut failures = Vec::new();
+        for ((name, g), (res, (_, _, inputs))) in graphs.iter().zip(results.iter().zip(&lowered)) {
+            let want = run_graph(g, inputs).unwrap();
+            for (order, outs) in res.iter().enumerate() {
+                for (o, w) in outs.iter().zip(&want) {
+                    if let Err(e) = compare(o, w) {
+                        failures.push(format!("{name} (thread order {order}): {e}"));
+                    }
+                }
+            }
+            assert_eq!(res[0], res[1], "{name}: the two thread orders give different bytes (a race)");
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    /// The attention kernel on every shared case (the default tile for each shape), emulated.
+    #[test]
+    fn attention_kernel_matches_the_reference() {
+        check(cases().into_iter().map(|c| (c.name.to_string(), c.graph())).collect());
+    }
+
+    /// Every tile on shapes with tails in both Sq and Sk, through the same lowering (forced tile).
+    #[test]
+    fn every_tile_matches_the_reference() {
+        use super::super::attention::{AttnTiles, MID_TILES, SMALL_TILES};
+        let base = AttnCase { name: "tiles", q_lead: vec![2], k_lead: vec![2], v_lead: vec![2], sq: 70, sk: 100, d: 36, dv: 33, scale: 0.2, k_transposed: false, mask: Some(vec![2, 70, 1]), keep: Some((vec![100], -5.0)) };
+        let tiles = [AttnTiles::default(), MID_TILES, SMALL_TILES, AttnTiles { bq: 64, bk: 32, threads: 128 }, AttnTiles { bq: 8, bk: 96, threads: 64 }];
+        let g = base.graph();
+        let p = crate::backend::c::plan::plan(&g);
+        let mut codes = Vec::new();
+        let info = FunctionInfo { symbol: "tiles".into(), inputs: g.inputs.iter().map(|&v| g.ty(v).clone()).collect(), outputs: vec![g.ty(g.outputs[0]).clone()], scratch_bytes: 0 };
+        for (i, tile) in tiles.iter().enumerate() {
+            let sym = format!("tile{i}");
+            let mut k = super::super::kernel::Kernel::new(&g, &p, &sym);
+            let crate::ir::Op::Attention(a) = &g.nodes[0].op else { unreachable!("one Attention") };
+            assert!(super::super::attention::attention_with(&mut k, crate::ir::NodeId(0), a, *tile).unwrap());
+            let entry = format!("{sym}_k0_0");
+            let args = (0..k.params.len())
+                .map(|pi| match k.params[pi].0 {
+                    super::super::kernel::Binding::Root(v) => {
+                        let at = g.inputs.iter().position(|&x| x == v).unwrap_or_else(|| g.inputs.len() + g.outputs.iter().position(|&x| x == v).expect("an input or the output"));
+                        tessera_kernels::runtime::cuda::format::LaunchArg { index: at as u32, offset: 0 }
+                    }
+                    other => panic!("unexpected binding {other:?}"),
+                })
+                .collect();
+            let launch = tessera_kernels::runtime::cuda::format::Launch { entry: entry.clone(), grid: k.grid, block: k.block, shared_bytes: k.shared_bytes, args };
+            codes.push(CudaCode { source: k.render(&entry), launches: tessera_kernels::runtime::cuda::format::FunctionLaunches { launches: vec![launch] } });
+        }
+        let inputs = random_inputs(&g, 3);
+        let want = run_graph(&g, &inputs).unwrap();
+        let jobs: Vec<Job> = codes.iter().map(|code| Job { code, info: &info, inputs: &inputs }).collect();
+        for (tile, res) in tiles.iter().zip(run(&jobs)) {
+            for outs in &res {
+                compare(&outs[0], &want[0]).unwrap_or_else(|e| panic!("{tile:?}: {e}"));
+            }
+            assert_eq!(res[0], res[1], "{tile:?}: thread orders differ");
+        }
+    }
+}
