@@ -8,7 +8,7 @@
 //! default), and the minimum. CPU runs are timed with the monotonic clock around `Executable::run`, which
 //! includes copying inputs in and outputs out. GPU artifacts are timed on the GPU: CUDA events around each
 //! replay of the model's CUDA graph, inputs uploaded once (so host copies are not timed), after the warm-up
-//! replays; `--profile` times each kernel on its own between events (captured with them into one graph).
+//! replays; `--profile` times each kernel on its own between events (launched directly, not replayed).
 
 use crate::bench::{bench_abba, bench_artifact, profile_artifact, BenchResult, StepProfile};
 use clap::Args;

@@ -262,9 +262,9 @@ impl DeviceEngine {
     }
 
     /// Every kernel timed on its own: `iters` runs (after `warmup`), each launch between two CUDA events,
-    /// the median per launch. The launches and their events are captured into one CUDA graph, as a run is,
-    /// so host launch overhead does not enter the times; where the driver cannot capture timing events the
-    /// launches are enqueued directly (small kernels then also count the gap to their launch).
+    /// the median per launch. The launches are enqueued directly (the driver does not time events recorded
+    /// inside a graph: CUDA_ERROR_INVALID_VALUE on the H100, 2026-11-24), so a kernel shorter than a host
+    /// launch also counts the gap before the next launch; the graph replay time is the whole model's.
     pub fn kernel_times_us(&mut self, inputs: &[Tensor], warmup: usize, iters: usize) -> Result<Vec<KernelTime>, RuntimeError> {
         self.upload(inputs)?;
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -283,21 +283,9 @@ impl DeviceEngine {
             }
             Ok(())
         };
-        let graph = (|| -> Result<Option<CudaGraph>, RuntimeError> {
-            self.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(gpu)?;
-            let enqueued = enqueue_timed(self);
-            let g = self.stream.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(gpu)?;
-            enqueued?;
-            Ok(g)
-        })()
-        .ok()
-        .flatten();
         let mut per: Vec<Vec<f64>> = vec![Vec::with_capacity(iters); n];
         for it in 0..warmup + iters {
-            match &graph {
-                Some(g) => g.launch().map_err(gpu)?,
-                None => enqueue_timed(self)?,
-            }
+            enqueue_timed(self)?;
             self.stream.synchronize().map_err(|e| RuntimeError(format!("GPU 0: a kernel failed: {e}")))?;
             if it >= warmup {
                 for (k, w) in events.windows(2).enumerate() {

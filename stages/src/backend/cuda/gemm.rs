@@ -143,6 +143,11 @@ struct Problem {
     prep: String,
     load_a: String,
     load_b: String,
+    /// Where A's elements `(m, k..k+8)` are contiguous and 16-byte aligned (K a multiple of 8), the address
+    /// of `(m, k)`: the tensor-core kernel then stages A eight halves per load.
+    vec_a: Option<String>,
+    /// The same for B's `(k, n..n+8)`.
+    vec_b: Option<String>,
     out_index: String,
     /// A conv bias: the value, its index from `(z, m)` and its index from the flat output index `i`.
     bias: Option<(ValueId, String, String)>,
@@ -276,18 +281,38 @@ fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Ke
     b.push_str(&p.prep);
     b.push_str(&format!("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc[{fm}][{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::fill_fragment(acc[a][c], 0.0f);\n"));
     b.push_str(&format!("const int kbeg = slice * {slice}, kend = min({K}, kbeg + {slice});\nfor (int k0 = kbeg; k0 < kend; k0 += {bk}) {{\n", K = p.k));
-    b.push_str(&format!(
-        "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int kk = e % {bk}, mm = e / {bk};\nconst int m = m0 + mm, k = k0 + kk;\nAs[mm * {lda} + kk] = (m < {M} && k < kend) ? ({la}) : {zero};\n}}\n",
-        bm * bk,
-        M = p.m,
-        la = p.load_a
-    ));
-    b.push_str(&format!(
-        "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int nn = e % {bn}, kk = e / {bn};\nconst int n = n0 + nn, k = k0 + kk;\nBs[kk * {ldb} + nn] = (n < {N} && k < kend) ? ({lb}) : {zero};\n}}\n",
-        bn * bk,
-        N = p.n,
-        lb = p.load_b
-    ));
+    // Staging A and B: eight halves per 16-byte load where the operand allows it (slices start at multiples
+    // of `bk` and K is then a multiple of 8, so a group of eight is wholly inside or outside), else one.
+    match &p.vec_a {
+        Some(at) => b.push_str(&format!(
+            "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int kk = (e % {}) * 8, mm = e / {};\nconst int m = m0 + mm, k = k0 + kk;\n*reinterpret_cast<uint4*>(As + mm * {lda} + kk) = (m < {M} && k < kend) ? *reinterpret_cast<const uint4*>({at}) : make_uint4(0u, 0u, 0u, 0u);\n}}\n",
+            bm * bk / 8,
+            bk / 8,
+            bk / 8,
+            M = p.m
+        )),
+        None => b.push_str(&format!(
+            "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int kk = e % {bk}, mm = e / {bk};\nconst int m = m0 + mm, k = k0 + kk;\nAs[mm * {lda} + kk] = (m < {M} && k < kend) ? ({la}) : {zero};\n}}\n",
+            bm * bk,
+            M = p.m,
+            la = p.load_a
+        )),
+    }
+    match &p.vec_b {
+        Some(at) => b.push_str(&format!(
+            "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int nn = (e % {}) * 8, kk = e / {};\nconst int n = n0 + nn, k = k0 + kk;\n*reinterpret_cast<uint4*>(Bs + kk * {ldb} + nn) = (n < {N} && k < kend) ? *reinterpret_cast<const uint4*>({at}) : make_uint4(0u, 0u, 0u, 0u);\n}}\n",
+            bn * bk / 8,
+            bn / 8,
+            bn / 8,
+            N = p.n
+        )),
+        None => b.push_str(&format!(
+            "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int nn = e % {bn}, kk = e / {bn};\nconst int n = n0 + nn, k = k0 + kk;\nBs[kk * {ldb} + nn] = (n < {N} && k < kend) ? ({lb}) : {zero};\n}}\n",
+            bn * bk,
+            N = p.n,
+            lb = p.load_b
+        )),
+    }
     b.push_str(&format!(
         "__syncthreads();\n#pragma unroll\nfor (int kk = 0; kk < {bk}; kk += 16) {{\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> fa[{fm}];\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __half, nvcuda::wmma::row_major> fb[{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++) nvcuda::wmma::load_matrix_sync(fa[a], As + (wr * {wm} + a * 16) * {lda} + kk, {lda});\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::load_matrix_sync(fb[c], Bs + kk * {ldb} + wc * {wn} + c * 16, {ldb});\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::mma_sync(acc[a][c], fa[a], fb[c], acc[a][c]);\n}}\n__syncthreads();\n}}\n"
     ));
@@ -354,6 +379,8 @@ pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Optio
         prep,
         load_a: format!("{pa}[abase + m * {kd}u + k]"),
         load_b: format!("{pb}[bbase + k * {n}u + n]"),
+        vec_a: (kd % 8 == 0).then(|| format!("{pa} + abase + m * {kd}u + k")),
+        vec_b: (n % 8 == 0).then(|| format!("{pb} + bbase + k * {n}u + n")),
         out_index: format!("z * {}u + m * {n}u + n", m * n),
         bias: None,
     };
@@ -431,6 +458,11 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group) ->
         prep: String::new(),
         load_a: format!("{w}[(z * {mg}u + m) * {kd}u + k]"),
         load_b,
+        vec_a: (kd % 8 == 0).then(|| format!("{w} + (z * {mg}u + m) * {kd}u + k")),
+        // A pointwise conv (1x1, stride 1, no padding) reads its input plane as a row-major [cin, positions]
+        // matrix per image: eight positions of one image are contiguous when the plane is a multiple of 8.
+        vec_b: (taps == 1 && osz == isz && osz % 8 == 0 && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0))
+            .then(|| format!("{x} + ((n / {osz}u) * {cin}u + z * {cg}u + k) * {isz}u + n % {osz}u")),
         out_index: format!("((n / {osz}u) * {cout}u + z * {mg}u + m) * {osz}u + n % {osz}u"),
         bias: nd.inputs.get(2).map(|&b| (b, format!("z * {mg}u + m"), format!("(i / {osz}u) % {cout}u"))),
     };

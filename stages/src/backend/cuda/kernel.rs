@@ -189,7 +189,7 @@ pub fn const_array(symbol: &str, root: ValueId, t: &crate::ir::Tensor) -> String
         DType::F16 => {
             let bits: Vec<String> = t.bytes().chunks_exact(2).map(|c| format!("0x{:04x}u", u16::from_le_bytes([c[0], c[1]]))).collect();
             let bits = if bits.is_empty() { "0u".to_string() } else { bits.join(", ") };
-            format!("__device__ const unsigned short {symbol}_c{}[{n}] = {{{bits}}};\n", root.0)
+            format!("__device__ __align__(16) const unsigned short {symbol}_c{}[{n}] = {{{bits}}};\n", root.0)
         }
         d => {
             let vals: Vec<String> = t.to_i64_vec().iter().map(|&v| int_lit(v, d)).collect();
