@@ -145,9 +145,9 @@ struct Problem {
     load_b: String,
     /// Where A's elements `(m, k..k+8)` are contiguous and 16-byte aligned (K a multiple of 8), the address
     /// of `(m, k)`: the tensor-core kernel then stages A eight halves per load.
-    vec_a: Option<String>,
+    vec_a: Option<(String, String)>,
     /// The same for B's `(k, n..n+8)`.
-    vec_b: Option<String>,
+    vec_b: Option<(String, String)>,
     out_index: String,
     /// A conv bias: the value, its index from `(z, m)` and its index from the flat output index `i`.
     bias: Option<(ValueId, String, String)>,
@@ -269,6 +269,10 @@ fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Ke
     // Leading dimensions padded (a multiple of 8 halves / 4 floats, as WMMA needs) against bank conflicts.
     let (lda, ldb, ldc) = (bk + 8, bn + 8, bn + 4);
     let zero = zero(DType::F16);
+    if let (Some(va), Some(vb)) = (&p.vec_a, &p.vec_b) {
+        let (va, vb) = (va.clone(), vb.clone());
+        return pipelined_tc(k, &p, grp, sch, (va, vb));
+    }
     let mut b = format!(
         "__shared__ __align__(32) __half As[{}];\n__shared__ __align__(32) __half Bs[{}];\n__shared__ __align__(32) float Cs[{}];\n",
         bm * lda,
@@ -284,8 +288,8 @@ fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Ke
     // Staging A and B: eight halves per 16-byte load where the operand allows it (slices start at multiples
     // of `bk` and K is then a multiple of 8, so a group of eight is wholly inside or outside), else one.
     match &p.vec_a {
-        Some(at) => b.push_str(&format!(
-            "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int kk = (e % {}) * 8, mm = e / {};\nconst int m = m0 + mm, k = k0 + kk;\n*reinterpret_cast<uint4*>(As + mm * {lda} + kk) = (m < {M} && k < kend) ? *reinterpret_cast<const uint4*>({at}) : make_uint4(0u, 0u, 0u, 0u);\n}}\n",
+        Some((base, off)) => b.push_str(&format!(
+            "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int kk = (e % {}) * 8, mm = e / {};\nconst int m = m0 + mm, k = k0 + kk;\n*reinterpret_cast<uint4*>(As + mm * {lda} + kk) = (m < {M} && k < kend) ? *reinterpret_cast<const uint4*>({base} + {off}) : make_uint4(0u, 0u, 0u, 0u);\n}}\n",
             bm * bk / 8,
             bk / 8,
             bk / 8,
@@ -299,8 +303,8 @@ fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Ke
         )),
     }
     match &p.vec_b {
-        Some(at) => b.push_str(&format!(
-            "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int nn = (e % {}) * 8, kk = e / {};\nconst int n = n0 + nn, k = k0 + kk;\n*reinterpret_cast<uint4*>(Bs + kk * {ldb} + nn) = (n < {N} && k < kend) ? *reinterpret_cast<const uint4*>({at}) : make_uint4(0u, 0u, 0u, 0u);\n}}\n",
+        Some((base, off)) => b.push_str(&format!(
+            "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int nn = (e % {}) * 8, kk = e / {};\nconst int n = n0 + nn, k = k0 + kk;\n*reinterpret_cast<uint4*>(Bs + kk * {ldb} + nn) = (n < {N} && k < kend) ? *reinterpret_cast<const uint4*>({base} + {off}) : make_uint4(0u, 0u, 0u, 0u);\n}}\n",
             bn * bk / 8,
             bn / 8,
             bn / 8,
@@ -332,6 +336,74 @@ fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Ke
     launch(k, &p, bm, bn, splits, threads)?;
     Ok(second)
 }
+
+/// The tensor-core GEMM when both operands stage 16 bytes at a time: `STAGES` shared-memory buffers filled
+/// by asynchronous copies (`cp.async`, out-of-range groups zero-filled), so the loads of the next tiles are
+/// in flight while the tensor cores work on this one. Batch-1 GEMMs are latency-bound: without the
+/// pipeline each K step waited a whole global-memory round trip (BERT-base's FFN-down projection ran at
+/// 17 TFLOP/s, 35 us, H100 2026-11-24).
+fn pipelined_tc<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, sch: TcSchedule, ((pa, oa), (pb, ob)): ((String, String), (String, String))) -> Result<Option<Kernel<'a>>, String> {
+    let TcTiles { bm, bn, bk, wm, wn } = sch.tiles;
+    let stages = PIPELINE_STAGES;
+    let splits = sch.splits;
+    let threads = sch.tiles.threads();
+    let (fm, fnn, warps_n) = (wm / 16, wn / 16, bn / wn);
+    let slice = p.k.div_ceil(splits).div_ceil(bk as usize) * bk as usize;
+    let (lda, ldb, ldc) = (bk + 8, bn + 8, bn + 4);
+    let (sa, sb) = (bm * lda, bk * ldb);
+    let mut b = format!(
+        "__shared__ __align__(128) __half As[{}];\n__shared__ __align__(128) __half Bs[{}];\n__shared__ __align__(32) float Cs[{}];\n",
+        stages * sa,
+        stages * sb,
+        bm * ldc
+    );
+    b.push_str(&format!(
+        "const unsigned z = blockIdx.z / {splits}u, slice = blockIdx.z % {splits}u;\nconst int m0 = blockIdx.y * {bm}, n0 = blockIdx.x * {bn};\nconst int warp = threadIdx.x / 32, wr = warp / {warps_n}, wc = warp % {warps_n};\n"
+    ));
+    b.push_str(&p.prep);
+    b.push_str(&format!("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc[{fm}][{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::fill_fragment(acc[a][c], 0.0f);\n"));
+    b.push_str(&format!("const int kbeg = slice * {slice}, kend = min({K}, kbeg + {slice});\nconst int ntiles = kend > kbeg ? (kend - kbeg + {bk} - 1) / {bk} : 0;\n", K = p.k));
+    // One stage: A's and B's tiles as 16-byte groups, each copied asynchronously (0 bytes read: zeros).
+    b.push_str(&format!(
+        "auto load_stage = [&](int st, int k0) {{\nfor (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int kk = (e % {}) * 8, mm = e / {};\nconst int m = m0 + mm, k = k0 + kk;\nconst bool ok = m < {M} && k < kend;\ntsr_cp16(As + st * {sa} + mm * {lda} + kk, ok ? (const void*)({pa} + {oa}) : (const void*){pa}, ok ? 16u : 0u);\n}}\nfor (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int nn = (e % {}) * 8, kk = e / {};\nconst int n = n0 + nn, k = k0 + kk;\nconst bool ok = n < {N} && k < kend;\ntsr_cp16(Bs + st * {sb} + kk * {ldb} + nn, ok ? (const void*)({pb} + {ob}) : (const void*){pb}, ok ? 16u : 0u);\n}}\n}};\n",
+        bm * bk / 8,
+        bk / 8,
+        bk / 8,
+        bn * bk / 8,
+        bn / 8,
+        bn / 8,
+        M = p.m,
+        N = p.n
+    ));
+    b.push_str(&format!("#pragma unroll\nfor (int s = 0; s < {}; s++) {{\nif (s < ntiles) load_stage(s, kbeg + s * {bk});\ntsr_cp_commit();\n}}\n", stages - 1));
+    b.push_str(&format!(
+        "for (int t = 0; t < ntiles; t++) {{\ntsr_cp_wait<{}>();\n__syncthreads();\n{{\nconst int nt = t + {};\nif (nt < ntiles) load_stage(nt % {stages}, kbeg + nt * {bk});\ntsr_cp_commit();\n}}\nconst __half* const A = As + (t % {stages}) * {sa};\nconst __half* const B = Bs + (t % {stages}) * {sb};\n",
+        stages - 2,
+        stages - 1
+    ));
+    b.push_str(&format!(
+        "#pragma unroll\nfor (int kk = 0; kk < {bk}; kk += 16) {{\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> fa[{fm}];\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __half, nvcuda::wmma::row_major> fb[{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++) nvcuda::wmma::load_matrix_sync(fa[a], A + (wr * {wm} + a * 16) * {lda} + kk, {lda});\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::load_matrix_sync(fb[c], B + kk * {ldb} + wc * {wn} + c * 16, {ldb});\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::mma_sync(acc[a][c], fa[a], fb[c], acc[a][c]);\n}}\n}}\ntsr_cp_wait<0>();\n"
+    ));
+    b.push_str(&format!(
+        "#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::store_matrix_sync(Cs + (wr * {wm} + a * 16) * {ldc} + wc * {wn} + c * 16, acc[a][c], {ldc}, nvcuda::wmma::mem_row_major);\n__syncthreads();\n"
+    ));
+    b.push_str(&format!(
+        "for (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int mm = e / {bn}, nn = e % {bn};\nconst int m = m0 + mm, n = n0 + nn;\nif (m < {} && n < {}) {{\nconst unsigned f = {};\n",
+        bm * bn,
+        p.m,
+        p.n,
+        p.out_index
+    ));
+    let second = finish(k, p, grp, splits, &format!("Cs[mm * {ldc} + nn]"), &mut b)?;
+    b.push_str("}\n}\n");
+    k.body.push_str(&b);
+    launch(k, p, bm, bn, splits, threads)?;
+    Ok(second)
+}
+
+/// Shared-memory stages of the pipelined tensor-core GEMM (three 64x64x32 stages and the fp32 output tile
+/// fit the 48 KiB of static shared memory).
+pub const PIPELINE_STAGES: u32 = 3;
 
 /// An f32 MatMul (NumPy semantics: batched, broadcast batch dims, rank-1 operands) as a tiled GEMM; `grp` is
 /// the group anchored on it (its epilogue).
@@ -379,8 +451,8 @@ pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Optio
         prep,
         load_a: format!("{pa}[abase + m * {kd}u + k]"),
         load_b: format!("{pb}[bbase + k * {n}u + n]"),
-        vec_a: (kd % 8 == 0).then(|| format!("{pa} + abase + m * {kd}u + k")),
-        vec_b: (n % 8 == 0).then(|| format!("{pb} + bbase + k * {n}u + n")),
+        vec_a: (kd % 8 == 0).then(|| (pa.clone(), format!("abase + m * {kd}u + k"))),
+        vec_b: (n % 8 == 0).then(|| (pb.clone(), format!("bbase + k * {n}u + n"))),
         out_index: format!("z * {}u + m * {n}u + n", m * n),
         bias: None,
     };
@@ -458,11 +530,11 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group) ->
         prep: String::new(),
         load_a: format!("{w}[(z * {mg}u + m) * {kd}u + k]"),
         load_b,
-        vec_a: (kd % 8 == 0).then(|| format!("{w} + (z * {mg}u + m) * {kd}u + k")),
+        vec_a: (kd % 8 == 0).then(|| (w.clone(), format!("(z * {mg}u + m) * {kd}u + k"))),
         // A pointwise conv (1x1, stride 1, no padding) reads its input plane as a row-major [cin, positions]
         // matrix per image: eight positions of one image are contiguous when the plane is a multiple of 8.
         vec_b: (taps == 1 && osz == isz && osz % 8 == 0 && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0))
-            .then(|| format!("{x} + ((n / {osz}u) * {cin}u + z * {cg}u + k) * {isz}u + n % {osz}u")),
+            .then(|| (x.clone(), format!("((n / {osz}u) * {cin}u + z * {cg}u + k) * {isz}u + n % {osz}u"))),
         out_index: format!("((n / {osz}u) * {cout}u + z * {mg}u + m) * {osz}u + n % {osz}u"),
         bias: nd.inputs.get(2).map(|&b| (b, format!("z * {mg}u + m"), format!("(i / {osz}u) % {cout}u"))),
     };

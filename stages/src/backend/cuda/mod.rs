@@ -36,13 +36,13 @@ use tessera_kernels::runtime::cuda::format::CubinModule;
 use tessera_kernels::runtime::cuda::libs;
 
 /// Bump whenever the generated code (or the prelude, or the NVRTC options) changes.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// The device helpers every module starts with.
 pub const PRELUDE: &str = include_str!("prelude.cuh");
 
 /// What modules with f16 tensors start with (before [`PRELUDE`]): the toolkit's fp16 and WMMA headers.
-pub const HALF_PRELUDE: &str = "#include <cuda_fp16.h>\n#include <mma.h>\n";
+pub const HALF_PRELUDE: &str = include_str!("prelude_f16.cuh");
 
 /// The `cuda` backend.
 #[derive(Clone, Copy, Debug, Default)]

@@ -135,6 +135,8 @@ fn fp16_graphs_lower_to_tensor_core_gemms_and_fp32_accumulation() {
     assert_eq!(gemm::TcSchedule::for_problem(4, 96, 512, 1).tiles, gemm::SMALL_TC_TILES);
     assert!(gemm::TcSchedule::for_problem(4, 96, 512, 1).splits > 1);
     assert!(module_source(&[k]).unwrap().starts_with("/* tessera cuda module */\n#include <cuda_fp16.h>"));
+    // The deep GEMM has contiguous operands: it runs the cp.async pipeline.
+    assert!(code.source.contains("tsr_cp16(") && code.source.contains("tsr_cp_wait<1>()"), "{}", code.source);
 }
 
 #[test]
