@@ -16,6 +16,7 @@ some layers at zero or identity). For each model:
 
 Usage: python3 scripts/gpu/side_by_side.py [--precision fp16|fp32] TESSERA_BINARY WORKDIR REPORT.md [model ...]
 Models: resnet50-b1 resnet50-b32 mobilenetv2-b1 bert-base-s128-b1 bert-base-s128-b8 gpt2-s256-b1 vit-b16-b1.
+With TESSERA_PROFILE_DIR set, tessera's per-kernel profile (`tessera bench --profile`) of each model is written there.
 Precision (default fp16): the same on both sides. fp16: PyTorch runs the model in half (`model.half()`, float
 inputs in half), tessera compiles the fp32 export with `-precision=fp16` (weights converted once at compile
 time, fp32 accumulation, fp32 inputs and outputs); the floor uses the fp16 matmul rate and fp16 weight bytes.
@@ -23,34 +24,14 @@ fp32: TF32 off on both sides.
 """
 import json, os, subprocess, sys, time, math, tempfile, datetime
 
+from weights import reinit
+
 ITERS = 50
 WARMUP = 10
 TARGET = "cuda -compiler=nvrtc"
 PRECISION = "fp16"
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
-
-
-def reinit(model, torch):
-    """Deterministic random weights that make every layer matter (non-trivial norms and biases)."""
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for m in model.modules():
-            for name, p in list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False)):
-                if p is None or not p.dtype.is_floating_point:
-                    continue
-                if isinstance(m, (torch.nn.BatchNorm2d, torch.nn.LayerNorm)) or "norm" in type(m).__name__.lower():
-                    if name in ("weight", "running_var"):
-                        p.copy_(torch.rand(p.shape, generator=g) + 0.5)
-                    else:
-                        p.copy_((torch.rand(p.shape, generator=g) - 0.5) * 0.2)
-                elif name.endswith("bias"):
-                    p.copy_((torch.rand(p.shape, generator=g) - 0.5) * 0.2)
-                elif p.dim() >= 2:
-                    fan_in = p[0].numel() if not isinstance(m, torch.nn.Embedding) else 50
-                    p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(fan_in))
-                else:
-                    p.copy_(torch.randn(p.shape, generator=g) * 0.02)
 
 
 def build(name, torch):
@@ -196,6 +177,13 @@ def tessera_side(tessera, path, shapes, workdir, name, row):
     r = json.loads(js)["results"][0]
     row["tessera_ms"] = r["median_ms"]
     row["tessera_kernels"] = r.get("kernels")
+    # Where the time goes: each kernel timed on its own (TESSERA_PROFILE_DIR set), kept beside the report.
+    prof_dir = os.environ.get("TESSERA_PROFILE_DIR")
+    if prof_dir:
+        os.makedirs(prof_dir, exist_ok=True)
+        _, text = timed([tessera, "bench", artifacts[0], "--profile", "--iters", "50", "--warmup", "5"])
+        with open(os.path.join(prof_dir, f"{name}.txt"), "w") as f:
+            f.write(text)
 
 
 def target():
