@@ -36,7 +36,10 @@ static int tsr_cur;
 #define __forceinline__ inline
 #define __launch_bounds__(n)
 #define __restrict__ __restrict
-#define __shared__
+/* A block's static shared arrays are one instance for all its fibers: function statics (blocks run one at a
+ * time). emulate.rs drops the qualifier from `extern __shared__` (dynamic shared memory, tsr_smem below). */
+#define __shared__ static
+#define __align__(n) alignas(n)
 #define tsr_smem tsr_emu_smem
 extern "C" {
 alignas(16) float4 tsr_emu_smem[227 * 1024 / 16];
@@ -65,6 +68,16 @@ static void tsr_wait(int st) {
     swapcontext(&tsr_fibers[tsr_cur].ctx, &tsr_sched);
 }
 static void __syncthreads() { tsr_wait(TSR_WAIT_BLOCK); }
+/* Blocks run one after another, so memory is always coherent: fences order nothing more, atomics need no
+ * lock, and an L2-only load is a load. */
+static void __threadfence() {}
+static unsigned atomicAdd(unsigned* p, unsigned v) {
+    const unsigned old = *p;
+    *p = old + v;
+    return old;
+}
+template <class T>
+static T __ldcg(const T* p) { return *p; }
 static void __syncwarp(unsigned = 0xffffffffu) { tsr_wait(TSR_WAIT_WARP); }
 static float __shfl_xor_sync(unsigned, float v, int o) {
     tsr_xch[tsr_cur] = v;
@@ -79,13 +92,14 @@ static void tsr_fiber_main() {
     tsr_fibers[tsr_cur].state = TSR_DONE;
 }
 
-/* Runs `body` as a grid of `grid` blocks of `block` threads. */
-static void tsr_launch(unsigned grid, unsigned block, std::function<void()> body, int reverse) {
+/* Runs `body` as a grid of `gx x gy x gz` blocks (x fastest) of `block` threads. */
+static void tsr_launch(unsigned gx, unsigned gy, unsigned gz, unsigned block, std::function<void()> body, int reverse) {
     tsr_body = std::move(body);
     blockDim = {block, 1, 1};
-    gridDim = {grid, 1, 1};
+    gridDim = {gx, gy, gz};
+    const unsigned grid = gx * gy * gz;
     for (unsigned b = 0; b < grid; b++) {
-        blockIdx = {b, 0, 0};
+        blockIdx = {b % gx, b / gx % gy, b / (gx * gy)};
         memset(tsr_emu_smem, 0xff, sizeof tsr_emu_smem);
         tsr_fibers.clear();
         tsr_fibers.resize(block);
