@@ -12,4 +12,4 @@ pub mod simplify;
 
 /// Version of everything the passes do to a graph: part of every key of a graph they produced. Bump it
 /// whenever folding or a simplification changes its output.
-pub const PASSES_VERSION: u32 = 3;
+pub const PASSES_VERSION: u32 = 4;

@@ -2,7 +2,8 @@
 //!
 //! 1. [`remove_identities`]: Identity nodes (and Casts to the same dtype) disappear (their uses read the input).
 //! 2. [`fold_weight_transposes`]: a Transpose of a constant (Gemm's `transB` on a weight) becomes a transposed
-//!    constant, so MatMul reads the weight directly.
+//!    constant, so MatMul reads the weight directly; [`transposes_as_reshapes`]: a Transpose that moves only
+//!    size-1 axes becomes a Reshape, which backends run as an alias (no copy).
 //! 3. [`fold_batchnorm_into_conv`]: inference BatchNormalization after a Conv folds into its weight and bias.
 //! 4. [`fuse_gelu`]: erf- and tanh-GELU written out by exporters become one `Gelu`.
 //! 5. [`fuse_layernorm`]: decomposed layer normalization becomes one `LayerNorm`.
@@ -39,6 +40,8 @@ pub fn simplify(g: &mut Graph) -> Result<SimplifyReport, VerifyError> {
     r.identities = remove_identities(g);
     g.compact();
     r.transposes = fold_weight_transposes(g);
+    g.compact();
+    r.transposes += transposes_as_reshapes(g);
     g.compact();
     r.batchnorms = fold_batchnorm_into_conv(g);
     g.compact();
@@ -98,6 +101,32 @@ pub fn fold_weight_transposes(g: &mut Graph) -> usize {
         let (name, output) = (format!("{}/transposed", node.name), node.outputs[0]);
         let c = g.add_const(name, out.remove(0));
         g.replace_uses(output, c);
+        count += 1;
+    }
+    count
+}
+
+/// Replaces each Transpose whose axes of size above 1 keep their order by a Reshape to its output shape: the
+/// elements stay where they are in memory, so the copy was a relabelling. (PyTorch's MultiheadAttention at
+/// batch 1 exports two per layer, `[1, S, E] <-> [S, 1, E]`: ViT-B/16 ran 24 copy kernels for nothing.) A
+/// Transpose that writes a graph output stays, as Identities do, so outputs keep their names.
+pub fn transposes_as_reshapes(g: &mut Graph) -> usize {
+    let mut count = 0;
+    for i in 0..g.nodes.len() {
+        let node = &g.nodes[i];
+        let Op::Transpose { perm } = &node.op else { continue };
+        let (input, output) = (node.inputs[0], node.outputs[0]);
+        if g.outputs.contains(&output) {
+            continue;
+        }
+        let shape = &g.ty(input).shape;
+        let moved: Vec<usize> = perm.iter().copied().filter(|&a| shape[a] != 1).collect();
+        if !moved.windows(2).all(|w| w[0] < w[1]) {
+            continue;
+        }
+        let (name, to) = (format!("{}/as_reshape", node.name), g.ty(output).shape.clone());
+        let Ok(r) = g.add(name, Op::Reshape { shape: to }, &[input]) else { continue };
+        g.replace_uses(output, r);
         count += 1;
     }
     count
@@ -184,6 +213,24 @@ mod tests {
         assert_eq!(g.nodes.len(), 1);
         assert_eq!(g.ty(g.nodes[0].inputs[1]).shape, vec![3, 4]);
         assert_same_outputs(&g0, &g, 0.0);
+    }
+
+    #[test]
+    fn transposes_of_size_one_axes_become_reshapes() {
+        let mut g = Graph::new("t");
+        let x = g.add_input("x", TensorType::f32(vec![1, 5, 1, 6]));
+        // [1,5,1,6] -> [5,1,6,1]: the 5 and the 6 keep their order: a relabelling.
+        let a = g.add("a", Op::Transpose { perm: vec![1, 0, 3, 2] }, &[x]).unwrap();
+        // [5,1,6,1] -> [6,5,1,1]: a real transpose, kept.
+        let b = g.add("b", Op::Transpose { perm: vec![2, 0, 1, 3] }, &[a]).unwrap();
+        let c = g.add("c", Op::Unary(crate::ir::UnaryOp::Neg), &[b]).unwrap();
+        g.outputs = vec![c];
+        let before = g.clone();
+        assert_eq!(transposes_as_reshapes(&mut g), 1);
+        g.compact();
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
+        assert_eq!(ops, ["Reshape", "Transpose", "Neg"]);
+        assert_same_outputs(&before, &g, 0.0);
     }
 
     #[test]
