@@ -68,16 +68,7 @@ static void tsr_wait(int st) {
     swapcontext(&tsr_fibers[tsr_cur].ctx, &tsr_sched);
 }
 static void __syncthreads() { tsr_wait(TSR_WAIT_BLOCK); }
-/* Blocks run one after another, so memory is always coherent: fences order nothing more, atomics need no
- * lock, and an L2-only load is a load. */
-static void __threadfence() {}
-static unsigned atomicAdd(unsigned* p, unsigned v) {
-    const unsigned old = *p;
-    *p = old + v;
-    return old;
-}
-template <class T>
-static T __ldcg(const T* p) { return *p; }
+
 static void __syncwarp(unsigned = 0xffffffffu) { tsr_wait(TSR_WAIT_WARP); }
 static float __shfl_xor_sync(unsigned, float v, int o) {
     tsr_xch[tsr_cur] = v;

@@ -153,7 +153,7 @@ mod tests {
     }
 
     /// The fp32 GEMM kernel in each of its shapes: batched with a broadcast operand, a batch sharing one B
-    /// (folded into one GEMM), K split across blocks (the last block of a tile sums the slices), and
+    /// (folded into one GEMM), K split across blocks (a second kernel sums the slices), and
     /// convolutions (implicit GEMM, with and without a split), each with a fused epilogue.
     #[test]
     fn gemm_kernels_match_the_reference() {

@@ -6,8 +6,8 @@
 //! channels of the group x kernel taps), its B tile gathered from the input with the padding as zeros, so
 //! no im2col buffer exists. The output tile leaves registers through the partition's fused epilogue (bias,
 //! activation, residual, ...). Small problems (batch-1 inference is mostly small problems) take a smaller
-//! tile and split K across blocks; the block that finishes a tile last sums its slices in a fixed order and
-//! applies the epilogue (see [`Schedule::for_problem`] and `finish`). Tile shapes and the split are explicit values with defaults,
+//! tile and split K across blocks, a second kernel summing the slices in a fixed order and applying the
+//! epilogue (see [`Schedule::for_problem`]). Tile shapes and the split are explicit values with defaults,
 //! the knobs the tune stage will search.
 //!
 //! Convolutions with few output channels per group (depthwise) would waste a row tile: they run one thread
@@ -67,7 +67,7 @@ pub struct Schedule {
 impl Schedule {
     /// The default schedule of an `m x n x k` problem, `z` of them: the large tile when it fills the GPU,
     /// else the small one; then, if the blocks still leave SMs idle, K split into slices (each at least
-    /// [`MIN_SLICE_K`] deep) whose partial sums the tile's last block adds up (in a fixed order) before the
+    /// [`MIN_SLICE_K`] deep) whose partial sums a second kernel adds up (in a fixed order) before the
     /// epilogue. Batch-1 inference is mostly such small problems: a ResNet-50 stage-4 conv is 512 x 49 with
     /// K = 4608, one row of 8 large tiles.
     pub fn for_problem(m: usize, n: usize, k: usize, z: usize) -> Schedule {
@@ -199,12 +199,11 @@ fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kerne
         "__syncthreads();\n#pragma unroll\nfor (int kk = 0; kk < {bk}; kk++) {{\nfloat ra[{tm}], rb[{tn}];\n#pragma unroll\nfor (int a = 0; a < {tm}; a++) ra[a] = As[kk][ty * {tm} + a];\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) rb[c] = Bs[kk][tx * {tn} + c];\n#pragma unroll\nfor (int a = 0; a < {tm}; a++)\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) acc[a][c] = fmaf(ra[a], rb[c], acc[a][c]);\n}}\n__syncthreads();\n}}\n"
     ));
     b.push_str(&format!("#pragma unroll\nfor (int a = 0; a < {tm}; a++) {{\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) {{\nconst int m = m0 + ty * {tm} + a, n = n0 + tx * {tn} + c;\nif (m < {} && n < {}) {{\nconst unsigned f = {};\n", p.m, p.n, p.out_index));
-    launch(k, &p, bm, bn, splits, threads)?;
-    let after = finish(k, &p, grp, SplitK { splits, bm, bn, threads }, "acc[a][c]", &mut b)?;
+    let second = finish(k, &p, grp, splits, "acc[a][c]", &mut b)?;
     b.push_str("}\n}\n}\n");
-    b.push_str(&after);
     k.body.push_str(&b);
-    Ok(None)
+    launch(k, &p, bm, bn, splits, threads)?;
+    Ok(second)
 }
 
 /// The grid of a GEMM of `bm x bn` tiles, `splits` K slices each, and its block.
@@ -217,63 +216,45 @@ fn launch(k: &mut Kernel, p: &Problem, bm: u32, bn: u32, splits: usize, threads:
     Ok(())
 }
 
-/// What happens to the accumulated `value` of output element `f` (in scope as `f`, in the code `b`, inside
-/// the loop over the block's elements): the bias and epilogue applied and stored. With K split, the partial
-/// sum goes to slice `slice` of an item-private buffer instead, and the code returned (to follow the loop)
-/// makes the block that finishes its tile last sum the slices in a fixed order, then add the bias and apply
-/// the epilogue: a serial split-K in one kernel, bit-identical whichever block is last. Each tile's arrival
-/// counter is a module global (zero at load) that the last block resets, so replays find it at zero.
-/// (A second kernel summing the slices cost a launch per GEMM: 5 of BERT-base's 18 kernels per layer.)
-fn finish(k: &mut Kernel, p: &Problem, grp: &Group, s: SplitK, value: &str, b: &mut String) -> Result<String, String> {
-    let bias = |k: &mut Kernel, v: &str| match &p.bias {
-        Some((bv, by_zm, _)) => {
-            let bias = k.buf(*bv, false);
-            format!("{v} + {}", ld(k.g.ty(*bv).dtype, &bias, by_zm))
-        }
-        None => v.to_string(),
-    };
-    if s.splits == 1 {
-        let value = bias(k, value);
+/// (Measured alternative, H100 2026-11-24: a serial split-K in one kernel, the tile's last block summing
+/// the slices behind an atomic counter, removed 61 of BERT-base's 225 launches but made it 11% slower
+/// (1102 -> 1229 us fp16): the last block's fence, atomic and reloads sit on the critical path, while the
+/// second kernel's reduction runs wide and costs about a microsecond of graph replay.)
+///
+/// What happens to the accumulated `value` of output element `f` (in scope as `f`, in the code `b`): the
+/// bias and epilogue applied and stored; or, with K split, the partial sum written to slice `slice` of an
+/// item-private buffer, and a second kernel (returned) that sums the slices in a fixed order, then adds the
+/// bias and applies the epilogue.
+fn finish<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, value: &str, b: &mut String) -> Result<Option<Kernel<'a>>, String> {
+    let total = p.m * p.n * p.z;
+    if splits == 1 {
+        let value = match &p.bias {
+            Some((v, by_zm, _)) => {
+                let bias = k.buf(*v, false);
+                format!("{value} + {}", ld(k.g.ty(*v).dtype, &bias, by_zm))
+            }
+            None => value.to_string(),
+        };
         b.push_str(&epilogue(k, grp, &value, "f")?);
-        return Ok(String::new());
+        return Ok(None);
     }
-    let (splits, total) = (s.splits, p.m * p.n * p.z);
     // Slice `s` of the partial sums holds element `f` at `s * total + f`.
     let ws = k.temp(0, splits * total);
     b.push_str(&format!("{ws}[slice * {total}u + f] = {value};\n"));
-    let tiles = (p.n.div_ceil(s.bn as usize).max(1), p.m.div_ceil(s.bm as usize).max(1));
-    k.counters = tiles.0 * tiles.1 * p.z.max(1);
-    let mut after = format!(
-        "__threadfence();\n__syncthreads();\n__shared__ bool tsr_last;\nif (threadIdx.x == 0) {{\nconst unsigned tile = (z * {}u + blockIdx.y) * {}u + blockIdx.x;\ntsr_last = atomicAdd(&tsr_cnt[tile], 1u) == {}u;\nif (tsr_last) tsr_cnt[tile] = 0u;\n}}\n__syncthreads();\nif (!tsr_last) return;\n__threadfence();\n",
-        tiles.1,
-        tiles.0,
-        splits - 1
-    );
-    after.push_str(&format!(
-        "for (int e = threadIdx.x; e < {}; e += {}) {{\nconst int m = m0 + e / {bn}, n = n0 + e % {bn};\nif (m < {} && n < {}) {{\nconst unsigned f = {};\nfloat s = __ldcg(&{ws}[f]);\n",
-        s.bm * s.bn,
-        s.threads,
-        p.m,
-        p.n,
-        p.out_index,
-        bn = s.bn
-    ));
+    let mut e = Kernel::new(k.g, k.plan, k.symbol);
+    let ws = e.temp(0, splits * total);
+    let mut eb = format!("float s = {ws}[i];\n");
     for sl in 1..splits {
-        after.push_str(&format!("s += __ldcg(&{ws}[{}u + f]);\n", sl * total));
+        eb.push_str(&format!("s += {ws}[{}u + i];\n", sl * total));
     }
-    let value = bias(k, "s");
-    after.push_str(&epilogue(k, grp, &value, "f")?);
-    after.push_str("}\n}\n");
-    Ok(after)
-}
-
-/// A GEMM kernel's split of K and its tile, as [`finish`] needs them.
-#[derive(Clone, Copy)]
-struct SplitK {
-    splits: usize,
-    bm: u32,
-    bn: u32,
-    threads: u32,
+    if let Some((v, _, by_flat)) = &p.bias {
+        let bias = e.buf(*v, false);
+        eb.push_str(&format!("s += {};\n", ld(k.g.ty(*v).dtype, &bias, by_flat)));
+    }
+    eb.push_str(&epilogue(&mut e, grp, "s", "i")?);
+    e.body.push_str(&eb);
+    e.per_element(total);
+    Ok(Some(e))
 }
 
 /// The f16 GEMM on tensor cores (WMMA 16x16x16, fp32 accumulators): a block computes a `bm x bn` tile of C,
@@ -354,12 +335,11 @@ fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Ke
         p.n,
         p.out_index
     ));
-    launch(k, &p, bm, bn, splits, threads)?;
-    let after = finish(k, &p, grp, SplitK { splits, bm, bn, threads }, &format!("Cs[mm * {ldc} + nn]"), &mut b)?;
+    let second = finish(k, &p, grp, splits, &format!("Cs[mm * {ldc} + nn]"), &mut b)?;
     b.push_str("}\n}\n");
-    b.push_str(&after);
     k.body.push_str(&b);
-    Ok(None)
+    launch(k, &p, bm, bn, splits, threads)?;
+    Ok(second)
 }
 
 /// The tensor-core GEMM when both operands stage 16 bytes at a time: `STAGES` shared-memory buffers filled
@@ -419,12 +399,11 @@ fn pipelined_tc<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, sch: TcSchedul
         p.n,
         p.out_index
     ));
-    launch(k, p, bm, bn, splits, threads)?;
-    let after = finish(k, p, grp, SplitK { splits, bm, bn, threads }, &format!("Cs[mm * {ldc} + nn]"), &mut b)?;
+    let second = finish(k, p, grp, splits, &format!("Cs[mm * {ldc} + nn]"), &mut b)?;
     b.push_str("}\n}\n");
-    b.push_str(&after);
     k.body.push_str(&b);
-    Ok(None)
+    launch(k, p, bm, bn, splits, threads)?;
+    Ok(second)
 }
 
 /// Shared-memory stages of the pipelined tensor-core GEMM (three 64x64x32 stages and the fp32 output tile

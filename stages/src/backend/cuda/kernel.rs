@@ -86,14 +86,11 @@ pub struct Kernel<'a> {
     pub symbol: &'a str,
     /// Bytes of each item-private scratch buffer this kernel uses, by id.
     pub temps: Vec<(u32, u64)>,
-    /// Arrival counters (a serial split-K's, one per output tile): a module global of this many words,
-    /// zero when the module loads, read in the body as `tsr_cnt`; the kernel leaves them at zero.
-    pub counters: usize,
 }
 
 impl<'a> Kernel<'a> {
     pub fn new(g: &'a Graph, plan: &'a Plan, symbol: &'a str) -> Kernel<'a> {
-        Kernel { g, plan, params: Vec::new(), consts: Vec::new(), body: String::new(), grid: [1, 1, 1], block: [1, 1, 1], shared_bytes: 0, symbol, temps: Vec::new(), counters: 0 }
+        Kernel { g, plan, params: Vec::new(), consts: Vec::new(), body: String::new(), grid: [1, 1, 1], block: [1, 1, 1], shared_bytes: 0, symbol, temps: Vec::new() }
     }
 
     /// The expression naming `v`'s buffer (its alias root's): a parameter or an inline constant array.
@@ -162,16 +159,11 @@ impl<'a> Kernel<'a> {
             .enumerate()
             .map(|(i, (b, write))| format!("{}{}* __restrict__ p{i}", if *write { "" } else { "const " }, mem_type(self.dtype(*b))))
             .collect();
-        let (globals, body) = if self.counters > 0 {
-            (format!("__device__ unsigned {name}_cnt[{}];\n", self.counters), format!("unsigned* const tsr_cnt = {name}_cnt;\n{}", self.body))
-        } else {
-            (String::new(), self.body.clone())
-        };
         format!(
-            "{globals}extern \"C\" __global__ void __launch_bounds__({}) {name}({}) {{\n{}}}\n",
+            "extern \"C\" __global__ void __launch_bounds__({}) {name}({}) {{\n{}}}\n",
             self.block.iter().product::<u32>(),
             params.join(", "),
-            crate::backend::c::func::indent(&body)
+            crate::backend::c::func::indent(&self.body)
         )
     }
 }

@@ -130,8 +130,8 @@ fn fp16_graphs_lower_to_tensor_core_gemms_and_fp32_accumulation() {
     assert!(code.source.matches("nvcuda::wmma::mma_sync").count() >= 3, "{}", code.source);
     assert!(code.source.contains("nvcuda::wmma::accumulator, 16, 16, 16, float"));
     assert!(code.source.contains("__half* __restrict__"));
-    // The deep GEMM splits K: the tile's last block sums its slices, in the same kernel.
-    assert!(code.source.contains("slice * ") && code.source.contains("atomicAdd(&tsr_cnt[tile], 1u)"), "{}", code.source);
+    // The deep GEMM splits K: its slices are summed by a second kernel.
+    assert!(code.source.contains("slice * "), "{}", code.source);
     assert_eq!(gemm::TcSchedule::for_problem(4, 96, 512, 1).tiles, gemm::SMALL_TC_TILES);
     assert!(gemm::TcSchedule::for_problem(4, 96, 512, 1).splits > 1);
     assert!(module_source(&[k]).unwrap().starts_with("/* tessera cuda module */\n#include <cuda_fp16.h>"));
