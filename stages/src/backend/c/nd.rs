@@ -9,13 +9,12 @@ use super::func::Func;
 use super::nest::contiguous;
 use crate::ir::NodeId;
 
-/// C statements that set `long off` (the element offset of the slice the tuple at `ix[tuple * k ..]` names,
-/// inside a block of shape `dims`) and `int ok` (every entry in range).
-pub fn tuple_offset(ix: &str, tuple: &str, dims: &[usize]) -> String {
-    let k = dims.len();
-    let strides = contiguous(dims);
+/// C statements that set `long off` (the element offset, inside a block of shape `block`, of the slice the
+/// k-tuple at `ix[tuple * k ..]` names) and `int ok` (every entry in range).
+pub fn tuple_offset(ix: &str, tuple: &str, block: &[usize], k: usize) -> String {
+    let strides = contiguous(block);
     let mut c = String::from("long off = 0;\nint ok = 1;\n");
-    for (j, (&d, st)) in dims.iter().zip(&strides).enumerate() {
+    for (j, (&d, st)) in block[..k].iter().zip(&strides).enumerate() {
         c.push_str(&format!(
             "{{\nint64_t v = (int64_t){ix}[({tuple}) * {k} + {j}];\nif (v < 0) v += {d};\nif (v < 0 || v >= {d}) ok = 0;\noff += (long)v * {st};\n}}\n"
         ));
@@ -38,7 +37,7 @@ pub fn gather_nd(f: &mut Func, node: NodeId, batch_dims: usize) {
     }
     let t = mem_type(f.g.ty(i).dtype);
     let (x, ix, y) = (f.buf(i, false), f.buf(idx, false), f.buf(o, true));
-    let off = tuple_offset(&ix, &format!("b * {per} + n"), &xs[batch_dims..batch_dims + k]);
+    let off = tuple_offset(&ix, &format!("b * {per} + n"), &xs[batch_dims..], k);
     f.body.push_str(&format!(
         "for (long b = 0; b < {batches}; b++) {{\nfor (long n = 0; n < {per}; n++) {{\n{off}{t}* dst = {y} + (b * {per} + n) * {slice};\nif (!ok) memset(dst, 0, {slice} * sizeof({t}));\nelse memcpy(dst, {x} + b * {block} + off, {slice} * sizeof({t}));\n}}\n}}\n"
     ));
@@ -62,7 +61,7 @@ pub fn scatter_nd(f: &mut Func, node: NodeId) {
     if tuples * slice == 0 {
         return;
     }
-    let off = tuple_offset(&ix, "n", &xs[..k]);
+    let off = tuple_offset(&ix, "n", &xs, k);
     f.body.push_str(&format!(
         "for (long n = 0; n < {tuples}; n++) {{\n{off}if (ok) memcpy({y} + off, {up} + n * {slice}, {slice} * sizeof({t}));\n}}\n"
     ));

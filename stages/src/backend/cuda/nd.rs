@@ -12,13 +12,12 @@ use super::kernel::{zero, Kernel};
 use crate::backend::c::nest::contiguous;
 use crate::ir::{NodeId, ValueId};
 
-/// Statements that set `long long {name}` (the element offset of the slice tuple `tuple` of `ix` names,
-/// inside a block of shape `dims`) and `bool {name}_ok` (every entry in range).
-fn tuple_offset(ix: &str, tuple: &str, dims: &[usize], name: &str) -> String {
-    let k = dims.len();
-    let strides = contiguous(dims);
+/// Statements that set `long long {name}` (the element offset, inside a block of shape `block`, of the
+/// slice the k-tuple number `tuple` of `ix` names) and `bool {name}_ok` (every entry in range).
+fn tuple_offset(ix: &str, tuple: &str, block: &[usize], k: usize, name: &str) -> String {
+    let strides = contiguous(block);
     let mut c = format!("long long {name} = 0;\nbool {name}_ok = true;\n");
-    for (j, (&d, st)) in dims.iter().zip(&strides).enumerate() {
+    for (j, (&d, st)) in block[..k].iter().zip(&strides).enumerate() {
         c.push_str(&format!(
             "{{\nlong long v = (long long){ix}[(unsigned)({tuple}) * {k}u + {j}u];\nif (v < 0) v += {d};\nif (v < 0 || v >= {d}) {name}_ok = false;\n{name} += v * {st};\n}}\n"
         ));
@@ -37,7 +36,7 @@ pub fn gather_nd(k: &mut Kernel, node: NodeId, batch_dims: usize) {
     let per: usize = is[batch_dims..is.len() - 1].iter().product::<usize>().max(1);
     let z = zero(k.g.ty(o).dtype);
     let (x, ix, y) = (k.buf(i, false), k.buf(idx, false), k.buf(o, true));
-    let off = tuple_offset(&ix, "t", &xs[batch_dims..batch_dims + kk], "off");
+    let off = tuple_offset(&ix, "t", &xs[batch_dims..], kk, "off");
     k.body.push_str(&format!(
         "const unsigned e = i % {slice}u;\nconst unsigned t = i / {slice}u;\nconst unsigned b = t / {per}u;\n{off}{y}[i] = off_ok ? {x}[(long long)b * {block} + off + e] : {z};\n"
     ));
@@ -77,15 +76,14 @@ pub fn scatter_nd_updates(k: &mut Kernel, node: NodeId) {
     let kk = is[is.len() - 1];
     let slice: usize = xs[kk..].iter().product::<usize>().max(1);
     let tuples: usize = is[..is.len() - 1].iter().product();
-    let dims = xs[..kk].to_vec();
-    let repeat = may_repeat(k, idx, &dims);
+    let repeat = may_repeat(k, idx, &xs[..kk]);
     let (ix, up, y) = (k.buf(idx, false), k.buf(u, false), k.buf(o, true));
-    let mut b = format!("const unsigned e = i % {slice}u;\nconst unsigned n = i / {slice}u;\n{}", tuple_offset(&ix, "n", &dims, "off"));
+    let mut b = format!("const unsigned e = i % {slice}u;\nconst unsigned n = i / {slice}u;\n{}", tuple_offset(&ix, "n", &xs, kk, "off"));
     b.push_str("if (!off_ok) return;\n");
     if repeat {
         b.push_str(&format!(
             "for (unsigned m = n + 1; m < {tuples}u; m++) {{\n{}if (later_ok && later == off) return;\n}}\n",
-            tuple_offset(&ix, "m", &dims, "later")
+            tuple_offset(&ix, "m", &xs, kk, "later")
         ));
     }
     b.push_str(&format!("{y}[off + e] = {up}[i];\n"));
