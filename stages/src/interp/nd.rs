@@ -37,7 +37,7 @@ pub(super) fn gather_nd(x: &Tensor, idx: &Tensor, batch_dims: usize, out_shape: 
     let slice: usize = per_batch[k..].iter().product();
     let batches: usize = x.shape()[..batch_dims].iter().product();
     let offsets = tuple_offsets(&ints(idx), k, per_batch, "GatherND")?;
-    let per = if batches == 0 { 0 } else { offsets.len() / batches };
+    let per = offsets.len().checked_div(batches).unwrap_or(0);
     with_elem!(x.dtype(), T => {
         let data = pod::<T>(x.bytes());
         let mut out: Vec<T> = Vec::with_capacity(offsets.len() * slice);
