@@ -3,13 +3,14 @@
 
 Run where PyTorch, torchvision and transformers are installed (the GPU machine has them; no network is
 needed: every model is built from code or a small config, with random weights). For each architecture it
-  1. builds the model with a fixed seed and re-initialises EVERY parameter (and BatchNorm statistics) so the
-     output depends on every layer: weights ~ N(0, 1/fan_in), biases ~ U(-0.1, 0.1), 1-D scales 1 + N(0, 0.1).
-     The libraries' own inits zero some heads and biases, and then a classifier's output is its bias alone
-     and a comparison tests nothing;
+  1. builds the model with a fixed seed and re-initialises EVERY parameter so the output depends on every
+     layer: weights ~ N(0, 1/fan_in) (convolutions N(0, 2/fan_in)), biases ~ U(-0.1, 0.1), 1-D scales
+     1 + N(0, 0.1); BatchNorm statistics are measured on random batches. The libraries' own inits zero some
+     heads and biases, and then a classifier's output is its bias alone and a comparison tests nothing;
   2. exports it to ONNX: TorchScript at opset 17, or the dynamo exporter at opset 18 where the model needs it
      (current transformers' GPT-2 and Llama: TorchScript stops at aten::diff) or where TorchScript fails;
-  3. runs PyTorch (fp32, CPU) on inputs drawn with a fixed seed;
+  3. runs PyTorch (fp32, CPU) on inputs drawn with a fixed seed, and once more on redrawn inputs: an output
+     that barely moves (relative change below 1e-2) fails, since comparing it would test little;
   4. runs `tessera run MODEL.onnx --reference` and compares it with PyTorch;
   5. for each target, `tessera compile` (one shared --store, so identical kernels are compiled once) and
      `tessera run ARTIFACT.tsr`, compared with the reference interpreter.
@@ -17,7 +18,7 @@ Relative error is max|got - want| / max|want|; it must be below 1e-4 (1e-2 for t
 `precision=fp16`); NaN never passes.
 
 Usage: python3 scripts/gpu/beyond_zoo.py TESSERA WORKDIR REPORT_DIR [--targets T ...] [--only NAME ...]
-                                          [--costs measured|analytical] [--list]
+                                          [--costs measured|analytical]
   e.g. on the GPU machine: --targets "cuda" "cuda -precision=fp16"; the default target `cpu` runs anywhere.
 Writes REPORT_DIR/beyond_zoo.json and beyond_zoo.md (one row per model x target); exits non-zero on any
 failure.
@@ -28,6 +29,8 @@ import numpy as np
 
 TOL_FP32 = 1e-4
 TOL_FP16 = 1e-2
+# The first output must move by at least this much (relative) when the input is redrawn.
+MIN_SENSITIVITY = 1e-2
 IMAGE = (1, 3, 64, 64)
 SEQ = 16
 VOCAB = 1000
@@ -135,10 +138,15 @@ HF = {
 MODELS = list(TORCHVISION) + list(HF)
 
 
-def reinit(model, seed):
-    """Every parameter and BatchNorm statistic drawn afresh, so the output depends on every layer."""
+def reinit(model, seed, calibration=None):
+    """Every parameter drawn afresh, so the output depends on every layer: weights N(0, 1/fan_in) (convolutions
+    N(0, 2/fan_in), as they feed ReLU-like activations), biases U(-0.1, 0.1), other 1-D parameters (norm scales)
+    1 + N(0, 0.1). BatchNorm statistics are then measured on `calibration` batches (a callable returning random
+    inputs): with statistics that do not match the activations, eval-mode BatchNorm shrinks deep CNNs' signals
+    until the logits are the classifier bias alone."""
     import torch
     g = torch.Generator().manual_seed(seed)
+    convs = {name for name, m in model.named_modules() if isinstance(m, torch.nn.modules.conv._ConvNd)}
     with torch.no_grad():
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
             if name.endswith("bias") or name.endswith(".b"):
@@ -147,11 +155,18 @@ def reinit(model, seed):
                 p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
             else:
                 fan_in = int(np.prod(p.shape[1:]))
-                p.copy_(torch.randn(p.shape, generator=g) / np.sqrt(fan_in))
-        for _, m in sorted(model.named_modules(), key=lambda kv: kv[0]):
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.running_mean is not None:
-                m.running_mean.copy_(0.1 * torch.randn(m.running_mean.shape, generator=g))
-                m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=g))
+                gain = 2.0 if name.rsplit(".", 1)[0] in convs else 1.0
+                p.copy_(torch.randn(p.shape, generator=g) * np.sqrt(gain / fan_in))
+        norms = [m for _, m in sorted(model.named_modules(), key=lambda kv: kv[0])
+                 if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+        if norms and calibration is not None:
+            for m in norms:
+                m.reset_running_stats()
+                m.momentum = None  # a cumulative average over the calibration batches
+            model.train()
+            for _ in range(4):
+                model(calibration())
+    model.eval()
 
 
 def _wrapper():
@@ -197,8 +212,12 @@ def build(name):
             if kind == "text":
                 mask[:, -3:] = 0
             inputs = {"input_ids": rng.integers(0, VOCAB, size=(1, SEQ), dtype=np.int64), "attention_mask": mask}
-    reinit(model, seed)
-    model.eval()
+    calibration = None
+    if kind == "image":
+        import torch
+        cal = torch.Generator().manual_seed(seed + 1)
+        calibration = lambda: torch.randn((8,) + IMAGE[1:], generator=cal)
+    reinit(model, seed, calibration)
     return _wrapper()(model, kind).eval(), inputs, dynamo
 
 
@@ -220,6 +239,24 @@ def export(name, model, inputs, dynamo, path):
         torch.onnx.export(model, args, path, opset_version=18, input_names=names, output_names=["out0"],
                           dynamo=True, external_data=False)
         return "dynamo opset 18" + why
+
+
+def sensitivity(model, inputs, out0):
+    """Relative change of the first output when the float inputs or token ids are redrawn: a degenerate init
+    (a head at zero, so the output is a bias alone) shows as ~0."""
+    import torch
+    rng = np.random.default_rng(7)
+    other = {}
+    for name, a in inputs.items():
+        if a.dtype == np.float32:
+            other[name] = rng.standard_normal(a.shape).astype(np.float32)
+        elif name == "input_ids":
+            other[name] = rng.integers(0, VOCAB, size=a.shape, dtype=a.dtype)
+        else:
+            other[name] = a
+    with torch.no_grad():
+        out = model(*(torch.from_numpy(a) for a in other.values()))[0].numpy()
+    return float(np.abs(out - out0).max() / max(np.abs(out0).max(), np.finfo(np.float64).tiny))
 
 
 def onnx_summary(path):
@@ -292,14 +329,18 @@ def check_model(name, args, tessera, store):
         with torch.no_grad():
             outs = model(*(torch.from_numpy(a) for a in inputs.values()))
         torch_out = {f"out{i}": o.detach().numpy().astype(np.float32) for i, o in enumerate(outs)}
+        base["input_sensitivity"] = sensitivity(model, inputs, torch_out["out0"])
         base["output_shape"] = list(torch_out["out0"].shape)
         ref_dir = os.path.join(work, "ref")
         base["reference_s"] = round(run([tessera, "run", path, "--reference", *input_args, "--out", ref_dir]), 2)
         err, why = compare(torch_out, torch_out, ref_dir)
         base["ref_vs_torch"] = err
-        base["ref_ok"] = err < TOL_FP32
-        if not base["ref_ok"]:
+        base["ref_ok"] = err < TOL_FP32 and base["input_sensitivity"] >= MIN_SENSITIVITY
+        if not err < TOL_FP32:
             base["ref_error"] = f"reference vs PyTorch {err:.3e} {why}".strip()
+        elif not base["input_sensitivity"] >= MIN_SENSITIVITY:
+            base["ref_error"] = (f"the output barely depends on the input (relative change {base['input_sensitivity']:.1e} "
+                                 f"for another input): the comparison would test little")
         ref = {o: np.load(os.path.join(ref_dir, f"{o}.npy")) for o in torch_out}
     except Exception as e:
         base["ref_ok"] = False
@@ -346,17 +387,19 @@ def write_report(report_dir, meta, rows):
         f.write(f"Made by `scripts/gpu/beyond_zoo.py` on {meta['date']}, host `{meta['host']}` "
                 f"({meta['cpu']}{', ' + meta['gpu'] if meta.get('gpu') else ''}); torch {meta['torch']}, "
                 f"torchvision {meta['torchvision']}, transformers {meta['transformers']}, onnx {meta['onnx']}. "
-                f"Every parameter re-initialised (weights N(0, 1/fan_in), biases U(-0.1, 0.1), 1-D scales "
-                f"1 + N(0, 0.1), BatchNorm statistics redrawn); images {'x'.join(map(str, IMAGE))}, text 1x{SEQ}. "
+                f"Every parameter re-initialised (weights N(0, 1/fan_in), convolutions N(0, 2/fan_in), biases "
+                f"U(-0.1, 0.1), 1-D scales 1 + N(0, 0.1), BatchNorm statistics measured on 4 random batches of 8); images {'x'.join(map(str, IMAGE))}, text 1x{SEQ}. "
                 f"Relative error max|got - want| / max|want|: reference interpreter vs PyTorch fp32 (tolerance "
                 f"{TOL_FP32:g}), artifact vs reference (tolerance {TOL_FP32:g}, {TOL_FP16:g} for precision=fp16); "
-                f"partition costs {meta['costs']}. **{passed} of {len(rows)} rows pass.**\n\n")
-        f.write("| model | target | exporter | ONNX nodes | ref vs torch | artifact vs ref | compile s | result |\n")
-        f.write("|---|---|---|---|---|---|---|---|\n")
+                f"partition costs {meta['costs']}. Input sensitivity: the relative change of the output when the input is "
+                f"redrawn (at least {MIN_SENSITIVITY:g}, so the output is not a bias alone). "
+                f"**{passed} of {len(rows)} rows pass.**\n\n")
+        f.write("| model | target | exporter | ONNX nodes | input sensitivity | ref vs torch | artifact vs ref | compile s | result |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
             exporter = r.get("exporter", "").split(" (")[0]
             f.write(f"| {r['model']} | `{r['target']}` | {exporter} | {fmt(r.get('onnx_nodes'))} | "
-                    f"{fmt(r.get('ref_vs_torch'))} | {fmt(r.get('artifact_vs_ref'))} | {fmt(r.get('compile_s'))} | "
+                    f"{fmt(r.get('input_sensitivity'))} | {fmt(r.get('ref_vs_torch'))} | {fmt(r.get('artifact_vs_ref'))} | {fmt(r.get('compile_s'))} | "
                     f"{'pass' if r['ok'] else 'FAIL'} |\n")
         failures = [r for r in rows if not r["ok"]]
         if failures:
