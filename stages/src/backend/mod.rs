@@ -35,6 +35,8 @@ pub mod registry;
 
 #[cfg(test)]
 pub(crate) mod attention_cases;
+#[cfg(test)]
+pub(crate) mod scan_nd_cases;
 pub mod c;
 pub mod cuda;
 

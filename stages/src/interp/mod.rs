@@ -21,9 +21,11 @@ mod elementwise;
 mod layout;
 mod linalg;
 mod movement;
+mod nd;
 mod pool;
 mod random;
 mod reduce;
+mod scan;
 mod view;
 
 #[cfg(test)]
@@ -101,6 +103,9 @@ fn dispatch(op: &Op, x: &[&Tensor], out: &[TensorType]) -> Result<Vec<Tensor>, O
         Op::Pad { pads, mode, value } => one(mv::pad(x[0], pads, *mode, *value)),
         Op::Tile { repeats } => one(mv::tile(x[0], repeats)),
         Op::Attention(a) => one(attention::attention(a, x)),
+        Op::CumSum { axis, exclusive, reverse } => one(scan::cumsum(x[0], *axis, *exclusive, *reverse)),
+        Op::GatherND { batch_dims } => one(nd::gather_nd(x[0], x[1], *batch_dims, out0)),
+        Op::ScatterND => one(nd::scatter_nd(x[0], x[1], x[2])),
     }
 }
 

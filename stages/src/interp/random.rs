@@ -8,7 +8,7 @@
 //!   [-1, 1), redrawn if exactly 0, then rounded to f16/bf16 for those dtypes (still never 0);
 //! - integers: uniform in [0, B) by multiply-shift of a 32-bit draw, with B = [`INT_INPUT_BOUND`] (100)
 //!   lowered to the axis size wherever the input (directly or through Reshape, Cast, Transpose and
-//!   other index-preserving ops) indexes a Gather or GatherElements, so every index is valid (BERT's
+//!   other index-preserving ops) indexes a Gather, GatherElements, GatherND or ScatterND, so every index is valid (BERT's
 //!   token_type_ids index a table of 2 rows);
 //! - bools: a fair coin (lowest bit of a draw).
 
@@ -29,7 +29,8 @@ fn passes_values(op: &Op, input_pos: usize) -> bool {
         | Op::Pad { .. }
         | Op::Concat { .. } => true,
         Op::Cast { to } => to.is_int(),
-        Op::Gather { .. } | Op::GatherElements { .. } => input_pos == 0,
+        Op::Gather { .. } | Op::GatherElements { .. } | Op::GatherND { .. } => input_pos == 0,
+        Op::ScatterND => input_pos != 1,
         Op::Where => input_pos > 0,
         _ => false,
     }
@@ -55,6 +56,14 @@ pub fn int_input_bounds(g: &Graph) -> Vec<i64> {
                         match &node.op {
                             Op::Gather { axis } | Op::GatherElements { axis } if pos == 1 => {
                                 let dim = g.ty(node.inputs[0]).shape[*axis] as i64;
+                                bound = bound.min(dim.max(1));
+                            }
+                            // Each tuple entry indexes one of the k dims after the batch dims.
+                            Op::GatherND { .. } | Op::ScatterND if pos == 1 => {
+                                let b = if let Op::GatherND { batch_dims } = &node.op { *batch_dims } else { 0 };
+                                let k = g.ty(v).shape.last().copied().unwrap_or(0);
+                                let dims = &g.ty(node.inputs[0]).shape[b..b + k];
+                                let dim = dims.iter().copied().min().unwrap_or(1) as i64;
                                 bound = bound.min(dim.max(1));
                             }
                             op if passes_values(op, pos) => stack.extend(node.outputs.iter().copied()),

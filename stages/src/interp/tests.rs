@@ -731,3 +731,67 @@ fn attention_rejects_bad_operands_by_name() {
     assert!(err(a(true), &[&q, &k, &v, &wide]).contains("must broadcast to the scores' shape [2, 3, 5]"));
     assert_eq!(eval1(a(false), &[&q, &k, &v]).shape(), &[2, 3, 6]);
 }
+
+// ---- CumSum, GatherND, ScatterND ----
+
+#[test]
+fn cumsum_every_flag_combination_on_both_axes() {
+    let x = f(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
+    let cs = |axis, exclusive, reverse| fv(&eval1(Op::CumSum { axis, exclusive, reverse }, &[&x]));
+    assert_eq!(cs(1, false, false), vec![1., 3., 6., 4., 9., 15.]);
+    assert_eq!(cs(1, true, false), vec![0., 1., 3., 0., 4., 9.]);
+    assert_eq!(cs(1, false, true), vec![6., 5., 3., 15., 11., 6.]);
+    assert_eq!(cs(1, true, true), vec![5., 3., 0., 11., 6., 0.]);
+    assert_eq!(cs(0, false, false), vec![1., 2., 3., 5., 7., 9.]);
+    assert_eq!(cs(0, true, true), vec![4., 5., 6., 0., 0., 0.]);
+    // Integers wrap; i32 keeps its dtype.
+    let n = Tensor::from_i32(vec![3], &[i32::MAX, 1, -5]);
+    let out = eval1(Op::CumSum { axis: 0, exclusive: false, reverse: false }, &[&n]);
+    assert_eq!((out.dtype(), out.to_i64_vec()), (DType::I32, vec![i32::MAX as i64, i32::MIN as i64, i32::MAX as i64 - 4]));
+    // Float sums accumulate in f64: 1e8 + 1 - 1e8 is exactly 1 (f32 running sums would give 0).
+    let big = f(&[3], &[1e8, 1., -1e8]);
+    assert_eq!(fv(&eval1(Op::CumSum { axis: 0, exclusive: false, reverse: false }, &[&big])), vec![1e8, 1e8, 1.]);
+    assert!(eval_op(&Op::CumSum { axis: 2, exclusive: false, reverse: false }, &[&x]).is_err());
+    let b = Tensor::from_bool(vec![2], &[true, false]);
+    assert!(eval_op(&Op::CumSum { axis: 0, exclusive: false, reverse: false }, &[&b]).is_err());
+}
+
+#[test]
+fn gather_nd_tuples_slices_batch_dims_and_range_error() {
+    let data = i(&[2, 2, 2], &[0, 1, 2, 3, 4, 5, 6, 7]);
+    // Full tuples pick elements; a negative entry counts from the end.
+    let out = eval1(Op::GatherND { batch_dims: 0 }, &[&data, &i(&[2, 3], &[0, 1, 1, -1, 0, 0])]);
+    assert_eq!((out.shape(), out.to_i64_vec()), (&[2][..], vec![3, 4]));
+    // Shorter tuples pick slices.
+    let out = eval1(Op::GatherND { batch_dims: 0 }, &[&data, &i(&[2, 1, 1], &[1, 0])]);
+    assert_eq!((out.shape(), out.to_i64_vec()), (&[2, 1, 2, 2][..], vec![4, 5, 6, 7, 0, 1, 2, 3]));
+    // One batch dim: batch b reads data[b][tuple].
+    let out = eval1(Op::GatherND { batch_dims: 1 }, &[&data, &i(&[2, 1], &[1, 0])]);
+    assert_eq!((out.shape(), out.to_i64_vec()), (&[2, 2][..], vec![2, 3, 4, 5]));
+    // Bool data moves bit for bit.
+    let b = Tensor::from_bool(vec![2, 2], &[true, false, false, true]);
+    let out = eval1(Op::GatherND { batch_dims: 0 }, &[&b, &i(&[2, 2], &[1, 1, 0, 1])]);
+    assert_eq!(out.to_i64_vec(), vec![1, 0]);
+    let e = eval_op(&Op::GatherND { batch_dims: 0 }, &[&data, &i(&[1, 2], &[0, 2])]).unwrap_err().to_string();
+    assert!(e.contains("GatherND") && e.contains("index 2"), "{e}");
+    // Tuples longer than the rank, and batch dims that disagree, are type errors.
+    assert!(eval_op(&Op::GatherND { batch_dims: 0 }, &[&data, &i(&[1, 4], &[0, 0, 0, 0])]).is_err());
+    assert!(eval_op(&Op::GatherND { batch_dims: 1 }, &[&data, &i(&[3, 1], &[0, 0, 0])]).is_err());
+}
+
+#[test]
+fn scatter_nd_elements_slices_and_repeated_tuples() {
+    let data = f(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
+    let out = eval1(Op::ScatterND, &[&data, &i(&[2, 2], &[1, 2, 0, -3]), &f(&[2], &[60., 10.])]);
+    assert_eq!(fv(&out), vec![10., 2., 3., 4., 5., 60.]);
+    // A tuple of length 1 replaces a row.
+    let out = eval1(Op::ScatterND, &[&data, &i(&[1, 1], &[1]), &f(&[1, 3], &[7., 8., 9.])]);
+    assert_eq!(fv(&out), vec![1., 2., 3., 7., 8., 9.]);
+    // A repeated tuple: the later update wins.
+    let out = eval1(Op::ScatterND, &[&data, &i(&[2, 1], &[0, 0]), &f(&[2, 3], &[1., 1., 1., 2., 2., 2.])]);
+    assert_eq!(fv(&out), vec![2., 2., 2., 4., 5., 6.]);
+    let e = eval_op(&Op::ScatterND, &[&data, &i(&[1, 1], &[2]), &f(&[1, 3], &[0., 0., 0.])]).unwrap_err().to_string();
+    assert!(e.contains("ScatterND") && e.contains("index 2"), "{e}");
+    // Updates of the wrong shape are a type error.
+    assert!(eval_op(&Op::ScatterND, &[&data, &i(&[1, 1], &[0]), &f(&[1, 2], &[0., 0.])]).is_err());
+}

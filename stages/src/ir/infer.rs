@@ -213,6 +213,26 @@ fn infer_matmul(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, InferErro
     Ok(TensorType::new(dtype, shape))
 }
 
+/// The length `k` of the index tuples of a GatherND or ScatterND (the last dim of `idx`), checked: integer
+/// indices of rank >= 1 with `batch_dims` leading dims equal to data's, and `1 <= k <= rank - batch_dims`.
+pub fn nd_tuple_len(op: &Op, data: &TensorType, idx: &TensorType, batch_dims: usize) -> Result<usize, InferError> {
+    let name = op.name();
+    if !idx.dtype.is_int() || idx.rank() == 0 {
+        return err(format!("{name}: indices must be integers of rank >= 1, got {idx}"));
+    }
+    if batch_dims >= data.rank().min(idx.rank()) {
+        return err(format!("{name}: batch_dims {batch_dims} must be below the ranks of data ({data}) and indices ({idx})"));
+    }
+    if data.shape[..batch_dims] != idx.shape[..batch_dims] {
+        return err(format!("{name}: the {batch_dims} batch dims of data ({data}) and indices ({idx}) differ"));
+    }
+    let k = idx.shape[idx.rank() - 1];
+    if k == 0 || k > data.rank() - batch_dims {
+        return err(format!("{name}: index tuples of length {k} for data {data} with {batch_dims} batch dims"));
+    }
+    Ok(k)
+}
+
 /// The shapes an [`Op::Attention`] works on, from its input types (checked).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttentionDims {
@@ -567,6 +587,34 @@ pub fn infer_op(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, Infe
         Op::Attention(a) => {
             let dims = attention_dims(a, inputs)?;
             one(TensorType::new(inputs[0].dtype, dims.out_shape()))
+        }
+        Op::CumSum { axis, .. } => {
+            arity(op, inputs, 1, 1)?;
+            let x = inputs[0];
+            check_axis(op, *axis, x.rank())?;
+            if x.dtype == DType::Bool {
+                return err("CumSum on bool");
+            }
+            one(x.clone())
+        }
+        Op::GatherND { batch_dims } => {
+            arity(op, inputs, 2, 2)?;
+            let (data, idx) = (inputs[0], inputs[1]);
+            let k = nd_tuple_len(op, data, idx, *batch_dims)?;
+            let mut s = idx.shape[..idx.rank() - 1].to_vec();
+            s.extend_from_slice(&data.shape[batch_dims + k..]);
+            one(TensorType::new(data.dtype, s))
+        }
+        Op::ScatterND => {
+            arity(op, inputs, 3, 3)?;
+            let (data, idx, upd) = (inputs[0], inputs[1], inputs[2]);
+            let k = nd_tuple_len(op, data, idx, 0)?;
+            let mut want = idx.shape[..idx.rank() - 1].to_vec();
+            want.extend_from_slice(&data.shape[k..]);
+            if upd.dtype != data.dtype || upd.shape != want {
+                return err(format!("ScatterND: updates must be {}, got {upd}", TensorType::new(data.dtype, want)));
+            }
+            one(data.clone())
         }
         Op::Tile { repeats } => {
             arity(op, inputs, 1, 1)?;

@@ -220,6 +220,19 @@ pub enum Op {
     /// (q, k, v, [mask], [keep]): scaled dot-product attention, see [`AttentionAttrs`]. Last in the enum so the
     /// encodings (and structural hashes) of every older op stay as they were.
     Attention(AttentionAttrs),
+    /// (x): running sum along `axis` (ONNX CumSum, whose axis operand is folded into the attribute).
+    /// `exclusive`: element i sums the elements before i only (the first is 0); `reverse`: sums run from the
+    /// end of the axis. Floats accumulate in f64 and round once per element; integers wrap.
+    CumSum { axis: usize, exclusive: bool, reverse: bool },
+    /// (data, indices): ONNX GatherND. `indices` is `[b.., n.., k]` (integers; negative counts from the end);
+    /// the first `batch_dims` dims of data and indices are batch dims and must agree. The output is
+    /// `indices.shape[..-1] ++ data.shape[batch_dims + k..]`: each index tuple picks one slice of data.
+    GatherND { batch_dims: usize },
+    /// (data, indices, updates): ONNX ScatterND without reduction. The output is data with, for each index
+    /// tuple `indices[i.., :]` (of length k, negative counts from the end), the slice
+    /// `data[tuple]` replaced by `updates[i..]`. Tuples are applied in row-major order, so when two tuples are
+    /// equal (which ONNX leaves undefined) the later one wins, on every backend.
+    ScatterND,
 }
 
 impl Op {
@@ -295,6 +308,9 @@ impl Op {
             Op::Pad { .. } => "Pad",
             Op::Tile { .. } => "Tile",
             Op::Attention(_) => "Attention",
+            Op::CumSum { .. } => "CumSum",
+            Op::GatherND { .. } => "GatherND",
+            Op::ScatterND => "ScatterND",
         }
     }
 

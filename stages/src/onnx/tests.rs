@@ -600,3 +600,37 @@ fn a_huge_folded_constant_is_refused_before_it_is_allocated() {
     assert_eq!(e.location.unwrap().node, "ex");
     assert!(s.contains("computed at import; this model's limit is"), "{s}");
 }
+
+#[test]
+fn cumsum_gather_nd_scatter_nd_import_and_their_errors_name_the_node() {
+    // CumSum with a constant negative axis and both flags; the axis becomes the attribute.
+    let axis = init("ax", &Tensor::from_i64(Vec::<usize>::new(), &[-1]));
+    let b = model(17, vec![node("CumSum", "cs", &["x", "ax"], &["y"], vec![a_int("exclusive", 1), a_int("reverse", 1)])], vec![f32s("x", &[1, 3])], &["y"], vec![axis]);
+    let g = import(&b).unwrap();
+    assert_eq!(g.nodes[0].op, Op::CumSum { axis: 1, exclusive: true, reverse: true });
+    assert_eq!(run1(&g, &[Tensor::from_f32([1, 3], &[1., 2., 4.])]), vec![6., 4., 0.]);
+    // A run-time axis cannot be an attribute.
+    let b = model(17, vec![node("CumSum", "cs", &["x", "ax"], &["y"], vec![])], vec![f32s("x", &[3]), vi("ax", 7, &[])], &["y"], vec![]);
+    let (e, s) = err_of(&b);
+    assert!(matches!(e.kind, ImportErrorKind::NotStatic(_)) && s.contains("node 'cs' (CumSum)"), "{s}");
+    // GatherND: constant tuples are normalized (-1 -> 2) at import.
+    let idx = init("i", &Tensor::from_i64([2, 1], &[-1, 0]));
+    let b = model(17, vec![node("GatherND", "gn", &["x", "i"], &["y"], vec![])], vec![f32s("x", &[3, 2])], &["y"], vec![idx]);
+    let g = import(&b).unwrap();
+    assert_eq!(g.constant(g.nodes[0].inputs[1]).unwrap().to_i64_vec(), vec![2, 0]);
+    assert_eq!(run1(&g, &[Tensor::from_f32([3, 2], &[1., 2., 3., 4., 5., 6.])]), vec![5., 6., 1., 2.]);
+    // A constant tuple out of range is an importer error naming the node.
+    let idx = init("i", &Tensor::from_i64([1, 1], &[3]));
+    let b = model(17, vec![node("GatherND", "gn", &["x", "i"], &["y"], vec![])], vec![f32s("x", &[3, 2])], &["y"], vec![idx]);
+    let s = err_of(&b).1;
+    assert!(s.contains("node 'gn' (GatherND)") && s.contains("index 3 is out of range"), "{s}");
+    // ScatterND: reductions are unsupported, by name.
+    let idx = init("i", &Tensor::from_i64([1, 1], &[0]));
+    let upd = init("u", &Tensor::from_f32([1, 2], &[7., 8.]));
+    let nodes = |attrs| vec![node("ScatterND", "sn", &["x", "i", "u"], &["y"], attrs)];
+    let g = import(&model(17, nodes(vec![]), vec![f32s("x", &[3, 2])], &["y"], vec![idx.clone(), upd.clone()])).unwrap();
+    assert_eq!(run1(&g, &[Tensor::from_f32([3, 2], &[1., 2., 3., 4., 5., 6.])]), vec![7., 8., 3., 4., 5., 6.]);
+    let (e, s) = err_of(&model(17, nodes(vec![a_str("reduction", "add")]), vec![f32s("x", &[3, 2])], &["y"], vec![idx, upd]));
+    assert_eq!(e.unsupported_key().as_deref(), Some("ScatterND reduction add"));
+    assert!(s.contains("node 'sn' (ScatterND), attribute 'reduction'"), "{s}");
+}

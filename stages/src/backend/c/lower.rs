@@ -10,7 +10,7 @@ use super::cexpr::{f32_lit, int_lit, mem_type};
 use super::func::{Func, Param};
 use super::plan::{plan, Item, Plan, Storage};
 use super::scratch::{assign, Request};
-use super::{attention, ew, linalg, movement, pool, reduce};
+use super::{attention, ew, linalg, movement, nd, pool, reduce, scan};
 use crate::backend::FunctionInfo;
 use crate::ir::{self, DType, Graph, Op, Tensor, ValueId};
 
@@ -116,6 +116,18 @@ fn emit_item(f: &mut Func, plan: &Plan, item: &Item) -> Result<(), String> {
                     Ok(())
                 }
                 Op::Pad { pads, mode, value } => movement::pad(f, *n, pads, *mode, *value, &const_literal),
+                Op::CumSum { axis, exclusive, reverse } => {
+                    scan::cumsum(f, *n, *axis, *exclusive, *reverse);
+                    Ok(())
+                }
+                Op::GatherND { batch_dims } => {
+                    nd::gather_nd(f, *n, *batch_dims);
+                    Ok(())
+                }
+                Op::ScatterND => {
+                    nd::scatter_nd(f, *n);
+                    Ok(())
+                }
                 op => Err(format!("{} is not planned as a standalone item", op.name())),
             }
             .map_err(at)

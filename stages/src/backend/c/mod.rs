@@ -21,10 +21,12 @@ pub(crate) mod func;
 mod linalg;
 pub mod lower;
 mod movement;
+mod nd;
 pub mod nest;
 pub mod plan;
 mod pool;
 mod reduce;
+mod scan;
 pub mod scratch;
 pub mod toolchain;
 
@@ -37,7 +39,7 @@ use crate::partition::collage::rules::Rule;
 use crate::target::Target;
 
 /// Bump whenever the generated code (or the prelude, or the compile flags) changes.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// The C helpers every module starts with.
 pub const PRELUDE: &str = include_str!("prelude.h");

@@ -1039,3 +1039,10 @@ fn attention_matches_the_reference() {
     cases.push(case("attention_in_a_kernel", g));
     run(cases);
 }
+
+// ---- CumSum, GatherND, ScatterND -----------------------------------------------------------------------
+
+#[test]
+fn scan_and_nd_ops_match_the_reference() {
+    run(crate::backend::scan_nd_cases::cases().into_iter().map(|(name, g)| case(name, g)).collect());
+}

@@ -6,7 +6,7 @@
 
 use super::gemm;
 use super::kernel::{const_array, Binding, Kernel};
-use super::{attention, movement, pool, reduce};
+use super::{attention, movement, nd, pool, reduce, scan};
 use crate::backend::c::plan::{plan, Group, Item, Plan, Storage};
 use crate::backend::c::scratch::{assign, Request};
 use crate::backend::FunctionInfo;
@@ -142,6 +142,27 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item) -> Res
                     Ok(())
                 }),
                 Op::Pad { pads, mode, value } => one(&mut |k| movement::pad(k, *n, pads, *mode, *value)),
+                // No kernel when there is nothing to compute.
+                Op::CumSum { .. } | Op::GatherND { .. } | Op::ScatterND if g.ty(node.outputs[0]).numel() == 0 => Ok(Vec::new()),
+                Op::CumSum { axis, exclusive, reverse } => one(&mut |k| {
+                    scan::cumsum(k, *n, *axis, *exclusive, *reverse);
+                    Ok(())
+                }),
+                Op::GatherND { batch_dims } => one(&mut |k| {
+                    nd::gather_nd(k, *n, *batch_dims);
+                    Ok(())
+                }),
+                Op::ScatterND => {
+                    let mut copy = Kernel::new(g, p, symbol);
+                    nd::scatter_nd_copy(&mut copy, *n);
+                    let mut kernels = vec![copy];
+                    if g.ty(node.inputs[2]).numel() > 0 {
+                        let mut upd = Kernel::new(g, p, symbol);
+                        nd::scatter_nd_updates(&mut upd, *n);
+                        kernels.push(upd);
+                    }
+                    Ok(kernels)
+                }
                 op => Err(format!("{} is not planned as a standalone item", op.name())),
             }
             .map_err(at)

@@ -20,8 +20,10 @@ pub mod gemm;
 pub mod kernel;
 pub mod lower;
 mod movement;
+mod nd;
 mod pool;
 mod reduce;
+mod scan;
 pub mod toolchain;
 
 #[cfg(test)]
@@ -36,7 +38,7 @@ use tessera_kernels::runtime::cuda::format::CubinModule;
 use tessera_kernels::runtime::cuda::libs;
 
 /// Bump whenever the generated code (or the prelude, or the NVRTC options) changes.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 
 /// The device helpers every module starts with.
 pub const PRELUDE: &str = include_str!("prelude.cuh");

@@ -260,3 +260,29 @@ fn fp16_attention_compiles() {
     let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(&CubinModule::decode(&m).unwrap().cubin[..4], b"\x7fELF");
 }
+
+/// CumSum, GatherND and ScatterND lower deterministically (ScatterND to a copy and an update kernel; the
+/// scan for repeated tuples only where tuples are not constant) and compile, in fp32 and fp16.
+#[test]
+fn scan_and_nd_kernels_lower_and_compile() {
+    let mut lowered = Vec::new();
+    for (name, g) in crate::backend::scan_nd_cases::cases() {
+        let half = crate::passes::precision::to_half(&g).unwrap();
+        for (suffix, g) in [("", g), ("_f16", half)] {
+            let sym = format!("{name}{suffix}");
+            let k = CudaBackend.lower(&target(), &g, &sym).unwrap_or_else(|e| panic!("{sym}: {e}"));
+            assert_eq!(k, CudaBackend.lower(&target(), &g, &sym).unwrap(), "{sym}: lowering is deterministic");
+            if name == "scatter_nd" {
+                let code: CudaCode = postcard::from_bytes(&k.code).unwrap();
+                // Distinct constant tuples need no scan for repeats; run-time (two) and repeated constant ones do.
+                assert_eq!(code.source.matches("for (unsigned m = n + 1;").count(), 3, "{}", code.source);
+            }
+            lowered.push(k);
+        }
+    }
+    if !nvrtc_or_skip("the CumSum/GatherND/ScatterND NVRTC compile test") {
+        return;
+    }
+    let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&CubinModule::decode(&m).unwrap().cubin[..4], b"\x7fELF");
+}

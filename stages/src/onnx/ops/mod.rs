@@ -7,7 +7,9 @@
 //! AveragePool over channels), InstanceNormalization, Mean, Sum, GlobalMaxPool.
 
 mod elementwise;
+mod nd;
 mod nn;
+mod scan;
 mod shape;
 
 use super::error::NResult;
@@ -19,12 +21,16 @@ pub type Converter = fn(&mut Importer, &NodeCx) -> NResult<Vec<ValueId>>;
 
 /// The converter of a default-domain op, if supported.
 pub fn converter(op_type: &str) -> Option<Converter> {
-    elementwise::converter(op_type).or_else(|| nn::converter(op_type)).or_else(|| shape::converter(op_type))
+    elementwise::converter(op_type)
+        .or_else(|| nn::converter(op_type))
+        .or_else(|| shape::converter(op_type))
+        .or_else(|| scan::converter(op_type))
+        .or_else(|| nd::converter(op_type))
 }
 
 /// Every supported default-domain op type, sorted (for reports and docs).
 pub fn supported_ops() -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = elementwise::OPS.iter().chain(nn::OPS).chain(shape::OPS).copied().collect();
+    let mut v: Vec<&'static str> = elementwise::OPS.iter().chain(nn::OPS).chain(shape::OPS).chain(scan::OPS).chain(nd::OPS).copied().collect();
     v.sort_unstable();
     v
 }
@@ -46,7 +52,8 @@ mod tests {
             HardSwish MaxPool AveragePool GlobalAveragePool Flatten Gemm MatMul Add Sub Mul Div Pow Sqrt Exp Log Neg \
             Reciprocal Min Max Where Equal Less Greater LessOrEqual GreaterOrEqual Not IsNaN Mod Cast ReduceMean \
             ReduceSum ReduceMax Softmax LogSoftmax LayerNormalization Reshape Transpose Concat Split Slice Squeeze \
-            Unsqueeze Gather GatherElements Expand Pad Shape ConstantOfShape Constant Identity Range Tile";
+            Unsqueeze Gather GatherElements Expand Pad Shape ConstantOfShape Constant Identity Range Tile CumSum GatherND \
+            ScatterND";
         for op in required.split_whitespace() {
             assert!(supported_ops().contains(&op), "{op} is required but not supported");
         }
