@@ -27,6 +27,8 @@ import argparse, json, os, platform, subprocess, sys, time, zlib
 
 import numpy as np
 
+from weights import rel_err
+
 TOL_FP32 = 1e-4
 TOL_FP16 = 1e-2
 # The first output must move by at least this much (relative) when the input is redrawn.
@@ -267,18 +269,6 @@ def onnx_summary(path):
 
 
 # ---------------------------------------------------------------------------------------------- checks
-
-def rel_err(got, want):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    if got.shape != want.shape:
-        return float("inf"), f"shape {got.shape} != {want.shape}"
-    if np.isnan(got).any() or np.isnan(want).any():
-        return float("inf"), "NaN"
-    if not np.isfinite(got).all() or not np.isfinite(want).all():
-        return float("inf"), "inf"
-    scale = max(np.abs(want).max(), np.finfo(np.float64).tiny)
-    return float(np.abs(got - want).max() / scale), ""
-
 
 def run(cmd):
     t = time.time()

@@ -20,7 +20,7 @@ Writes REPORT_DIR/onnx_vs_ort.json and .md; exits non-zero if any comparison fai
 import json, os, subprocess, sys, time, platform
 import numpy as np
 
-from weights import reinit
+from weights import reinit, rel_err
 
 TOL = 1e-4
 
@@ -84,16 +84,6 @@ def export(name, workdir):
                               dynamic_shapes=None, dynamo=True, external_data=False)
     shapes = {n: list(a.shape) for n, a in zip(in_names, args)}
     return path, how, shapes
-
-
-def rel_err(got, want):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    if got.shape != want.shape:
-        return float("inf"), f"shape {got.shape} != {want.shape}"
-    if np.isnan(got).any() or np.isnan(want).any():
-        return float("inf"), "NaN"
-    scale = max(np.abs(want).max(), np.finfo(np.float64).tiny)
-    return float(np.abs(got - want).max() / scale), ""
 
 
 def run(cmd):

@@ -1,4 +1,4 @@
-"""Deterministic random weights for exported test models, shared by the GPU scripts.
+"""Deterministic random weights for exported test models, and the error measure, shared by the GPU scripts.
 
 The libraries' own initialisations make poor test models: torchvision's MobileNetV2 shrinks its activations
 to 1e-9 by the logits (below fp16's smallest subnormal, so an fp16 build returns zeros and matches nothing),
@@ -28,3 +28,18 @@ def reinit(model, torch):
                     p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(fan_in))
                 else:
                     p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+
+
+def rel_err(got, want):
+    """Relative error max|got - want| / max|want| and why it is infinite (shape, NaN or inf), shared by the GPU
+    scripts so every table means the same thing by it."""
+    import numpy as np
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        return float("inf"), f"shape {got.shape} != {want.shape}"
+    if np.isnan(got).any() or np.isnan(want).any():
+        return float("inf"), "NaN"
+    if not np.isfinite(got).all() or not np.isfinite(want).all():
+        return float("inf"), "inf"
+    scale = max(np.abs(want).max(), np.finfo(np.float64).tiny)
+    return float(np.abs(got - want).max() / scale), ""
