@@ -9,13 +9,16 @@
 //!   NaN never); the per-model results (error, kernels per run, median replay time) are written as markdown
 //!   to `TESSERA_GPU_RESULTS` when set.
 //!
+//! - Plans mixing host and GPU partitions (`gemm` on the host preferred, `cuda` taking the rest): without a
+//!   GPU, every zoo model links with explicit transfers; on the GPU machine they run and match the reference.
+//!
 //! Paths are relative to the working directory (the repo root), not to where the binary was built, so the
 //! test binary runs as is on the GPU machine.
 
 use std::path::{Path, PathBuf};
 use tessera::build::load_graph;
 use tessera::memo::Memo;
-use tessera::zoo::{all_backends, compile_all, jobs_from_inputs, resolve_targets};
+use tessera::zoo::{all_backends, compile_all, compile_all_in, jobs_from_inputs, resolve_targets};
 use tessera_kernels::artifact::Artifact;
 use tessera_kernels::runtime::Executable;
 use tessera_stages::interp::{random_inputs, run_graph};
@@ -196,4 +199,145 @@ fn zoo_on_the_gpu(target: &str, tol: f64) -> (String, Vec<String>) {
     );
     println!("{table}");
     (table, failures)
+}
+
+/// The targets of the mixed plans: the host's `gemm` takes every matmul and convolution it can (preferred, as
+/// in Collage's single-backend baseline), `cuda` and the host's `c` compete for the rest, so values cross
+/// between host and GPU many times per model.
+const MIXED: [&str; 2] = ["cpu -compiler=gemm", "cuda -compiler=nvrtc"];
+
+fn compile_mixed(manifest: &Path, store: &Path, out: &Path) -> tessera::zoo::Summary {
+    let store = Store::open(store, OpenOptions::writable()).unwrap();
+    let backends = all_backends();
+    let targets = resolve_targets(&MIXED.map(String::from), &backends).unwrap();
+    let jobs = jobs_from_inputs(&[manifest.to_path_buf()], &Default::default()).unwrap();
+    let memo = Memo::new(&store);
+    let ctx = tessera::build::Ctx::new(&memo, &targets, &backends).with_costs(CostMode::Analytical).with_prefer(Some("gemm".into()));
+    let s = compile_all_in(&memo, &ctx, &jobs, out, &|_| {}).unwrap();
+    assert!(s.failed.is_empty(), "{:?}", s.failed);
+    s
+}
+
+/// Every model of the bundled zoo compiles to a plan mixing host and GPU partitions, linked with explicit
+/// transfers (checked by validation when the artifact is read back); no GPU needed.
+#[test]
+fn mixed_host_and_gpu_plans_link_with_explicit_transfers() {
+    if !nvrtc_or_skip("compiling mixed host and GPU plans") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = repo().join("fixtures/zoo.toml");
+    let s = compile_mixed(&manifest, &tmp.path().join("store"), &tmp.path().join("out"));
+    let (mut mixed, mut both_ways) = (0, 0);
+    for row in &s.artifacts {
+        let a = Artifact::open(&row.path).unwrap();
+        let places: std::collections::BTreeSet<_> = a.body.modules.iter().map(|m| m.format.place()).collect();
+        let ups = a.body.transfers.iter().filter(|t| t.to == tessera_kernels::Place::Gpu).count();
+        let downs = a.body.transfers.len() - ups;
+        eprintln!("{}: {:?}, {ups} transfers to the GPU, {downs} back", row.model, row.partitions_by_backend);
+        if places.len() == 2 {
+            mixed += 1;
+            assert!(ups + downs > 0, "{}: host and GPU partitions, no transfers", row.model);
+            both_ways += usize::from(ups > 0 && downs > 0);
+        } else {
+            assert!(a.body.transfers.is_empty(), "{}: one place, yet transfers", row.model);
+        }
+        if places.contains(&tessera_kernels::Place::Gpu) && tessera_kernels::runtime::cuda::available().is_err() {
+            let e = Executable::load(&a).err().expect("no GPU here").to_string();
+            assert!(e.contains("GPU"), "{e}");
+        }
+    }
+    assert!(mixed * 2 >= s.artifacts.len(), "only {mixed} of {} models mix host and GPU", s.artifacts.len());
+    assert!(both_ways > 0, "no model moves values both ways");
+}
+
+/// Wall-clock times of `iters` runs after `warmup`, for artifacts with no GPU part (no events to time them by).
+fn wall_clock_times_us(exe: &mut Executable, inputs: &[tessera_kernels::Tensor], warmup: usize, iters: usize) -> Vec<f64> {
+    for _ in 0..warmup {
+        exe.run(inputs).unwrap();
+    }
+    (0..iters)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            exe.run(inputs).unwrap();
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect()
+}
+
+/// On the GPU machine: the mixed plans of a manifest (default fixtures/zoo.toml) run through the GPU runtime
+/// (graphs between host segments) and match the reference below 1e-4; the table goes to
+/// `TESSERA_GPU_MIXED_RESULTS` when set.
+#[test]
+#[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine"]
+fn mixed_plans_match_the_reference_on_the_gpu() {
+    if std::env::var_os("TESSERA_GPU").is_none() {
+        eprintln!("skipping: set TESSERA_GPU=1 on a machine with an NVIDIA GPU");
+        return;
+    }
+    let device = tessera_kernels::runtime::cuda::device::info().expect("TESSERA_GPU=1 but no usable GPU");
+    let manifest = std::env::var_os("TESSERA_GPU_MIXED_MANIFEST").map(PathBuf::from).unwrap_or_else(|| repo().join("fixtures/zoo.toml"));
+    let tmp = tempfile::tempdir().unwrap();
+    let s = compile_mixed(&manifest, &tmp.path().join("store"), &tmp.path().join("out"));
+    let jobs = jobs_from_inputs(&[manifest.clone()], &Default::default()).unwrap();
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for (job, row) in jobs.iter().zip(&s.artifacts) {
+        assert_eq!(job.name, row.model);
+        let g = load_graph(job).unwrap();
+        let art = Artifact::open(&row.path).unwrap();
+        let mut exe = Executable::load(&art).unwrap_or_else(|e| panic!("{}: load: {e}", job.name));
+        // A model whose every partition went to the host (all `gemm`) has no GPU part: it still runs and is
+        // checked here, its host steps are the artifact's steps and its time is the wall clock.
+        let gpu_part = exe.host_steps_and_transfers();
+        let (host_steps, transfers) = gpu_part.unwrap_or((art.body.steps.len(), 0));
+        let mut worst = 0f64;
+        for seed in [1u64, 2] {
+            let inputs = random_inputs(&g, 0x6d69_7800 + seed);
+            let want = run_graph(&g, &inputs).unwrap();
+            let got = exe.run(&inputs).unwrap_or_else(|e| panic!("{}: run: {e}", job.name));
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                match relative_error(a, b) {
+                    Ok(e) => worst = worst.max(e),
+                    Err(e) => failures.push(format!("{} output {i}: {e}", job.name)),
+                }
+            }
+        }
+        if worst >= 1e-4 {
+            failures.push(format!("{} (mixed): relative error {worst:.3e} is not below 1e-4", job.name));
+        }
+        let inputs = random_inputs(&g, 0x6d69_7800);
+        let (mut times, clock) = match exe.gpu_replay_times_us(&inputs, 5, 50) {
+            Some(t) => (t.unwrap(), "events"),
+            None => (wall_clock_times_us(&mut exe, &inputs, 5, 50), "wall clock, host only"),
+        };
+        times.sort_by(f64::total_cmp);
+        let by_backend: Vec<String> = row.partitions_by_backend.iter().map(|(b, n)| format!("{b}:{n}")).collect();
+        let line = format!(
+            "| {} | {} | {} | {} | {} | {:.2e} | {:.0} ({clock}) |",
+            job.name,
+            by_backend.join(" "),
+            exe.kernel_count().unwrap_or(0),
+            host_steps,
+            transfers,
+            worst,
+            times[times.len() / 2]
+        );
+        eprintln!("{line}");
+        rows.push(line);
+    }
+    let table = format!(
+        "Device: {} ({}, {} SMs); targets {}, `gemm` preferred; manifest {}.\n\n| model | partitions | kernels per run | host steps | transfers | max relative error | median run (us) |\n|---|---|---|---|---|---|---|\n{}\n",
+        device.name,
+        device.arch,
+        device.sm_count,
+        MIXED.map(|t| format!("`{t}`")).join(" + "),
+        manifest.file_name().unwrap().to_string_lossy(),
+        rows.join("\n")
+    );
+    println!("{table}");
+    if let Some(path) = std::env::var_os("TESSERA_GPU_MIXED_RESULTS") {
+        std::fs::write(path, &table).unwrap();
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }

@@ -13,5 +13,5 @@ pub mod runtime;
 pub mod tensor;
 
 pub use dtype::DType;
-pub use module::{FunctionInfo, Module, ModuleFormat};
+pub use module::{FunctionInfo, Module, ModuleFormat, Place};
 pub use tensor::{Tensor, TensorSizeError, TensorType};

@@ -37,6 +37,34 @@ pub enum ModuleFormat {
     Cubin,
 }
 
+/// Where a module's functions run, and so where the buffers they read and write must be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Place {
+    /// Host memory, called through [`LoadedModule::call`](crate::runtime::LoadedModule::call).
+    Host,
+    /// The GPU's memory, launched by the GPU engine on its stream.
+    Gpu,
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Place::Host => "host",
+            Place::Gpu => "GPU",
+        })
+    }
+}
+
+impl ModuleFormat {
+    /// Where functions of this format run. Formats loaded from outside this crate are host code.
+    pub fn place(&self) -> Place {
+        match self {
+            ModuleFormat::SharedObject | ModuleFormat::GemmPlan | ModuleFormat::Named(_) => Place::Host,
+            ModuleFormat::Cubin => Place::Gpu,
+        }
+    }
+}
+
 impl std::fmt::Display for ModuleFormat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

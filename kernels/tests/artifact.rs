@@ -79,7 +79,7 @@ fn format_is_pinned() {
     input.input_int_bounds = vec![3];
     let bytes = link(&input).unwrap();
     assert_eq!(&bytes[..8], b"TESSERA\x1a");
-    assert_eq!(blake3::hash(&bytes).to_hex().as_str(), "ae08e9df92a0b16fbe09d366b7834ca0641d2f33c8a20d183dfb3dd8f870c8c3");
+    assert_eq!(blake3::hash(&bytes).to_hex().as_str(), "92d327e4f2a6f94574390cf3d55a38ea5ef2d1946f87e1d576a3e8ff7e0da0e8");
 }
 
 #[test]
@@ -428,4 +428,81 @@ fn hostile_sizes_are_rejected_before_any_arithmetic_on_them() {
     assert!(e.contains("the arena is 1099511627776 bytes, more than all inputs and values together"), "{e}");
     let e = err(reframe(&bytes, |b| b.scratch_bytes = u64::MAX));
     assert!(e.contains("more than any function declares"), "{e}");
+}
+
+/// A plan mixing host and GPU modules: the linker lists every copy between the places explicitly, before
+/// the first step at the other place that reads the value, once; validation refuses a body whose steps would
+/// read a value where it is not.
+#[test]
+fn mixed_plans_get_explicit_transfers() {
+    use tessera_kernels::artifact::{validate_body, Transfer};
+    use tessera_kernels::Place;
+    use ValueRef::*;
+    let ty = t22();
+    let unary = || vec![common::f("k", vec![t22()], vec![t22()], 0)];
+    let host = kernels_module(so_bytes()); // function 1 is t_relu
+    let h = 1;
+    // A cubin module in its real encoding (the cubin itself is not one: nothing here launches it).
+    let cubin_module_bytes = || {
+        use tessera_kernels::runtime::cuda::format::{CubinModule, FunctionLaunches};
+        CubinModule { arch: "sm_90".into(), cubin: b"\x7fELF, not really a cubin".to_vec(), functions: vec![FunctionLaunches { launches: vec![] }] }.encode()
+    };
+    let gpu = Module { backend: "cuda".into(), target: "cuda".into(), format: ModuleFormat::Cubin, functions: unary(), bytes: cubin_module_bytes() };
+    let step = |module: u32, args: Vec<ValueRef>| LinkStep { module, function: if module == 0 { h } else { 0 }, args };
+    let input = LinkInput {
+        model: "mixed".into(),
+        inputs: vec![("x".into(), ty.clone())],
+        input_int_bounds: vec![],
+        outputs: vec![("host_out".into(), Value(3)), ("gpu_out".into(), Value(2))],
+        values: vec![ty.clone(); 5],
+        constants: vec![],
+        modules: vec![host, gpu],
+        steps: vec![
+            step(0, vec![Input(0), Value(0)]), // host writes %0
+            step(1, vec![Value(0), Value(1)]), // GPU reads %0: copied up
+            step(1, vec![Value(0), Value(2)]), // GPU reads %0 again: already there
+            step(0, vec![Value(1), Value(3)]), // host reads %1: copied down
+            step(1, vec![Input(0), Value(4)]), // inputs are in both places
+        ],
+    };
+    let a = Artifact::read(&link(&input).unwrap()).unwrap();
+    assert_eq!(
+        a.body.transfers,
+        [Transfer { before: 1, value: 0, to: Place::Gpu }, Transfer { before: 3, value: 1, to: Place::Host }]
+    );
+    // One place, no transfers.
+    assert!(Artifact::read(&link(&mlp()).unwrap()).unwrap().body.transfers.is_empty());
+
+    let data = a.data().len() as u64;
+    let mut missing = a.body.clone();
+    missing.transfers.remove(1);
+    let e = validate_body(&missing, data).unwrap_err();
+    assert!(e.contains("step 3") && e.contains("value %1") && e.contains("transfer is missing"), "{e}");
+    let mut wrong_place = a.body.clone();
+    wrong_place.transfers[0].to = Place::Host;
+    let e = validate_body(&wrong_place, data).unwrap_err();
+    assert!(e.contains("transfer 0") && e.contains("runs on the GPU"), "{e}");
+    let mut too_early = a.body.clone();
+    too_early.transfers[0].before = 0;
+    too_early.transfers[0].to = Place::Host;
+    let e = validate_body(&too_early, data).unwrap_err();
+    assert!(e.contains("no step has written"), "{e}");
+    let mut twice = a.body.clone();
+    twice.transfers.insert(1, Transfer { before: 2, value: 0, to: Place::Gpu });
+    let e = validate_body(&twice, data).unwrap_err();
+    assert!(e.contains("there already"), "{e}");
+    let mut unordered = a.body.clone();
+    unordered.transfers.swap(0, 1);
+    let e = validate_body(&unordered, data).unwrap_err();
+    assert!(e.contains("step 1") && e.contains("transfer is missing"), "a transfer out of order applies nowhere: {e}");
+    let mut past_the_end = a.body.clone();
+    past_the_end.transfers.push(Transfer { before: 99, value: 4, to: Place::Host });
+    let e = validate_body(&past_the_end, data).unwrap_err();
+    assert!(e.contains("after the last step"), "{e}");
+
+    // Without a GPU, loading says why; never a crash.
+    if tessera_kernels::runtime::cuda::available().is_err() {
+        let e = Executable::load(&a).err().expect("no GPU here").to_string();
+        assert!(e.contains("GPU"), "{e}");
+    }
 }

@@ -70,7 +70,9 @@ pub fn all_backends() -> Vec<Box<dyn Backend>> {
 pub fn resolve_targets(given: &[String], backends: &[Box<dyn Backend>]) -> Result<TargetSet> {
     let set = if given.is_empty() {
         // Every backend whose artifacts can run on this machine. Where a GPU is present the zoo compiles for
-        // the GPU alone: the runtime does not run host and GPU partitions in one artifact yet.
+        // the GPU alone: the runtime runs plans that mix host and GPU partitions (`-t cpu -t cuda`), but with
+        // the crossing costs the search never puts a zoo partition on the host (analytical costs, 2026-11-24),
+        // and compiling and measuring every host candidate with the C compiler would only cost compile time.
         let mut ts = Vec::new();
         let gpu = tessera_kernels::runtime::cuda::available().is_ok();
         for kind in tessera_stages::target::KINDS {
@@ -147,11 +149,18 @@ pub fn compile_all(
     costs: CostMode,
     on_model: &(dyn Fn(&ModelResult) + Sync),
 ) -> Result<Summary> {
+    let ctx = Ctx::new(memo, targets, backends).with_costs(costs);
+    compile_all_in(memo, &ctx, jobs, out, on_model)
+}
+
+/// [`compile_all`] under a context the caller configured (a preferred backend, a runtime registry); `ctx`
+/// must drive through `memo`.
+pub fn compile_all_in(memo: &Memo, ctx: &Ctx, jobs: &[ModelJob], out: &Path, on_model: &(dyn Fn(&ModelResult) + Sync)) -> Result<Summary> {
+    let (targets, costs) = (ctx.targets, ctx.costs);
     let start = Instant::now();
     tessera_stages::stage::run_digest(memo, &tessera_stages::target::Targets { targets })?;
-    let ctx = Ctx::new(memo, targets, backends).with_costs(costs);
     // One bad model must not cost the rest of the zoo: every model compiles, failures are reported at the end.
-    let outcomes: Vec<Result<ModelResult>> = compile_models(&ctx, jobs, on_model);
+    let outcomes: Vec<Result<ModelResult>> = compile_models(ctx, jobs, on_model);
     let mut results = Vec::new();
     let mut failed = Vec::new();
     for (job, outcome) in jobs.iter().zip(outcomes) {

@@ -6,7 +6,7 @@
 //! before it is read, every output defined), deduplicates constants by content digest, plans memory
 //! ([`tessera_kernels::artifact::plan`]), and encodes. It is a pure function: the same input gives the same bytes.
 
-use tessera_kernels::artifact::{self, align_up, plan, Body, Buf, ConstDesc, InputDesc, OutputDesc, Step, ValueSlot, ALIGN};
+use tessera_kernels::artifact::{self, align_up, plan, Body, Buf, ConstDesc, InputDesc, OutputDesc, Step, Transfer, ValueSlot, ALIGN};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use crate::backend::Module;
@@ -183,7 +183,9 @@ pub fn link(input: &LinkInput) -> Result<Vec<u8>, LinkError> {
         steps,
         modules: input.modules.clone(),
         constants,
+        transfers: Vec::new(),
     };
+    body.transfers = transfers(&body).map_err(fail)?;
     let (offsets, arena_bytes) = plan::assign(&plan::requests(&body));
     let (input_offsets, value_offsets) = offsets.split_at(body.inputs.len());
     body.inputs.iter_mut().zip(input_offsets).for_each(|(d, &o)| d.offset = o);
@@ -193,6 +195,32 @@ pub fn link(input: &LinkInput) -> Result<Vec<u8>, LinkError> {
 
     artifact::validate_body(&body, data.len() as u64).map_err(fail)?;
     artifact::encode(&body, &data).map_err(|e| fail(format!("cannot encode the body: {e}")))
+}
+
+/// The copies a plan mixing host and GPU modules needs: a value read by a step at the other place than the
+/// one that wrote it is copied there just before its first such reader, and stays there for the rest. A plan
+/// in one place needs none. Indices are checked by validation afterwards; here a bad one is an error too.
+fn transfers(body: &Body) -> Result<Vec<Transfer>, String> {
+    let place = |s: usize, m: u32| {
+        body.modules.get(m as usize).map(|m| m.format.place()).ok_or_else(|| format!("step {s} calls module {m} of {}", body.modules.len()))
+    };
+    let mut at: Vec<[bool; 2]> = vec![[false; 2]; body.values.len()];
+    let mut out = Vec::new();
+    for (s, step) in body.steps.iter().enumerate() {
+        let p = place(s, step.module)?;
+        let n_in = body.modules[step.module as usize].functions.get(step.function as usize).map_or(0, |f| f.inputs.len());
+        for (k, &arg) in step.args.iter().enumerate() {
+            let Buf::Value(v) = arg else { continue };
+            let Some(here) = at.get_mut(v as usize) else { continue };
+            if k >= n_in {
+                here[p as usize] = true;
+            } else if !here[p as usize] && here != &[false; 2] {
+                out.push(Transfer { before: s as u32, value: v, to: p });
+                here[p as usize] = true;
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn int_bounds(input: &LinkInput) -> Result<Vec<i64>, String> {
@@ -212,7 +240,7 @@ fn int_bounds(input: &LinkInput) -> Result<Vec<i64>, String> {
 // ---- the stage -----------------------------------------------------------------------------------
 
 /// The link stage's code version.
-pub const LINK_VERSION: u32 = 1;
+pub const LINK_VERSION: u32 = 2;
 
 /// Stage: link one plan's modules and constants into the artifact. Its output is the artifact file's bytes.
 pub struct Link<'a> {

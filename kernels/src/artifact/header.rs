@@ -5,7 +5,7 @@ use super::{align_up, ArtifactErrorKind, Body};
 /// First 8 bytes of every artifact. The 0x1a (DOS end-of-file) stops `type`/`more` from dumping the binary.
 pub const MAGIC: [u8; 8] = *b"TESSERA\x1a";
 /// Version of the file layout and the body encoding; bump on any change to either.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Size of the header; the body starts here.
 pub const HEADER_LEN: usize = 64;
 
@@ -97,6 +97,7 @@ mod tests {
             steps: vec![],
             modules: vec![],
             constants: vec![],
+            transfers: vec![],
         }
     }
 
@@ -114,8 +115,8 @@ mod tests {
     fn header_fields_are_checked() {
         let bytes = encode(&body(), &[1, 2, 3]).unwrap();
         let mut v = bytes.clone();
-        v[8] = 2;
-        assert!(matches!(decode(&v), Err(ArtifactErrorKind::Version { found: 2 })));
+        v[8] = (FORMAT_VERSION + 1) as u8;
+        assert!(matches!(decode(&v), Err(ArtifactErrorKind::Version { found }) if found == FORMAT_VERSION + 1));
         let mut v = bytes.clone();
         v[13] = 1;
         assert!(matches!(decode(&v), Err(ArtifactErrorKind::Flags(_))));

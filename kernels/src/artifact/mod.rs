@@ -1,7 +1,7 @@
 //! The artifact file: one deployable file per model, written by the linker (`tessera_stages::link`, stage 5) and executed by
 //! the runtime ([`crate::runtime::Executable`]).
 //!
-//! # Format, version 1
+//! # Format, version 2
 //!
 //! All integers are little-endian. The file is three parts:
 //!
@@ -25,6 +25,12 @@
 //! (deduplicated by [`Tensor::digest`](crate::tensor::Tensor::digest)), with its type, digest and the
 //! 64-byte-aligned offset of its bytes in the data section.
 //!
+//! A plan may mix host and GPU modules (a module's [`Place`] follows from its format). Then each place has its
+//! own copy of the arena, laid out by the same plan: a buffer lives at the same offset in both. Inputs and
+//! constants are present in both from the start; a value is written where its step runs, and the body's
+//! [`Transfer`]s say, explicitly, which values are copied to the other place before which step. Validation
+//! checks that every step reads only buffers present at its own place. Version 2 added the transfers.
+//!
 //! Why this shape: the header alone tells a reader whether it can read the rest (magic, version) and whether
 //! the rest is intact (lengths, digest), before anything is decoded. The body is small and decoded whole;
 //! the data section is raw little-endian tensor bytes at aligned offsets, so a loader can copy (or, on a GPU,
@@ -46,7 +52,7 @@ mod validate;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::Path;
-use crate::module::Module;
+use crate::module::{Module, Place};
 use crate::tensor::{Tensor, TensorType};
 
 pub use header::{FORMAT_VERSION, HEADER_LEN, MAGIC};
@@ -150,6 +156,18 @@ pub struct Body {
     pub steps: Vec<Step>,
     pub modules: Vec<Module>,
     pub constants: Vec<ConstDesc>,
+    /// Copies between host and GPU memory, ordered by the step they precede (empty when every module runs
+    /// in one place).
+    pub transfers: Vec<Transfer>,
+}
+
+/// An explicit copy: just before step `before` runs, value `value` (written by an earlier step at the other
+/// place) is copied to `to`, the place of step `before`, at the same arena offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transfer {
+    pub before: u32,
+    pub value: u32,
+    pub to: Place,
 }
 
 impl Body {
@@ -161,6 +179,11 @@ impl Body {
             Buf::Const(i) => self.constants.get(i as usize).map(|d| &d.ty),
             Buf::Scratch => None,
         }
+    }
+
+    /// Where step `s` runs (the place of its module's format). The step must exist.
+    pub fn step_place(&self, s: usize) -> Place {
+        self.modules[self.steps[s].module as usize].format.place()
     }
 
     /// The total size of every input and value, as if each had its own memory: what the memory plan saves on.

@@ -43,6 +43,13 @@ pub fn lifetimes(body: &Body) -> (Vec<Lifetime>, Vec<Option<Lifetime>>) {
             }
         }
     }
+    // A transfer reads its value just before its step: normally that step reads the value too, but the
+    // plan does not rely on it.
+    for t in &body.transfers {
+        if let Some(Some(l)) = values.get_mut(t.value as usize) {
+            l.last = l.last.max(t.before);
+        }
+    }
     for o in &body.outputs {
         if let Buf::Value(v) = o.source {
             if let Some(Some(l)) = values.get_mut(v as usize) {

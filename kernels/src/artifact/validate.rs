@@ -5,6 +5,7 @@
 
 use super::plan::{find_overlap, requests};
 use super::{slot_bytes, Body, Buf, ALIGN};
+use crate::module::Place;
 use std::collections::BTreeSet;
 use crate::tensor::TensorType;
 
@@ -109,8 +110,31 @@ pub fn body(b: &Body, data_len: u64) -> Result<(), String> {
         }
     }
     let mut written = vec![false; b.values.len()];
+    // Where each value's bytes are: the place of the step that wrote it, and the other place once a
+    // transfer has copied it there. Inputs and constants are in both places from the start.
+    let mut at_place: Vec<[bool; 2]> = vec![[false; 2]; b.values.len()];
+    let slot = |p: Place| p as usize;
+    let mut next_transfer = 0usize;
     for (s, step) in b.steps.iter().enumerate() {
         let module = b.modules.get(step.module as usize).ok_or_else(|| format!("step {s} calls module {} of {}", step.module, b.modules.len()))?;
+        let place = module.format.place();
+        while let Some(t) = b.transfers.get(next_transfer).filter(|t| t.before as usize == s) {
+            let what = || format!("transfer {next_transfer} (value %{} to the {} before step {s})", t.value, t.to);
+            let Some(&[host, gpu]) = at_place.get(t.value as usize) else {
+                return Err(format!("{}: the value does not exist", what()));
+            };
+            if t.to != place {
+                return Err(format!("{}: step {s} runs on the {place}, a transfer goes where the step it precedes runs", what()));
+            }
+            if !host && !gpu {
+                return Err(format!("{}: no step has written the value yet", what()));
+            }
+            if at_place[t.value as usize][slot(t.to)] {
+                return Err(format!("{}: the value is there already", what()));
+            }
+            at_place[t.value as usize][slot(t.to)] = true;
+            next_transfer += 1;
+        }
         let f = module.functions.get(step.function as usize).ok_or_else(|| {
             format!("step {s} calls function {} of module {} (backend {}), which has {}", step.function, step.module, module.backend, module.functions.len())
         })?;
@@ -142,6 +166,9 @@ pub fn body(b: &Body, data_len: u64) -> Result<(), String> {
                 if !written[v as usize] {
                     return Err(format!("{}: reads value %{v} before any step writes it", at(k)));
                 }
+                if !at_place[v as usize][slot(place)] {
+                    return Err(format!("{}: reads value %{v} on the {place}, where it is not (a transfer is missing)", at(k)));
+                }
             }
         }
         for (j, want) in f.outputs.iter().enumerate() {
@@ -154,6 +181,7 @@ pub fn body(b: &Body, data_len: u64) -> Result<(), String> {
             if std::mem::replace(&mut written[v as usize], true) {
                 return Err(format!("{}: value %{v} is written a second time", at(k)));
             }
+            at_place[v as usize][slot(place)] = true;
         }
         if f.scratch_bytes > 0 {
             let k = step.args.len() - 1;
@@ -164,6 +192,12 @@ pub fn body(b: &Body, data_len: u64) -> Result<(), String> {
                 return Err(format!("{}: needs {} bytes of scratch, the plan has {}", at(k), f.scratch_bytes, b.scratch_bytes));
             }
         }
+    }
+    if let Some(t) = b.transfers.get(next_transfer) {
+        return Err(format!(
+            "transfer {next_transfer} (value %{} before step {}) is out of order or after the last step",
+            t.value, t.before
+        ));
     }
     if let Some(v) = written.iter().position(|w| !w) {
         return Err(format!("value %{v} is never written by any step"));

@@ -2,7 +2,8 @@
 //! allocated once, and every step's argument pointers computed once. A run copies the inputs in, replays the
 //! steps, and copies the outputs out: no compiling, no tuning, no allocation per step. Host runs execute on
 //! the runtime's thread pool ([`super::on_runtime_pool`]); an artifact of GPU modules runs on the
-//! [`DeviceEngine`] instead (same interface, its memory and steps on the GPU).
+//! [`DeviceEngine`] instead (same interface, its memory and steps on the GPU; the host steps of a plan mixing
+//! host and GPU partitions run there too, between its graphs).
 
 use super::buffer::HostBuffer;
 use super::cuda::DeviceEngine;
@@ -62,7 +63,8 @@ impl Executable {
             (m.backend.clone(), m.functions[s.function as usize].symbol.clone())
         }).collect();
         if modules.iter().any(|m| m.cuda().is_some()) {
-            let device = DeviceEngine::new(b, a.data(), &modules).map_err(|e| RuntimeError(format!("artifact {}: {}", a.file, e.0)))?;
+            // The engine owns the modules: its launches and host calls refer to them.
+            let device = DeviceEngine::new(b, a.data(), modules).map_err(|e| RuntimeError(format!("artifact {}: {}", a.file, e.0)))?;
             let empty = || HostBuffer::zeroed(0, "unused host memory of a GPU artifact");
             return Ok(Executable {
                 model: b.model.clone(),
@@ -72,7 +74,7 @@ impl Executable {
                 args: Vec::new(),
                 names,
                 device: Some(device),
-                modules,
+                modules: Vec::new(),
                 _arena: empty()?,
                 _constants: empty()?,
                 _scratch: empty()?,
@@ -145,6 +147,12 @@ impl Executable {
     /// Kernel launches per run of a GPU artifact (`None` on the host).
     pub fn kernel_count(&self) -> Option<usize> {
         self.device.as_ref().map(DeviceEngine::kernel_count)
+    }
+
+    /// For a GPU artifact: host steps and host-GPU transfers per run (both 0 unless its plan mixes host and
+    /// GPU partitions). `None` on the host.
+    pub fn host_steps_and_transfers(&self) -> Option<(usize, usize)> {
+        self.device.as_ref().map(|d| (d.host_step_count(), d.transfer_count()))
     }
 
     /// For a GPU artifact: the GPU time of `iters` replays of the model's CUDA graph on `inputs` (uploaded

@@ -242,7 +242,13 @@ pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Sel
         })
         .collect();
     let _busy = crate::device::busy();
-    let mut outcome = collage::search_detailed(g, ctx.targets, cands, &search_costs, &CrossingModel::default())?;
+    // A preferred backend takes what it can even where its values cross devices: the crossing costs would
+    // otherwise keep it out of every small partition on the other device (same-device costs stay).
+    let crossing = match selection {
+        Selection::Prefer(_) => CrossingModel { device_latency_us: 0.0, device_us_per_byte: 0.0, ..CrossingModel::default() },
+        _ => CrossingModel::default(),
+    };
+    let mut outcome = collage::search_detailed(g, ctx.targets, cands, &search_costs, &crossing)?;
     if matches!(selection, Selection::Prefer(_)) {
         // Report real costs: a chosen partition is a winner or a merge of winners (sum of their costs).
         for ch in &mut outcome.chosen {
