@@ -1,5 +1,5 @@
 //! The tessera pipeline library: the memo driver (`memo`), the zoo's scheduling and reports (`zoo`,
-//! `build`, `baselines`, `explain`, `bench`); the CLI's subcommands live in `cli`. The stages themselves
+//! `build`, `baselines`, `explain`, `bench`), sharded builds (`shard`); the CLI's subcommands live in `cli`. The stages themselves
 //! are in `tessera_stages`.
 
 pub mod baselines;
@@ -8,4 +8,5 @@ pub mod build;
 pub mod cli;
 pub mod explain;
 pub mod memo;
+pub mod shard;
 pub mod zoo;

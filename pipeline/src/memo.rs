@@ -8,7 +8,7 @@
 //! comes out unchanged, everything after it hits (early cutoff).
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
@@ -16,7 +16,7 @@ use tessera_stages::stage::{guarded, DevicePolicy, Driver, SharedFailure};
 use tessera_store::{Digest, MemoEntry, Store};
 
 /// Executions, hits and time of one stage in one run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunStageStats {
     pub executions: u64,
     pub hits: u64,

@@ -5,7 +5,7 @@ use crate::build::{compile_models, Ctx, ModelJob, ModelResult, ModelSource};
 use crate::memo::{Memo, RunStageStats};
 use tessera_stages::partition::stage::CostMode;
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -103,7 +103,7 @@ pub fn resolve_targets(given: &[String], backends: &[Box<dyn Backend>]) -> Resul
 }
 
 /// Summary of a compile run (what `tessera compile` prints, and `--json`).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Summary {
     pub targets: Vec<String>,
     pub models: usize,
@@ -119,13 +119,13 @@ pub struct Summary {
     pub failed: Vec<FailedModel>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FailedModel {
     pub model: String,
     pub error: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ArtifactRow {
     pub model: String,
     pub path: PathBuf,

@@ -1,7 +1,8 @@
-//! `tessera compile INPUT... [--target T]... [--store DIR] [--out DIR] [--json]`
+//! `tessera compile INPUT... [--target T]... [--store DIR] [--out DIR] [--json] [--shard I/N] [--summary-out FILE]`
 
 use crate::memo::Memo;
 use crate::explain::jobs_from_specs;
+use crate::shard::{self, report::ShardReport, Shard, ShardArg};
 use crate::zoo::{all_backends, compile_all, Summary};
 use anyhow::Result;
 use super::build_options::BuildOptions;
@@ -26,13 +27,42 @@ pub struct CompileArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Build only shard I of N (I from 0): a deterministic share of the models, balanced by estimated
+    /// build cost, the same in every shard. `auto/N` takes I from JOB_COMPLETION_INDEX (a Kubernetes
+    /// Indexed Job), else SLURM_ARRAY_TASK_ID (minus SLURM_ARRAY_TASK_MIN when set). `tessera summary`
+    /// merges the shards' summaries.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+    pub shard: Option<ShardArg>,
+    /// Write this run's JSON summary, with its shard and models, to FILE (default with --shard:
+    /// OUT/summary-shard-I-of-N.json; without --shard the run is shard 0/1).
+    #[arg(long, value_name = "FILE")]
+    pub summary_out: Option<PathBuf>,
+}
+
+fn parse_shard(s: &str) -> Result<ShardArg, String> {
+    s.parse::<ShardArg>().map_err(|e| format!("{e:#}"))
 }
 
 const STAGES: [&str; 5] = ["load", "partition", "lower", "compile", "link"];
 
 pub fn run(args: CompileArgs) -> Result<()> {
     let shapes = args.build.shapes()?;
-    let jobs = jobs_from_specs(&args.inputs, &shapes)?;
+    let shard = args.shard.map(|s| s.resolve(&|k| std::env::var(k).ok())).transpose()?;
+    let all_jobs = jobs_from_specs(&args.inputs, &shapes)?;
+    // With --shard or --summary-out: every model's cost is estimated and the models assigned to shards
+    // (an unsharded run is shard 0/1), and this run builds its own share.
+    let sharding = (shard.is_some() || args.summary_out.is_some()).then(|| {
+        let s = shard.unwrap_or(Shard { index: 0, count: 1 });
+        (s, shard::plan(&all_jobs, s.count))
+    });
+    let jobs = match &sharding {
+        Some((s, assignment)) => shard::select(&all_jobs, assignment, s.index),
+        None => all_jobs.clone(),
+    };
+    if let Some(s) = shard {
+        let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+        eprintln!("shard {s}: {} of {} models{}{}", jobs.len(), all_jobs.len(), if names.is_empty() { "" } else { ": " }, names.join(", "));
+    }
     let backends = all_backends();
     let targets = args.build.targets(&backends)?;
     let store = args.build.open_store()?;
@@ -70,8 +100,22 @@ pub fn run(args: CompileArgs) -> Result<()> {
     for b in bars.values() {
         b.finish();
     }
+    let report = sharding.map(|(s, assignment)| ShardReport::new(s, assignment, summary.clone()));
+    if let Some(r) = &report {
+        let path = match &args.summary_out {
+            Some(p) => p.clone(),
+            None => args.out.join(shard::report::default_file_name(Shard { index: r.shard.index, count: r.shard.count })),
+        };
+        r.write(&path)?;
+        if !args.json {
+            eprintln!("shard {}/{}: summary written to {}", r.shard.index, r.shard.count, path.display());
+        }
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        match &report {
+            Some(r) => println!("{}", serde_json::to_string_pretty(r)?),
+            None => println!("{}", serde_json::to_string_pretty(&summary)?),
+        }
     } else {
         print_summary(&summary);
     }
@@ -84,7 +128,8 @@ pub fn run(args: CompileArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_summary(s: &Summary) {
+/// The text report of a compile run (also of merged shards: `tessera summary`).
+pub fn print_summary(s: &Summary) {
     println!("targets: {}", s.targets.join("; "));
     println!(
         "compiled {} models in {:.2}s: {} partitions, {} unique kernels (dedupe {:.2}x), costs: {}",

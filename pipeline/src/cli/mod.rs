@@ -8,6 +8,7 @@ pub mod compile;
 pub mod run;
 pub mod run_artifact;
 pub mod store;
+pub mod summary;
 pub mod targets;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +38,8 @@ pub enum Command {
     Explain(explain::ExplainArgs),
     /// The searched mix of backends against each backend alone, compiled and benchmarked in one run.
     Baselines(baselines::BaselinesArgs),
+    /// Merge the summaries of a sharded build (`compile --shard I/N`) into one report; checks every shard is there.
+    Summary(summary::SummaryArgs),
 }
 
 /// Runs a parsed command line.
@@ -49,5 +52,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Targets(args) => targets::run(args),
         Command::Explain(args) => explain::run(args),
         Command::Baselines(args) => baselines::run(args),
+        Command::Summary(args) => summary::run(args),
     }
 }
