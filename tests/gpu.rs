@@ -25,8 +25,14 @@ use tessera_stages::interp::{random_inputs, run_graph};
 use tessera_stages::partition::stage::CostMode;
 use tessera_store::{OpenOptions, Store};
 
-/// The targets checked: fp32, and fp16 storage with fp32 accumulation.
-const TARGETS: [(&str, f64); 2] = [("cuda -compiler=nvrtc", 1e-4), ("cuda -compiler=nvrtc -precision=fp16", 1e-2)];
+/// The target sets checked: `cuda` alone and `cuda` with `cublas` (cuBLASLt taking the MatMuls the search
+/// gives it), each in fp32 and in fp16 storage with fp32 accumulation; and their tolerances.
+const TARGETS: [(&[&str], f64); 4] = [
+    (&["cuda -compiler=nvrtc"], 1e-4),
+    (&["cuda -compiler=nvrtc -precision=fp16"], 1e-2),
+    (&["cuda -compiler=nvrtc", "cuda -compiler=cublas"], 1e-4),
+    (&["cuda -compiler=nvrtc -precision=fp16", "cuda -compiler=cublas -precision=fp16"], 1e-2),
+];
 
 fn repo() -> PathBuf {
     std::env::var_os("TESSERA_REPO").map(PathBuf::from).unwrap_or_else(|| {
@@ -50,10 +56,10 @@ fn nvrtc_or_skip(what: &str) -> bool {
     }
 }
 
-fn compile_for_cuda(target: &str, manifest: &Path, store: &Path, out: &Path) -> tessera::zoo::Summary {
+fn compile_for_cuda(target: &[&str], manifest: &Path, store: &Path, out: &Path) -> tessera::zoo::Summary {
     let store = Store::open(store, OpenOptions::writable()).unwrap();
     let backends = all_backends();
-    let targets = resolve_targets(&[target.to_string()], &backends).unwrap();
+    let targets = resolve_targets(&target.iter().map(|t| t.to_string()).collect::<Vec<_>>(), &backends).unwrap();
     let jobs = jobs_from_inputs(&[manifest.to_path_buf()], &Default::default()).unwrap();
     let memo = Memo::new(&store);
     compile_all(&memo, &targets, &backends, &jobs, out, CostMode::Analytical, &|_| {}).unwrap()
@@ -66,12 +72,16 @@ fn the_zoo_compiles_to_cubins_without_a_gpu() {
     if !nvrtc_or_skip("compiling the zoo for cuda") {
         return;
     }
+    let mut cublas_modules = 0;
     for (target, _) in TARGETS {
-        zoo_compiles_for(target);
+        cublas_modules += zoo_compiles_for(target);
     }
+    assert!(cublas_modules > 0, "the search gave cuBLASLt no MatMul of the zoo");
 }
 
-fn zoo_compiles_for(target: &str) {
+/// Compiles the zoo for `target`, checks every module, and returns how many are cuBLASLt modules.
+fn zoo_compiles_for(target: &[&str]) -> usize {
+    let mut cublas_modules = 0;
     let tmp = tempfile::tempdir().unwrap();
     let manifest = repo().join("fixtures/zoo.toml");
     let s = compile_for_cuda(target, &manifest, &tmp.path().join("store"), &tmp.path().join("out"));
@@ -79,8 +89,15 @@ fn zoo_compiles_for(target: &str) {
     assert_eq!(s.models, jobs.len());
     for job in &jobs {
         let a = Artifact::open(&tmp.path().join("out").join(format!("{}.tsr", job.name))).unwrap();
-        assert!(!a.body.modules.is_empty() && a.body.modules.iter().all(|m| m.backend == "cuda"), "{}", job.name);
+        assert!(!a.body.modules.is_empty() && a.body.modules.iter().all(|m| m.backend == "cuda" || m.backend == "cublas"), "{}", job.name);
         for m in &a.body.modules {
+            if m.backend == "cublas" {
+                assert!(target.len() == 2, "{}: cublas modules without the cublas target", job.name);
+                let b = tessera_kernels::runtime::cuda::blas::BlasModule::decode(m).unwrap();
+                eprintln!("{} ({}): {} cuBLASLt matmuls", job.name, target.join(" + "), b.functions.iter().map(Vec::len).sum::<usize>());
+                cublas_modules += 1;
+                continue;
+            }
             let c = tessera_kernels::runtime::cuda::format::CubinModule::decode(m).unwrap();
             assert_eq!(c.arch, "sm_90");
         }
@@ -90,6 +107,7 @@ fn zoo_compiles_for(target: &str) {
             assert!(e.contains("GPU"), "{e}");
         }
     }
+    cublas_modules
 }
 
 fn relative_error(got: &tessera_stages::ir::Tensor, want: &tessera_stages::ir::Tensor) -> Result<f64, String> {
@@ -122,11 +140,17 @@ fn the_zoo_matches_the_reference_on_the_gpu() {
         return;
     }
     let which = std::env::var("TESSERA_GPU_PRECISION").unwrap_or_else(|_| "both".into());
+    // `cuda` alone, `cuda` with `cublas`, or both (default).
+    let sets = std::env::var("TESSERA_GPU_SETS").unwrap_or_else(|_| "both".into());
     let mut tables = Vec::new();
     let mut failures = Vec::new();
     for (target, tol) in TARGETS {
-        let fp16 = target.contains("fp16");
+        let fp16 = target[0].contains("fp16");
         if (which == "fp16" && !fp16) || (which == "fp32" && fp16) {
+            continue;
+        }
+        let with_cublas = target.len() == 2;
+        if (sets == "cuda" && with_cublas) || (sets == "cublas" && !with_cublas) {
             continue;
         }
         let (table, fails) = zoo_on_the_gpu(target, tol);
@@ -140,7 +164,7 @@ fn the_zoo_matches_the_reference_on_the_gpu() {
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
 
-fn zoo_on_the_gpu(target: &str, tol: f64) -> (String, Vec<String>) {
+fn zoo_on_the_gpu(target: &[&str], tol: f64) -> (String, Vec<String>) {
     let device = tessera_kernels::runtime::cuda::device::info().expect("TESSERA_GPU=1 but no usable GPU");
     let manifest = std::env::var_os("TESSERA_GPU_MANIFEST").map(PathBuf::from).unwrap_or_else(|| repo().join("fixtures/zoo-full.toml"));
     let tmp = tempfile::tempdir().unwrap();
@@ -177,21 +201,23 @@ fn zoo_on_the_gpu(target: &str, tol: f64) -> (String, Vec<String>) {
             }
         }
         if worst >= tol {
-            failures.push(format!("{} ({target}): relative error {worst:.3e} is not below {tol:e}", job.name));
+            failures.push(format!("{} ({}): relative error {worst:.3e} is not below {tol:e}", job.name, target.join(" + ")));
         }
         let mut times = exe.gpu_replay_times_us(&inputs, 20, 200).expect("a GPU artifact").unwrap();
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
-        let row = format!("| {} | {} | {:.2e} | {:.1} |", job.name, exe.kernel_count().unwrap_or(0), worst, median);
+        let cublas = art.body.modules.iter().filter(|m| m.backend == "cublas").map(|m| m.functions.len()).sum::<usize>();
+        let row = format!("| {} | {} | {} | {:.2e} | {:.1} |", job.name, exe.kernel_count().unwrap_or(0), cublas, worst, median);
         eprintln!("{row}");
         rows.push(row);
     }
     let table = format!(
-        "Device: {} ({}, {} SMs, driver CUDA {}); target `{target}`; manifest {}; {} models compiled in {compile_s:.1} s ({} partitions).\n\n| model | kernels per run | max relative error (against the fp32 reference) | median graph replay (us) |\n|---|---|---|---|\n{}\n",
+        "Device: {} ({}, {} SMs, driver CUDA {}); targets {}; manifest {}; {} models compiled in {compile_s:.1} s ({} partitions).\n\n| model | launches per run | cuBLASLt functions | max relative error (against the fp32 reference) | median graph replay (us) |\n|---|---|---|---|---|\n{}\n",
         device.name,
         device.arch,
         device.sm_count,
         device.driver_cuda,
+        target.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(" + "),
         manifest.file_name().unwrap().to_string_lossy(),
         s.models,
         s.partitions,

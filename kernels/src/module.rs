@@ -35,6 +35,9 @@ pub enum ModuleFormat {
     /// A [`cubin module`](crate::runtime::cuda::format::CubinModule): one cubin and each function's kernel
     /// launches (the `cuda` backend's; loaded by `runtime::cuda`, run on the GPU).
     Cubin,
+    /// A [`cublaslt module`](crate::runtime::cuda::blas::BlasModule): each function's cuBLASLt matmuls (the
+    /// `cublas` backend's; loaded by `runtime::cuda::blas`, run on the GPU).
+    CublasLt,
 }
 
 /// Where a module's functions run, and so where the buffers they read and write must be.
@@ -60,7 +63,7 @@ impl ModuleFormat {
     pub fn place(&self) -> Place {
         match self {
             ModuleFormat::SharedObject | ModuleFormat::GemmPlan | ModuleFormat::Named(_) => Place::Host,
-            ModuleFormat::Cubin => Place::Gpu,
+            ModuleFormat::Cubin | ModuleFormat::CublasLt => Place::Gpu,
         }
     }
 }
@@ -72,6 +75,7 @@ impl std::fmt::Display for ModuleFormat {
             ModuleFormat::GemmPlan => f.write_str("gemm-plan"),
             ModuleFormat::Named(name) => write!(f, "named '{name}'"),
             ModuleFormat::Cubin => f.write_str("cubin"),
+            ModuleFormat::CublasLt => f.write_str("cublaslt"),
         }
     }
 }

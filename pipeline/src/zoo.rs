@@ -73,6 +73,8 @@ pub fn resolve_targets(given: &[String], backends: &[Box<dyn Backend>]) -> Resul
         // the GPU alone: the runtime runs plans that mix host and GPU partitions (`-t cpu -t cuda`), but with
         // the crossing costs the search never puts a zoo partition on the host (analytical costs, 2026-11-24),
         // and compiling and measuring every host candidate with the C compiler would only cost compile time.
+        // On the GPU that is `cuda` and `cublas` (cuBLASLt: its modules are descriptions, so it is always
+        // available to compile; loading needs the library, which comes with the CUDA toolkit).
         let mut ts = Vec::new();
         let gpu = tessera_kernels::runtime::cuda::available().is_ok();
         for kind in tessera_stages::target::KINDS {

@@ -14,6 +14,7 @@ some layers at zero or identity). For each model:
   4. the floor: FLOPs (torch.utils.flop_counter) over the dense matmul rate measured now, and bytes
      (weights + inputs + outputs) over the device copy bandwidth measured now; tessera's distance from it.
 
+TESSERA_TARGETS (default "nvrtc"): the cuda compilers tessera compiles for, e.g. "nvrtc cublas".
 Usage: python3 scripts/gpu/side_by_side.py [--precision fp16|fp32] TESSERA_BINARY WORKDIR REPORT.md [model ...]
 Models: resnet50-b1 resnet50-b32 mobilenetv2-b1 bert-base-s128-b1 bert-base-s128-b8 gpt2-s256-b1 vit-b16-b1.
 With TESSERA_PROFILE_DIR set, tessera's per-kernel profile (`tessera bench --profile`) of each model is written there.
@@ -29,6 +30,8 @@ from weights import reinit
 ITERS = 50
 WARMUP = 10
 TARGET = "cuda -compiler=nvrtc"
+# TESSERA_TARGETS="nvrtc cublas" compiles for several cuda compilers at once (the search places each partition).
+COMPILERS = os.environ.get("TESSERA_TARGETS", "nvrtc").split()
 PRECISION = "fp16"
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
@@ -169,7 +172,7 @@ def tessera_side(tessera, path, shapes, workdir, name, row):
     store = os.path.join(workdir, f"store-{name}")
     out = os.path.join(workdir, f"out-{name}")
     shape_args = sum((["--shape", f"{k}={'x'.join(map(str, v))}"] for k, v in shapes.items()), [])
-    cmd = [tessera, "compile", path, "--target", target(), "--store", store, "--out", out, "--costs", "analytical"] + shape_args
+    cmd = [tessera, "compile", path] + [a for t in targets() for a in ("--target", t)] + ["--store", store, "--out", out, "--costs", "analytical"] + shape_args
     row["tessera_cold_s"], _ = timed(cmd)
     row["tessera_warm_s"], _ = timed(cmd)
     artifacts = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".tsr")]
@@ -186,8 +189,12 @@ def tessera_side(tessera, path, shapes, workdir, name, row):
             f.write(text)
 
 
+def targets():
+    return [f"cuda -compiler={c}" + (" -precision=fp16" if PRECISION == "fp16" else "") for c in COMPILERS]
+
+
 def target():
-    return TARGET + (" -precision=fp16" if PRECISION == "fp16" else "")
+    return " + ".join(targets())
 
 
 def fmt(v, unit=""):

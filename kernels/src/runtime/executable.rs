@@ -62,7 +62,7 @@ impl Executable {
             let m = &b.modules[s.module as usize];
             (m.backend.clone(), m.functions[s.function as usize].symbol.clone())
         }).collect();
-        if modules.iter().any(|m| m.cuda().is_some()) {
+        if modules.iter().any(|m| m.gpu().is_some()) {
             // The engine owns the modules: its launches and host calls refer to them.
             let device = DeviceEngine::new(b, a.data(), modules).map_err(|e| RuntimeError(format!("artifact {}: {}", a.file, e.0)))?;
             let empty = || HostBuffer::zeroed(0, "unused host memory of a GPU artifact");

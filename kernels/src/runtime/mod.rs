@@ -39,9 +39,9 @@ pub trait LoadedModule: Send + Sync {
     /// `FunctionInfo` lists, outputs must not alias inputs, and the scratch buffer must have the declared size.
     unsafe fn call(&self, index: usize, args: &[*mut u8]) -> Result<(), RuntimeError>;
 
-    /// The module as a loaded cubin, if it is one: GPU modules are not called through [`call`](Self::call)
+    /// The module as a GPU module, if it is one (a cubin, a cuBLASLt plan): GPU modules are not called through [`call`](Self::call)
     /// but launched by the GPU engine on its stream.
-    fn cuda(&self) -> Option<&cuda::LoadedCubin> {
+    fn gpu(&self) -> Option<&dyn cuda::module::GpuModule> {
         None
     }
 }

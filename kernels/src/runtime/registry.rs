@@ -35,6 +35,7 @@ const BUILTIN: &[(ModuleFormat, LoadFn)] = &[
     (ModuleFormat::SharedObject, c::loader),
     (ModuleFormat::GemmPlan, gemm::loader),
     (ModuleFormat::Cubin, cuda::loader),
+    (ModuleFormat::CublasLt, cuda::blas::loader),
 ];
 
 /// Module format -> loader, at most one loader per format.
@@ -118,7 +119,7 @@ mod tests {
     #[test]
     fn builtin_has_one_loader_per_format_of_this_crate() {
         let formats: Vec<&ModuleFormat> = Registry::builtin().formats().collect();
-        assert_eq!(formats, [&ModuleFormat::SharedObject, &ModuleFormat::GemmPlan, &ModuleFormat::Cubin]);
+        assert_eq!(formats, [&ModuleFormat::SharedObject, &ModuleFormat::GemmPlan, &ModuleFormat::Cubin, &ModuleFormat::CublasLt]);
     }
 
     #[test]

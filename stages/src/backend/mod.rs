@@ -38,6 +38,7 @@ pub(crate) mod attention_cases;
 #[cfg(test)]
 pub(crate) mod scan_nd_cases;
 pub mod c;
+pub mod cublas;
 pub mod cuda;
 
 use crate::ir::{Graph, NodeId};
@@ -175,7 +176,7 @@ mod tests {
         assert!(rules.windows(2).all(|w| w[0] != w[1]), "{rules:?}");
         assert_eq!(rules[0], rules[2]);
         let uses: Vec<(&str, bool)> = all.iter().map(|b| (b.name(), b.rules().uses_gemm_epilogue())).collect();
-        assert_eq!(uses, [("c", false), ("gemm", true), ("cuda", false)]);
+        assert_eq!(uses, [("c", false), ("gemm", true), ("cuda", false), ("cublas", true)]);
         let colors: std::collections::BTreeSet<_> = all.iter().map(|b| b.colors()).collect();
         assert_eq!(colors.len(), all.len());
     }

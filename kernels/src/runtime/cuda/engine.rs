@@ -212,7 +212,7 @@ impl DeviceEngine {
         let mut work = Vec::with_capacity(body.steps.len());
         for (s, step) in body.steps.iter().enumerate() {
             let m = &modules[step.module as usize];
-            match (m.cuda(), host.as_mut()) {
+            match (m.gpu(), host.as_mut()) {
                 (Some(cubin), _) => {
                     let args: Vec<u64> = step.args.iter().map(|&b| addr(b)).collect();
                     work.push(Work::Gpu(cubin.launches(step.function as usize, &args).map_err(|e| RuntimeError(format!("model '{}': step {s}: {}", body.model, e.0)))?));

@@ -4,10 +4,12 @@
 //! - [`libs`]: finding the driver and NVRTC before cudarc opens them.
 //! - [`format`]: the cubin module format (a cubin and each function's launches).
 //! - [`device`]: the process's context on GPU 0 and its description.
-//! - [`module`]: a loaded cubin.
+//! - [`module`]: a loaded cubin, and what every GPU module gives the engine (launches).
+//! - [`blas`]: the cuBLASLt module format and its loader (the `cublas` backend's matmuls).
 //! - [`engine`]: a loaded GPU artifact: device arena, constants uploaded once, a captured CUDA graph replayed
 //!   per run, pinned staging buffers.
 
+pub mod blas;
 pub mod device;
 pub mod engine;
 pub mod format;

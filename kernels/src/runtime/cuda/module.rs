@@ -57,13 +57,18 @@ impl LoadedCubin {
             .iter()
             .map(|(k, l)| PreparedLaunch {
                 entry: l.entry.clone(),
-                function: k.clone(),
                 grid: l.grid,
                 block: l.block,
                 shared_bytes: l.shared_bytes,
-                params: l.args.iter().map(|a| args[a.index as usize] + a.offset).collect(),
+                op: LaunchOp::Kernel { function: k.clone(), params: l.args.iter().map(|a| args[a.index as usize] + a.offset).collect() },
             })
             .collect())
+    }
+}
+
+impl GpuModule for LoadedCubin {
+    fn launches(&self, index: usize, args: &[u64]) -> Result<Vec<PreparedLaunch>, RuntimeError> {
+        LoadedCubin::launches(self, index, args)
     }
 }
 
@@ -72,38 +77,70 @@ impl LoadedModule for LoadedCubin {
         Err(RuntimeError(format!("module of backend {}: a cubin runs on the GPU only, inside a GPU executable", self.backend)))
     }
 
-    fn cuda(&self) -> Option<&LoadedCubin> {
+    fn gpu(&self) -> Option<&dyn GpuModule> {
         Some(self)
     }
 }
 
-/// One kernel launch with its parameters (device addresses).
+/// A module whose functions run on the GPU: each function becomes a list of launches on the engine's stream
+/// (kernels of a cubin, calls into a GPU library), resolved once against the function's device arguments.
+pub trait GpuModule {
+    /// The launches of function `index` with `args`, the device addresses of its `[inputs.., outputs..,
+    /// scratch?]`.
+    fn launches(&self, index: usize, args: &[u64]) -> Result<Vec<PreparedLaunch>, RuntimeError>;
+}
+
+/// One GPU library call enqueued like a kernel (cuBLASLt's matmul): capturable into a CUDA graph.
+pub trait LibraryCall: Send + Sync {
+    /// Enqueues the call on `stream`.
+    ///
+    /// # Safety
+    /// The call's pointers must be live device buffers of the types it was prepared for.
+    unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), String>;
+}
+
+/// What a launch runs.
+#[derive(Clone)]
+pub enum LaunchOp {
+    /// A kernel of a cubin and its parameters (device addresses).
+    Kernel { function: CudaFunction, params: Vec<u64> },
+    /// A library call with everything it needs prepared.
+    Library(Arc<dyn LibraryCall>),
+}
+
+/// One launch on the engine's stream: a kernel with its parameters, or a prepared library call.
 #[derive(Clone)]
 pub struct PreparedLaunch {
-    /// The kernel's entry name (for profiles).
+    /// The kernel's entry name, or the library call's description (for profiles).
     pub entry: String,
-    pub function: CudaFunction,
+    /// Launch configuration of a kernel; zeros for a library call (the library picks its own).
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub shared_bytes: u32,
-    pub params: Vec<u64>,
+    pub op: LaunchOp,
 }
 
 impl PreparedLaunch {
     /// Enqueues the launch on `stream`.
     ///
     /// # Safety
-    /// The parameters must be live device buffers of the types the kernel expects.
-    pub unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), cudarc::driver::DriverError> {
-        let mut params = self.params.clone();
-        let mut ptrs: Vec<*mut std::ffi::c_void> = params.iter_mut().map(|p| p as *mut u64 as *mut std::ffi::c_void).collect();
-        cudarc::driver::result::launch_kernel(
-            self.function.cu_function(),
-            (self.grid[0], self.grid[1], self.grid[2]),
-            (self.block[0], self.block[1], self.block[2]),
-            self.shared_bytes,
-            stream,
-            &mut ptrs,
-        )
+    /// The parameters must be live device buffers of the types the kernel or call expects.
+    pub unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), String> {
+        match &self.op {
+            LaunchOp::Kernel { function, params } => {
+                let mut params = params.clone();
+                let mut ptrs: Vec<*mut std::ffi::c_void> = params.iter_mut().map(|p| p as *mut u64 as *mut std::ffi::c_void).collect();
+                cudarc::driver::result::launch_kernel(
+                    function.cu_function(),
+                    (self.grid[0], self.grid[1], self.grid[2]),
+                    (self.block[0], self.block[1], self.block[2]),
+                    self.shared_bytes,
+                    stream,
+                    &mut ptrs,
+                )
+                .map_err(|e| e.to_string())
+            }
+            LaunchOp::Library(call) => call.enqueue(stream),
+        }
     }
 }

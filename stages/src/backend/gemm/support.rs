@@ -55,8 +55,16 @@ impl Fusion {
     }
 }
 
-fn is_f32(g: &Graph, v: ValueId) -> bool {
-    g.ty(v).dtype == DType::F32
+/// Why a chain node's values do not share one float type (f32 or f16), if they do not. The chain rule itself
+/// is type-agnostic, so `cublas` shares it in both precisions; `gemm` adds its f32-only check in
+/// [`supports`] and at lowering.
+fn uniform_float(g: &Graph, n: NodeId) -> Result<(), String> {
+    let node = g.node(n);
+    let first = g.ty(node.outputs[0]).dtype;
+    match node.inputs.iter().chain(&node.outputs).find(|&&v| g.ty(v).dtype != first || !matches!(first, DType::F32 | DType::F16)) {
+        Some(&v) => Err(format!("MatMul and Conv chains are f32 or f16 throughout, got {}", g.ty(v))),
+        None => Ok(()),
+    }
 }
 
 /// Whether `n` is an anchor this backend runs; `Err` says why not (for lowering errors).
@@ -67,9 +75,7 @@ pub fn anchor(g: &Graph, n: NodeId) -> Result<AnchorKind, String> {
         Op::Conv(_) => AnchorKind::Conv,
         _ => return Err(format!("gemm runs {} only as an epilogue of a MatMul or Conv", node.op.name())),
     };
-    if let Some(&v) = node.inputs.iter().chain(&node.outputs).find(|&&v| !is_f32(g, v)) {
-        return Err(format!("gemm runs f32 only, got {}", g.ty(v)));
-    }
+    uniform_float(g, n)?;
     Ok(kind)
 }
 
@@ -141,9 +147,7 @@ fn fuse(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result<(Fusion
     if !is_epilogue_op(&node.op) {
         return Err(format!("gemm cannot run {}", node.op.name()));
     }
-    if let Some(&v) = node.inputs.iter().chain(&node.outputs).find(|&&v| !is_f32(g, v)) {
-        return Err(format!("gemm runs f32 only, got {}", g.ty(v)));
-    }
+    uniform_float(g, n)?;
     // The chain a value continues: its producer's chain, if the value has this node as its only use.
     let chained = |v: ValueId| -> Option<(NodeId, AnchorKind)> {
         if uses(v) != 1 {
@@ -175,9 +179,9 @@ pub fn uses_in(g: &Graph, v: ValueId) -> usize {
     g.nodes.iter().map(|n| n.inputs.iter().filter(|&&i| i == v).count()).sum::<usize>() + g.outputs.iter().filter(|&&o| o == v).count()
 }
 
-/// The pattern rule on a model graph.
+/// The pattern rule on a model graph (gemm's: f32 chains only).
 pub fn supports(g: &Graph, n: NodeId) -> bool {
-    chain_anchor(g, n, &|v| uses_in(g, v)).is_some()
+    g.ty(g.node(n).outputs[0]).dtype == DType::F32 && chain_anchor(g, n, &|v| uses_in(g, v)).is_some()
 }
 
 #[cfg(test)]
@@ -255,8 +259,16 @@ mod tests {
         let b = h.add_input("b", TensorType::new(DType::F16, [3, 5]));
         let m = h.add("mm", Op::MatMul, &[a, b]).unwrap();
         h.outputs.push(m);
-        assert!(!supports(&h, NodeId(0)));
-        assert!(anchor(&h, NodeId(0)).unwrap_err().contains("f32"));
+        assert!(!supports(&h, NodeId(0)), "gemm runs f32 only");
+        assert!(anchor(&h, NodeId(0)).is_ok(), "the chain rule itself is shared by f16 chains (cublas)");
+        let mut m = Graph::new("m");
+        let a = m.add_input("a", TensorType::new(DType::F16, [4, 3]));
+        let b = m.add_input("b", TensorType::f32([3, 5]));
+        let mm = m.add("mm", Op::MatMul, &[a, b]);
+        if let Ok(mm) = mm {
+            m.outputs.push(mm);
+            assert!(anchor(&m, NodeId(0)).unwrap_err().contains("f32 or f16 throughout"));
+        }
     }
 
     #[test]

@@ -1,0 +1,397 @@
+//! The `cublaslt` module format and its loader: each function is a list of cuBLASLt matmuls over the
+//! function's device arguments (the `cublas` backend's modules).
+//!
+//! A matmul is described row-major, as the IR thinks: `D[b] = relu?(A[b] (m x k) * B[b] (k x n) + C[b] + bias)`
+//! with every operand dense, `b` over `batch` strided batches (a stride of 0 broadcasts an operand). cuBLASLt is
+//! column-major, so the loader hands it the transposed problem `D^T = B^T A^T` (a row-major matrix is its own
+//! transpose read column-major): no data moves and no transpose flag is set. cuBLASLt's epilogue computes
+//! `epilogue(alpha*A*B + beta*C + bias)`, which is why a fused chain may hold one bias, one residual (C, beta = 1)
+//! and a ReLU last, in any order of the two additions, and nothing else.
+//!
+//! The module holds no code and no algorithm: the loader asks cuBLASLt's heuristic for its first algorithm for
+//! each matmul once, at load, with the real pointers' alignment and the declared workspace, and the engine
+//! captures the calls into its CUDA graph like kernels. (Choosing among several algorithms by measurement, and
+//! storing the winner, is the tune stage's.)
+
+use super::device;
+use super::module::{GpuModule, LaunchOp, LibraryCall, PreparedLaunch};
+use crate::module::{FunctionInfo, Module};
+use crate::runtime::{LoadedModule, RuntimeError};
+use crate::DType;
+use cudarc::cublaslt::sys as lt;
+use cudarc::driver::sys;
+use serde::{Deserialize, Serialize};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Workspace every matmul may use (inside the function's scratch): 4 MiB, what cuBLASLt's documentation
+/// suggests for Hopper's split-K and stream-K algorithms without wasting memory.
+pub const WORKSPACE_BYTES: u64 = 4 << 20;
+
+/// An operand: argument `arg` of the function (plus `offset` bytes, for scratch), advancing `batch_stride`
+/// elements per batch (0: the same matrix for every batch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operand {
+    pub arg: u32,
+    pub offset: u64,
+    pub batch_stride: u64,
+}
+
+/// One matmul (row-major description, see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Matmul {
+    /// The element type of A, B, C, D and the bias (f32 or f16); accumulation and scaling are f32.
+    pub dtype: DType,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub batch: u64,
+    pub a: Operand,
+    pub b: Operand,
+    pub d: Operand,
+    /// A residual added before the epilogue (C, with D's shape and strides).
+    pub residual: Option<Operand>,
+    /// A bias of `n` elements added to every row (the same for every batch).
+    pub bias: Option<Operand>,
+    pub relu: bool,
+    /// Where the workspace starts: the scratch argument and an offset; `WORKSPACE_BYTES` long.
+    pub workspace: Operand,
+}
+
+impl Matmul {
+    fn describe(&self) -> String {
+        let mut s = format!("cublasLt matmul {}x{}x{}", self.m, self.n, self.k);
+        if self.batch > 1 {
+            s.push_str(&format!(" x{}", self.batch));
+        }
+        s.push_str(if self.dtype == DType::F16 { " f16" } else { " f32" });
+        for (on, what) in [(self.bias.is_some(), " +bias"), (self.residual.is_some(), " +residual"), (self.relu, " relu")] {
+            if on {
+                s.push_str(what);
+            }
+        }
+        s
+    }
+}
+
+/// The bytes of a module of format [`crate::module::ModuleFormat::CublasLt`]: per function, its matmuls.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlasModule {
+    pub functions: Vec<Vec<Matmul>>,
+}
+
+impl BlasModule {
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).expect("a cublaslt module encodes")
+    }
+
+    /// Decodes and checks a module against its function list: operands name existing arguments of the
+    /// right type and size, the workspace fits the scratch.
+    pub fn decode(m: &Module) -> Result<BlasModule, String> {
+        let b: BlasModule = postcard::from_bytes(&m.bytes).map_err(|e| format!("cublaslt module of backend {}: undecodable ({e})", m.backend))?;
+        if b.functions.len() != m.functions.len() {
+            return Err(format!("cublaslt module of backend {}: {} matmul lists for {} functions", m.backend, b.functions.len(), m.functions.len()));
+        }
+        for (f, info) in b.functions.iter().zip(&m.functions) {
+            for (i, mm) in f.iter().enumerate() {
+                check(mm, info).map_err(|e| format!("cublaslt module of backend {}: function '{}': matmul {i}: {e}", m.backend, info.symbol))?;
+            }
+        }
+        Ok(b)
+    }
+}
+
+/// Bytes an operand spans: `(batch - 1) * stride + rows * cols` elements.
+fn span(o: &Operand, batch: u64, elems: u64, size: u64) -> Option<u64> {
+    (batch - 1).checked_mul(o.batch_stride)?.checked_add(elems)?.checked_mul(size)?.checked_add(o.offset)
+}
+
+fn check(mm: &Matmul, info: &FunctionInfo) -> Result<(), String> {
+    if !matches!(mm.dtype, DType::F32 | DType::F16) {
+        return Err(format!("element type {:?} (f32 or f16 only)", mm.dtype));
+    }
+    if mm.m == 0 || mm.n == 0 || mm.k == 0 || mm.batch == 0 || [mm.m, mm.n, mm.k].iter().any(|&d| d > i32::MAX as u64) {
+        return Err(format!("shape {}x{}x{} batch {} out of range", mm.m, mm.n, mm.k, mm.batch));
+    }
+    let n_bufs = info.inputs.len() + info.outputs.len();
+    let size = mm.dtype.size() as u64;
+    let bytes_of = |arg: u32| -> Result<u64, String> {
+        let i = arg as usize;
+        if i < info.inputs.len() {
+            Ok(info.inputs[i].size_bytes() as u64)
+        } else if i < n_bufs {
+            Ok(info.outputs[i - info.inputs.len()].size_bytes() as u64)
+        } else if i == n_bufs && info.scratch_bytes > 0 {
+            Ok(info.scratch_bytes)
+        } else {
+            Err(format!("argument {i} of a function with {n_bufs} buffers"))
+        }
+    };
+    let mut operands = vec![("A", mm.a, mm.m * mm.k), ("B", mm.b, mm.k * mm.n), ("D", mm.d, mm.m * mm.n)];
+    if let Some(c) = mm.residual {
+        operands.push(("C", c, mm.m * mm.n));
+    }
+    if let Some(bias) = mm.bias {
+        if bias.batch_stride != 0 {
+            return Err("a bias is the same for every batch".into());
+        }
+        operands.push(("bias", bias, mm.n));
+    }
+    for (name, o, elems) in operands {
+        let have = bytes_of(o.arg)?;
+        if o.offset != 0 && (o.arg as usize) < n_bufs {
+            return Err(format!("{name}: only scratch takes offsets"));
+        }
+        match span(&o, mm.batch, elems, size) {
+            Some(need) if need <= have => {}
+            _ => return Err(format!("{name} spans more than argument {}'s {have} bytes", o.arg)),
+        }
+    }
+    if (mm.d.arg as usize) < info.inputs.len() {
+        return Err("D is an input".into());
+    }
+    match bytes_of(mm.workspace.arg) {
+        Ok(have) if mm.workspace.arg as usize == n_bufs && mm.workspace.offset.checked_add(WORKSPACE_BYTES).is_some_and(|e| e <= have) => Ok(()),
+        _ => Err(format!("the workspace ({WORKSPACE_BYTES} bytes at argument {} + {}) is not inside the scratch", mm.workspace.arg, mm.workspace.offset)),
+    }
+}
+
+/// Whether cuBLASLt can be loaded here; why not, if not (cudarc panics on a missing library, so ask first).
+pub fn available() -> Result<(), String> {
+    device::context()?;
+    // SAFETY: only tries to open the library by its names.
+    if unsafe { lt::is_culib_present() } {
+        Ok(())
+    } else {
+        Err("cuBLASLt (libcublasLt.so.13) not found on this machine".into())
+    }
+}
+
+/// The cuBLASLt version (`major.minor.patch` as one number, e.g. 130100), once loaded.
+pub fn version() -> Result<usize, String> {
+    available()?;
+    // SAFETY: the library is present (checked above); no arguments.
+    Ok(unsafe { lt::cublasLtGetVersion() })
+}
+
+/// A loaded cublaslt module: its matmuls and the cuBLASLt handle they run through.
+pub struct LoadedBlas {
+    backend: String,
+    handle: Arc<Handle>,
+    functions: Vec<Vec<Matmul>>,
+    arg_counts: Vec<usize>,
+}
+
+struct Handle(lt::cublasLtHandle_t);
+
+// SAFETY: a cuBLASLt handle may be used from any thread as long as calls on it are not concurrent with its
+// destruction; the engine enqueues from one thread at a time and the handle outlives every prepared call.
+unsafe impl Send for Handle {}
+unsafe impl Sync for Handle {}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: created by cublasLtCreate, destroyed once.
+        unsafe {
+            let _ = lt::cublasLtDestroy(self.0);
+        }
+    }
+}
+
+impl LoadedBlas {
+    pub fn load(m: &Module) -> Result<LoadedBlas, RuntimeError> {
+        let b = BlasModule::decode(m).map_err(RuntimeError)?;
+        available().map_err(|e| RuntimeError(format!("module of backend {} needs a GPU with cuBLASLt: {e}", m.backend)))?;
+        let ctx = device::context().map_err(RuntimeError)?;
+        ctx.bind_to_thread().map_err(|e| RuntimeError(format!("GPU 0: {e}")))?;
+        let handle = cudarc::cublaslt::result::create_handle().map_err(|e| RuntimeError(format!("module of backend {}: cublasLtCreate: {e:?}", m.backend)))?;
+        Ok(LoadedBlas {
+            backend: m.backend.clone(),
+            handle: Arc::new(Handle(handle)),
+            functions: b.functions,
+            arg_counts: m.functions.iter().map(|f| f.inputs.len() + f.outputs.len() + usize::from(f.scratch_bytes > 0)).collect(),
+        })
+    }
+}
+
+impl LoadedModule for LoadedBlas {
+    unsafe fn call(&self, _index: usize, _args: &[*mut u8]) -> Result<(), RuntimeError> {
+        Err(RuntimeError(format!("module of backend {}: cuBLASLt matmuls run on the GPU only, inside a GPU executable", self.backend)))
+    }
+
+    fn gpu(&self) -> Option<&dyn GpuModule> {
+        Some(self)
+    }
+}
+
+impl GpuModule for LoadedBlas {
+    fn launches(&self, index: usize, args: &[u64]) -> Result<Vec<PreparedLaunch>, RuntimeError> {
+        let mms = self.functions.get(index).ok_or_else(|| RuntimeError(format!("module of backend {}: no function {index}", self.backend)))?;
+        if args.len() != self.arg_counts[index] {
+            return Err(RuntimeError(format!("module of backend {}: function {index} takes {} arguments, got {}", self.backend, self.arg_counts[index], args.len())));
+        }
+        mms.iter()
+            .enumerate()
+            .map(|(i, mm)| {
+                let call = PreparedMatmul::new(&self.handle, mm, args).map_err(|e| RuntimeError(format!("module of backend {}: function {index}: matmul {i} ({}): {e}", self.backend, mm.describe())))?;
+                Ok(PreparedLaunch { entry: mm.describe(), grid: [0; 3], block: [0; 3], shared_bytes: 0, op: LaunchOp::Library(Arc::new(call)) })
+            })
+            .collect()
+    }
+}
+
+/// A matmul with its descriptors, pointers and algorithm fixed: one `cublasLtMatmul` call.
+struct PreparedMatmul {
+    handle: Arc<Handle>,
+    desc: lt::cublasLtMatmulDesc_t,
+    layouts: [lt::cublasLtMatrixLayout_t; 3],
+    algo: lt::cublasLtMatmulAlgo_t,
+    /// Device addresses of A', B' (cuBLASLt's operands: our B and A), C and D.
+    ptrs: [u64; 4],
+    beta: f32,
+    workspace: u64,
+}
+
+// SAFETY: the descriptors are plain host objects owned by this value and only read by cublasLtMatmul.
+unsafe impl Send for PreparedMatmul {}
+unsafe impl Sync for PreparedMatmul {}
+
+fn ok(s: lt::cublasStatus_t, what: &str) -> Result<(), String> {
+    if s == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what}: {s:?}"))
+    }
+}
+
+/// The largest power of two (at most 256) dividing `addr`: the alignment the heuristic may assume.
+fn alignment(addr: u64) -> u32 {
+    if addr == 0 {
+        return 256;
+    }
+    (1u64 << addr.trailing_zeros().min(8)) as u32
+}
+
+impl PreparedMatmul {
+    fn new(handle: &Arc<Handle>, mm: &Matmul, args: &[u64]) -> Result<PreparedMatmul, String> {
+        let at = |o: &Operand| args[o.arg as usize] + o.offset;
+        let ty = match mm.dtype {
+            DType::F16 => lt::cudaDataType::CUDA_R_16F,
+            _ => lt::cudaDataType::CUDA_R_32F,
+        };
+        // SAFETY: descriptor calls on objects created here; attribute buffers are live locals of the right size.
+        unsafe {
+            let mut desc = std::ptr::null_mut();
+            ok(lt::cublasLtMatmulDescCreate(&mut desc, lt::cublasComputeType_t::CUBLAS_COMPUTE_32F, lt::cudaDataType::CUDA_R_32F), "cublasLtMatmulDescCreate")?;
+            let mut this = PreparedMatmul { handle: handle.clone(), desc, layouts: [std::ptr::null_mut(); 3], algo: std::mem::zeroed(), ptrs: [0; 4], beta: 0.0, workspace: at(&mm.workspace) };
+            let epilogue = match (mm.bias.is_some(), mm.relu) {
+                (false, false) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
+                (false, true) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU,
+                (true, false) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
+                (true, true) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
+            };
+            let set_desc = |attr: lt::cublasLtMatmulDescAttributes_t, buf: *const c_void, len: usize| ok(lt::cublasLtMatmulDescSetAttribute(desc, attr, buf, len), "cublasLtMatmulDescSetAttribute");
+            set_desc(lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue as *const _ as *const c_void, std::mem::size_of_val(&epilogue))?;
+            if let Some(b) = &mm.bias {
+                let p: u64 = at(b);
+                set_desc(lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p as *const u64 as *const c_void, 8)?;
+            }
+            // Column-major view: A' = our B (n x k, ld n), B' = our A (k x m, ld k), C' and D' (n x m, ld n).
+            let shapes = [(mm.n, mm.k, mm.b.batch_stride), (mm.k, mm.m, mm.a.batch_stride), (mm.n, mm.m, mm.d.batch_stride)];
+            for (slot, &(rows, cols, stride)) in shapes.iter().enumerate() {
+                let mut l = std::ptr::null_mut();
+                ok(lt::cublasLtMatrixLayoutCreate(&mut l, ty, rows, cols, rows as i64), "cublasLtMatrixLayoutCreate")?;
+                this.layouts[slot] = l;
+                if mm.batch > 1 {
+                    let count = mm.batch as i32;
+                    let offset = stride as i64;
+                    ok(lt::cublasLtMatrixLayoutSetAttribute(l, lt::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count as *const i32 as *const c_void, 4), "batch count")?;
+                    ok(lt::cublasLtMatrixLayoutSetAttribute(l, lt::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &offset as *const i64 as *const c_void, 8), "batch stride")?;
+                }
+            }
+            if let Some(c) = &mm.residual {
+                if c.batch_stride != mm.d.batch_stride {
+                    return Err("the residual's batch stride differs from the output's".into());
+                }
+            }
+            let (c_ptr, beta) = match &mm.residual {
+                Some(c) => (at(c), 1.0f32),
+                None => (at(&mm.d), 0.0f32),
+            };
+            this.ptrs = [at(&mm.b), at(&mm.a), c_ptr, at(&mm.d)];
+            this.beta = beta;
+            // The heuristic's first algorithm for these pointers' alignment and the workspace we have.
+            let mut pref = std::ptr::null_mut();
+            ok(lt::cublasLtMatmulPreferenceCreate(&mut pref), "cublasLtMatmulPreferenceCreate")?;
+            let found = (|| {
+                let set = |attr: lt::cublasLtMatmulPreferenceAttributes_t, v: u64, len: usize| ok(lt::cublasLtMatmulPreferenceSetAttribute(pref, attr, &v as *const u64 as *const c_void, len), "cublasLtMatmulPreferenceSetAttribute");
+                set(lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, WORKSPACE_BYTES, 8)?;
+                use lt::cublasLtMatmulPreferenceAttributes_t as P;
+                for (attr, p) in [(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, this.ptrs[0]), (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, this.ptrs[1]), (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, this.ptrs[2]), (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, this.ptrs[3])] {
+                    let a = alignment(p);
+                    ok(lt::cublasLtMatmulPreferenceSetAttribute(pref, attr, &a as *const u32 as *const c_void, 4), "alignment preference")?;
+                }
+                let mut result: lt::cublasLtMatmulHeuristicResult_t = std::mem::zeroed();
+                let mut count = 0i32;
+                let l = this.layouts;
+                ok(lt::cublasLtMatmulAlgoGetHeuristic(handle.0, desc, l[0], l[1], l[2], l[2], pref, 1, &mut result, &mut count), "cublasLtMatmulAlgoGetHeuristic")?;
+                if count == 0 {
+                    return Err("cuBLASLt has no algorithm for this matmul".to_string());
+                }
+                ok(result.state, "heuristic result")?;
+                Ok(result.algo)
+            })();
+            let _ = lt::cublasLtMatmulPreferenceDestroy(pref);
+            this.algo = found?;
+            Ok(this)
+        }
+    }
+}
+
+impl LibraryCall for PreparedMatmul {
+    unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), String> {
+        let alpha = 1.0f32;
+        let l = self.layouts;
+        let p = |i: usize| self.ptrs[i] as *mut c_void;
+        ok(
+            lt::cublasLtMatmul(
+                self.handle.0,
+                self.desc,
+                &alpha as *const f32 as *const c_void,
+                p(0),
+                l[0],
+                p(1),
+                l[1],
+                &self.beta as *const f32 as *const c_void,
+                p(2),
+                l[2],
+                p(3),
+                l[2],
+                &self.algo,
+                self.workspace as *mut c_void,
+                WORKSPACE_BYTES as usize,
+                stream as lt::cudaStream_t,
+            ),
+            "cublasLtMatmul",
+        )
+    }
+}
+
+impl Drop for PreparedMatmul {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, destroyed once; null layouts (a failed `new`) are skipped.
+        unsafe {
+            for l in self.layouts {
+                if !l.is_null() {
+                    let _ = lt::cublasLtMatrixLayoutDestroy(l);
+                }
+            }
+            let _ = lt::cublasLtMatmulDescDestroy(self.desc);
+        }
+    }
+}
+
+/// The loader of [`crate::module::ModuleFormat::CublasLt`] modules.
+pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
+    Ok(Box::new(LoadedBlas::load(m)?))
+}

@@ -1,0 +1,99 @@
+//! The `cublas` backend (`cuda -compiler=cublas`): MatMuls (batched, broadcast batch) with their bias,
+//! residual and ReLU epilogues as cuBLASLt calls, fp32 (no TF32) and fp16 with fp32 accumulation.
+//!
+//! The split follows the other backends': [`support`] (which nodes and chains), [`lower`] (kernel graph to
+//! matmul descriptions), [`cost`] (the analytical estimate). There is no toolchain: a module is the list of each
+//! function's matmuls ([`BlasModule`]), so compiling needs no GPU and no library, and the artifact's bytes do
+//! not depend on the machine that built them. The runtime (`kernels/src/runtime/cuda/blas.rs`) creates the
+//! descriptors and asks cuBLASLt's heuristic for an algorithm once, at load, then captures the calls into the
+//! model's CUDA graph with the `cuda` backend's kernels.
+
+pub mod cost;
+pub mod lower;
+pub mod support;
+
+use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat};
+use crate::ir::{Graph, NodeId};
+use crate::partition::collage::rules::Rule;
+use crate::target::Target;
+use tessera_kernels::runtime::cuda::blas::{BlasModule, Matmul};
+
+/// The backend's name, as `cuda -compiler=cublas` selects it.
+pub const NAME: &str = "cublas";
+
+/// Bump whenever lowering or the module format changes.
+pub const VERSION: u32 = 1;
+
+/// The `cublas` backend (stateless).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CublasBackend;
+
+fn err(msg: impl Into<String>) -> BackendError {
+    BackendError { backend: NAME.into(), msg: msg.into() }
+}
+
+fn check_target(target: &Target) -> Result<(), BackendError> {
+    if target.backend_name() != NAME {
+        return Err(err(format!("target '{target}' selects backend '{}', not '{NAME}'", target.backend_name())));
+    }
+    Ok(())
+}
+
+impl Backend for CublasBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn version(&self) -> u32 {
+        VERSION
+    }
+
+    /// Compiling writes descriptions only; running needs a GPU with cuBLASLt (the runtime says so).
+    fn available(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool {
+        target.backend_name() == NAME && support::supports(g, n)
+    }
+
+    /// MatMuls alone and with their epilogue chains.
+    fn rules(&self) -> Rule {
+        Rule::anchors_with_epilogues()
+    }
+
+    fn colors(&self) -> (&'static str, &'static str) {
+        ("#dadaeb", "#756bb1")
+    }
+
+    fn estimate_us(&self, g: &Graph, nodes: &[NodeId], _target: &Target) -> f64 {
+        cost::estimate_us(g, nodes)
+    }
+
+    fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
+        check_target(target)?;
+        let (calls, info) = lower::lower_kernel(kernel, symbol).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
+        Ok(LoweredKernel { info, code: postcard::to_stdvec(&calls).expect("matmuls encode") })
+    }
+
+    fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
+        check_target(target)?;
+        let functions = kernels
+            .iter()
+            .map(|k| postcard::from_bytes::<Vec<Matmul>>(&k.code).map_err(|e| err(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let module = Module {
+            backend: NAME.into(),
+            target: target.canonical(),
+            format: ModuleFormat::CublasLt,
+            functions: kernels.iter().map(|k| k.info.clone()).collect(),
+            bytes: BlasModule { functions }.encode(),
+        };
+        // The runtime's own check, here too: a module that would not load is a compile error.
+        BlasModule::decode(&module).map_err(err)?;
+        Ok(module)
+    }
+}
+
+#[cfg(test)]
+mod tests;
