@@ -25,13 +25,14 @@ use tessera_stages::interp::{random_inputs, run_graph};
 use tessera_stages::partition::stage::CostMode;
 use tessera_store::{OpenOptions, Store};
 
-/// The target sets checked: `cuda` alone and `cuda` with `cublas` (cuBLASLt taking the MatMuls the search
-/// gives it), each in fp32 and in fp16 storage with fp32 accumulation; and their tolerances.
+/// The target sets checked: `cuda` alone, and the default GPU set, `cuda` with the libraries (`cublas` and
+/// `cudnn` taking the MatMuls and convolutions the search gives them), each in fp32 and in fp16 storage with
+/// fp32 accumulation; and their tolerances.
 const TARGETS: [(&[&str], f64); 4] = [
     (&["cuda -compiler=nvrtc"], 1e-4),
     (&["cuda -compiler=nvrtc -precision=fp16"], 1e-2),
-    (&["cuda -compiler=nvrtc", "cuda -compiler=cublas"], 1e-4),
-    (&["cuda -compiler=nvrtc -precision=fp16", "cuda -compiler=cublas -precision=fp16"], 1e-2),
+    (&["cuda -compiler=nvrtc", "cuda -compiler=cublas", "cuda -compiler=cudnn"], 1e-4),
+    (&["cuda -compiler=nvrtc -precision=fp16", "cuda -compiler=cublas -precision=fp16", "cuda -compiler=cudnn -precision=fp16"], 1e-2),
 ];
 
 fn repo() -> PathBuf {
@@ -72,16 +73,19 @@ fn the_zoo_compiles_to_cubins_without_a_gpu() {
     if !nvrtc_or_skip("compiling the zoo for cuda") {
         return;
     }
-    let mut cublas_modules = 0;
+    let mut library_modules = std::collections::BTreeMap::new();
     for (target, _) in TARGETS {
-        cublas_modules += zoo_compiles_for(target);
+        for (backend, n) in zoo_compiles_for(target) {
+            *library_modules.entry(backend).or_insert(0) += n;
+        }
     }
-    assert!(cublas_modules > 0, "the search gave cuBLASLt no MatMul of the zoo");
+    assert_eq!(library_modules.keys().copied().collect::<Vec<_>>(), ["cublas", "cudnn"], "the search gave a library nothing: {library_modules:?}");
 }
 
-/// Compiles the zoo for `target`, checks every module, and returns how many are cuBLASLt modules.
-fn zoo_compiles_for(target: &[&str]) -> usize {
-    let mut cublas_modules = 0;
+/// Compiles the zoo for `target`, checks every module, and returns how many modules of each library backend
+/// the artifacts hold.
+fn zoo_compiles_for(target: &[&str]) -> std::collections::BTreeMap<&'static str, usize> {
+    let mut library_modules = std::collections::BTreeMap::new();
     let tmp = tempfile::tempdir().unwrap();
     let manifest = repo().join("fixtures/zoo.toml");
     let s = compile_for_cuda(target, &manifest, &tmp.path().join("store"), &tmp.path().join("out"));
@@ -89,13 +93,17 @@ fn zoo_compiles_for(target: &[&str]) -> usize {
     assert_eq!(s.models, jobs.len());
     for job in &jobs {
         let a = Artifact::open(&tmp.path().join("out").join(format!("{}.tsr", job.name))).unwrap();
-        assert!(!a.body.modules.is_empty() && a.body.modules.iter().all(|m| m.backend == "cuda" || m.backend == "cublas"), "{}", job.name);
+        assert!(!a.body.modules.is_empty() && a.body.modules.iter().all(|m| ["cuda", "cublas", "cudnn"].contains(&m.backend.as_str())), "{}", job.name);
         for m in &a.body.modules {
-            if m.backend == "cublas" {
-                assert!(target.len() == 2, "{}: cublas modules without the cublas target", job.name);
-                let b = tessera_kernels::runtime::cuda::blas::BlasModule::decode(m).unwrap();
-                eprintln!("{} ({}): {} cuBLASLt matmuls", job.name, target.join(" + "), b.functions.iter().map(Vec::len).sum::<usize>());
-                cublas_modules += 1;
+            if m.backend != "cuda" {
+                assert!(target.len() > 1, "{}: {} modules without its target", job.name, m.backend);
+                let calls = if m.backend == "cublas" {
+                    tessera_kernels::runtime::cuda::blas::BlasModule::decode(m).unwrap().functions.iter().map(Vec::len).sum::<usize>()
+                } else {
+                    tessera_kernels::runtime::cuda::dnn::DnnModule::decode(m).unwrap().functions.iter().map(Vec::len).sum::<usize>()
+                };
+                eprintln!("{} ({}): {calls} {} calls", job.name, target.join(" + "), m.backend);
+                *library_modules.entry(if m.backend == "cublas" { "cublas" } else { "cudnn" }).or_insert(0) += 1;
                 continue;
             }
             let c = tessera_kernels::runtime::cuda::format::CubinModule::decode(m).unwrap();
@@ -107,7 +115,7 @@ fn zoo_compiles_for(target: &[&str]) -> usize {
             assert!(e.contains("GPU"), "{e}");
         }
     }
-    cublas_modules
+    library_modules
 }
 
 fn relative_error(got: &tessera_stages::ir::Tensor, want: &tessera_stages::ir::Tensor) -> Result<f64, String> {
@@ -140,7 +148,7 @@ fn the_zoo_matches_the_reference_on_the_gpu() {
         return;
     }
     let which = std::env::var("TESSERA_GPU_PRECISION").unwrap_or_else(|_| "both".into());
-    // `cuda` alone, `cuda` with `cublas`, or both (default).
+    // `cuda` alone, `cuda` with the libraries, or both (default).
     let sets = std::env::var("TESSERA_GPU_SETS").unwrap_or_else(|_| "both".into());
     let mut tables = Vec::new();
     let mut failures = Vec::new();
@@ -149,8 +157,8 @@ fn the_zoo_matches_the_reference_on_the_gpu() {
         if (which == "fp16" && !fp16) || (which == "fp32" && fp16) {
             continue;
         }
-        let with_cublas = target.len() == 2;
-        if (sets == "cuda" && with_cublas) || (sets == "cublas" && !with_cublas) {
+        let with_libraries = target.len() > 1;
+        if (sets == "cuda" && with_libraries) || (sets == "libraries" && !with_libraries) {
             continue;
         }
         let (table, fails) = zoo_on_the_gpu(target, tol);
@@ -206,13 +214,13 @@ fn zoo_on_the_gpu(target: &[&str], tol: f64) -> (String, Vec<String>) {
         let mut times = exe.gpu_replay_times_us(&inputs, 20, 200).expect("a GPU artifact").unwrap();
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
-        let cublas = art.body.modules.iter().filter(|m| m.backend == "cublas").map(|m| m.functions.len()).sum::<usize>();
-        let row = format!("| {} | {} | {} | {:.2e} | {:.1} |", job.name, exe.kernel_count().unwrap_or(0), cublas, worst, median);
+        let library = |b: &str| art.body.modules.iter().filter(|m| m.backend == b).map(|m| m.functions.len()).sum::<usize>();
+        let row = format!("| {} | {} | {} | {} | {:.2e} | {:.1} |", job.name, exe.kernel_count().unwrap_or(0), library("cublas"), library("cudnn"), worst, median);
         eprintln!("{row}");
         rows.push(row);
     }
     let table = format!(
-        "Device: {} ({}, {} SMs, driver CUDA {}); targets {}; manifest {}; {} models compiled in {compile_s:.1} s ({} partitions).\n\n| model | launches per run | cuBLASLt functions | max relative error (against the fp32 reference) | median graph replay (us) |\n|---|---|---|---|---|\n{}\n",
+        "Device: {} ({}, {} SMs, driver CUDA {}); targets {}; manifest {}; {} models compiled in {compile_s:.1} s ({} partitions).\n\n| model | launches per run | cuBLASLt functions | cuDNN functions | max relative error (against the fp32 reference) | median graph replay (us) |\n|---|---|---|---|---|---|\n{}\n",
         device.name,
         device.arch,
         device.sm_count,

@@ -38,6 +38,9 @@ pub enum ModuleFormat {
     /// A [`cublaslt module`](crate::runtime::cuda::blas::BlasModule): each function's cuBLASLt matmuls (the
     /// `cublas` backend's; loaded by `runtime::cuda::blas`, run on the GPU).
     CublasLt,
+    /// A [`cudnn module`](crate::runtime::cuda::dnn::DnnModule): each function's fused cuDNN convolutions (the
+    /// `cudnn` backend's; loaded by `runtime::cuda::dnn`, run on the GPU).
+    Cudnn,
 }
 
 /// Where a module's functions run, and so where the buffers they read and write must be.
@@ -63,7 +66,7 @@ impl ModuleFormat {
     pub fn place(&self) -> Place {
         match self {
             ModuleFormat::SharedObject | ModuleFormat::GemmPlan | ModuleFormat::Named(_) => Place::Host,
-            ModuleFormat::Cubin | ModuleFormat::CublasLt => Place::Gpu,
+            ModuleFormat::Cubin | ModuleFormat::CublasLt | ModuleFormat::Cudnn => Place::Gpu,
         }
     }
 }
@@ -76,6 +79,7 @@ impl std::fmt::Display for ModuleFormat {
             ModuleFormat::Named(name) => write!(f, "named '{name}'"),
             ModuleFormat::Cubin => f.write_str("cubin"),
             ModuleFormat::CublasLt => f.write_str("cublaslt"),
+            ModuleFormat::Cudnn => f.write_str("cudnn"),
         }
     }
 }

@@ -36,6 +36,7 @@ const BUILTIN: &[(ModuleFormat, LoadFn)] = &[
     (ModuleFormat::GemmPlan, gemm::loader),
     (ModuleFormat::Cubin, cuda::loader),
     (ModuleFormat::CublasLt, cuda::blas::loader),
+    (ModuleFormat::Cudnn, cuda::dnn::loader),
 ];
 
 /// Module format -> loader, at most one loader per format.
@@ -119,7 +120,7 @@ mod tests {
     #[test]
     fn builtin_has_one_loader_per_format_of_this_crate() {
         let formats: Vec<&ModuleFormat> = Registry::builtin().formats().collect();
-        assert_eq!(formats, [&ModuleFormat::SharedObject, &ModuleFormat::GemmPlan, &ModuleFormat::Cubin, &ModuleFormat::CublasLt]);
+        assert_eq!(formats, [&ModuleFormat::SharedObject, &ModuleFormat::GemmPlan, &ModuleFormat::Cubin, &ModuleFormat::CublasLt, &ModuleFormat::Cudnn]);
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub(crate) mod scan_nd_cases;
 pub mod c;
 pub mod cublas;
 pub mod cuda;
+pub mod cudnn;
 
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::{Kinds, Rule};
@@ -176,7 +177,7 @@ mod tests {
         assert!(rules.windows(2).all(|w| w[0] != w[1]), "{rules:?}");
         assert_eq!(rules[0], rules[2]);
         let uses: Vec<(&str, bool)> = all.iter().map(|b| (b.name(), b.rules().uses_gemm_epilogue())).collect();
-        assert_eq!(uses, [("c", false), ("gemm", true), ("cuda", false), ("cublas", true)]);
+        assert_eq!(uses, [("c", false), ("gemm", true), ("cuda", false), ("cublas", true), ("cudnn", true)]);
         let colors: std::collections::BTreeSet<_> = all.iter().map(|b| b.colors()).collect();
         assert_eq!(colors.len(), all.len());
     }

@@ -6,11 +6,13 @@
 //! - [`device`]: the process's context on GPU 0 and its description.
 //! - [`module`]: a loaded cubin, and what every GPU module gives the engine (launches).
 //! - [`blas`]: the cuBLASLt module format and its loader (the `cublas` backend's matmuls).
+//! - [`dnn`]: the cuDNN module format and its loader (the `cudnn` backend's fused convolutions).
 //! - [`engine`]: a loaded GPU artifact: device arena, constants uploaded once, a captured CUDA graph replayed
 //!   per run, pinned staging buffers.
 
 pub mod blas;
 pub mod device;
+pub mod dnn;
 pub mod engine;
 pub mod format;
 pub mod libs;

@@ -474,7 +474,7 @@ fn adjacent_winners_on_one_target_merge() {
 #[test]
 fn a_missing_backend_or_bad_limits_is_an_error() {
     let g = conv_chain();
-    let targets = TargetSet::parse(&["cuda -compiler=cudnn".into()]).unwrap();
+    let targets = TargetSet::parse(&["cuda -compiler=cutlass".into()]).unwrap();
     let e = cands_of(&g, &targets, &Limits::default()).unwrap_err();
     assert!(e.0.contains("no backend"), "{e}");
     let e = cands_of(&g, &cpu_targets(), &Limits { max_nodes: 0, ..Limits::default() }).unwrap_err();

@@ -1,0 +1,402 @@
+//! The `cudnn` module format and its loader: each function is a list of cuDNN fused convolutions over the
+//! function's device arguments (the `cudnn` backend's modules).
+//!
+//! A convolution is 2-D, NCHW, and fused as cuDNN's `cudnnConvolutionBiasActivationForward` computes it:
+//! `y = relu?(conv(x, w) + z + bias)`, a per-channel bias always present (the `cudnn` backend takes convolutions
+//! with a bias: batch norm folded into a convolution gives one), the residual `z` optional. fp32 runs on FMA
+//! kernels only (`CUDNN_FMA_MATH`: no TF32, so results stay within fp32's tolerance); fp16 stores f16, computes
+//! in fp32 and may use tensor cores.
+//!
+//! The module holds no algorithm: the loader asks cuDNN's heuristic (`cudnnGetConvolutionForwardAlgorithm_v7`)
+//! once, at load, for the first algorithm whose workspace fits [`WORKSPACE_BYTES`] (without ReLU, cuDNN allows
+//! only the implicit precomputed GEMM, which then is the algorithm). The engine captures the calls into its
+//! CUDA graph like kernels.
+
+use super::blas::Operand;
+use super::device;
+use super::module::{GpuModule, LaunchOp, LibraryCall, PreparedLaunch};
+use crate::module::{FunctionInfo, Module};
+use crate::runtime::{LoadedModule, RuntimeError};
+use crate::DType;
+use cudarc::cudnn::sys as dnn;
+use cudarc::driver::sys;
+use serde::{Deserialize, Serialize};
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+/// Workspace every convolution may use (inside the function's scratch).
+pub const WORKSPACE_BYTES: u64 = 16 << 20;
+
+/// One fused convolution (shapes as in the IR: NCHW input, KCRS weight).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conv {
+    /// Element type of x, w, y, z and the bias (f32 or f16); arithmetic is f32.
+    pub dtype: DType,
+    /// Input `[n, c, h, w]`, weight `[k, c / groups, r, s]`, output `[n, k, p, q]`.
+    pub input: [u32; 4],
+    pub weight: [u32; 4],
+    pub output: [u32; 4],
+    pub pads: [u32; 2],
+    pub strides: [u32; 2],
+    pub dilations: [u32; 2],
+    pub groups: u32,
+    pub x: Operand,
+    pub w: Operand,
+    pub y: Operand,
+    /// `k` elements, one per output channel.
+    pub bias: Operand,
+    /// Added before the activation, with y's shape.
+    pub residual: Option<Operand>,
+    pub relu: bool,
+    /// The scratch argument and an offset; `WORKSPACE_BYTES` long.
+    pub workspace: Operand,
+}
+
+impl Conv {
+    fn describe(&self) -> String {
+        let [n, c, h, w] = self.input;
+        let [k, _, r, s] = self.weight;
+        let mut d = format!("cudnn conv {n}x{c}x{h}x{w} k{k} {r}x{s}/{}", self.strides[0]);
+        if self.groups > 1 {
+            d.push_str(&format!(" g{}", self.groups));
+        }
+        d.push_str(if self.dtype == DType::F16 { " f16 +bias" } else { " f32 +bias" });
+        if self.residual.is_some() {
+            d.push_str(" +residual");
+        }
+        if self.relu {
+            d.push_str(" relu");
+        }
+        d
+    }
+}
+
+/// The bytes of a module of format [`crate::module::ModuleFormat::Cudnn`]: per function, its convolutions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnnModule {
+    pub functions: Vec<Vec<Conv>>,
+}
+
+impl DnnModule {
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).expect("a cudnn module encodes")
+    }
+
+    /// Decodes and checks a module against its function list: geometry consistent, every operand inside its
+    /// argument, the workspace inside the scratch.
+    pub fn decode(m: &Module) -> Result<DnnModule, String> {
+        let d: DnnModule = postcard::from_bytes(&m.bytes).map_err(|e| format!("cudnn module of backend {}: undecodable ({e})", m.backend))?;
+        if d.functions.len() != m.functions.len() {
+            return Err(format!("cudnn module of backend {}: {} convolution lists for {} functions", m.backend, d.functions.len(), m.functions.len()));
+        }
+        for (f, info) in d.functions.iter().zip(&m.functions) {
+            for (i, c) in f.iter().enumerate() {
+                check(c, info).map_err(|e| format!("cudnn module of backend {}: function '{}': convolution {i}: {e}", m.backend, info.symbol))?;
+            }
+        }
+        Ok(d)
+    }
+}
+
+fn check(c: &Conv, info: &FunctionInfo) -> Result<(), String> {
+    if !matches!(c.dtype, DType::F32 | DType::F16) {
+        return Err(format!("element type {:?} (f32 or f16 only)", c.dtype));
+    }
+    let ([n, ch, h, w], [k, cg, r, s], [on, ok_, p, q]) = (c.input, c.weight, c.output);
+    let g = c.groups;
+    if [n, ch, h, w, k, cg, r, s, p, q, g].contains(&0) || c.strides.contains(&0) || c.dilations.contains(&0) {
+        return Err("a zero dimension, stride, dilation or group count".into());
+    }
+    if on != n || ok_ != k || ch != cg * g || k % g != 0 {
+        return Err(format!("inconsistent shapes: input {:?}, weight {:?}, output {:?}, groups {g}", c.input, c.weight, c.output));
+    }
+    // The output size convolution arithmetic gives (floor), so no access leaves the padded input.
+    let out = |size: u32, pad: u32, kernel: u32, stride: u32, dil: u32| -> Option<u32> {
+        let span = (kernel as u64 - 1) * dil as u64 + 1;
+        (size as u64 + 2 * pad as u64).checked_sub(span).map(|d| (d / stride as u64 + 1) as u32)
+    };
+    if out(h, c.pads[0], r, c.strides[0], c.dilations[0]) != Some(p) || out(w, c.pads[1], s, c.strides[1], c.dilations[1]) != Some(q) {
+        return Err(format!("output {p}x{q} does not follow from input {h}x{w}, kernel {r}x{s}, pads {:?}, strides {:?}, dilations {:?}", c.pads, c.strides, c.dilations));
+    }
+    let n_bufs = info.inputs.len() + info.outputs.len();
+    let size = c.dtype.size() as u64;
+    let bytes_of = |arg: u32| -> Result<u64, String> {
+        let i = arg as usize;
+        if i < info.inputs.len() {
+            Ok(info.inputs[i].size_bytes() as u64)
+        } else if i < n_bufs {
+            Ok(info.outputs[i - info.inputs.len()].size_bytes() as u64)
+        } else if i == n_bufs && info.scratch_bytes > 0 {
+            Ok(info.scratch_bytes)
+        } else {
+            Err(format!("argument {i} of a function with {n_bufs} buffers"))
+        }
+    };
+    let prod = |d: [u32; 4]| d.iter().map(|&x| x as u64).product::<u64>();
+    let mut operands = vec![("x", c.x, prod(c.input)), ("w", c.w, prod(c.weight)), ("y", c.y, prod(c.output)), ("bias", c.bias, k as u64)];
+    if let Some(z) = c.residual {
+        operands.push(("z", z, prod(c.output)));
+    }
+    for (name, o, elems) in operands {
+        let have = bytes_of(o.arg)?;
+        if o.offset != 0 && (o.arg as usize) < n_bufs {
+            return Err(format!("{name}: only scratch takes offsets"));
+        }
+        if elems.checked_mul(size).and_then(|b| b.checked_add(o.offset)).is_none_or(|need| need > have) {
+            return Err(format!("{name} spans more than argument {}'s {have} bytes", o.arg));
+        }
+    }
+    if (c.y.arg as usize) < info.inputs.len() {
+        return Err("y is an input".into());
+    }
+    match bytes_of(c.workspace.arg) {
+        Ok(have) if c.workspace.arg as usize == n_bufs && c.workspace.offset.checked_add(WORKSPACE_BYTES).is_some_and(|e| e <= have) => Ok(()),
+        _ => Err(format!("the workspace ({WORKSPACE_BYTES} bytes at argument {} + {}) is not inside the scratch", c.workspace.arg, c.workspace.offset)),
+    }
+}
+
+/// Whether cuDNN can be loaded here; why not, if not (cudarc panics on a missing library, so ask first).
+pub fn available() -> Result<(), String> {
+    device::context()?;
+    // SAFETY: only tries to open the library by its names.
+    if unsafe { dnn::is_culib_present() } {
+        Ok(())
+    } else {
+        Err("cuDNN (libcudnn.so.9) not found on this machine".into())
+    }
+}
+
+struct Handle(dnn::cudnnHandle_t);
+
+// SAFETY: the handle is used under the module's mutex (cuDNN handles are not to be used from two threads at
+// once) and outlives every prepared call.
+unsafe impl Send for Handle {}
+unsafe impl Sync for Handle {}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: created by cudnnCreate, destroyed once.
+        unsafe {
+            let _ = dnn::cudnnDestroy(self.0);
+        }
+    }
+}
+
+/// A loaded cudnn module: its convolutions and the cuDNN handle they run through.
+pub struct LoadedDnn {
+    backend: String,
+    handle: Arc<Mutex<Handle>>,
+    functions: Vec<Vec<Conv>>,
+    arg_counts: Vec<usize>,
+}
+
+fn ok(s: dnn::cudnnStatus_t, what: &str) -> Result<(), String> {
+    if s == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what}: {s:?}"))
+    }
+}
+
+impl LoadedDnn {
+    pub fn load(m: &Module) -> Result<LoadedDnn, RuntimeError> {
+        let d = DnnModule::decode(m).map_err(RuntimeError)?;
+        available().map_err(|e| RuntimeError(format!("module of backend {} needs a GPU with cuDNN: {e}", m.backend)))?;
+        let ctx = device::context().map_err(RuntimeError)?;
+        ctx.bind_to_thread().map_err(|e| RuntimeError(format!("GPU 0: {e}")))?;
+        let mut h = std::ptr::null_mut();
+        // SAFETY: plain out-parameter; the library is present (checked above).
+        ok(unsafe { dnn::cudnnCreate(&mut h) }, "cudnnCreate").map_err(|e| RuntimeError(format!("module of backend {}: {e}", m.backend)))?;
+        Ok(LoadedDnn {
+            backend: m.backend.clone(),
+            handle: Arc::new(Mutex::new(Handle(h))),
+            functions: d.functions,
+            arg_counts: m.functions.iter().map(|f| f.inputs.len() + f.outputs.len() + usize::from(f.scratch_bytes > 0)).collect(),
+        })
+    }
+}
+
+impl LoadedModule for LoadedDnn {
+    unsafe fn call(&self, _index: usize, _args: &[*mut u8]) -> Result<(), RuntimeError> {
+        Err(RuntimeError(format!("module of backend {}: cuDNN convolutions run on the GPU only, inside a GPU executable", self.backend)))
+    }
+
+    fn gpu(&self) -> Option<&dyn GpuModule> {
+        Some(self)
+    }
+}
+
+impl GpuModule for LoadedDnn {
+    fn launches(&self, index: usize, args: &[u64]) -> Result<Vec<PreparedLaunch>, RuntimeError> {
+        let convs = self.functions.get(index).ok_or_else(|| RuntimeError(format!("module of backend {}: no function {index}", self.backend)))?;
+        if args.len() != self.arg_counts[index] {
+            return Err(RuntimeError(format!("module of backend {}: function {index} takes {} arguments, got {}", self.backend, self.arg_counts[index], args.len())));
+        }
+        convs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let call = PreparedConv::new(&self.handle, c, args).map_err(|e| RuntimeError(format!("module of backend {}: function {index}: convolution {i} ({}): {e}", self.backend, c.describe())))?;
+                Ok(PreparedLaunch { entry: c.describe(), grid: [0; 3], block: [0; 3], shared_bytes: 0, op: LaunchOp::Library(Arc::new(call)) })
+            })
+            .collect()
+    }
+}
+
+/// A convolution with its descriptors, pointers and algorithm fixed: one cuDNN call.
+struct PreparedConv {
+    handle: Arc<Mutex<Handle>>,
+    x_desc: dnn::cudnnTensorDescriptor_t,
+    y_desc: dnn::cudnnTensorDescriptor_t,
+    bias_desc: dnn::cudnnTensorDescriptor_t,
+    w_desc: dnn::cudnnFilterDescriptor_t,
+    conv_desc: dnn::cudnnConvolutionDescriptor_t,
+    act_desc: dnn::cudnnActivationDescriptor_t,
+    algo: dnn::cudnnConvolutionFwdAlgo_t,
+    /// x, w, z, bias, y, workspace.
+    ptrs: [u64; 6],
+    alpha2: f32,
+}
+
+// SAFETY: the descriptors are plain host objects owned by this value, only read by the cuDNN call, which runs
+// under the handle's mutex.
+unsafe impl Send for PreparedConv {}
+unsafe impl Sync for PreparedConv {}
+
+impl PreparedConv {
+    fn new(handle: &Arc<Mutex<Handle>>, c: &Conv, args: &[u64]) -> Result<PreparedConv, String> {
+        let at = |o: &Operand| args[o.arg as usize] + o.offset;
+        let ty = if c.dtype == DType::F16 { dnn::cudnnDataType_t::CUDNN_DATA_HALF } else { dnn::cudnnDataType_t::CUDNN_DATA_FLOAT };
+        let nchw = dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        let i = |x: u32| x as i32;
+        // SAFETY: descriptor calls on objects created here, with plain values and out-parameters.
+        unsafe {
+            let mut this = PreparedConv {
+                handle: handle.clone(),
+                x_desc: std::ptr::null_mut(),
+                y_desc: std::ptr::null_mut(),
+                bias_desc: std::ptr::null_mut(),
+                w_desc: std::ptr::null_mut(),
+                conv_desc: std::ptr::null_mut(),
+                act_desc: std::ptr::null_mut(),
+                algo: dnn::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                ptrs: [at(&c.x), at(&c.w), 0, at(&c.bias), at(&c.y), at(&c.workspace)],
+                alpha2: 0.0,
+            };
+            for (d, dims) in [(&mut this.x_desc, c.input), (&mut this.y_desc, c.output), (&mut this.bias_desc, [1, c.weight[0], 1, 1])] {
+                ok(dnn::cudnnCreateTensorDescriptor(d), "cudnnCreateTensorDescriptor")?;
+                ok(dnn::cudnnSetTensor4dDescriptor(*d, nchw, ty, i(dims[0]), i(dims[1]), i(dims[2]), i(dims[3])), "cudnnSetTensor4dDescriptor")?;
+            }
+            ok(dnn::cudnnCreateFilterDescriptor(&mut this.w_desc), "cudnnCreateFilterDescriptor")?;
+            let [k, cg, r, s] = c.weight;
+            ok(dnn::cudnnSetFilter4dDescriptor(this.w_desc, ty, nchw, i(k), i(cg), i(r), i(s)), "cudnnSetFilter4dDescriptor")?;
+            ok(dnn::cudnnCreateConvolutionDescriptor(&mut this.conv_desc), "cudnnCreateConvolutionDescriptor")?;
+            ok(
+                dnn::cudnnSetConvolution2dDescriptor(
+                    this.conv_desc,
+                    i(c.pads[0]),
+                    i(c.pads[1]),
+                    i(c.strides[0]),
+                    i(c.strides[1]),
+                    i(c.dilations[0]),
+                    i(c.dilations[1]),
+                    dnn::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                    dnn::cudnnDataType_t::CUDNN_DATA_FLOAT,
+                ),
+                "cudnnSetConvolution2dDescriptor",
+            )?;
+            ok(dnn::cudnnSetConvolutionGroupCount(this.conv_desc, i(c.groups)), "cudnnSetConvolutionGroupCount")?;
+            let math = if c.dtype == DType::F16 { dnn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH } else { dnn::cudnnMathType_t::CUDNN_FMA_MATH };
+            ok(dnn::cudnnSetConvolutionMathType(this.conv_desc, math), "cudnnSetConvolutionMathType")?;
+            ok(dnn::cudnnCreateActivationDescriptor(&mut this.act_desc), "cudnnCreateActivationDescriptor")?;
+            let mode = if c.relu { dnn::cudnnActivationMode_t::CUDNN_ACTIVATION_RELU } else { dnn::cudnnActivationMode_t::CUDNN_ACTIVATION_IDENTITY };
+            ok(dnn::cudnnSetActivationDescriptor(this.act_desc, mode, dnn::cudnnNanPropagation_t::CUDNN_PROPAGATE_NAN, 0.0), "cudnnSetActivationDescriptor")?;
+            match &c.residual {
+                Some(z) => {
+                    this.ptrs[2] = at(z);
+                    this.alpha2 = 1.0;
+                }
+                // No residual: z aliases y with alpha2 = 0, as cuDNN allows.
+                None => this.ptrs[2] = this.ptrs[4],
+            }
+            if c.relu {
+                let h = handle.lock().map_err(|_| "the cuDNN handle's lock is poisoned".to_string())?;
+                let mut perf: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
+                let mut count = 0;
+                ok(dnn::cudnnGetConvolutionForwardAlgorithm_v7(h.0, this.x_desc, this.w_desc, this.conv_desc, this.y_desc, 8, &mut count, perf.as_mut_ptr()), "cudnnGetConvolutionForwardAlgorithm_v7")?;
+                let pick = perf[..count.max(0) as usize]
+                    .iter()
+                    .find(|p| p.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && (p.memory as u64) <= WORKSPACE_BYTES)
+                    .ok_or_else(|| format!("no cuDNN algorithm within a {WORKSPACE_BYTES}-byte workspace"))?;
+                this.algo = pick.algo;
+            }
+            let h = handle.lock().map_err(|_| "the cuDNN handle's lock is poisoned".to_string())?;
+            let mut need = 0usize;
+            ok(dnn::cudnnGetConvolutionForwardWorkspaceSize(h.0, this.x_desc, this.w_desc, this.conv_desc, this.y_desc, this.algo, &mut need), "cudnnGetConvolutionForwardWorkspaceSize")?;
+            if need as u64 > WORKSPACE_BYTES {
+                return Err(format!("algorithm {:?} needs {need} bytes of workspace, more than {WORKSPACE_BYTES}", this.algo));
+            }
+            drop(h);
+            Ok(this)
+        }
+    }
+}
+
+impl LibraryCall for PreparedConv {
+    unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), String> {
+        let h = self.handle.lock().map_err(|_| "the cuDNN handle's lock is poisoned".to_string())?;
+        ok(dnn::cudnnSetStream(h.0, stream as dnn::cudaStream_t), "cudnnSetStream")?;
+        let alpha1 = 1.0f32;
+        let p = |i: usize| self.ptrs[i] as *mut c_void;
+        ok(
+            dnn::cudnnConvolutionBiasActivationForward(
+                h.0,
+                &alpha1 as *const f32 as *const c_void,
+                self.x_desc,
+                p(0),
+                self.w_desc,
+                p(1),
+                self.conv_desc,
+                self.algo,
+                p(5),
+                WORKSPACE_BYTES as usize,
+                &self.alpha2 as *const f32 as *const c_void,
+                self.y_desc,
+                p(2),
+                self.bias_desc,
+                p(3),
+                self.act_desc,
+                self.y_desc,
+                p(4),
+            ),
+            "cudnnConvolutionBiasActivationForward",
+        )
+    }
+}
+
+impl Drop for PreparedConv {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, destroyed once; null descriptors (a failed `new`) are skipped.
+        unsafe {
+            for d in [self.x_desc, self.y_desc, self.bias_desc] {
+                if !d.is_null() {
+                    let _ = dnn::cudnnDestroyTensorDescriptor(d);
+                }
+            }
+            if !self.w_desc.is_null() {
+                let _ = dnn::cudnnDestroyFilterDescriptor(self.w_desc);
+            }
+            if !self.conv_desc.is_null() {
+                let _ = dnn::cudnnDestroyConvolutionDescriptor(self.conv_desc);
+            }
+            if !self.act_desc.is_null() {
+                let _ = dnn::cudnnDestroyActivationDescriptor(self.act_desc);
+            }
+        }
+    }
+}
+
+/// The loader of [`crate::module::ModuleFormat::Cudnn`] modules.
+pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
+    Ok(Box::new(LoadedDnn::load(m)?))
+}

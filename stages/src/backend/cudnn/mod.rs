@@ -1,0 +1,99 @@
+//! The `cudnn` backend (`cuda -compiler=cudnn`): 2-D convolutions (groups, stride, dilation, symmetric pads)
+//! with their bias, a residual add and ReLU fused, as cuDNN's `cudnnConvolutionBiasActivationForward`, fp32 (FMA
+//! kernels, no TF32) and fp16 with fp32 arithmetic.
+//!
+//! The split follows the other backends': [`support`] (which nodes and chains), [`lower`] (kernel graph to
+//! convolution descriptions), [`cost`] (the analytical estimate). As for `cublas` there is no toolchain: a
+//! module is the list of each function's convolutions ([`DnnModule`]), so compiling needs no GPU and no library.
+//! The runtime (`kernels/src/runtime/cuda/dnn.rs`) creates the descriptors and picks cuDNN's heuristic
+//! algorithm once, at load, then captures the calls into the model's CUDA graph.
+
+pub mod cost;
+pub mod lower;
+pub mod support;
+
+use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat};
+use crate::ir::{Graph, NodeId};
+use crate::partition::collage::rules::Rule;
+use crate::target::Target;
+use tessera_kernels::runtime::cuda::dnn::{Conv, DnnModule};
+
+/// The backend's name, as `cuda -compiler=cudnn` selects it.
+pub const NAME: &str = "cudnn";
+
+/// Bump whenever lowering or the module format changes.
+pub const VERSION: u32 = 1;
+
+/// The `cudnn` backend (stateless).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CudnnBackend;
+
+fn err(msg: impl Into<String>) -> BackendError {
+    BackendError { backend: NAME.into(), msg: msg.into() }
+}
+
+fn check_target(target: &Target) -> Result<(), BackendError> {
+    if target.backend_name() != NAME {
+        return Err(err(format!("target '{target}' selects backend '{}', not '{NAME}'", target.backend_name())));
+    }
+    Ok(())
+}
+
+impl Backend for CudnnBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn version(&self) -> u32 {
+        VERSION
+    }
+
+    /// Compiling writes descriptions only; running needs a GPU with cuDNN (the runtime says so).
+    fn available(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool {
+        target.backend_name() == NAME && support::supports(g, n)
+    }
+
+    /// Convolutions alone and with their epilogue chains.
+    fn rules(&self) -> Rule {
+        Rule::anchors_with_epilogues()
+    }
+
+    fn colors(&self) -> (&'static str, &'static str) {
+        ("#fcbba1", "#cb181d")
+    }
+
+    fn estimate_us(&self, g: &Graph, nodes: &[NodeId], _target: &Target) -> f64 {
+        cost::estimate_us(g, nodes)
+    }
+
+    fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
+        check_target(target)?;
+        let (calls, info) = lower::lower_kernel(kernel, symbol).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
+        Ok(LoweredKernel { info, code: postcard::to_stdvec(&calls).expect("convolutions encode") })
+    }
+
+    fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
+        check_target(target)?;
+        let functions = kernels
+            .iter()
+            .map(|k| postcard::from_bytes::<Vec<Conv>>(&k.code).map_err(|e| err(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let module = Module {
+            backend: NAME.into(),
+            target: target.canonical(),
+            format: ModuleFormat::Cudnn,
+            functions: kernels.iter().map(|k| k.info.clone()).collect(),
+            bytes: DnnModule { functions }.encode(),
+        };
+        // The runtime's own check, here too: a module that would not load is a compile error.
+        DnnModule::decode(&module).map_err(err)?;
+        Ok(module)
+    }
+}
+
+#[cfg(test)]
+mod tests;

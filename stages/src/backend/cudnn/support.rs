@@ -1,0 +1,86 @@
+//! The `cudnn` backend's pattern rule: which convolutions cuDNN runs, and which epilogues fuse into them.
+//!
+//! Anchors: 2-D `Conv` (NCHW) of one float type (f32 or f16) throughout, with a bias input (batch norm folded
+//! into a convolution gives one), symmetric pads, and not depthwise (one input channel per group: our own
+//! `cuda` kernel runs those directly, and cuDNN's NCHW depthwise paths are slow). Weight and bias must be
+//! device operands, not small constants inlined into kernels.
+//!
+//! Epilogues follow the chain rule of the `gemm` backend ([`crate::backend::gemm::support`]), restricted to
+//! what `cudnnConvolutionBiasActivationForward` computes, `relu?(conv + z + bias)`: one `Add` of a same-shaped
+//! residual, and `Relu` last. (The bias is the convolution's own input; a second, per-channel `Add` is not taken.)
+
+use crate::backend::gemm::support::{self as chain, Fusion, Unary};
+use crate::backend::INLINE_CONST_MAX;
+use crate::ir::{Graph, NodeId, Op, ValueDef, ValueId};
+
+fn inlined_const(g: &Graph, v: ValueId) -> bool {
+    matches!(g.value(v).def, ValueDef::Const(_)) && g.ty(v).numel() <= INLINE_CONST_MAX
+}
+
+/// Whether `n` is a convolution cuDNN runs fused, or why not.
+pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {
+    let node = g.node(n);
+    let Op::Conv(a) = &node.op else {
+        return Err(format!("cudnn runs Conv, not {}", node.op.name()));
+    };
+    chain::anchor(g, n)?;
+    let x = &g.ty(node.inputs[0]).shape;
+    let w = &g.ty(node.inputs[1]).shape;
+    if x.len() != 4 {
+        return Err(format!("cudnn runs 2-D convolutions, got a {}-D input", x.len()));
+    }
+    if node.inputs.len() < 3 {
+        return Err("cudnn runs convolutions with a bias".into());
+    }
+    if a.pads.len() != 4 || a.pads[0] != a.pads[2] || a.pads[1] != a.pads[3] {
+        return Err(format!("cudnn takes symmetric pads, got {:?}", a.pads));
+    }
+    if a.group > 1 && w[1] == 1 {
+        return Err("depthwise convolutions run on our own kernel".into());
+    }
+    if x.iter().chain(w).any(|&d| d > i32::MAX as usize) {
+        return Err("dimensions too large for cuDNN".into());
+    }
+    if let Some(&v) = node.inputs[1..].iter().find(|&&v| inlined_const(g, v)) {
+        return Err(format!("operand '{}' is a constant small enough to be inlined", g.value(v).name));
+    }
+    Ok(())
+}
+
+/// The chain ending at epilogue node `n`: its convolution, the residual it adds (if any) and whether ReLU
+/// ends it, if cuDNN's fused call computes it.
+pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result<(NodeId, Option<ValueId>, bool), String> {
+    let (mut residual, mut relu, mut steps) = (None, false, 0);
+    let mut at = n;
+    loop {
+        if matches!(g.node(at).op, Op::Conv(_)) {
+            anchor(g, at)?;
+            return Ok((at, residual, relu));
+        }
+        let f = chain::fusion(g, at, uses)?;
+        match f {
+            Fusion::Unary { op: Unary::Relu, .. } if steps == 0 => relu = true,
+            Fusion::Unary { op: Unary::Relu, .. } => return Err("cuDNN applies ReLU last".into()),
+            Fusion::Unary { op, .. } => return Err(format!("cuDNN's fused convolution has no {op:?}")),
+            Fusion::Add { input, other, .. } => {
+                if residual.is_some() || g.ty(other).shape != g.ty(input).shape {
+                    return Err("cuDNN's fused convolution adds one same-shaped residual".into());
+                }
+                residual = Some(other);
+            }
+        }
+        steps += 1;
+        at = g.producer(f.input()).ok_or("a fused value has a producer")?;
+    }
+}
+
+/// The pattern rule on a model graph.
+pub fn supports(g: &Graph, n: NodeId) -> bool {
+    match g.node(n).op {
+        Op::Conv(_) => anchor(g, n).is_ok(),
+        _ => {
+            let uses = g.use_counts();
+            chain_of(g, n, &|v| uses[v.index()]).is_ok()
+        }
+    }
+}

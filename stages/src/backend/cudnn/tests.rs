@@ -1,0 +1,97 @@
+use super::*;
+use crate::ir::{BinaryOp, ConvAttrs, DType, Op, Tensor, TensorType, UnaryOp};
+
+fn cudnn() -> Target {
+    Target::parse("cuda -compiler=cudnn").unwrap()
+}
+
+fn attrs(stride: usize, pad: usize, group: usize) -> ConvAttrs {
+    ConvAttrs { strides: vec![stride, stride], pads: vec![pad; 4], dilations: vec![1, 1], group }
+}
+
+/// A ResNet basic block's second half: x -> Conv(w1,b1) -> Relu -> Conv(w2,b2) -> Add(x) -> Relu, all `dt`.
+fn block(dt: DType) -> Graph {
+    let mut g = Graph::new("block");
+    let t = |s: &[usize]| TensorType::new(dt, s.to_vec());
+    let x = g.add_input("x", t(&[1, 8, 6, 6]));
+    let w1 = g.add_input("w1", t(&[8, 8, 3, 3]));
+    let b1 = g.add_input("b1", t(&[8]));
+    let w2 = g.add_input("w2", t(&[8, 8, 3, 3]));
+    let b2 = g.add_input("b2", t(&[8]));
+    let c1 = g.add("c1", Op::Conv(attrs(1, 1, 1)), &[x, w1, b1]).unwrap();
+    let r1 = g.add("r1", Op::Unary(UnaryOp::Relu), &[c1]).unwrap();
+    let c2 = g.add("c2", Op::Conv(attrs(1, 1, 1)), &[r1, w2, b2]).unwrap();
+    let a = g.add("add", Op::Binary(BinaryOp::Add), &[c2, x]).unwrap();
+    let r2 = g.add("r2", Op::Unary(UnaryOp::Relu), &[a]).unwrap();
+    g.outputs.push(r2);
+    g
+}
+
+#[test]
+fn a_residual_block_is_two_fused_convolutions_in_both_precisions() {
+    for dt in [DType::F32, DType::F16] {
+        let g = block(dt);
+        let s: Vec<bool> = (0..g.nodes.len() as u32).map(|n| CudnnBackend.supports(&g, NodeId(n), &cudnn())).collect();
+        assert_eq!(s, [true; 5], "{dt:?}");
+        let k = CudnnBackend.lower(&cudnn(), &g, "f0").unwrap();
+        let convs: Vec<Conv> = postcard::from_bytes(&k.code).unwrap();
+        assert_eq!(convs.len(), 2);
+        let (c1, c2) = (&convs[0], &convs[1]);
+        assert_eq!((c1.input, c1.weight, c1.output, c1.relu, c1.residual), ([1, 8, 6, 6], [8, 8, 3, 3], [1, 8, 6, 6], true, None));
+        // c1's result feeds c2 through scratch (argument 6: 5 inputs, 1 output); c2 adds x and ends in ReLU.
+        assert_eq!((c1.y.arg, c1.y.offset, c2.x.arg), (6, 0, 6));
+        assert_eq!((c2.residual.map(|z| z.arg), c2.relu, c2.y.arg, c2.bias.arg), (Some(0), true, 5, 4));
+        let m = CudnnBackend.compile_module(&cudnn(), &[k]).unwrap();
+        assert_eq!(m.format, ModuleFormat::Cudnn);
+        assert_eq!(DnnModule::decode(&m).unwrap().functions[0], convs);
+    }
+}
+
+#[test]
+fn what_the_fused_call_cannot_compute_is_not_supported() {
+    let mut g = Graph::new("g");
+    let x = g.add_input("x", TensorType::f32([1, 8, 6, 6]));
+    let w = g.add_input("w", TensorType::f32([8, 8, 3, 3]));
+    let dw = g.add_input("dw", TensorType::f32([8, 1, 3, 3]));
+    let b = g.add_input("b", TensorType::f32([8]));
+    let c = g.add("conv_nobias", Op::Conv(attrs(1, 1, 1)), &[x, w]).unwrap();
+    let d = g.add("depthwise", Op::Conv(attrs(1, 1, 8)), &[x, dw, b]).unwrap();
+    let r = g.add("relu", Op::Unary(UnaryOp::Relu), &[d]).unwrap();
+    let a = g.add("add_after_relu", Op::Binary(BinaryOp::Add), &[r, c]).unwrap();
+    g.outputs.push(a);
+    let mut asym = attrs(2, 0, 1);
+    asym.pads = vec![0, 0, 1, 1];
+    let e = g.add("asym", Op::Conv(asym), &[x, w, b]).unwrap();
+    g.outputs.push(e);
+    let s: Vec<bool> = (0..g.nodes.len() as u32).map(|n| support::supports(&g, NodeId(n))).collect();
+    assert_eq!(s, [false, false, false, false, false], "no bias, depthwise, after a depthwise, asymmetric pads");
+    // A small constant weight would be inlined into the kernel, not passed.
+    let mut h = Graph::new("h");
+    let x = h.add_input("x", TensorType::f32([1, 2, 4, 4]));
+    let w = h.add_const("w", Tensor::from_f32([2, 2, 1, 1], &[0.5; 4]));
+    let b = h.add_input("b", TensorType::f32([2]));
+    let c = h.add("conv", Op::Conv(attrs(1, 0, 1)), &[x, w, b]).unwrap();
+    h.outputs.push(c);
+    assert!(support::anchor(&h, NodeId(0)).unwrap_err().contains("inlined"));
+}
+
+#[test]
+fn inconsistent_geometry_is_refused_at_decode() {
+    let g = block(DType::F32);
+    let k = CudnnBackend.lower(&cudnn(), &g, "f0").unwrap();
+    let mut convs: Vec<Conv> = postcard::from_bytes(&k.code).unwrap();
+    convs[1].output[2] = 7;
+    let bad = LoweredKernel { info: k.info.clone(), code: postcard::to_stdvec(&convs).unwrap() };
+    let e = CudnnBackend.compile_module(&cudnn(), &[bad]).unwrap_err().to_string();
+    assert!(e.contains("convolution 1") && e.contains("does not follow"), "{e}");
+}
+
+#[test]
+fn only_chains_ending_in_relu_are_priced() {
+    let g = block(DType::F16);
+    let all: Vec<NodeId> = (0..5).map(NodeId).collect();
+    assert!(cost::estimate_us(&g, &all).is_finite());
+    assert!(cost::estimate_us(&g, &all[..2]).is_finite(), "conv + relu");
+    assert_eq!(cost::estimate_us(&g, &all[..1]), f64::INFINITY, "a conv alone needs the identity activation");
+    assert_eq!(cost::estimate_us(&g, &[NodeId(2), NodeId(3)]), f64::INFINITY, "conv + residual, no relu");
+}
