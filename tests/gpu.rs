@@ -179,7 +179,7 @@ fn zoo_on_the_gpu(target: &[&str], tol: f64) -> (String, Vec<String>) {
     let t0 = std::time::Instant::now();
     let s = compile_for_cuda(target, &manifest, &tmp.path().join("store"), &tmp.path().join("out"));
     let compile_s = t0.elapsed().as_secs_f64();
-    let jobs = jobs_from_inputs(&[manifest.clone()], &Default::default()).unwrap();
+    let jobs = jobs_from_inputs(std::slice::from_ref(&manifest), &Default::default()).unwrap();
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for job in &jobs {
@@ -313,7 +313,7 @@ fn mixed_plans_match_the_reference_on_the_gpu() {
     let manifest = std::env::var_os("TESSERA_GPU_MIXED_MANIFEST").map(PathBuf::from).unwrap_or_else(|| repo().join("fixtures/zoo.toml"));
     let tmp = tempfile::tempdir().unwrap();
     let s = compile_mixed(&manifest, &tmp.path().join("store"), &tmp.path().join("out"));
-    let jobs = jobs_from_inputs(&[manifest.clone()], &Default::default()).unwrap();
+    let jobs = jobs_from_inputs(std::slice::from_ref(&manifest), &Default::default()).unwrap();
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for (job, row) in jobs.iter().zip(&s.artifacts) {

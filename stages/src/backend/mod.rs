@@ -31,6 +31,7 @@
 //! `pipeline/tests/toy_backend.rs` is a complete backend written in one test file that way.
 
 pub mod gemm;
+pub mod library;
 pub mod registry;
 
 #[cfg(test)]
@@ -173,9 +174,12 @@ mod tests {
     fn each_backend_of_the_build_gives_its_own_rules_and_colours() {
         let all = registry::all();
         let rules: Vec<Rule> = all.iter().map(|b| b.rules()).collect();
-        // `cuda` is the GPU's fallback and proposes what the CPU's fallback `c` proposes.
-        assert!(rules.windows(2).all(|w| w[0] != w[1]), "{rules:?}");
+        // Two families of rules: the fallbacks (`c` on the CPU, `cuda` on the GPU) fuse
+        // elementwise chains; the libraries (`gemm`, `cublas`, `cudnn`) take an anchor and its
+        // epilogue, each deciding in `supports` which anchors it accepts.
+        assert_ne!(rules[0], rules[1], "{rules:?}");
         assert_eq!(rules[0], rules[2]);
+        assert!(rules[3..].iter().all(|r| *r == rules[1]), "{rules:?}");
         let uses: Vec<(&str, bool)> = all.iter().map(|b| (b.name(), b.rules().uses_gemm_epilogue())).collect();
         assert_eq!(uses, [("c", false), ("gemm", true), ("cuda", false), ("cublas", true), ("cudnn", true)]);
         let colors: std::collections::BTreeSet<_> = all.iter().map(|b| b.colors()).collect();

@@ -14,8 +14,10 @@
 //! storing the winner, is the tune stage's.)
 
 use super::device;
-use super::module::{GpuModule, LaunchOp, LibraryCall, PreparedLaunch};
-use crate::module::{FunctionInfo, Module};
+pub use super::library::Operand;
+use super::library::{self, Args, CallDesc, LibraryModule};
+use super::module::{GpuModule, LibraryCall, PreparedLaunch};
+use crate::module::Module;
 use crate::runtime::{LoadedModule, RuntimeError};
 use crate::DType;
 use cudarc::cublaslt::sys as lt;
@@ -27,15 +29,6 @@ use std::sync::Arc;
 /// Workspace every matmul may use (inside the function's scratch): 4 MiB, what cuBLASLt's documentation
 /// suggests for Hopper's split-K and stream-K algorithms without wasting memory.
 pub const WORKSPACE_BYTES: u64 = 4 << 20;
-
-/// An operand: argument `arg` of the function (plus `offset` bytes, for scratch), advancing `batch_stride`
-/// elements per batch (0: the same matrix for every batch).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Operand {
-    pub arg: u32,
-    pub offset: u64,
-    pub batch_stride: u64,
-}
 
 /// One matmul (row-major description, see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,7 +51,17 @@ pub struct Matmul {
     pub workspace: Operand,
 }
 
-impl Matmul {
+/// The bytes of a module of format [`crate::module::ModuleFormat::CublasLt`]: per function, its matmuls.
+pub type BlasModule = LibraryModule<Matmul>;
+
+/// Bytes an operand spans: `(batch - 1) * stride + rows * cols` elements.
+fn span(o: &Operand, batch: u64, elems: u64, size: u64) -> Option<u64> {
+    (batch - 1).checked_mul(o.batch_stride)?.checked_add(elems)?.checked_mul(size)
+}
+
+impl CallDesc for Matmul {
+    const WHAT: &'static str = "matmul";
+
     fn describe(&self) -> String {
         let mut s = format!("cublasLt matmul {}x{}x{}", self.m, self.n, self.k);
         if self.batch > 1 {
@@ -72,87 +75,31 @@ impl Matmul {
         }
         s
     }
-}
 
-/// The bytes of a module of format [`crate::module::ModuleFormat::CublasLt`]: per function, its matmuls.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BlasModule {
-    pub functions: Vec<Vec<Matmul>>,
-}
-
-impl BlasModule {
-    pub fn encode(&self) -> Vec<u8> {
-        postcard::to_stdvec(self).expect("a cublaslt module encodes")
-    }
-
-    /// Decodes and checks a module against its function list: operands name existing arguments of the
-    /// right type and size, the workspace fits the scratch.
-    pub fn decode(m: &Module) -> Result<BlasModule, String> {
-        let b: BlasModule = postcard::from_bytes(&m.bytes).map_err(|e| format!("cublaslt module of backend {}: undecodable ({e})", m.backend))?;
-        if b.functions.len() != m.functions.len() {
-            return Err(format!("cublaslt module of backend {}: {} matmul lists for {} functions", m.backend, b.functions.len(), m.functions.len()));
+    fn check(&self, args: &Args) -> Result<(), String> {
+        let mm = self;
+        if !matches!(mm.dtype, DType::F32 | DType::F16) {
+            return Err(format!("element type {:?} (f32 or f16 only)", mm.dtype));
         }
-        for (f, info) in b.functions.iter().zip(&m.functions) {
-            for (i, mm) in f.iter().enumerate() {
-                check(mm, info).map_err(|e| format!("cublaslt module of backend {}: function '{}': matmul {i}: {e}", m.backend, info.symbol))?;
+        if mm.m == 0 || mm.n == 0 || mm.k == 0 || mm.batch == 0 || [mm.m, mm.n, mm.k].iter().any(|&d| d > i32::MAX as u64) {
+            return Err(format!("shape {}x{}x{} batch {} out of range", mm.m, mm.n, mm.k, mm.batch));
+        }
+        let size = mm.dtype.size() as u64;
+        let mut operands = vec![("A", mm.a, mm.m * mm.k), ("B", mm.b, mm.k * mm.n), ("D", mm.d, mm.m * mm.n)];
+        if let Some(c) = mm.residual {
+            operands.push(("C", c, mm.m * mm.n));
+        }
+        if let Some(bias) = mm.bias {
+            if bias.batch_stride != 0 {
+                return Err("a bias is the same for every batch".into());
             }
+            operands.push(("bias", bias, mm.n));
         }
-        Ok(b)
-    }
-}
-
-/// Bytes an operand spans: `(batch - 1) * stride + rows * cols` elements.
-fn span(o: &Operand, batch: u64, elems: u64, size: u64) -> Option<u64> {
-    (batch - 1).checked_mul(o.batch_stride)?.checked_add(elems)?.checked_mul(size)?.checked_add(o.offset)
-}
-
-fn check(mm: &Matmul, info: &FunctionInfo) -> Result<(), String> {
-    if !matches!(mm.dtype, DType::F32 | DType::F16) {
-        return Err(format!("element type {:?} (f32 or f16 only)", mm.dtype));
-    }
-    if mm.m == 0 || mm.n == 0 || mm.k == 0 || mm.batch == 0 || [mm.m, mm.n, mm.k].iter().any(|&d| d > i32::MAX as u64) {
-        return Err(format!("shape {}x{}x{} batch {} out of range", mm.m, mm.n, mm.k, mm.batch));
-    }
-    let n_bufs = info.inputs.len() + info.outputs.len();
-    let size = mm.dtype.size() as u64;
-    let bytes_of = |arg: u32| -> Result<u64, String> {
-        let i = arg as usize;
-        if i < info.inputs.len() {
-            Ok(info.inputs[i].size_bytes() as u64)
-        } else if i < n_bufs {
-            Ok(info.outputs[i - info.inputs.len()].size_bytes() as u64)
-        } else if i == n_bufs && info.scratch_bytes > 0 {
-            Ok(info.scratch_bytes)
-        } else {
-            Err(format!("argument {i} of a function with {n_bufs} buffers"))
+        for (name, o, elems) in operands {
+            args.operand(name, &o, span(&o, mm.batch, elems, size))?;
         }
-    };
-    let mut operands = vec![("A", mm.a, mm.m * mm.k), ("B", mm.b, mm.k * mm.n), ("D", mm.d, mm.m * mm.n)];
-    if let Some(c) = mm.residual {
-        operands.push(("C", c, mm.m * mm.n));
-    }
-    if let Some(bias) = mm.bias {
-        if bias.batch_stride != 0 {
-            return Err("a bias is the same for every batch".into());
-        }
-        operands.push(("bias", bias, mm.n));
-    }
-    for (name, o, elems) in operands {
-        let have = bytes_of(o.arg)?;
-        if o.offset != 0 && (o.arg as usize) < n_bufs {
-            return Err(format!("{name}: only scratch takes offsets"));
-        }
-        match span(&o, mm.batch, elems, size) {
-            Some(need) if need <= have => {}
-            _ => return Err(format!("{name} spans more than argument {}'s {have} bytes", o.arg)),
-        }
-    }
-    if (mm.d.arg as usize) < info.inputs.len() {
-        return Err("D is an input".into());
-    }
-    match bytes_of(mm.workspace.arg) {
-        Ok(have) if mm.workspace.arg as usize == n_bufs && mm.workspace.offset.checked_add(WORKSPACE_BYTES).is_some_and(|e| e <= have) => Ok(()),
-        _ => Err(format!("the workspace ({WORKSPACE_BYTES} bytes at argument {} + {}) is not inside the scratch", mm.workspace.arg, mm.workspace.offset)),
+        args.written("D", &mm.d)?;
+        args.workspace(&mm.workspace, WORKSPACE_BYTES)
     }
 }
 
@@ -209,7 +156,7 @@ impl LoadedBlas {
             backend: m.backend.clone(),
             handle: Arc::new(Handle(handle)),
             functions: b.functions,
-            arg_counts: m.functions.iter().map(|f| f.inputs.len() + f.outputs.len() + usize::from(f.scratch_bytes > 0)).collect(),
+            arg_counts: library::arg_counts(m),
         })
     }
 }
@@ -226,17 +173,9 @@ impl LoadedModule for LoadedBlas {
 
 impl GpuModule for LoadedBlas {
     fn launches(&self, index: usize, args: &[u64]) -> Result<Vec<PreparedLaunch>, RuntimeError> {
-        let mms = self.functions.get(index).ok_or_else(|| RuntimeError(format!("module of backend {}: no function {index}", self.backend)))?;
-        if args.len() != self.arg_counts[index] {
-            return Err(RuntimeError(format!("module of backend {}: function {index} takes {} arguments, got {}", self.backend, self.arg_counts[index], args.len())));
-        }
-        mms.iter()
-            .enumerate()
-            .map(|(i, mm)| {
-                let call = PreparedMatmul::new(&self.handle, mm, args).map_err(|e| RuntimeError(format!("module of backend {}: function {index}: matmul {i} ({}): {e}", self.backend, mm.describe())))?;
-                Ok(PreparedLaunch { entry: mm.describe(), grid: [0; 3], block: [0; 3], shared_bytes: 0, op: LaunchOp::Library(Arc::new(call)) })
-            })
-            .collect()
+        library::prepare_function(&self.backend, &self.functions, &self.arg_counts, index, args, |mm| {
+            PreparedMatmul::new(&self.handle, mm, args).map(|c| Arc::new(c) as Arc<dyn LibraryCall>)
+        })
     }
 }
 

@@ -12,10 +12,10 @@
 //! only the implicit precomputed GEMM, which then is the algorithm). The engine captures the calls into its
 //! CUDA graph like kernels.
 
-use super::blas::Operand;
 use super::device;
-use super::module::{GpuModule, LaunchOp, LibraryCall, PreparedLaunch};
-use crate::module::{FunctionInfo, Module};
+use super::library::{self, Args, CallDesc, LibraryModule, Operand};
+use super::module::{GpuModule, LibraryCall, PreparedLaunch};
+use crate::module::Module;
 use crate::runtime::{LoadedModule, RuntimeError};
 use crate::DType;
 use cudarc::cudnn::sys as dnn;
@@ -52,7 +52,12 @@ pub struct Conv {
     pub workspace: Operand,
 }
 
-impl Conv {
+/// The bytes of a module of format [`crate::module::ModuleFormat::Cudnn`]: per function, its convolutions.
+pub type DnnModule = LibraryModule<Conv>;
+
+impl CallDesc for Conv {
+    const WHAT: &'static str = "convolution";
+
     fn describe(&self) -> String {
         let [n, c, h, w] = self.input;
         let [k, _, r, s] = self.weight;
@@ -69,89 +74,39 @@ impl Conv {
         }
         d
     }
-}
 
-/// The bytes of a module of format [`crate::module::ModuleFormat::Cudnn`]: per function, its convolutions.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DnnModule {
-    pub functions: Vec<Vec<Conv>>,
-}
-
-impl DnnModule {
-    pub fn encode(&self) -> Vec<u8> {
-        postcard::to_stdvec(self).expect("a cudnn module encodes")
-    }
-
-    /// Decodes and checks a module against its function list: geometry consistent, every operand inside its
-    /// argument, the workspace inside the scratch.
-    pub fn decode(m: &Module) -> Result<DnnModule, String> {
-        let d: DnnModule = postcard::from_bytes(&m.bytes).map_err(|e| format!("cudnn module of backend {}: undecodable ({e})", m.backend))?;
-        if d.functions.len() != m.functions.len() {
-            return Err(format!("cudnn module of backend {}: {} convolution lists for {} functions", m.backend, d.functions.len(), m.functions.len()));
+    fn check(&self, args: &Args) -> Result<(), String> {
+        let c = self;
+        if !matches!(c.dtype, DType::F32 | DType::F16) {
+            return Err(format!("element type {:?} (f32 or f16 only)", c.dtype));
         }
-        for (f, info) in d.functions.iter().zip(&m.functions) {
-            for (i, c) in f.iter().enumerate() {
-                check(c, info).map_err(|e| format!("cudnn module of backend {}: function '{}': convolution {i}: {e}", m.backend, info.symbol))?;
-            }
+        let ([n, ch, h, w], [k, cg, r, s], [on, ok_, p, q]) = (c.input, c.weight, c.output);
+        let g = c.groups;
+        if [n, ch, h, w, k, cg, r, s, p, q, g].contains(&0) || c.strides.contains(&0) || c.dilations.contains(&0) {
+            return Err("a zero dimension, stride, dilation or group count".into());
         }
-        Ok(d)
-    }
-}
-
-fn check(c: &Conv, info: &FunctionInfo) -> Result<(), String> {
-    if !matches!(c.dtype, DType::F32 | DType::F16) {
-        return Err(format!("element type {:?} (f32 or f16 only)", c.dtype));
-    }
-    let ([n, ch, h, w], [k, cg, r, s], [on, ok_, p, q]) = (c.input, c.weight, c.output);
-    let g = c.groups;
-    if [n, ch, h, w, k, cg, r, s, p, q, g].contains(&0) || c.strides.contains(&0) || c.dilations.contains(&0) {
-        return Err("a zero dimension, stride, dilation or group count".into());
-    }
-    if on != n || ok_ != k || ch != cg * g || k % g != 0 {
-        return Err(format!("inconsistent shapes: input {:?}, weight {:?}, output {:?}, groups {g}", c.input, c.weight, c.output));
-    }
-    // The output size convolution arithmetic gives (floor), so no access leaves the padded input.
-    let out = |size: u32, pad: u32, kernel: u32, stride: u32, dil: u32| -> Option<u32> {
-        let span = (kernel as u64 - 1) * dil as u64 + 1;
-        (size as u64 + 2 * pad as u64).checked_sub(span).map(|d| (d / stride as u64 + 1) as u32)
-    };
-    if out(h, c.pads[0], r, c.strides[0], c.dilations[0]) != Some(p) || out(w, c.pads[1], s, c.strides[1], c.dilations[1]) != Some(q) {
-        return Err(format!("output {p}x{q} does not follow from input {h}x{w}, kernel {r}x{s}, pads {:?}, strides {:?}, dilations {:?}", c.pads, c.strides, c.dilations));
-    }
-    let n_bufs = info.inputs.len() + info.outputs.len();
-    let size = c.dtype.size() as u64;
-    let bytes_of = |arg: u32| -> Result<u64, String> {
-        let i = arg as usize;
-        if i < info.inputs.len() {
-            Ok(info.inputs[i].size_bytes() as u64)
-        } else if i < n_bufs {
-            Ok(info.outputs[i - info.inputs.len()].size_bytes() as u64)
-        } else if i == n_bufs && info.scratch_bytes > 0 {
-            Ok(info.scratch_bytes)
-        } else {
-            Err(format!("argument {i} of a function with {n_bufs} buffers"))
+        if on != n || ok_ != k || ch != cg * g || k % g != 0 {
+            return Err(format!("inconsistent shapes: input {:?}, weight {:?}, output {:?}, groups {g}", c.input, c.weight, c.output));
         }
-    };
-    let prod = |d: [u32; 4]| d.iter().map(|&x| x as u64).product::<u64>();
-    let mut operands = vec![("x", c.x, prod(c.input)), ("w", c.w, prod(c.weight)), ("y", c.y, prod(c.output)), ("bias", c.bias, k as u64)];
-    if let Some(z) = c.residual {
-        operands.push(("z", z, prod(c.output)));
-    }
-    for (name, o, elems) in operands {
-        let have = bytes_of(o.arg)?;
-        if o.offset != 0 && (o.arg as usize) < n_bufs {
-            return Err(format!("{name}: only scratch takes offsets"));
+        // The output size convolution arithmetic gives (floor), so no access leaves the padded input.
+        let out = |size: u32, pad: u32, kernel: u32, stride: u32, dil: u32| -> Option<u32> {
+            let span = (kernel as u64 - 1) * dil as u64 + 1;
+            (size as u64 + 2 * pad as u64).checked_sub(span).map(|d| (d / stride as u64 + 1) as u32)
+        };
+        if out(h, c.pads[0], r, c.strides[0], c.dilations[0]) != Some(p) || out(w, c.pads[1], s, c.strides[1], c.dilations[1]) != Some(q) {
+            return Err(format!("output {p}x{q} does not follow from input {h}x{w}, kernel {r}x{s}, pads {:?}, strides {:?}, dilations {:?}", c.pads, c.strides, c.dilations));
         }
-        if elems.checked_mul(size).and_then(|b| b.checked_add(o.offset)).is_none_or(|need| need > have) {
-            return Err(format!("{name} spans more than argument {}'s {have} bytes", o.arg));
+        let size = c.dtype.size() as u64;
+        let prod = |d: [u32; 4]| d.iter().map(|&x| x as u64).product::<u64>();
+        let mut operands = vec![("x", c.x, prod(c.input)), ("w", c.w, prod(c.weight)), ("y", c.y, prod(c.output)), ("bias", c.bias, k as u64)];
+        if let Some(z) = c.residual {
+            operands.push(("z", z, prod(c.output)));
         }
-    }
-    if (c.y.arg as usize) < info.inputs.len() {
-        return Err("y is an input".into());
-    }
-    match bytes_of(c.workspace.arg) {
-        Ok(have) if c.workspace.arg as usize == n_bufs && c.workspace.offset.checked_add(WORKSPACE_BYTES).is_some_and(|e| e <= have) => Ok(()),
-        _ => Err(format!("the workspace ({WORKSPACE_BYTES} bytes at argument {} + {}) is not inside the scratch", c.workspace.arg, c.workspace.offset)),
+        for (name, o, elems) in operands {
+            args.operand(name, &o, elems.checked_mul(size))?;
+        }
+        args.written("y", &c.y)?;
+        args.workspace(&c.workspace, WORKSPACE_BYTES)
     }
 }
 
@@ -211,7 +166,7 @@ impl LoadedDnn {
             backend: m.backend.clone(),
             handle: Arc::new(Mutex::new(Handle(h))),
             functions: d.functions,
-            arg_counts: m.functions.iter().map(|f| f.inputs.len() + f.outputs.len() + usize::from(f.scratch_bytes > 0)).collect(),
+            arg_counts: library::arg_counts(m),
         })
     }
 }
@@ -228,18 +183,9 @@ impl LoadedModule for LoadedDnn {
 
 impl GpuModule for LoadedDnn {
     fn launches(&self, index: usize, args: &[u64]) -> Result<Vec<PreparedLaunch>, RuntimeError> {
-        let convs = self.functions.get(index).ok_or_else(|| RuntimeError(format!("module of backend {}: no function {index}", self.backend)))?;
-        if args.len() != self.arg_counts[index] {
-            return Err(RuntimeError(format!("module of backend {}: function {index} takes {} arguments, got {}", self.backend, self.arg_counts[index], args.len())));
-        }
-        convs
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let call = PreparedConv::new(&self.handle, c, args).map_err(|e| RuntimeError(format!("module of backend {}: function {index}: convolution {i} ({}): {e}", self.backend, c.describe())))?;
-                Ok(PreparedLaunch { entry: c.describe(), grid: [0; 3], block: [0; 3], shared_bytes: 0, op: LaunchOp::Library(Arc::new(call)) })
-            })
-            .collect()
+        library::prepare_function(&self.backend, &self.functions, &self.arg_counts, index, args, |c| {
+            PreparedConv::new(&self.handle, c, args).map(|p| Arc::new(p) as Arc<dyn LibraryCall>)
+        })
     }
 }
 

@@ -11,6 +11,7 @@
 //!   per run, pinned staging buffers.
 
 pub mod blas;
+pub mod library;
 pub mod device;
 pub mod dnn;
 pub mod engine;

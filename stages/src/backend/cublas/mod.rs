@@ -16,7 +16,7 @@ use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat}
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::Rule;
 use crate::target::Target;
-use tessera_kernels::runtime::cuda::blas::{BlasModule, Matmul};
+use tessera_kernels::runtime::cuda::blas::Matmul;
 
 /// The backend's name, as `cuda -compiler=cublas` selects it.
 pub const NAME: &str = "cublas";
@@ -78,20 +78,7 @@ impl Backend for CublasBackend {
 
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
-        let functions = kernels
-            .iter()
-            .map(|k| postcard::from_bytes::<Vec<Matmul>>(&k.code).map_err(|e| err(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol))))
-            .collect::<Result<Vec<_>, _>>()?;
-        let module = Module {
-            backend: NAME.into(),
-            target: target.canonical(),
-            format: ModuleFormat::CublasLt,
-            functions: kernels.iter().map(|k| k.info.clone()).collect(),
-            bytes: BlasModule { functions }.encode(),
-        };
-        // The runtime's own check, here too: a module that would not load is a compile error.
-        BlasModule::decode(&module).map_err(err)?;
-        Ok(module)
+        crate::backend::library::compile_module::<Matmul>(NAME, target, ModuleFormat::CublasLt, kernels)
     }
 }
 

@@ -549,10 +549,10 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group) ->
         prep: String::new(),
         load_a: format!("{w}[(z * {mg}u + m) * {kd}u + k]"),
         load_b,
-        vec_a: (kd % 8 == 0).then(|| (w.clone(), format!("(z * {mg}u + m) * {kd}u + k"))),
+        vec_a: kd.is_multiple_of(8).then(|| (w.clone(), format!("(z * {mg}u + m) * {kd}u + k"))),
         // A pointwise conv (1x1, stride 1, no padding) reads its input plane as a row-major [cin, positions]
         // matrix per image: eight positions of one image are contiguous when the plane is a multiple of 8.
-        vec_b: (taps == 1 && osz == isz && osz % 8 == 0 && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0))
+        vec_b: (taps == 1 && osz == isz && osz.is_multiple_of(8) && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0))
             .then(|| (x.clone(), format!("((n / {osz}u) * {cin}u + z * {cg}u + k) * {isz}u + n % {osz}u"))),
         out_index: format!("((n / {osz}u) * {cout}u + z * {mg}u + m) * {osz}u + n % {osz}u"),
         bias: nd.inputs.get(2).map(|&b| (b, format!("z * {mg}u + m"), format!("(i / {osz}u) % {cout}u"))),

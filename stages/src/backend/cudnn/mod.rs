@@ -16,7 +16,7 @@ use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat}
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::Rule;
 use crate::target::Target;
-use tessera_kernels::runtime::cuda::dnn::{Conv, DnnModule};
+use tessera_kernels::runtime::cuda::dnn::Conv;
 
 /// The backend's name, as `cuda -compiler=cudnn` selects it.
 pub const NAME: &str = "cudnn";
@@ -78,20 +78,7 @@ impl Backend for CudnnBackend {
 
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
-        let functions = kernels
-            .iter()
-            .map(|k| postcard::from_bytes::<Vec<Conv>>(&k.code).map_err(|e| err(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol))))
-            .collect::<Result<Vec<_>, _>>()?;
-        let module = Module {
-            backend: NAME.into(),
-            target: target.canonical(),
-            format: ModuleFormat::Cudnn,
-            functions: kernels.iter().map(|k| k.info.clone()).collect(),
-            bytes: DnnModule { functions }.encode(),
-        };
-        // The runtime's own check, here too: a module that would not load is a compile error.
-        DnnModule::decode(&module).map_err(err)?;
-        Ok(module)
+        crate::backend::library::compile_module::<Conv>(NAME, target, ModuleFormat::Cudnn, kernels)
     }
 }
 

@@ -1,3 +1,4 @@
+use tessera_kernels::runtime::cuda::dnn::DnnModule;
 use super::*;
 use crate::ir::{BinaryOp, ConvAttrs, DType, Op, Tensor, TensorType, UnaryOp};
 

@@ -1,0 +1,124 @@
+//! What the GPU library backends (`cublas`, `cudnn`) share on the compile side: a kernel graph is a sequence
+//! of chains (an anchor and the epilogues fused into it, by `gemm`'s chain rule), each one library call;
+//! [`chain_ends`] finds them, [`Places`] says where every value a call touches lives (an argument, or scratch
+//! for a chain result that feeds the next chain of a merged partition), and [`compile_module`] packs the calls
+//! into a checked module.
+
+use super::{BackendError, FunctionInfo, LoweredKernel, Module, ModuleFormat};
+use crate::ir::{self, Graph, NodeId, Op, ValueDef, ValueId};
+use crate::target::Target;
+use std::collections::BTreeMap;
+use tessera_kernels::runtime::cuda::library::{CallDesc, LibraryModule, Operand};
+
+fn node_err(g: &Graph, n: NodeId, msg: String) -> String {
+    format!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name())
+}
+
+/// The last node of each chain of `g`, in topological order (where its call is emitted, so everything the
+/// call reads exists). Every node must be an anchor (`is_anchor`, checked by `check_anchor`) or an epilogue
+/// continuing the chain of its fused input's producer.
+pub fn chain_ends(g: &Graph, is_anchor: impl Fn(&Op) -> bool, check_anchor: impl Fn(NodeId) -> Result<(), String>) -> Result<Vec<NodeId>, String> {
+    ir::verify(g).map_err(|e| format!("invalid kernel graph: {e}"))?;
+    let uses = g.use_counts();
+    let mut chain_of: Vec<Option<usize>> = vec![None; g.nodes.len()];
+    let mut lasts: Vec<NodeId> = Vec::new();
+    for (i, node) in g.nodes.iter().enumerate() {
+        let n = NodeId(i as u32);
+        if is_anchor(&node.op) {
+            check_anchor(n).map_err(|e| node_err(g, n, e))?;
+            chain_of[i] = Some(lasts.len());
+            lasts.push(n);
+            continue;
+        }
+        let f = super::gemm::support::fusion(g, n, &|v| uses[v.index()]).map_err(|e| node_err(g, n, e))?;
+        let p = g.producer(f.input()).ok_or_else(|| node_err(g, n, "its input has no producer".into()))?;
+        let c = chain_of[p.index()].ok_or_else(|| node_err(g, n, "not fused into an anchor of this kernel".into()))?;
+        lasts[c] = n;
+        chain_of[i] = Some(c);
+    }
+    lasts.sort();
+    Ok(lasts)
+}
+
+fn align256(x: u64) -> u64 {
+    x.div_ceil(256) * 256
+}
+
+/// Where each value a kernel's calls touch lives: inputs and outputs in their arguments, intermediate chain
+/// results in scratch (256-byte aligned, never reused: a merged partition holds few of them).
+pub struct Places {
+    loc: BTreeMap<ValueId, (u32, u64)>,
+    scratch_arg: u32,
+    scratch_used: u64,
+}
+
+impl Places {
+    pub fn new(g: &Graph) -> Result<Places, String> {
+        let n_in = g.inputs.len() as u32;
+        let mut loc = BTreeMap::new();
+        for (i, &v) in g.inputs.iter().enumerate() {
+            loc.insert(v, (i as u32, 0));
+        }
+        for (j, &v) in g.outputs.iter().enumerate() {
+            if !matches!(g.value(v).def, ValueDef::Node { .. }) {
+                return Err(format!("output {j} ('{}') is not computed by a node of the kernel", g.value(v).name));
+            }
+            if loc.insert(v, (n_in + j as u32, 0)).is_some() {
+                return Err(format!("output {j} ('{}') is listed twice", g.value(v).name));
+            }
+        }
+        Ok(Places { loc, scratch_arg: n_in + g.outputs.len() as u32, scratch_used: 0 })
+    }
+
+    /// Where chain result `v` goes: its output argument, or fresh scratch.
+    pub fn result(&mut self, g: &Graph, v: ValueId, batch_stride: u64) -> Operand {
+        let (arg, offset) = *self.loc.entry(v).or_insert_with(|| {
+            let at = (self.scratch_arg, self.scratch_used);
+            self.scratch_used = align256(self.scratch_used + g.ty(v).size_bytes() as u64);
+            at
+        });
+        Operand { arg, offset, batch_stride }
+    }
+
+    /// Where `v` is read from.
+    pub fn read(&self, g: &Graph, v: ValueId, batch_stride: u64) -> Result<Operand, String> {
+        match self.loc.get(&v) {
+            Some(&(arg, offset)) => Ok(Operand { arg, offset, batch_stride }),
+            None => Err(format!("value '{}' is a constant inside the kernel or read before it is computed", g.value(v).name)),
+        }
+    }
+
+    /// The workspace, after the intermediates.
+    pub fn workspace(&self) -> Operand {
+        Operand { arg: self.scratch_arg, offset: self.scratch_used, batch_stride: 0 }
+    }
+
+    /// The function's signature, with scratch for the intermediates and a workspace of `workspace` bytes.
+    pub fn info(&self, g: &Graph, symbol: &str, workspace: u64) -> FunctionInfo {
+        FunctionInfo {
+            symbol: symbol.to_string(),
+            inputs: g.inputs.iter().map(|&v| g.ty(v).clone()).collect(),
+            outputs: g.outputs.iter().map(|&v| g.ty(v).clone()).collect(),
+            scratch_bytes: self.scratch_used + workspace,
+        }
+    }
+}
+
+/// One module of `format` from the lowered kernels (each a postcard list of calls `C`), checked as the runtime
+/// will check it when loading: a module that would not load is a compile error.
+pub fn compile_module<C: CallDesc>(backend: &str, target: &Target, format: ModuleFormat, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
+    let err = |msg: String| BackendError { backend: backend.into(), msg };
+    let functions = kernels
+        .iter()
+        .map(|k| postcard::from_bytes::<Vec<C>>(&k.code).map_err(|e| err(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let module = Module {
+        backend: backend.into(),
+        target: target.canonical(),
+        format,
+        functions: kernels.iter().map(|k| k.info.clone()).collect(),
+        bytes: LibraryModule { functions }.encode(),
+    };
+    LibraryModule::<C>::decode(&module).map_err(err)?;
+    Ok(module)
+}
