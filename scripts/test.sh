@@ -18,6 +18,8 @@ python3 -m pip install --quiet --disable-pip-version-check nvidia-cuda-nvrtc==13
     nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85
 export TESSERA_REQUIRE_NVRTC=1
 
+# A C compiler: the `c` backend compiles with it, and runtime-c/tests/c_program.rs builds examples/c/run.c
+# against the C API's header and libraries (cbindgen, which checks the header, is a dev-dependency).
 command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc; }
 
 cargo test --workspace --locked "$@"
