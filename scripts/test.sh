@@ -18,6 +18,20 @@ python3 -m pip install --quiet --disable-pip-version-check nvidia-cuda-nvrtc==13
     nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85
 export TESSERA_REQUIRE_NVRTC=1
 
+# A C compiler: the `c` backend compiles with it, and runtime-c/tests/c_program.rs builds examples/c/run.c
+# against the C API's header and libraries (cbindgen, which checks the header, is a dev-dependency).
 command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc; }
 
 cargo test --workspace --locked "$@"
+
+# The Python API (python/): the abi3 wheel built with maturin (dev profile, so it reuses the build above),
+# installed, and its pytest tests run on zoo artifacts compiled by the tessera CLI, compared with `tessera run`.
+python3 -m pip install --quiet --disable-pip-version-check 'maturin==1.16.0' 'pytest==9.2.0'
+TARGET="${CARGO_TARGET_DIR:-target}"
+rm -rf "$TARGET/wheels" "$TARGET/pytest"
+maturin build --locked -m python/Cargo.toml --out "$TARGET/wheels"
+python3 -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$TARGET"/wheels/tessera_runtime-*.whl
+cargo build --locked -p tessera
+"$TARGET/debug/tessera" compile python/tests/zoo.toml -t cpu -t 'cpu -compiler=gemm' --costs analytical \
+    --store "$TARGET/pytest/store" --out "$TARGET/pytest/zoo"
+TESSERA_ZOO="$TARGET/pytest/zoo" TESSERA_BIN="$TARGET/debug/tessera" python3 -m pytest -q python/tests

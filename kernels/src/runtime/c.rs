@@ -41,6 +41,8 @@ impl SharedObject {
         if !m.bytes.starts_with(b"\x7fELF") {
             return Err(fail(format!("not an ELF shared object ({} bytes)", m.bytes.len())));
         }
+        // Before `dlopen`, which runs the library's initializers: code for a level this CPU lacks must not run.
+        super::isa::check(&m.target).map_err(fail)?;
         let (lib, memfd) = match open_memfd(&m.bytes) {
             Ok(loaded) => loaded,
             Err(MemfdError::Unavailable) => (open_temp_file(&m.bytes).map_err(fail)?, None),

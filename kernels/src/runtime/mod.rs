@@ -5,14 +5,17 @@
 //! (GEMM plans) and [`cuda`] (cubins). Modules load through the format -> loader [`registry`]. An
 //! [`Executable`] runs an artifact on one of two engines: host modules are called in turn on host memory;
 //! an artifact of GPU modules runs on [`cuda::DeviceEngine`] (device arena, one CUDA graph per model).
+//! An executable is a shared [`Program`] (modules, constants) and one [`Session`] (a run's memory): several
+//! sessions of one program run one model from several threads at once.
 
 mod buffer;
 mod executable;
+mod isa;
 mod pool;
 
 pub use buffer::HostBuffer;
 pub use c::SharedObject;
-pub use executable::Executable;
+pub use executable::{Executable, Program, Session};
 pub use pool::on_runtime_pool;
 pub use registry::{ModuleLoader, Registry};
 
@@ -30,6 +33,10 @@ use crate::module::Module;
 pub struct RuntimeError(pub String);
 
 /// A module ready to call, whatever its format.
+///
+/// Calls may come from several threads at once (sessions of one program, each with its own arena and
+/// scratch): a module must keep no state that a call writes. The built-in ones keep none (generated C
+/// writes only through its arguments; gemm plans read their constants).
 pub trait LoadedModule: Send + Sync {
     /// Calls function `index` (position in the module's `functions`) with the argument pointer array
     /// `[inputs.., outputs.., scratch?]` of the backend calling convention.

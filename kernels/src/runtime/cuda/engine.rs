@@ -374,11 +374,11 @@ impl DeviceEngine {
 
     /// Copies `inputs` (already checked against the artifact's types) to the device, asynchronously, and
     /// into the host arena when host steps may read them.
-    fn upload(&mut self, inputs: &[Tensor]) -> Result<(), RuntimeError> {
+    fn upload(&mut self, inputs: &[&[u8]]) -> Result<(), RuntimeError> {
         self.ctx.bind_to_thread().map_err(gpu)?;
         for (st, t) in self.inputs.iter().zip(inputs) {
             let dst = self.pinned_in.slice(st.pinned, st.bytes);
-            dst.copy_from_slice(t.bytes());
+            dst.copy_from_slice(t);
             // SAFETY: the pinned slice stays alive and untouched until the stream is synchronized.
             unsafe { result::memcpy_htod_async(st.device, &*dst, self.stream.cu_stream()) }.map_err(gpu)?;
         }
@@ -386,7 +386,7 @@ impl DeviceEngine {
             // The stream may still be running the previous run's copies out of the host arena: wait first.
             self.stream.synchronize().map_err(gpu)?;
             for (st, t) in self.inputs.iter().zip(inputs) {
-                h.arena.slice(st.arena, st.bytes).copy_from_slice(t.bytes());
+                h.arena.slice(st.arena, st.bytes).copy_from_slice(t);
             }
         }
         Ok(())
@@ -452,9 +452,11 @@ impl DeviceEngine {
         Ok(())
     }
 
-    fn download(&mut self) -> Result<Vec<Tensor>, RuntimeError> {
-        for (st, _, on_host) in &self.outputs {
-            if *on_host {
+    /// Copies the outputs given in `outputs` (each exactly its type's size) out of the device (or the host
+    /// arena, for an output a host step wrote).
+    fn download_into(&mut self, outputs: &mut [Option<&mut [u8]>]) -> Result<(), RuntimeError> {
+        for ((st, _, on_host), want) in self.outputs.iter().zip(outputs.iter()) {
+            if *on_host || want.is_none() {
                 continue;
             }
             let dst = self.pinned_out.slice(st.pinned, st.bytes);
@@ -462,30 +464,50 @@ impl DeviceEngine {
             unsafe { result::memcpy_dtoh_async(dst, st.device, self.stream.cu_stream()) }.map_err(gpu)?;
         }
         self.stream.synchronize().map_err(|e| RuntimeError(format!("GPU 0: a kernel failed: {e}")))?;
-        let mut out = Vec::with_capacity(self.outputs.len());
-        for i in 0..self.outputs.len() {
-            let (st, ty, on_host) = &self.outputs[i];
-            let (pinned, arena, bytes, ty, on_host) = (st.pinned, st.arena, st.bytes, ty.clone(), *on_host);
-            let b = match (&mut self.host, on_host) {
-                (Some(h), true) => h.arena.slice(arena, bytes).to_vec(),
-                _ => self.pinned_out.slice(pinned, bytes).to_vec(),
+        for (i, dst) in outputs.iter_mut().enumerate() {
+            let Some(dst) = dst else { continue };
+            let (st, _, on_host) = &self.outputs[i];
+            let (pinned, arena, bytes, on_host) = (st.pinned, st.arena, st.bytes, *on_host);
+            let src = match (&mut self.host, on_host) {
+                (Some(h), true) => h.arena.slice(arena, bytes),
+                _ => self.pinned_out.slice(pinned, bytes),
             };
-            out.push(Tensor::from_bytes(ty, b).map_err(|e| RuntimeError(e.to_string()))?);
+            dst.copy_from_slice(src);
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// Every output, in a tensor of its own.
+    fn download(&mut self) -> Result<Vec<Tensor>, RuntimeError> {
+        let mut bufs: Vec<Vec<u8>> = self.outputs.iter().map(|(st, _, _)| vec![0; st.bytes]).collect();
+        let mut outs: Vec<Option<&mut [u8]>> = bufs.iter_mut().map(|b| Some(b.as_mut_slice())).collect();
+        self.download_into(&mut outs)?;
+        self.outputs.iter().zip(bufs).map(|((_, ty, _), b)| Tensor::from_bytes(ty.clone(), b).map_err(|e| RuntimeError(e.to_string()))).collect()
+    }
+
+    fn bytes(inputs: &[Tensor]) -> Vec<&[u8]> {
+        inputs.iter().map(Tensor::bytes).collect()
     }
 
     /// One run: inputs in, graph replay, outputs out.
     pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
-        self.upload(inputs)?;
+        self.upload(&Self::bytes(inputs))?;
         self.replay()?;
         self.download()
+    }
+
+    /// One run from borrowed input bytes into the caller's output buffers (`None`: not copied); every
+    /// buffer holds exactly its type's size (the caller checked).
+    pub fn run_into(&mut self, inputs: &[&[u8]], outputs: &mut [Option<&mut [u8]>]) -> Result<(), RuntimeError> {
+        self.upload(inputs)?;
+        self.replay()?;
+        self.download_into(outputs)
     }
 
     /// One run with every step launched on its own between timing events: `step_us[s]` is step `s`'s time
     /// in microseconds (a host step's is its host call's, the stream being idle around it).
     pub fn run_profiled(&mut self, inputs: &[Tensor], step_us: &mut Vec<f64>) -> Result<Vec<Tensor>, RuntimeError> {
-        self.upload(inputs)?;
+        self.upload(&Self::bytes(inputs))?;
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let n = self.work.len();
         let events = (0..2 * n).map(|_| self.ctx.new_event(timing)).collect::<Result<Vec<_>, _>>().map_err(gpu)?;
@@ -509,7 +531,7 @@ impl DeviceEngine {
     /// launch also counts the host's launch gap; the graph replay time is the whole model's. Host steps of a
     /// mixed plan run but are not listed.
     pub fn kernel_times_us(&mut self, inputs: &[Tensor], warmup: usize, iters: usize) -> Result<Vec<KernelTime>, RuntimeError> {
-        self.upload(inputs)?;
+        self.upload(&Self::bytes(inputs))?;
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let n = self.kernel_count();
         let events = (0..2 * n).map(|_| self.ctx.new_event(timing)).collect::<Result<Vec<_>, _>>().map_err(gpu)?;
@@ -550,7 +572,7 @@ impl DeviceEngine {
     /// untimed replays: microseconds per replay, in order. For a mixed plan a replay includes its host
     /// segments and transfers.
     pub fn replay_times_us(&mut self, inputs: &[Tensor], warmup: usize, iters: usize) -> Result<Vec<f64>, RuntimeError> {
-        self.upload(inputs)?;
+        self.upload(&Self::bytes(inputs))?;
         for _ in 0..warmup {
             self.replay()?;
         }

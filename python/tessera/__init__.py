@@ -1,0 +1,16 @@
+"""Run tessera artifacts (.tsr) from Python.
+
+    import tessera
+    m = tessera.load("out/bert-tiny-b1-s128.tsr")     # digest checked before any code loads
+    m.inputs                                           # [("input_ids", "int64", (1, 128)), ...]
+    out = m.run({"input_ids": ids, "attention_mask": mask})   # {"last_hidden_state": ndarray, ...}
+
+Inputs are NumPy arrays of each input's exact dtype and shape (C-contiguous ones are read in place, others
+copied once); outputs are new arrays that own the memory the run wrote (no copy after the run). The GIL is
+released while the model runs, so threads sharing one model run in parallel. Errors raise tessera.Error
+with a message naming the file, model, input or output at fault.
+"""
+
+from ._tessera import Error, Model, load, __version__
+
+__all__ = ["Error", "Model", "load", "__version__"]

@@ -1,0 +1,63 @@
+//! Zoo artifacts for the tests: compiled with the compiler (analytical costs, the default CPU backends), into
+//! a store under cargo's target tmp folder kept between test runs, so only the first run compiles.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use tessera::memo::Memo;
+use tessera::zoo::{all_backends, compile_all, jobs_from_inputs, resolve_targets};
+use tessera_stages::partition::stage::CostMode;
+use tessera_store::{OpenOptions, Store};
+
+/// The models the runtime tests run: an MLP (c and gemm GEMMs), BERT-tiny (i64 ids and mask, attention),
+/// MobileNetV2 (convolutions, depthwise loops on the runtime pool).
+pub const MANIFEST: &str = r#"
+[[entry]]
+model = "mlp3"
+batch = 8
+
+[[entry]]
+model = "bert-tiny"
+batch = 1
+seq = 128
+
+[[entry]]
+model = "mobilenetv2"
+batch = 1
+"#;
+
+pub const MODELS: [&str; 3] = ["mlp3-b8", "bert-tiny-b1-s128", "mobilenetv2-b1"];
+
+/// The folder holding `<model>.tsr` for every model of [`MANIFEST`], compiled once per test process for the
+/// default CPU backends (`c` and `gemm`).
+pub fn zoo() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| compile("out", &["cpu", "cpu -compiler=gemm"]))
+}
+
+/// [`zoo`] compiled for the `c` backend alone (generated C, which allocates nothing when it runs).
+pub fn c_zoo() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| compile("out-c", &["cpu"]))
+}
+
+fn compile(folder: &str, targets: &[&str]) -> PathBuf {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tessera-runtime-tests");
+    // Artifacts are deterministic: a concurrent test process writing the same folder writes the same bytes.
+    let out = base.join(folder);
+    std::fs::create_dir_all(&out).unwrap();
+    let manifest = out.join("zoo.toml");
+    std::fs::write(&manifest, MANIFEST).unwrap();
+    let store = Store::open(&base.join("store"), OpenOptions::writable().wait(true)).unwrap();
+    let backends = all_backends();
+    let targets: Vec<String> = targets.iter().map(|t| t.to_string()).collect();
+    let targets = resolve_targets(&targets, &backends).unwrap();
+    let jobs = jobs_from_inputs(&[manifest], &Default::default()).unwrap();
+    compile_all(&Memo::new(&store), &targets, &backends, &jobs, &out, CostMode::Analytical, &|_| {}).unwrap();
+    out
+}
+
+pub fn artifact(model: &str) -> PathBuf {
+    zoo().join(format!("{model}.tsr"))
+}
