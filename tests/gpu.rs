@@ -58,12 +58,16 @@ fn nvrtc_or_skip(what: &str) -> bool {
 }
 
 fn compile_for_cuda(target: &[&str], manifest: &Path, store: &Path, out: &Path) -> tessera::zoo::Summary {
+    compile_for_cuda_with(target, manifest, store, out, CostMode::Analytical)
+}
+
+fn compile_for_cuda_with(target: &[&str], manifest: &Path, store: &Path, out: &Path, costs: CostMode) -> tessera::zoo::Summary {
     let store = Store::open(store, OpenOptions::writable()).unwrap();
     let backends = all_backends();
     let targets = resolve_targets(&target.iter().map(|t| t.to_string()).collect::<Vec<_>>(), &backends).unwrap();
     let jobs = jobs_from_inputs(&[manifest.to_path_buf()], &Default::default()).unwrap();
     let memo = Memo::new(&store);
-    compile_all(&memo, &targets, &backends, &jobs, out, CostMode::Analytical, &|_| {}).unwrap()
+    compile_all(&memo, &targets, &backends, &jobs, out, costs, &|_| {}).unwrap()
 }
 
 /// Every generated kernel of every model of the bundled zoo, in both precisions, compiles to an sm_90
@@ -374,4 +378,56 @@ fn mixed_plans_match_the_reference_on_the_gpu() {
         std::fs::write(path, &table).unwrap();
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Measured costs on the GPU: the tune stage times every candidate of `cuda`, `cublas` and `cudnn` on the GPU
+/// (CUDA events over captured graphs), the partition stage validates the searched plan against each backend
+/// preferred and `cuda` alone, and the result matches the reference; a rebuild measures nothing.
+#[test]
+#[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine"]
+fn measured_costs_on_the_gpu() {
+    if std::env::var_os("TESSERA_GPU").is_none() {
+        eprintln!("skipping: set TESSERA_GPU=1 on a machine with an NVIDIA GPU");
+        return;
+    }
+    let target = TARGETS[3].0;
+    let manifest = std::env::var_os("TESSERA_GPU_MEASURED_MANIFEST").map(PathBuf::from).unwrap_or_else(|| repo().join("fixtures/zoo.toml"));
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, out) = (tmp.path().join("store"), tmp.path().join("out"));
+    let t0 = std::time::Instant::now();
+    let cold = compile_for_cuda_with(target, &manifest, &store, &out, CostMode::Measured);
+    let cold_s = t0.elapsed().as_secs_f64();
+    assert!(cold.failed.is_empty(), "{:?}", cold.failed);
+    assert_eq!(cold.cost_source, "measured", "{cold:?}");
+    let tunes = cold.stages.get("tune").map_or(0, |t| t.executions);
+    assert!(tunes > 0, "nothing was measured: {:?}", cold.stages);
+    let t1 = std::time::Instant::now();
+    let warm = compile_for_cuda_with(target, &manifest, &store, &tmp.path().join("out2"), CostMode::Measured);
+    let warm_s = t1.elapsed().as_secs_f64();
+    assert_eq!(warm.stages.get("tune").map_or(0, |t| t.executions), 0, "a rebuild measured again: {:?}", warm.stages);
+    for (a, b) in cold.artifacts.iter().zip(&warm.artifacts) {
+        assert_eq!(a.digest, b.digest, "{}: the rebuild's artifact differs", a.model);
+    }
+    let jobs = jobs_from_inputs(std::slice::from_ref(&manifest), &Default::default()).unwrap();
+    let mut failures = Vec::new();
+    assert_eq!(jobs.len(), cold.artifacts.len());
+    for row in &cold.artifacts {
+        let job = jobs.iter().find(|j| j.name == row.model).unwrap();
+        let g = load_graph(job).unwrap();
+        let art = Artifact::open(&row.path).unwrap();
+        let mut exe = Executable::load(&art).unwrap();
+        let inputs = random_inputs(&g, 0x6d65_0000 + job.name.len() as u64);
+        let want = run_graph(&g, &inputs).unwrap();
+        let got = exe.run(&inputs).unwrap();
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            match relative_error(a, b) {
+                Ok(e) if e < 1e-2 => {}
+                Ok(e) => failures.push(format!("{} output {i}: relative error {e:.3e}", job.name)),
+                Err(e) => failures.push(format!("{} output {i}: {e}", job.name)),
+            }
+        }
+        eprintln!("{}: {:?}, estimated {:.1} us", job.name, row.partitions_by_backend, row.estimated_us);
+    }
+    eprintln!("{} models: cold build {cold_s:.1} s ({tunes} tune executions), warm rebuild {warm_s:.1} s", jobs.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -279,6 +279,52 @@ fn key_device_fingerprint() {
     assert_changes_key(|p| p.device = None);
 }
 
+/// A GPU fingerprint as the GPU machine takes it (written out: this machine may have no GPU).
+fn h100() -> tessera_stages::device::GpuFingerprint {
+    tessera_stages::device::GpuFingerprint {
+        name: "NVIDIA H100 80GB HBM3".into(),
+        arch: "sm_90".into(),
+        sm_count: 132,
+        memory_bytes: 85_045_624_832,
+        l2_bytes: 52_428_800,
+        clock_khz: 1_980_000,
+        driver_cuda: "13.0".into(),
+        cublaslt_version: "130100".into(),
+        cudnn_version: "91300".into(),
+    }
+}
+
+/// One named change to a GPU fingerprint.
+type FingerprintChange = (&'static str, fn(&mut tessera_stages::device::GpuFingerprint));
+
+#[test]
+fn key_gpu_fingerprint_each_ingredient() {
+    use tessera_stages::device::{DeviceFingerprint, GpuFingerprint};
+    let changes: Vec<FingerprintChange> = vec![
+        ("name", |f| f.name = "NVIDIA H200".into()),
+        ("arch", |f| f.arch = "sm_100".into()),
+        ("sm_count", |f| f.sm_count = 114),
+        ("memory_bytes", |f| f.memory_bytes /= 2),
+        ("l2_bytes", |f| f.l2_bytes /= 2),
+        ("clock_khz", |f| f.clock_khz -= 1000),
+        ("driver_cuda", |f| f.driver_cuda = "13.1".into()),
+        ("cublaslt_version", |f| f.cublaslt_version = "130200".into()),
+        ("cudnn_version", |f| f.cudnn_version = "91400".into()),
+    ];
+    let gpu = |f: GpuFingerprint| {
+        let mut p = base_params();
+        p.device = Some(DeviceFingerprint::Gpu(f));
+        p.key().unwrap()
+    };
+    assert_eq!(gpu(h100()), gpu(h100()), "deterministic");
+    assert_ne!(gpu(h100()), base_params().key().unwrap(), "a GPU is not this CPU");
+    for (what, change) in changes {
+        let mut f = h100();
+        change(&mut f);
+        assert_ne!(gpu(f), gpu(h100()), "changing the GPU's {what} must change the tune key");
+    }
+}
+
 #[test]
 fn key_measure_options() {
     assert_changes_key(|p| p.options.budget_us *= 2);

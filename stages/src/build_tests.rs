@@ -115,7 +115,7 @@ fn partition_key_has_every_ingredient() {
         measured: Some(MeasuredParams {
             tune_version: 1,
             devices: vec![Some(crate::device::cpu_fingerprint())],
-            measure: MeasureOptions::default(),
+            measure: vec![MeasureOptions::default()],
             validation: crate::partition::validate::constants(),
         }),
     };
@@ -138,7 +138,7 @@ fn partition_key_has_every_ingredient() {
         ("backend versions", with(&|p| p.backends[0].2 = 2)),
         ("tune version", m(&|x| x.tune_version = 2)),
         ("device fingerprint", m(&|x| x.devices = vec![None])),
-        ("measurement schedule", m(&|x| x.measure.min_runs += 1)),
+        ("measurement schedule", m(&|x| x.measure[0].min_runs += 1)),
         ("validation margin", m(&|x| x.validation.margin = 0.1)),
         ("validation skip factor", m(&|x| x.validation.skip_factor = 3.0)),
         ("validation schedule", m(&|x| x.validation.block.1 += 1)),

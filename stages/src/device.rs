@@ -10,12 +10,63 @@
 
 use serde::{Deserialize, Serialize};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use tessera_kernels::runtime::cuda;
 
-/// The machine a cost was measured on. GPU fingerprints (name, compute capability, SM count, driver,
-/// toolkit) become another variant when a GPU backend measures.
+/// The machine a cost was measured on.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum DeviceFingerprint {
     Cpu(CpuFingerprint),
+    Gpu(GpuFingerprint),
+}
+
+/// What makes one GPU time a kernel differently from another. The toolchain that built the kernel (NVRTC)
+/// and the libraries that run library calls (cuBLASLt, cuDNN) are in their backends' environments
+/// (`Backend::environment`), which tune keys also hold.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GpuFingerprint {
+    /// The device name ("NVIDIA H100 80GB HBM3").
+    pub name: String,
+    /// Compute capability as an architecture (`sm_90`).
+    pub arch: String,
+    pub sm_count: i32,
+    pub memory_bytes: u64,
+    pub l2_bytes: i32,
+    /// Peak SM clock, kHz.
+    pub clock_khz: i32,
+    /// The driver's CUDA version (`13.0`): the driver JIT-links and schedules graphs.
+    pub driver_cuda: String,
+    /// The cuBLASLt and cuDNN versions loaded here ("absent: why" where one cannot be loaded). They decide
+    /// how the `cublas` and `cudnn` backends' calls run (the algorithms their heuristics offer), so a new
+    /// version re-measures them. They are the machine's, not the build's: those backends' modules are call
+    /// descriptions that do not depend on the version, so only the measurements (tune keys, through this
+    /// fingerprint) hold it.
+    pub cublaslt_version: String,
+    pub cudnn_version: String,
+}
+
+fn library_version(v: Result<usize, String>) -> String {
+    v.map_or_else(|why| format!("absent: {why}"), |v| v.to_string())
+}
+
+/// The fingerprint of GPU 0, if this machine has one (read once per process).
+pub fn gpu_fingerprint() -> Option<DeviceFingerprint> {
+    static FP: OnceLock<Option<GpuFingerprint>> = OnceLock::new();
+    FP.get_or_init(|| {
+        let i = cuda::device::info().ok()?;
+        Some(GpuFingerprint {
+            name: i.name,
+            arch: i.arch,
+            sm_count: i.sm_count,
+            memory_bytes: i.memory_bytes as u64,
+            l2_bytes: i.l2_bytes,
+            clock_khz: i.clock_khz,
+            driver_cuda: i.driver_cuda,
+            cublaslt_version: library_version(cuda::blas::version()),
+            cudnn_version: library_version(cuda::dnn::version()),
+        })
+    })
+    .clone()
+    .map(DeviceFingerprint::Gpu)
 }
 
 /// What makes one CPU time a kernel differently from another.
@@ -187,7 +238,7 @@ mod tests {
 
     #[test]
     fn this_machine_has_a_fingerprint() {
-        let DeviceFingerprint::Cpu(fp) = cpu_fingerprint();
+        let DeviceFingerprint::Cpu(fp) = cpu_fingerprint() else { panic!("not a CPU fingerprint") };
         assert!(!fp.arch.is_empty() && !fp.os.is_empty());
         if cfg!(target_os = "linux") {
             assert!(fp.logical_cores >= 1, "{fp:?}");
@@ -196,5 +247,17 @@ mod tests {
             assert!(!fp.model_name.is_empty() && !fp.vendor.is_empty(), "{fp:?}");
         }
         assert_eq!(cpu_fingerprint(), cpu_fingerprint());
+    }
+
+    #[test]
+    fn a_gpu_fingerprint_exactly_where_a_gpu_is() {
+        match (tessera_kernels::runtime::cuda::available(), gpu_fingerprint()) {
+            (Err(_), None) => eprintln!("no GPU here: gpu_fingerprint() is None, as it must be"),
+            (Ok(()), Some(DeviceFingerprint::Gpu(fp))) => {
+                assert!(!fp.name.is_empty() && fp.arch.starts_with("sm_") && fp.sm_count > 0 && fp.memory_bytes > 0, "{fp:?}");
+                assert!(fp.l2_bytes > 0 && fp.clock_khz > 0 && !fp.driver_cuda.is_empty(), "{fp:?}");
+            }
+            (available, fp) => panic!("GPU available: {available:?}, fingerprint {fp:?}"),
+        }
     }
 }

@@ -25,7 +25,7 @@
 use crate::backend::{Backend, BackendError, FunctionInfo, LoweredKernel};
 use crate::build::Ctx;
 use crate::lower::Lower;
-use crate::device::{cpu_fingerprint, exclusively, DeviceFingerprint};
+use crate::device::{cpu_fingerprint, exclusively, gpu_fingerprint, DeviceFingerprint};
 use crate::interp::{int_input_bounds, random_tensor};
 use crate::ir::{extract_subgraph, Graph, NodeId, Tensor};
 use crate::partition::plan::{kernel_signature, kernel_symbol};
@@ -35,6 +35,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use tessera_kernels::runtime::cuda::measure::{measure_gpu_function, GpuMeasureError};
 use tessera_kernels::runtime::measure::{measure_function, MeasureOptions, Measurement};
 use tessera_kernels::runtime::LoadedModule;
 use tessera_store::{Digest, KeyBuilder};
@@ -155,13 +156,19 @@ impl TuneKeyParams {
 pub fn device_fingerprint(target: &Target) -> Option<DeviceFingerprint> {
     match target.device() {
         "cpu" => Some(cpu_fingerprint()),
+        "cuda" => gpu_fingerprint(),
         _ => None,
     }
 }
 
-/// Measures candidates with the default schedule ([`MeasureOptions::default`]).
+/// Measures candidates, each with its device's schedule ([`MeasureOptions::for_device`]).
 pub fn measure_candidates(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)]) -> Result<Vec<CandidateCost>> {
-    measure_candidates_with(ctx, g, cands, &MeasureOptions::default())
+    measure_all(ctx, g, cands, None)
+}
+
+/// Measures candidates, every one with the schedule `opts`.
+pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: &MeasureOptions) -> Result<Vec<CandidateCost>> {
+    measure_all(ctx, g, cands, Some(opts))
 }
 
 /// One candidate after its key is known.
@@ -172,6 +179,8 @@ struct Keyed<'a> {
     key: Digest,
     /// Whether it can be measured here (else: analytical).
     measurable: bool,
+    /// Its measurement schedule.
+    opts: MeasureOptions,
 }
 
 /// A missed kernel, to lower and compile.
@@ -196,8 +205,9 @@ struct Batch {
     kernels: BTreeMap<Digest, Prepared>,
 }
 
-/// Measures candidates (see the module documentation); costs come back in `cands` order.
-pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: &MeasureOptions) -> Result<Vec<CandidateCost>> {
+/// Measures candidates (see the module documentation), with `opts` or each device's schedule; costs come
+/// back in `cands` order.
+fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Option<&MeasureOptions>) -> Result<Vec<CandidateCost>> {
     // Keys and misses: CPU work (a signature per candidate), under `busy` so that no measurement of another
     // model's kernels runs beside it; released before `prepare`, which takes it per compile.
     let busy = crate::device::busy();
@@ -212,9 +222,10 @@ pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeI
         }
         let backend = ctx.backend(target).with_context(what)?;
         let kernel = kernel_signature(g, nodes).digest;
-        let params = TuneKeyParams::new(kernel, target, backend, opts);
+        let opts = opts.copied().unwrap_or_else(|| MeasureOptions::for_device(target.device()));
+        let params = TuneKeyParams::new(kernel, target, backend, &opts);
         let measurable = params.device.is_some() && backend.available().is_ok();
-        planned.push(Keyed { target, backend, kernel, key: params.key()?, measurable });
+        planned.push(Keyed { target, backend, kernel, key: params.key()?, measurable, opts });
     }
 
     // Misses, one per key, grouped by target (the store is only peeked at: the memo calls below count).
@@ -264,14 +275,14 @@ pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeI
         let [config] = <[String; 1]>::try_from(configs).map_err(|c| anyhow!("backend {}: {} configs; only one is supported yet", p.backend.name(), c.len()))?;
         let measure = || -> Result<TuneRecord> {
             let outcome = match prepared.get(&p.key) {
-                Some(&(base, prep)) => run_prepared(&modules, base, prep, opts, p.target, config.clone())?,
+                Some(&(base, prep)) => run_prepared(&modules, base, prep, &p.opts, p.target, config.clone())?,
                 None => {
                     // Recorded when peeked at, gone since (gc), or a race: build this one alone.
                     let sig = kernel_signature(g, nodes);
                     let miss = Miss { key: p.key, target: p.target, backend: p.backend, kernel_graph: extract_subgraph(g, &sig), kernel: p.kernel };
                     let b = prepare(ctx, std::slice::from_ref(&miss))?;
                     let mods: Vec<&dyn LoadedModule> = b.modules.iter().map(|m| m.as_ref()).collect();
-                    run_prepared(&mods, 0, &b.kernels[&p.key], opts, p.target, config.clone())?
+                    run_prepared(&mods, 0, &b.kernels[&p.key], &p.opts, p.target, config.clone())?
                 }
             };
             Ok(TuneRecord { kernel: p.kernel, target: p.target.canonical(), backend: p.backend.name().to_string(), outcome })
@@ -307,8 +318,18 @@ fn run_prepared(modules: &[&dyn LoadedModule], base: usize, prep: &Prepared, opt
         Prepared::Ready { module, index, info, int_bounds } => {
             let inputs: Vec<Tensor> =
                 info.inputs.iter().enumerate().map(|(i, ty)| random_tensor(ty, INPUT_SEED, i as u64, int_bounds[i])).collect();
-            let m = exclusively(target.device(), || measure_function(modules[base + module], *index, info, &inputs, opts))
-            .map_err(|e| anyhow!("target {target}: {e}"))?;
+            let module = modules[base + module];
+            // GPU modules are timed on the GPU (CUDA events over a captured graph), host modules on the CPU.
+            // A GPU module that refuses the function's buffers before running (a library algorithm needing
+            // more workspace than planned) makes the candidate unsupported, as a refused lowering does.
+            let m = match exclusively(target.device(), || match module.gpu() {
+                Some(_) => measure_gpu_function(module, *index, info, &inputs, opts),
+                None => measure_function(module, *index, info, &inputs, opts).map_err(GpuMeasureError::Failed),
+            }) {
+                Ok(m) => m,
+                Err(GpuMeasureError::Refused(error)) => return Ok(TuneOutcome::Unsupported { error }),
+                Err(GpuMeasureError::Failed(e)) => bail!("target {target}: {e}"),
+            };
             Ok(TuneOutcome::Measured { best: config.clone(), measurements: vec![(config, m)] })
         }
     }

@@ -47,7 +47,8 @@ pub struct MeasuredParams {
     pub tune_version: u32,
     /// The device fingerprint of every target (the tune stage keys its records with the same).
     pub devices: Vec<Option<crate::device::DeviceFingerprint>>,
-    pub measure: MeasureOptions,
+    /// Every target's measurement schedule ([`MeasureOptions::for_device`]).
+    pub measure: Vec<MeasureOptions>,
     /// The validation's margin, skip factor and timing schedule ([`super::validate::constants`]).
     pub validation: super::validate::Constants,
 }
@@ -69,7 +70,7 @@ impl<'a> Partition<'a> {
         let measured = (ctx.costs == CostMode::Measured).then(|| MeasuredParams {
             tune_version: crate::tune::TUNE_VERSION,
             devices: ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect(),
-            measure: MeasureOptions::default(),
+            measure: ctx.targets.targets.iter().map(|t| MeasureOptions::for_device(t.device())).collect(),
             validation: super::validate::constants(),
         });
         PartitionKeyParams {

@@ -1,10 +1,10 @@
 //! The process's GPU: one CUDA context (device 0's primary context), made once, and its description.
 
 use super::libs;
-use cudarc::driver::{sys, CudaContext};
+use cudarc::driver::{result, sys, CudaContext};
 use std::sync::{Arc, OnceLock};
 
-/// What a GPU is, for reports and (later) tune keys.
+/// What a GPU is, for reports and tune keys (the stages' GPU device fingerprint).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
     pub name: String,
@@ -12,6 +12,9 @@ pub struct DeviceInfo {
     pub arch: String,
     pub sm_count: i32,
     pub memory_bytes: usize,
+    pub l2_bytes: i32,
+    /// Peak SM clock in kHz (parts of one name can be clocked differently, e.g. by power caps).
+    pub clock_khz: i32,
     /// The driver's CUDA version, `major.minor`.
     pub driver_cuda: String,
 }
@@ -36,7 +39,10 @@ pub fn info() -> Result<DeviceInfo, String> {
     let ctx = context()?;
     let e = |e: cudarc::driver::DriverError| format!("GPU 0: {e}");
     let (major, minor) = ctx.compute_capability().map_err(e)?;
-    let sm_count = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(e)?;
+    let attr = |a| ctx.attribute(a).map_err(e);
+    let sm_count = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let l2_bytes = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?;
+    let clock_khz = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?;
     let mut version = 0;
     // SAFETY: an out-parameter; the driver is loaded (the context exists).
     unsafe { sys::cuDriverGetVersion(&mut version) }.result().map_err(e)?;
@@ -45,6 +51,38 @@ pub fn info() -> Result<DeviceInfo, String> {
         arch: format!("sm_{major}{minor}"),
         sm_count,
         memory_bytes: ctx.total_mem().map_err(e)?,
+        l2_bytes,
+        clock_khz,
         driver_cuda: format!("{}.{}", version / 1000, (version % 1000) / 10),
     })
+}
+
+/// `n` rounded up to 256 bytes, the alignment of every device buffer tessera lays out.
+pub fn align256(n: u64) -> u64 {
+    n.div_ceil(256) * 256
+}
+
+/// Device memory of GPU 0, freed on drop.
+pub struct DeviceAlloc {
+    ctx: Arc<CudaContext>,
+    pub ptr: sys::CUdeviceptr,
+}
+
+impl DeviceAlloc {
+    /// `bytes` (at least 1) of device memory, uninitialized.
+    pub fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<DeviceAlloc, String> {
+        ctx.bind_to_thread().map_err(|e| format!("GPU 0: {e}"))?;
+        // SAFETY: a plain allocation, freed by `drop`.
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|e| format!("cannot allocate {bytes} bytes on the GPU: {e}"))?;
+        Ok(DeviceAlloc { ctx: ctx.clone(), ptr })
+    }
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by `malloc_sync` and freed once; its users synchronized their streams.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
 }

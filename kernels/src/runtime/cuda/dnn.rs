@@ -121,6 +121,13 @@ pub fn available() -> Result<(), String> {
     }
 }
 
+/// The cuDNN version (`major * 10000 + minor * 100 + patch`, e.g. 91300), once loaded.
+pub fn version() -> Result<usize, String> {
+    available()?;
+    // SAFETY: the library is present (checked above); no arguments.
+    Ok(unsafe { dnn::cudnnGetVersion() })
+}
+
 struct Handle(dnn::cudnnHandle_t);
 
 // SAFETY: the handle is used under the module's mutex (cuDNN handles are not to be used from two threads at

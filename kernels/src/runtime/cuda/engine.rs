@@ -11,7 +11,7 @@
 //! copy of the constants and its own scratch. Which values move, and before which step, is the artifact's
 //! explicit list of transfers.
 
-use super::device;
+use super::device::{self, align256, DeviceAlloc};
 use super::module::PreparedLaunch;
 use crate::artifact::{Body, Buf};
 use crate::module::Place;
@@ -20,25 +20,6 @@ use std::ops::Range;
 use crate::tensor::{Tensor, TensorType};
 use cudarc::driver::{result, sys, CudaContext, CudaGraph, CudaStream};
 use std::sync::Arc;
-
-fn align256(n: u64) -> u64 {
-    n.div_ceil(256) * 256
-}
-
-/// Device memory freed on drop.
-struct DeviceAlloc {
-    ctx: Arc<CudaContext>,
-    ptr: sys::CUdeviceptr,
-}
-
-impl Drop for DeviceAlloc {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: allocated by `malloc_sync` below and freed once; the stream that used it was synchronized.
-            let _ = unsafe { result::free_sync(self.ptr) };
-        }
-    }
-}
 
 /// Page-locked host memory freed on drop.
 struct Pinned {
@@ -176,9 +157,8 @@ impl DeviceEngine {
         let const_at = align256(body.arena_bytes);
         let scratch_at = align256(const_at + data.len() as u64);
         let total = align256(scratch_at + body.scratch_bytes).max(256);
-        // SAFETY: a plain allocation, freed by `DeviceAlloc`'s drop.
-        let base = unsafe { result::malloc_sync(total as usize) }.map_err(|e| RuntimeError(format!("model '{}': cannot allocate {total} bytes on the GPU: {e}", body.model)))?;
-        let memory = DeviceAlloc { ctx: ctx.clone(), ptr: base };
+        let memory = DeviceAlloc::new(&ctx, total as usize).map_err(|e| RuntimeError(format!("model '{}': {e}", body.model)))?;
+        let base = memory.ptr;
         // SAFETY: `data` fits at `const_at` (sized above); synchronous copy.
         unsafe {
             result::memset_d8_sync(base, 0, total as usize).map_err(gpu)?;

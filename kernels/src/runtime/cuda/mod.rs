@@ -7,6 +7,7 @@
 //! - [`module`]: a loaded cubin, and what every GPU module gives the engine (launches).
 //! - [`blas`]: the cuBLASLt module format and its loader (the `cublas` backend's matmuls).
 //! - [`dnn`]: the cuDNN module format and its loader (the `cudnn` backend's fused convolutions).
+//! - [`measure`]: timing one function of a GPU module (the tune stage's GPU costs).
 //! - [`engine`]: a loaded GPU artifact: device arena, constants uploaded once, a captured CUDA graph replayed
 //!   per run, pinned staging buffers.
 
@@ -17,6 +18,7 @@ pub mod dnn;
 pub mod engine;
 pub mod format;
 pub mod libs;
+pub mod measure;
 pub mod module;
 
 pub use engine::DeviceEngine;
