@@ -11,6 +11,8 @@
 //! copy of the constants and its own scratch. Which values move, and before which step, is the artifact's
 //! explicit list of transfers.
 
+mod device_io;
+
 use super::device;
 use super::module::PreparedLaunch;
 use crate::artifact::{Body, Buf};
