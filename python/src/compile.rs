@@ -48,8 +48,7 @@ pub fn compile<'py>(
     let costs: CostMode = costs.parse().map_err(Error::new_err)?;
     // The CLI's `--shape NAME=D0xD1` spelling, parsed by the same code as the CLI's.
     let shapes = shapes.unwrap_or_default().into_iter().map(|(n, d)| format!("{n}={}", d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("x"))).collect();
-    // The environment's store, as the CLI's `--store` (clap `env = "TESSERA_STORE"`) falls back to it.
-    let store = store.or_else(|| std::env::var_os("TESSERA_STORE").map(PathBuf::from));
+    // `None` resolves as the CLI's does (`tessera_store::resolve_dir`: $TESSERA_STORE, else `.tessera`).
     let build = BuildOptions { targets: targets.unwrap_or_default(), shapes, store, wait, costs };
     let summary = py.detach(|| tessera::cli::compile::compile(&inputs, &build, &out)).map_err(|e| Error::new_err(format!("{e:#}")))?;
     if !summary.failed.is_empty() {
