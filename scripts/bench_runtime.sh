@@ -36,7 +36,14 @@ PY="$WORK/venv/bin/python"
 TESSERA="$REL/tessera"
 "$TESSERA" compile scripts/bench_runtime.toml -t cpu --costs analytical --store "$WORK/store" --out "$WORK/zoo" >/dev/null
 
+# Whether other work shared the cores: the CPU time the whole machine used during the measurements
+# (/proc/stat) minus what this script's own processes used (`times`: children waited for), against the
+# core-seconds there were.
+busy_s() { awk -v hz="$(getconf CLK_TCK)" '/^cpu /{print ($2+$3+$4+$7+$8+$9)/hz}' /proc/stat; }
+# `times` must run in this shell itself (a command substitution's subshell has no children of its own).
+secs() { tail -1 "$1" | awk '{s=0; for(i=1;i<=2;i++){split($i,a,/[ms]/); s+=a[1]*60+a[2]}; print s}'; }
 LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
+times > "$WORK/times0"; T0="$(date +%s.%N)"; B0="$(busy_s)"; M0="$(secs "$WORK/times0")"
 RESULTS="$WORK/results.jsonl"
 : > "$RESULTS"
 for artifact in "$WORK"/zoo/*.tsr; do
@@ -67,9 +74,12 @@ PYEOF
     bench after >> "$RESULTS"
 done
 LOAD_AFTER="$(cut -d' ' -f1-3 /proc/loadavg)"
+times > "$WORK/times1"; T1="$(date +%s.%N)"; B1="$(busy_s)"; M1="$(secs "$WORK/times1")"
+OTHER="$(awk -v b0="$B0" -v b1="$B1" -v m0="$M0" -v m1="$M1" -v n="$(nproc)" -v t0="$T0" -v t1="$T1" \
+    'BEGIN{o=(b1-b0)-(m1-m0); if (o < 0) o = 0; w=(t1-t0)*n; printf "%.1f CPU-seconds of other processes in %.0f core-seconds of measurement (%.1f%%)", o, w, 100*o/w}')"
 
 "$PY" scripts/bench_runtime_report.py "$RESULTS" bench/runtime.md \
     --cpu "$(lscpu | sed -n 's/^Model name: *//p' | head -1)" --cores "$(nproc)" --date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
-    --load-before "$LOAD_BEFORE" --load-after "$LOAD_AFTER" --seconds "$SECONDS_EACH" --note "$NOTE" \
+    --load-before "$LOAD_BEFORE" --load-after "$LOAD_AFTER" --other "$OTHER" --seconds "$SECONDS_EACH" --note "$NOTE" \
     --rev "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bench' || echo '+changes')"
 echo "wrote bench/runtime.md" >&2

@@ -17,7 +17,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("results")
     p.add_argument("out")
-    for flag in ["--cpu", "--cores", "--date", "--load-before", "--load-after", "--seconds", "--note", "--rev"]:
+    for flag in ["--cpu", "--cores", "--date", "--load-before", "--load-after", "--other", "--seconds", "--note", "--rev"]:
         p.add_argument(flag, required=True)
     a = p.parse_args()
 
@@ -38,8 +38,9 @@ def main():
     )
     concurrency = a.note or "none recorded"
     out.append(
-        f"Other work on the machine: {concurrency}. Load average (1, 5, 15 min) {a.load_before} before the "
-        f"measurements, {a.load_after} after. With {cores} cores, {'4 threads oversubscribe the machine, and ' if cores < 4 else ''}"
+        f"Other work on the machine: {concurrency}. Measured: {a.other} (the machine's CPU time from /proc/stat "
+        f"minus the benchmark's own processes'). Load average (1, 5, 15 min) {a.load_before} before the "
+        f"measurements (just after the builds), {a.load_after} after. With {cores} cores, {'4 threads oversubscribe the machine, and ' if cores < 4 else ''}"
         "host runs execute on the runtime's pool of one thread per core, so callers beyond the core count queue "
         "there rather than add throughput.\n"
     )
