@@ -11,8 +11,6 @@
 //! copy of the constants and its own scratch. Which values move, and before which step, is the artifact's
 //! explicit list of transfers.
 
-mod device_io;
-
 use super::device;
 use super::module::PreparedLaunch;
 use crate::artifact::{Body, Buf};
@@ -591,3 +589,6 @@ impl DeviceEngine {
         Ok(times)
     }
 }
+
+// Runs from device memory the caller owns: a child module, so it reaches the staging tables above.
+mod device_io;
