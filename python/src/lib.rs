@@ -4,7 +4,10 @@
 //! borrowed from C-contiguous arrays in place (others are made contiguous first, one copy); outputs are
 //! allocated as Rust vectors, written by the run, and handed to NumPy as the arrays' own memory (no copy
 //! after the run). The GIL is released while the model loads and runs. Dict order is the caller's; nothing
-//! is hashed.
+//! is hashed. With the `compiler` feature (default), `compile(...)` runs the compiler (compile.rs).
+
+#[cfg(feature = "compiler")]
+mod compile;
 
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyException;
@@ -191,6 +194,8 @@ fn load(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Model> {
 fn _tessera(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Model>()?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
+    #[cfg(feature = "compiler")]
+    m.add_function(wrap_pyfunction!(compile::compile, m)?)?;
     m.add("Error", m.py().get_type::<Error>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

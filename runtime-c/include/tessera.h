@@ -80,6 +80,20 @@ typedef struct TesseraTensorMut {
   size_t size_bytes;
 } TesseraTensorMut;
 
+// A tensor in GPU memory the caller owns, for `tessera_model_run_device`: `data` is a `CUdeviceptr` on GPU
+// 0's primary context (the one the CUDA runtime API uses by default), holding `size_bytes` bytes.
+typedef struct TesseraDeviceTensor {
+  const char *name;
+  // A `TesseraDtype`.
+  int32_t dtype;
+  size_t rank;
+  const size_t *shape;
+  // A `CUdeviceptr`.
+  uint64_t data;
+  // Elements times the element size (checked against `dtype` and `shape`).
+  size_t size_bytes;
+} TesseraDeviceTensor;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -166,6 +180,30 @@ size_t tessera_dtype_size(int32_t dtype);
 
 // The name of a `TesseraDtype` ("f32", "i64", ...; "?" for an unknown code), a static string.
 const char *tessera_dtype_name(int32_t dtype);
+
+// 1 if the model runs on the GPU (then `tessera_model_run_device` may run it), 0 if on the host or if
+// `model` is null.
+//
+// # Safety
+// `model` is null or a live model.
+int32_t tessera_model_is_gpu(const struct TesseraModel *model);
+
+// Runs a GPU model on inputs in device memory (every input once, by name, of its exact dtype and shape),
+// writing the outputs named in `outputs` into the caller's device buffers (others are not copied). Returns
+// when the outputs are written; the inputs must be complete before the call (synchronize the stream that
+// wrote them). A host model is `TESSERA_STATUS_ERROR_INPUT`; a pointer that is not device memory of GPU 0's
+// primary context, or whose allocation is too small, is `TESSERA_STATUS_ERROR_RUN`, naming the tensor.
+//
+// # Safety
+// `model` is a live model; `inputs` points at `n_inputs` tensors and `outputs` at `n_outputs`, each with a
+// NUL-terminated name and `rank` dimensions at `shape`; every `data` is device memory the caller owns,
+// holding (inputs) or receiving (outputs) the tensor, which no other work reads or writes during the call,
+// and no output overlaps another buffer of the call.
+enum TesseraStatus tessera_model_run_device(const struct TesseraModel *model,
+                                            const struct TesseraDeviceTensor *inputs,
+                                            size_t n_inputs,
+                                            const struct TesseraDeviceTensor *outputs,
+                                            size_t n_outputs);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -32,7 +32,7 @@ fn dtype_code(d: DType) -> i32 {
     DTYPES.iter().find(|(_, x)| *x == d).map(|(c, _)| *c as i32).expect("every dtype has a code")
 }
 
-fn dtype_of(code: i32) -> Option<DType> {
+pub(crate) fn dtype_of(code: i32) -> Option<DType> {
     DTYPES.iter().find(|(c, _)| *c as i32 == code).map(|(_, d)| *d)
 }
 
@@ -94,7 +94,7 @@ impl Info {
 
 /// A loaded model (opaque). Free it with `tessera_model_free`.
 pub struct TesseraModel {
-    model: Model,
+    pub(crate) model: Model,
     name: CString,
     inputs: Vec<Info>,
     outputs: Vec<Info>,
@@ -111,7 +111,7 @@ impl TesseraModel {
 
 /// # Safety
 /// `p` is null or points at a NUL-terminated string that outlives `'a`.
-unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, Failure> {
+pub(crate) unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, Failure> {
     if p.is_null() {
         return Err(invalid(format!("{what} is null")));
     }
@@ -121,7 +121,7 @@ unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, Failure> 
 
 /// # Safety
 /// `p` is null or points at `len` readable `T`s that outlive `'a`.
-unsafe fn slice_arg<'a, T>(p: *const T, len: usize, what: &str) -> Result<&'a [T], Failure> {
+pub(crate) unsafe fn slice_arg<'a, T>(p: *const T, len: usize, what: &str) -> Result<&'a [T], Failure> {
     if len == 0 {
         return Ok(&[]);
     }
@@ -134,7 +134,7 @@ unsafe fn slice_arg<'a, T>(p: *const T, len: usize, what: &str) -> Result<&'a [T
 
 /// # Safety
 /// `m` is null or a model from `tessera_model_load*` not yet freed.
-unsafe fn model_arg<'a>(m: *const TesseraModel) -> Result<&'a TesseraModel, Failure> {
+pub(crate) unsafe fn model_arg<'a>(m: *const TesseraModel) -> Result<&'a TesseraModel, Failure> {
     // SAFETY: the caller's promise.
     unsafe { m.as_ref() }.ok_or_else(|| invalid("model is null"))
 }

@@ -12,6 +12,9 @@
 //!   shapes it hands out live as long as the model.
 
 mod abi;
+mod device;
 mod guard;
 
 pub use abi::*;
+pub use device::*;
+pub use guard::TesseraStatus;

@@ -28,14 +28,17 @@
 //! number of simultaneous runs and a run copies nothing but its inputs in and its outputs out. Host runs
 //! execute on the runtime's thread pool (one thread per core), so more callers than cores queue there.
 //!
-//! **GPU artifacts** load and run through the same API, inputs and outputs in host memory. Their engine has
-//! one device arena and one set of captured CUDA graphs, so runs of one GPU model take turns (a mutex):
-//! many threads may call, one run executes at a time.
+//! **GPU artifacts** load and run through the same API, inputs and outputs in host memory, or in device
+//! memory the caller owns ([`Model::run_device`] with [`DeviceTensor`]s: copied device to device, never
+//! through the host). Their engine has one device arena and one set of captured CUDA graphs, so runs of one
+//! GPU model take turns (a mutex): many threads may call, one run executes at a time.
 
+mod device;
 mod error;
 mod model;
 mod view;
 
+pub use device::DeviceTensor;
 pub use error::{Error, ErrorKind};
 pub use model::{Model, TensorInfo};
 pub use view::{Element, TensorView, TensorViewMut, Writable};

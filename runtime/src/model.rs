@@ -138,7 +138,7 @@ impl Model {
 
     /// Runs `f` on an idle session (a new one when none is idle), then returns the session to the pool. A
     /// session whose run panicked is dropped, not reused.
-    fn with_session<R>(&self, f: impl FnOnce(&mut Session) -> Result<R, RuntimeError>) -> Result<R, Error> {
+    pub(crate) fn with_session<R>(&self, f: impl FnOnce(&mut Session) -> Result<R, RuntimeError>) -> Result<R, Error> {
         let taken = self.idle().pop();
         let mut session = match taken {
             Some(s) => s,
@@ -189,7 +189,7 @@ impl Model {
 }
 
 /// Why a buffer of `dtype`, `shape` and `len` bytes cannot stand for `want`, if it cannot.
-fn check(want: &TensorInfo, dtype: DType, shape: &[usize], len: usize) -> Result<(), String> {
+pub(crate) fn check(want: &TensorInfo, dtype: DType, shape: &[usize], len: usize) -> Result<(), String> {
     let ty = want.ty();
     if dtype != want.dtype || shape != want.shape.as_slice() {
         return Err(format!("must be {ty}, got {}", TensorType::new(dtype, shape.to_vec())));
@@ -200,6 +200,6 @@ fn check(want: &TensorInfo, dtype: DType, shape: &[usize], len: usize) -> Result
     Ok(())
 }
 
-fn names(list: &[TensorInfo]) -> String {
+pub(crate) fn names(list: &[TensorInfo]) -> String {
     list.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")
 }

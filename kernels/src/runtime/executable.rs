@@ -259,6 +259,29 @@ impl Session {
         super::on_runtime_pool(|| self.run_host(inputs, outputs, None))
     }
 
+    /// Runs a GPU model from device memory the caller owns: `inputs[i]` is input `i`'s CUdeviceptr (on GPU
+    /// 0's primary context, holding exactly its type's size), and each `outputs[o]` given receives output `o`
+    /// (`None`: not copied); see [`DeviceEngine::run_device`]. A host model is an error: its runs read host
+    /// memory.
+    ///
+    /// # Safety
+    /// As [`DeviceEngine::run_device`]: the pointers are the caller's device memory, holding or receiving the
+    /// tensors, untouched by other work during the call, outputs overlapping nothing else.
+    pub unsafe fn run_device(&mut self, inputs: &[u64], outputs: &[Option<u64>]) -> Result<(), RuntimeError> {
+        let p = &*self.program;
+        p.check_count(inputs.len())?;
+        if outputs.len() != p.outputs.len() {
+            return Err(RuntimeError(format!("model '{}' has {} outputs, got {}", p.model, p.outputs.len(), outputs.len())));
+        }
+        let Some(mut d) = p.engine() else {
+            return Err(RuntimeError(format!("model '{}' runs on the host: device pointers are for GPU artifacts (give host memory)", p.model)));
+        };
+        let ins: Vec<(&str, u64)> = p.inputs.iter().zip(inputs).map(|((n, _, _), &ptr)| (n.as_str(), ptr)).collect();
+        let outs: Vec<Option<(&str, u64)>> = p.outputs.iter().zip(outputs).map(|((n, _, _), ptr)| ptr.map(|ptr| (n.as_str(), ptr))).collect();
+        // SAFETY: the caller's promise, passed on.
+        unsafe { d.run_device(&ins, &outs) }.map_err(|e| RuntimeError(format!("model '{}': {}", p.model, e.0)))
+    }
+
     /// Runs the model on `inputs` (tensors of its input types, in order) and returns its outputs in order.
     pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
         self.program.check_inputs(inputs)?;

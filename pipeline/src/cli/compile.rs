@@ -1,5 +1,6 @@
 //! `tessera compile INPUT... [--target T]... [--store DIR] [--out DIR] [--json] [--shard I/N] [--summary-out FILE]`
 
+use crate::build::{ModelJob, ModelResult};
 use crate::memo::Memo;
 use crate::explain::jobs_from_specs;
 use crate::shard::{self, report::ShardReport, Shard, ShardArg};
@@ -10,7 +11,7 @@ use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 #[derive(Args, Debug)]
@@ -63,10 +64,6 @@ pub fn run(args: CompileArgs) -> Result<()> {
         let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
         eprintln!("shard {s}: {} of {} models{}{}", jobs.len(), all_jobs.len(), if names.is_empty() { "" } else { ": " }, names.join(", "));
     }
-    let backends = all_backends();
-    let targets = args.build.targets(&backends)?;
-    let store = args.build.open_store()?;
-
     let tty = std::io::stderr().is_terminal() && !args.json;
     let multi = MultiProgress::with_draw_target(if tty { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() });
     let style = ProgressStyle::with_template("{prefix:>10} {spinner} {msg}").expect("valid template");
@@ -79,7 +76,7 @@ pub fn run(args: CompileArgs) -> Result<()> {
         })
         .collect();
     let counts: Mutex<BTreeMap<&'static str, (u64, u64)>> = Mutex::default();
-    let memo = Memo::new(&store).with_observer(|stage, hit| {
+    let on_stage = |stage: &'static str, hit: bool| {
         let mut c = counts.lock().expect("counts");
         let e = c.entry(stage).or_default();
         if hit { e.1 += 1 } else { e.0 += 1 }
@@ -87,10 +84,10 @@ pub fn run(args: CompileArgs) -> Result<()> {
             b.set_message(format!("{} run, {} cached", e.0, e.1));
             b.tick();
         }
-    });
+    };
     let total = jobs.len();
     let done = Mutex::new(0usize);
-    let summary = compile_all(&memo, &targets, &backends, &jobs, &args.out, args.build.costs, &|r| {
+    let summary = compile_jobs(&args.build, &jobs, &args.out, &on_stage, &|r| {
         let mut d = done.lock().expect("done");
         *d += 1;
         if !tty && !args.json {
@@ -126,6 +123,32 @@ pub fn run(args: CompileArgs) -> Result<()> {
         anyhow::bail!("{} of {} models failed to compile", summary.failed.len(), summary.failed.len() + summary.models);
     }
     Ok(())
+}
+
+/// `tessera compile INPUT... --out OUT` without the command line's sharding and reports: the models `inputs`
+/// name (ONNX files, zoo manifests, fixture specs; `build.shapes` fixes ONNX inputs' shapes), compiled for
+/// `build`'s targets through `build`'s store with its cost source, each artifact written to `OUT/<model>.tsr`.
+/// The Python API's `tessera.compile` calls this, so it builds exactly what the CLI builds. A model that fails
+/// does not stop the others: it is listed in [`Summary::failed`] with its error.
+pub fn compile(inputs: &[String], build: &BuildOptions, out: &Path) -> Result<Summary> {
+    let jobs = jobs_from_specs(inputs, &build.shapes()?)?;
+    compile_jobs(build, &jobs, out, &|_, _| {}, &|_| {})
+}
+
+/// Resolves `build`'s targets, opens its store and compiles `jobs` into `out`; `on_stage(stage, was_hit)`
+/// follows every memoized call and `on_model` every finished model (the CLI's progress).
+pub fn compile_jobs(
+    build: &BuildOptions,
+    jobs: &[ModelJob],
+    out: &Path,
+    on_stage: &(dyn Fn(&'static str, bool) + Send + Sync),
+    on_model: &(dyn Fn(&ModelResult) + Sync),
+) -> Result<Summary> {
+    let backends = all_backends();
+    let targets = build.targets(&backends)?;
+    let store = build.open_store()?;
+    let memo = Memo::new(&store).with_observer(on_stage);
+    compile_all(&memo, &targets, &backends, jobs, out, build.costs, on_model)
 }
 
 /// The text report of a compile run (also of merged shards: `tessera summary`).

@@ -42,7 +42,9 @@ pub fn c_zoo() -> &'static Path {
     DIR.get_or_init(|| compile("out-c", &["cpu"]))
 }
 
-fn compile(folder: &str, targets: &[&str]) -> PathBuf {
+/// Compiles [`MANIFEST`] for `targets` into `<tmp>/tessera-runtime-tests/<folder>` (a store shared by the
+/// test processes) and returns the folder.
+pub fn compile(folder: &str, targets: &[&str]) -> PathBuf {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tessera-runtime-tests");
     // Artifacts are deterministic: a concurrent test process writing the same folder writes the same bytes.
     let out = base.join(folder);

@@ -569,3 +569,6 @@ impl DeviceEngine {
         Ok(times)
     }
 }
+
+// Runs from device memory the caller owns: a child module, so it reaches the staging tables above.
+mod device_io;

@@ -1,0 +1,82 @@
+//! Runs of GPU models from device memory the caller owns (a tensor already on the GPU, written by the
+//! caller's own kernels, say): inputs are copied device to device into the model's arena and outputs out
+//! of it, on the engine's stream; nothing passes through host memory.
+
+use crate::error::{Error, ErrorKind};
+use crate::model::{check, names, Model};
+use tessera_kernels::DType;
+
+/// A tensor in GPU memory the caller owns: dtype, shape and a `CUdeviceptr` on GPU 0's primary context (the
+/// context the CUDA runtime API uses by default, and the one tessera runs in). Nothing is checked when it is
+/// made; a run checks the dtype and shape against the model, and the pointer against the driver's record
+/// of its allocation.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceTensor<'a> {
+    dtype: DType,
+    shape: &'a [usize],
+    ptr: u64,
+}
+
+impl<'a> DeviceTensor<'a> {
+    pub fn new(dtype: DType, shape: &'a [usize], ptr: u64) -> DeviceTensor<'a> {
+        DeviceTensor { dtype, shape, ptr }
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        self.shape
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+}
+
+impl Model {
+    /// Runs a GPU model on inputs in device memory (every input by name, once, of its exact dtype and
+    /// shape), writing the outputs named in `outputs` into the caller's device buffers (others are not
+    /// copied). The call returns when the outputs are written; the caller must have finished writing the
+    /// inputs before calling (synchronize the stream that wrote them: the model's stream does not wait for
+    /// it). Runs of one GPU model take turns, as [`run`](Model::run)s do. A host model is an
+    /// [`ErrorKind::Input`] error; a pointer that is not device memory of GPU 0's context, or whose
+    /// allocation is too small for its tensor, is an [`ErrorKind::Run`] error naming the input or output.
+    ///
+    /// # Safety
+    /// Every pointer is device memory the caller owns, holding (inputs) or receiving (outputs) its tensor,
+    /// which no other work reads or writes during the call; no output overlaps another buffer of the call.
+    pub unsafe fn run_device(&self, inputs: &[(&str, DeviceTensor<'_>)], outputs: &[(&str, DeviceTensor<'_>)]) -> Result<(), Error> {
+        if !self.is_gpu() {
+            return Err(Error::new(ErrorKind::Input, format!("model '{}' runs on the host: device pointers are for GPU artifacts (give host memory to run or run_into)", self.name())));
+        }
+        let ins = self.bind_device(inputs, true)?.into_iter().collect::<Option<Vec<u64>>>();
+        let Some(ins) = ins else {
+            let missing: Vec<String> = self.inputs().iter().filter(|d| !inputs.iter().any(|(n, _)| *n == d.name)).map(|d| format!("'{}'", d.name)).collect();
+            return Err(Error::new(ErrorKind::Input, format!("model '{}': missing input{} {}", self.name(), if missing.len() > 1 { "s" } else { "" }, missing.join(", "))));
+        };
+        let outs = self.bind_device(outputs, false)?;
+        // SAFETY: the caller's promise, passed on.
+        self.with_session(|s| unsafe { s.run_device(&ins, &outs) })
+    }
+
+    /// Per model input (or output), the pointer given for it, after checking names, dtypes and shapes.
+    fn bind_device(&self, given: &[(&str, DeviceTensor<'_>)], inputs: bool) -> Result<Vec<Option<u64>>, Error> {
+        let (list, kind, what) = if inputs { (self.inputs(), ErrorKind::Input, "input") } else { (self.outputs(), ErrorKind::Output, "output") };
+        let fail = |msg: String| Error::new(kind, format!("model '{}': {msg}", self.name()));
+        let mut bound: Vec<Option<u64>> = vec![None; list.len()];
+        for (name, t) in given {
+            let Some(i) = list.iter().position(|d| d.name == *name) else {
+                return Err(fail(format!("no {what} '{name}' ({what}s: {})", names(list))));
+            };
+            if bound[i].is_some() {
+                return Err(fail(format!("{what} '{name}' is given twice")));
+            }
+            // A device tensor's size is its type's: only dtype and shape can disagree.
+            check(&list[i], t.dtype, t.shape, list[i].size_bytes()).map_err(|m| fail(format!("{what} '{name}' {m}")))?;
+            bound[i] = Some(t.ptr);
+        }
+        Ok(bound)
+    }
+}

@@ -1,0 +1,129 @@
+//! Runs from device memory the caller owns (`Model::run_device`). Everywhere: a host model refuses device
+//! pointers with an error naming the model. On a GPU machine (`TESSERA_GPU=1`, `--include-ignored`): zoo
+//! models compiled for `cuda` run from the caller's device buffers with outputs equal, bit for bit, to host
+//! runs of the same loaded model, outputs not asked for are left alone, and wrong pointers, buffers too
+//! small and wrong shapes are errors naming the tensor.
+
+mod common;
+
+use cudarc::driver::result;
+use std::sync::Arc;
+use tessera_kernels::artifact::Artifact;
+use tessera_runtime::{DeviceTensor, ErrorKind, Model, Tensor, TensorView};
+
+#[test]
+fn host_models_refuse_device_pointers() {
+    let m = Model::load(common::c_zoo().join("mlp3-b8.tsr")).unwrap();
+    assert!(!m.is_gpu());
+    let shape = [8usize, 784];
+    // SAFETY: a host model never touches the pointer (the call fails before any copy).
+    let e = unsafe { m.run_device(&[("input", DeviceTensor::new(tessera_runtime::DType::F32, &shape, 0x1000))], &[]) }.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Input);
+    assert!(e.message().contains("model 'mlp3-b8' runs on the host"), "{e}");
+}
+
+/// Device memory of `bytes` bytes (at least one, so every tensor has a real address), freed on drop.
+struct Buffer {
+    ptr: u64,
+    bytes: usize,
+}
+
+impl Buffer {
+    fn new(bytes: usize) -> Buffer {
+        // SAFETY: a plain allocation in the bound context, freed once by drop.
+        Buffer { ptr: unsafe { result::malloc_sync(bytes.max(1)) }.unwrap(), bytes }
+    }
+
+    fn with(data: &[u8]) -> Buffer {
+        let b = Buffer::new(data.len());
+        // SAFETY: the allocation holds `data.len()` bytes.
+        unsafe { result::memcpy_htod_sync(b.ptr, data) }.unwrap();
+        b
+    }
+
+    fn read(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.bytes];
+        // SAFETY: the allocation holds `bytes` bytes.
+        unsafe { result::memcpy_dtoh_sync(&mut v, self.ptr) }.unwrap();
+        v
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `malloc_sync`, freed once; no work on it is in flight (runs synchronize).
+        let _ = unsafe { result::free_sync(self.ptr) };
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine"]
+fn device_pointers_match_host_runs_on_the_gpu() {
+    if std::env::var_os("TESSERA_GPU").is_none() {
+        eprintln!("skipping: set TESSERA_GPU=1 on a machine with an NVIDIA GPU (device pointers need one)");
+        return;
+    }
+    let ctx: Arc<cudarc::driver::CudaContext> = tessera_kernels::runtime::cuda::device::context().expect("TESSERA_GPU=1 but no usable GPU");
+    ctx.bind_to_thread().unwrap();
+    let zoo = common::compile("out-cuda", &["cuda -compiler=nvrtc"]);
+    for name in ["mlp3-b8", "bert-tiny-b1-s128"] {
+        let path = zoo.join(format!("{name}.tsr"));
+        let m = Model::load(&path).unwrap();
+        assert!(m.is_gpu(), "{name} is compiled for cuda");
+        let inputs: Vec<Tensor> = Artifact::open(&path).unwrap().random_inputs(11);
+        let views: Vec<(&str, TensorView)> = m.inputs().iter().zip(&inputs).map(|(d, t)| (d.name.as_str(), TensorView::from(t))).collect();
+        let want = m.run(&views).unwrap();
+
+        let dev_in: Vec<Buffer> = inputs.iter().map(|t| Buffer::with(t.bytes())).collect();
+        let dev_out: Vec<Buffer> = m.outputs().iter().map(|d| Buffer::with(&vec![0xAB; d.size_bytes()])).collect();
+        let ins: Vec<(&str, DeviceTensor)> = m.inputs().iter().zip(&dev_in).map(|(d, b)| (d.name.as_str(), DeviceTensor::new(d.dtype, &d.shape, b.ptr))).collect();
+        let outs: Vec<(&str, DeviceTensor)> = m.outputs().iter().zip(&dev_out).map(|(d, b)| (d.name.as_str(), DeviceTensor::new(d.dtype, &d.shape, b.ptr))).collect();
+        // SAFETY: every buffer is ours, of its tensor's size, and used by nothing else during the call.
+        unsafe { m.run_device(&ins, &outs) }.unwrap();
+        // The same graph on the same inputs as the host run: the same bits.
+        for ((d, b), w) in m.outputs().iter().zip(&dev_out).zip(&want) {
+            assert!(b.read() == w.bytes(), "{name}: output '{}' from device pointers differs from the host run", d.name);
+        }
+
+        // Only the last output asked for: the others' buffers keep what they held.
+        let fresh: Vec<Buffer> = m.outputs().iter().map(|d| Buffer::with(&vec![0xCD; d.size_bytes()])).collect();
+        let last = m.outputs().len() - 1;
+        let d = &m.outputs()[last];
+        // SAFETY: as above.
+        unsafe { m.run_device(&ins, &[(d.name.as_str(), DeviceTensor::new(d.dtype, &d.shape, fresh[last].ptr))]) }.unwrap();
+        assert!(fresh[last].read() == want[last].bytes(), "{name}: output '{}' alone differs", d.name);
+        for (o, b) in fresh.iter().enumerate().take(last) {
+            assert!(b.read().iter().all(|&x| x == 0xCD), "{name}: output {o} was written though not asked for");
+        }
+
+        // Errors name the tensor at fault, and the model still runs afterwards.
+        let first = &m.inputs()[0];
+        let mut bad = ins.clone();
+        // A host address is not device memory of the context.
+        let host_bytes = vec![0u8; first.size_bytes()];
+        bad[0].1 = DeviceTensor::new(first.dtype, &first.shape, host_bytes.as_ptr() as u64);
+        // SAFETY: the engine checks the pointer with the driver before any copy, and refuses it.
+        let e = unsafe { m.run_device(&bad, &outs) }.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Run, "{e}");
+        assert!(e.message().contains(&format!("input '{}'", first.name)) && e.message().contains("is not device memory"), "{e}");
+        // An allocation one byte short.
+        let short = Buffer::new(first.size_bytes() - 1);
+        bad[0].1 = DeviceTensor::new(first.dtype, &first.shape, short.ptr);
+        // SAFETY: as above: refused before any copy.
+        let e = unsafe { m.run_device(&bad, &outs) }.unwrap_err();
+        assert!(e.message().contains(&format!("input '{}': needs {} bytes", first.name, first.size_bytes())), "{e}");
+        // A wrong shape.
+        let wrong = [1usize];
+        bad[0].1 = DeviceTensor::new(first.dtype, &wrong, dev_in[0].ptr);
+        // SAFETY: as above: refused before any copy.
+        let e = unsafe { m.run_device(&bad, &outs) }.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Input, "{e}");
+        assert!(e.message().contains(&format!("input '{}' must be", first.name)), "{e}");
+        // SAFETY: as the first run.
+        unsafe { m.run_device(&ins, &outs) }.unwrap();
+        for ((d, b), w) in m.outputs().iter().zip(&dev_out).zip(&want) {
+            assert!(b.read() == w.bytes(), "{name}: output '{}' after the errors differs", d.name);
+        }
+        println!("{name}: device-pointer runs match host runs");
+    }
+}
