@@ -86,7 +86,9 @@ fn bert_tiny_candidates_measure_once_then_hit() {
     let sig = kernel_signature(&g, &[mm]);
     let c = t("cpu -compiler=c");
     let no_graph = || -> anyhow::Result<tessera_stages::ir::Graph> { unreachable!("only the key is built") };
-    let lower = Lower { kernel: sig.digest, target: &c, backend: ctx.backend(&c).unwrap(), graph: &no_graph, symbol: "k" };
+    let backend = ctx.backend(&c).unwrap();
+    let config = backend.default_config(&c);
+    let lower = Lower { kernel: sig.digest, target: &c, backend, graph: &no_graph, symbol: "k", config: &config };
     let lk = lower.key().unwrap();
     assert!(store.memo_lookup("lower", &lk).unwrap().is_some());
 

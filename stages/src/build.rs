@@ -132,29 +132,33 @@ pub struct BuiltArtifact {
 /// kernel, compile one module per target, link. `graph` gives the model graph the plan's node indices refer
 /// to; it is only called when a lower misses.
 pub fn build_artifact<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, graph: &(dyn Fn() -> Result<&'g Graph> + Sync)) -> Result<BuiltArtifact> {
-    // Stage: lower, once per distinct (target, kernel).
-    let mut distinct: BTreeMap<(Target, Digest), usize> = BTreeMap::new();
+    // Stage: lower, once per distinct (target, kernel, configuration).
+    /// A distinct lowering: target, kernel, configuration (`None`: the backend's default).
+    type Lowering = (Target, Digest, Option<String>);
+    let mut distinct: BTreeMap<Lowering, usize> = BTreeMap::new();
     for (i, p) in plan.partitions.iter().enumerate() {
-        distinct.entry((p.target.clone(), p.kernel)).or_insert(i);
+        distinct.entry((p.target.clone(), p.kernel, p.config.clone())).or_insert(i);
     }
-    let lowered: Vec<((Target, Digest), Digest)> = distinct
+    let lowered: Vec<(Lowering, Digest)> = distinct
         .par_iter()
-        .map(|((target, kernel), &first)| -> Result<((Target, Digest), Digest)> {
+        .map(|((target, kernel, config), &first)| -> Result<(Lowering, Digest)> {
             let p = &plan.partitions[first];
+            let backend = ctx.backend(target)?;
             let kernel_graph = || kernel_graph(graph()?, &p.nodes, kernel);
-            let stage = Lower { kernel: *kernel, target, backend: ctx.backend(target)?, graph: &kernel_graph, symbol: &p.symbol };
-            Ok(((target.clone(), *kernel), run_digest(ctx.driver, &stage)?))
+            let config_name = config.clone().unwrap_or_else(|| backend.default_config(target));
+            let stage = Lower { kernel: *kernel, target, backend, graph: &kernel_graph, symbol: &p.symbol, config: &config_name };
+            Ok(((target.clone(), *kernel, config.clone()), run_digest(ctx.driver, &stage)?))
         })
         .collect::<Result<_>>()
         .context("lower")?;
-    let lowered: BTreeMap<(Target, Digest), Digest> = lowered.into_iter().collect();
+    let lowered: BTreeMap<Lowering, Digest> = lowered.into_iter().collect();
 
     // Stage: compile, one module per target that won partitions, in target-set order.
     let used_targets: Vec<&Target> = ctx.targets.targets.iter().filter(|t| plan.partitions.iter().any(|p| &p.target == *t)).collect();
     let mut modules: Vec<(Digest, Module)> = Vec::new();
     for t in &used_targets {
         let backend = ctx.backend(t)?;
-        let kernels: Vec<Digest> = lowered.iter().filter(|((lt, _), _)| lt == *t).map(|(_, d)| *d).collect();
+        let kernels: Vec<Digest> = lowered.iter().filter(|((lt, _, _), _)| lt == *t).map(|(_, d)| *d).collect();
         let stage = Compile { target: t, backend, lowered: &kernels, toolchain: backend.environment(t), driver: ctx.driver };
         modules.push(run(ctx.driver, &stage).with_context(|| format!("compile for {t}"))?);
     }

@@ -47,9 +47,10 @@ fn all_distinct(keys: &[(&str, Digest)]) {
 fn lower_key_has_every_ingredient() {
     let no_graph = || -> Result<Graph> { unreachable!("keys only") };
     let (c, llvm_o1) = (target("cpu"), target("cpu -opt-level=1"));
-    let key = |kernel: &str, t: &Target, b: &dyn Backend, symbol: &str| {
-        Lower { kernel: d(kernel), target: t, backend: b, graph: &no_graph, symbol }.key().unwrap()
+    let key_in = |kernel: &str, t: &Target, b: &dyn Backend, symbol: &str, config: &str| {
+        Lower { kernel: d(kernel), target: t, backend: b, graph: &no_graph, symbol, config }.key().unwrap()
     };
+    let key = |kernel: &str, t: &Target, b: &dyn Backend, symbol: &str| key_in(kernel, t, b, symbol, "c/v1/default");
     let base = key("k", &c, &CBackend, "f");
     all_distinct(&[
         ("base", base),
@@ -57,10 +58,12 @@ fn lower_key_has_every_ingredient() {
         ("target", key("k", &llvm_o1, &CBackend, "f")),
         // gemm differs in name and version; the version alone enters through `Stage::version`.
         ("backend", key("k", &c, &GemmBackend, "f")),
+        ("config", key_in("k", &c, &CBackend, "f", "c/v1/other")),
     ]);
-    // The symbol is derived from the kernel digest by the plan: not an ingredient of its own.
+    // The symbol is derived from the kernel digest (and the configuration) by the plan: not an ingredient of
+    // its own.
     assert_eq!(base, key("k", &c, &CBackend, "other"));
-    assert_eq!(Lower { kernel: d("k"), target: &c, backend: &CBackend, graph: &no_graph, symbol: "f" }.version(), CBackend.version());
+    assert_eq!(Lower { kernel: d("k"), target: &c, backend: &CBackend, graph: &no_graph, symbol: "f", config: "c" }.version(), CBackend.version());
 }
 
 #[test]

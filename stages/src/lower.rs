@@ -18,6 +18,8 @@ pub struct Lower<'a> {
     /// The means: the kernel graph (extracted from the model graph; only called on a miss).
     pub graph: &'a (dyn Fn() -> Result<Graph> + Sync),
     pub symbol: &'a str,
+    /// The backend configuration (its default, or what the tune stage found fastest).
+    pub config: &'a str,
 }
 
 impl Stage for Lower<'_> {
@@ -33,11 +35,12 @@ impl Stage for Lower<'_> {
             .input_digest("kernel", &self.kernel)
             .input_digest("target", &self.target.digest())
             .input("backend", self.backend.name())
+            .input("config", self.config)
             .finish()?)
     }
     fn compute(&self) -> Result<LoweredKernel> {
         let kg = (self.graph)()?;
-        Ok(self.backend.lower(self.target, &kg, self.symbol)?)
+        Ok(self.backend.lower_config(self.target, &kg, self.symbol, self.config)?)
     }
 }
 

@@ -28,7 +28,7 @@ use crate::lower::Lower;
 use crate::device::{cpu_fingerprint, exclusively, gpu_fingerprint, DeviceFingerprint};
 use crate::interp::{int_input_bounds, random_tensor};
 use crate::ir::{extract_subgraph, Graph, NodeId, Tensor};
-use crate::partition::plan::{kernel_signature, kernel_symbol};
+use crate::partition::plan::{config_symbol, kernel_signature, kernel_symbol};
 use crate::stage::{cause, run, DevicePolicy, Stage};
 use crate::target::Target;
 use anyhow::{anyhow, bail, Context, Result};
@@ -40,9 +40,10 @@ use tessera_kernels::runtime::measure::{measure_function, MeasureOptions, Measur
 use tessera_kernels::runtime::LoadedModule;
 use tessera_store::{Digest, KeyBuilder};
 
-/// Bump when what the tune stage records, or how it measures, changes. (4: p10/p90 interpolated, as
+/// Bump when what the tune stage records, or how it measures, changes. (5: every configuration of a kernel
+/// measured, the fastest recorded as best; 4: p10/p90 interpolated, as
 /// `tessera bench` reports them.)
-pub const TUNE_VERSION: u32 = 4;
+pub const TUNE_VERSION: u32 = 5;
 
 /// Seed of the random kernel inputs (per input `i`, stream `i`; see `interp::random`).
 pub const INPUT_SEED: u64 = 0x7e55_e7a5;
@@ -78,6 +79,8 @@ pub struct CandidateCost {
     pub error: Option<String>,
     /// The full measurement (`Measured` only).
     pub measurement: Option<Measurement>,
+    /// The backend configuration the cost is for: the fastest measured, else the backend's default.
+    pub config: String,
 }
 
 /// The tune stage's recorded output for one key.
@@ -92,7 +95,8 @@ pub struct TuneRecord {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum TuneOutcome {
-    /// Every configuration measured (the CPU backends have one), and the best of them.
+    /// Every configuration measured (the CPU backends have one; configurations the device refused are
+    /// left out), and the fastest of them by median.
     Measured { best: String, measurements: Vec<(String, Measurement)> },
     /// The backend refused the kernel: its message.
     Unsupported { error: String },
@@ -181,6 +185,8 @@ struct Keyed<'a> {
     measurable: bool,
     /// Its measurement schedule.
     opts: MeasureOptions,
+    /// The backend's default configuration on its target.
+    default_config: String,
 }
 
 /// A missed kernel, to lower and compile.
@@ -190,6 +196,22 @@ struct Miss<'a> {
     backend: &'a dyn Backend,
     kernel_graph: Graph,
     kernel: Digest,
+    /// The configurations to measure (`Backend::configs_for`), the default first.
+    configs: Vec<String>,
+}
+
+impl<'a> Miss<'a> {
+    fn new(key: Digest, target: &'a Target, backend: &'a dyn Backend, kernel_graph: Graph, kernel: Digest) -> Result<Miss<'a>> {
+        let configs = backend.configs_for(target, &kernel_graph);
+        let all = backend.configs(target);
+        if let Some(c) = configs.iter().find(|c| !all.names().any(|n| n == c.as_str())) {
+            bail!("backend {}: configuration '{c}' is not in its tunable set for {target}", backend.name());
+        }
+        if configs.is_empty() {
+            bail!("backend {}: no configuration to measure on {target}", backend.name());
+        }
+        Ok(Miss { key, target, backend, kernel_graph, kernel, configs })
+    }
 }
 
 /// A missed kernel after its module is built.
@@ -198,11 +220,11 @@ enum Prepared {
     Refused(String),
 }
 
-/// Built modules and, per tune key, where its function is.
+/// Built modules and, per tune key, where each configuration's function is (in the miss's order).
 #[derive(Default)]
 struct Batch {
     modules: Vec<Box<dyn LoadedModule>>,
-    kernels: BTreeMap<Digest, Prepared>,
+    kernels: BTreeMap<Digest, Vec<(String, Prepared)>>,
 }
 
 /// Measures candidates (see the module documentation), with `opts` or each device's schedule; costs come
@@ -225,7 +247,7 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
         let opts = opts.copied().unwrap_or_else(|| MeasureOptions::for_device(target.device()));
         let params = TuneKeyParams::new(kernel, target, backend, &opts);
         let measurable = params.device.is_some() && backend.available().is_ok();
-        planned.push(Keyed { target, backend, kernel, key: params.key()?, measurable, opts });
+        planned.push(Keyed { target, backend, kernel, key: params.key()?, measurable, opts, default_config: backend.default_config(target) });
     }
 
     // Misses, one per key, grouped by target (the store is only peeked at: the memo calls below count).
@@ -240,7 +262,7 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
         if !recorded {
             let sig = kernel_signature(g, nodes);
             let kernel_graph = extract_subgraph(g, &sig);
-            misses.entry(p.target).or_default().push(Miss { key: p.key, target: p.target, backend: p.backend, kernel_graph, kernel: p.kernel });
+            misses.entry(p.target).or_default().push(Miss::new(p.key, p.target, p.backend, kernel_graph, p.kernel)?);
         }
     }
 
@@ -249,7 +271,9 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
     // Lower and compile every target's misses, targets in parallel.
     let batches: Vec<Batch> = misses.par_iter().map(|(_, ms)| prepare(ctx, ms)).collect::<Result<_>>()?;
     let mut modules: Vec<&dyn LoadedModule> = Vec::new();
-    let mut prepared: BTreeMap<Digest, (usize, &Prepared)> = BTreeMap::new();
+    // Per tune key: its batch's first module index, and each configuration's prepared function.
+    type Where<'b> = (usize, &'b [(String, Prepared)]);
+    let mut prepared: BTreeMap<Digest, Where> = BTreeMap::new();
     for b in &batches {
         let base = modules.len();
         modules.extend(b.modules.iter().map(|m| m.as_ref()));
@@ -268,21 +292,20 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
                 key: p.key,
                 error: None,
                 measurement: None,
+                config: p.default_config.clone(),
             });
             continue;
         }
-        let configs: Vec<String> = p.backend.configs(p.target).names().map(String::from).collect();
-        let [config] = <[String; 1]>::try_from(configs).map_err(|c| anyhow!("backend {}: {} configs; only one is supported yet", p.backend.name(), c.len()))?;
         let measure = || -> Result<TuneRecord> {
             let outcome = match prepared.get(&p.key) {
-                Some(&(base, prep)) => run_prepared(&modules, base, prep, &p.opts, p.target, config.clone())?,
+                Some(&(base, prep)) => run_prepared(&modules, base, prep, &p.opts, p.target)?,
                 None => {
                     // Recorded when peeked at, gone since (gc), or a race: build this one alone.
                     let sig = kernel_signature(g, nodes);
-                    let miss = Miss { key: p.key, target: p.target, backend: p.backend, kernel_graph: extract_subgraph(g, &sig), kernel: p.kernel };
+                    let miss = Miss::new(p.key, p.target, p.backend, extract_subgraph(g, &sig), p.kernel)?;
                     let b = prepare(ctx, std::slice::from_ref(&miss))?;
                     let mods: Vec<&dyn LoadedModule> = b.modules.iter().map(|m| m.as_ref()).collect();
-                    run_prepared(&mods, 0, &b.kernels[&p.key], &p.opts, p.target, config.clone())?
+                    run_prepared(&mods, 0, &b.kernels[&p.key], &p.opts, p.target)?
                 }
             };
             Ok(TuneRecord { kernel: p.kernel, target: p.target.canonical(), backend: p.backend.name().to_string(), outcome })
@@ -300,67 +323,110 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
                     .with_context(|| format!("tune record {}: best config '{best}' has no measurement", p.key))?;
                 // The search uses the median (robust to the odd preemption; validation measures whole plans
                 // the same way). The record keeps every figure.
-                CandidateCost { us: m.median_us, source: CostSource::Measured, key: p.key, error: None, measurement: Some(m) }
+                CandidateCost { us: m.median_us, source: CostSource::Measured, key: p.key, error: None, measurement: Some(m), config: best }
             }
-            TuneOutcome::Unsupported { error } => {
-                CandidateCost { us: f64::INFINITY, source: CostSource::Unsupported, key: p.key, error: Some(error), measurement: None }
-            }
+            TuneOutcome::Unsupported { error } => CandidateCost {
+                us: f64::INFINITY,
+                source: CostSource::Unsupported,
+                key: p.key,
+                error: Some(error),
+                measurement: None,
+                config: p.default_config.clone(),
+            },
         });
     }
     Ok(out)
 }
 
-/// Measures one prepared kernel under the device lock.
-/// The CPU backends have one configuration (`config`), so measuring it is the whole search.
-fn run_prepared(modules: &[&dyn LoadedModule], base: usize, prep: &Prepared, opts: &MeasureOptions, target: &Target, config: String) -> Result<TuneOutcome> {
-    match prep {
-        Prepared::Refused(error) => Ok(TuneOutcome::Unsupported { error: error.clone() }),
-        Prepared::Ready { module, index, info, int_bounds } => {
-            let inputs: Vec<Tensor> =
-                info.inputs.iter().enumerate().map(|(i, ty)| random_tensor(ty, INPUT_SEED, i as u64, int_bounds[i])).collect();
-            let module = modules[base + module];
-            // GPU modules are timed on the GPU (CUDA events over a captured graph), host modules on the CPU.
-            // A GPU module that refuses the function's buffers before running (a library algorithm needing
-            // more workspace than planned) makes the candidate unsupported, as a refused lowering does.
-            let m = match exclusively(target.device(), || match module.gpu() {
-                Some(_) => measure_gpu_function(module, *index, info, &inputs, opts),
-                None => measure_function(module, *index, info, &inputs, opts).map_err(GpuMeasureError::Failed),
-            }) {
-                Ok(m) => m,
-                Err(GpuMeasureError::Refused(error)) => return Ok(TuneOutcome::Unsupported { error }),
-                Err(GpuMeasureError::Failed(e)) => bail!("target {target}: {e}"),
-            };
-            Ok(TuneOutcome::Measured { best: config.clone(), measurements: vec![(config, m)] })
+/// Measures every configuration of one prepared kernel, each under the device lock, and keeps the fastest by
+/// median (the first of equals: the default comes first). A configuration whose lowering or compile was
+/// refused, or that the GPU refuses before running (a library algorithm needing more workspace than planned,
+/// a heuristic rank the library does not offer), is left out; when all are, the kernel is unsupported, with
+/// the first one's reason.
+fn run_prepared(modules: &[&dyn LoadedModule], base: usize, preps: &[(String, Prepared)], opts: &MeasureOptions, target: &Target) -> Result<TuneOutcome> {
+    let mut measurements: Vec<(String, Measurement)> = Vec::new();
+    let mut first_error: Option<String> = None;
+    for (config, prep) in preps {
+        let refused = match prep {
+            Prepared::Refused(error) => Some(error.clone()),
+            Prepared::Ready { module, index, info, int_bounds } => {
+                let inputs: Vec<Tensor> =
+                    info.inputs.iter().enumerate().map(|(i, ty)| random_tensor(ty, INPUT_SEED, i as u64, int_bounds[i])).collect();
+                let module = modules[base + module];
+                // GPU modules are timed on the GPU (CUDA events over a captured graph), host modules on the CPU.
+                match exclusively(target.device(), || match module.gpu() {
+                    Some(_) => measure_gpu_function(module, *index, info, &inputs, opts),
+                    None => measure_function(module, *index, info, &inputs, opts).map_err(GpuMeasureError::Failed),
+                }) {
+                    Ok(m) => {
+                        measurements.push((config.clone(), m));
+                        None
+                    }
+                    Err(GpuMeasureError::Refused(error)) => Some(error),
+                    Err(GpuMeasureError::Failed(e)) => bail!("target {target}, configuration '{config}': {e}"),
+                }
+            }
+        };
+        if let Some(e) = refused {
+            let e = if preps.len() > 1 { format!("configuration '{config}': {e}") } else { e };
+            first_error.get_or_insert(e);
         }
     }
+    let best = measurements.iter().fold(None::<&(String, Measurement)>, |best, m| match best {
+        Some(b) if b.1.median_us <= m.1.median_us => Some(b),
+        _ => Some(m),
+    });
+    Ok(match best {
+        Some((best, _)) => TuneOutcome::Measured { best: best.clone(), measurements },
+        None => TuneOutcome::Unsupported { error: first_error.unwrap_or_else(|| "no configuration to measure".into()) },
+    })
 }
 
 /// Lowers (memoized, shared with the compile path) and compiles one target's missed kernels into a module
 /// per core; if one fails, each of its kernels alone, so one bad kernel costs only itself.
 fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
-    let lowered: Vec<(Digest, std::result::Result<LoweredKernel, String>, Vec<i64>)> = misses
+    // Every configuration of every miss, each lowered to its own function.
+    let jobs: Vec<(&Miss, &str, usize)> = misses.iter().flat_map(|m| m.configs.iter().enumerate().map(move |(i, c)| (m, c.as_str(), i))).collect();
+    /// A tune key, the configuration's slot, its lowering (or why it was refused), its inputs' int bounds.
+    type Lowered = (Digest, usize, std::result::Result<LoweredKernel, String>, Vec<i64>);
+    let lowered: Vec<Lowered> = jobs
         .par_iter()
-        .map(|m| Ok((m.key, lower(ctx, m)?, int_input_bounds(&m.kernel_graph))))
+        .map(|&(m, config, i)| Ok((m.key, i, lower(ctx, m, config)?, int_input_bounds(&m.kernel_graph))))
         .collect::<Result<_>>()?;
     let mut batch = Batch::default();
     let Some(first) = misses.first() else { return Ok(batch) };
     let (target, backend) = (first.target, first.backend);
-    let mut ok: Vec<(Digest, LoweredKernel, Vec<i64>)> = Vec::new();
-    for (key, l, bounds) in lowered {
+    // Slots in each miss's configuration order, filled below.
+    let mut slots: BTreeMap<Digest, Vec<Option<Prepared>>> = misses.iter().map(|m| (m.key, m.configs.iter().map(|_| None).collect())).collect();
+    let mut ok: Vec<(Digest, usize, LoweredKernel, Vec<i64>)> = Vec::new();
+    for (key, i, l, bounds) in lowered {
         match l {
-            Ok(lk) => ok.push((key, lk, bounds)),
-            Err(e) => {
-                batch.kernels.insert(key, Prepared::Refused(e));
-            }
+            Ok(lk) => ok.push((key, i, lk, bounds)),
+            Err(e) => slots.get_mut(&key).expect("a miss's key")[i] = Some(Prepared::Refused(e)),
         }
     }
+    let finish = |mut batch: Batch, slots: BTreeMap<Digest, Vec<Option<Prepared>>>| -> Result<Batch> {
+        let mut slots = slots;
+        for m in misses {
+            let Some(row) = slots.remove(&m.key) else { continue };
+            let row: Vec<(String, Prepared)> = m
+                .configs
+                .iter()
+                .cloned()
+                .zip(row)
+                .map(|(c, p)| p.map(|p| (c, p)).with_context(|| format!("tune {}: a configuration was neither built nor refused", m.key)))
+                .collect::<Result<_>>()?;
+            batch.kernels.insert(m.key, row);
+        }
+        Ok(batch)
+    };
     if ok.is_empty() {
-        return Ok(batch);
+        return finish(batch, slots);
     }
     // One module per core's share of the kernels, compiled in parallel (C compiles are single-threaded and
     // partition stages run one model at a time, so this is where the cores are used); a chunk that fails to
     // compile is retried kernel by kernel.
-    let lks: Vec<LoweredKernel> = ok.iter().map(|(_, lk, _)| lk.clone()).collect();
+    let lks: Vec<LoweredKernel> = ok.iter().map(|(_, _, lk, _)| lk.clone()).collect();
     let chunk = lks.len().div_ceil(rayon::current_num_threads().max(1));
     let chunks: Vec<Vec<usize>> = (0..lks.len()).collect::<Vec<_>>().chunks(chunk.max(1)).map(|c| c.to_vec()).collect();
     let compile = |members: &[usize]| {
@@ -381,7 +447,7 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
             Ok(m) => m,
             Err(e) => {
                 for i in members {
-                    batch.kernels.insert(ok[i].0, Prepared::Refused(format!("compile failed: {e}")));
+                    slots.get_mut(&ok[i].0).expect("a miss's key")[ok[i].1] = Some(Prepared::Refused(format!("compile failed: {e}")));
                 }
                 continue;
             }
@@ -390,31 +456,41 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
         let mi = batch.modules.len();
         batch.modules.push(loaded);
         for i in members {
-            let (key, lk, bounds) = &ok[i];
+            let (key, slot, lk, bounds) = &ok[i];
             let index = module
                 .functions
                 .iter()
                 .position(|f| f.symbol == lk.info.symbol)
                 .with_context(|| format!("target {target}: the compiled module has no function {}", lk.info.symbol))?;
-            batch.kernels.insert(*key, Prepared::Ready { module: mi, index, info: lk.info.clone(), int_bounds: bounds.clone() });
+            slots.get_mut(key).expect("a miss's key")[*slot] = Some(Prepared::Ready { module: mi, index, info: lk.info.clone(), int_bounds: bounds.clone() });
         }
     }
-    Ok(batch)
+    finish(batch, slots)
 }
 
 /// Lowers one kernel through the lower stage (the compile path's, so it is lowered once). `Err(text)` when
 /// the backend refuses it (a [`BackendError`], also when another caller of the key ran it); store failures
 /// are errors.
-fn lower(ctx: &Ctx, m: &Miss) -> Result<std::result::Result<LoweredKernel, String>> {
-    let symbol = kernel_symbol(&m.kernel);
+fn lower(ctx: &Ctx, m: &Miss, config: &str) -> Result<std::result::Result<LoweredKernel, String>> {
+    let symbol = symbol_in(m.backend, m.target, &m.kernel, config);
     let graph = || Ok(m.kernel_graph.clone());
-    let stage = Lower { kernel: m.kernel, target: m.target, backend: m.backend, graph: &graph, symbol: &symbol };
+    let stage = Lower { kernel: m.kernel, target: m.target, backend: m.backend, graph: &graph, symbol: &symbol, config };
     match run(ctx.driver, &stage) {
         Ok((_, lk)) => Ok(Ok(lk)),
         Err(e) => match cause::<BackendError>(&e) {
             Some(refused) => Ok(Err(refused.to_string())),
             None => Err(e),
         },
+    }
+}
+
+/// The function name of `kernel` lowered in `config`: the kernel's symbol for the backend's default, else
+/// [`config_symbol`] (so every configuration of a kernel can share one module).
+pub fn symbol_in(backend: &dyn Backend, target: &Target, kernel: &Digest, config: &str) -> String {
+    if config == backend.default_config(target) {
+        kernel_symbol(kernel)
+    } else {
+        config_symbol(kernel, config)
     }
 }
 

@@ -122,3 +122,37 @@ pub fn compile_module<C: CallDesc>(backend: &str, target: &Target, format: Modul
     LibraryModule::<C>::decode(&module).map_err(err)?;
     Ok(module)
 }
+
+/// The tuning space the library backends share: which of the library heuristic's answers a call runs,
+/// by rank (0: the library's first choice), `ranks` of them. Rank 0 is the backend's default configuration
+/// (`<backend>/v<version>/default`), rank `r` is `<backend>/v<version>/algo<r>`.
+#[derive(Clone, Copy, Debug)]
+pub struct Ranks {
+    pub backend: &'static str,
+    pub version: u32,
+    pub ranks: u8,
+}
+
+impl Ranks {
+    /// The configuration running the heuristic's answer of rank `rank`.
+    pub fn name(&self, rank: u8) -> String {
+        if rank == 0 {
+            format!("{}/v{}/default", self.backend, self.version)
+        } else {
+            format!("{}/v{}/algo{rank}", self.backend, self.version)
+        }
+    }
+
+    /// Every configuration, the default first.
+    pub fn all(&self) -> Vec<String> {
+        (0..self.ranks).map(|r| self.name(r)).collect()
+    }
+
+    /// The rank `config` names; an error naming the configurations there are.
+    pub fn rank(&self, config: &str) -> Result<u8, BackendError> {
+        (0..self.ranks).find(|&r| self.name(r) == config).ok_or_else(|| BackendError {
+            backend: self.backend.to_string(),
+            msg: format!("no configuration '{config}' (it has {})", self.all().join(", ")),
+        })
+    }
+}

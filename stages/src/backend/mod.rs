@@ -138,17 +138,38 @@ pub trait Backend: Send + Sync {
     fn rules(&self) -> Rule {
         Rule::OnlyValid(Box::new(Rule::Primitive { kinds: Kinds::ALL }))
     }
-    /// The configurations the tune stage measures for a kernel on `target`. Default: the one configuration
-    /// of a backend without a tuning space ([`TunableSet::single_default`]).
-    fn configs(&self, _target: &Target) -> TunableSet {
-        TunableSet::single_default(self.name(), self.version())
+    /// Every configuration the tune stage may measure on `target` (its checksum is in every tune key).
+    /// Default: the one configuration of a backend without a tuning space ([`TunableSet::single_default`]).
+    fn configs(&self, target: &Target) -> TunableSet {
+        [self.default_config(target)].into_iter().collect()
+    }
+    /// The configuration a kernel gets when nothing was measured (analytical costs, a merged partition): a
+    /// member of [`Backend::configs`].
+    fn default_config(&self, _target: &Target) -> String {
+        format!("{}/v{}/default", self.name(), self.version())
+    }
+    /// The configurations worth measuring for this kernel, the default first: a subset of
+    /// [`Backend::configs`] (tile shapes mean nothing to an elementwise kernel). Default: the default alone.
+    fn configs_for(&self, target: &Target, _kernel: &Graph) -> Vec<String> {
+        vec![self.default_config(target)]
     }
     /// Fill and stroke (SVG colours) of this backend's partitions in `tessera explain --svg`.
     fn colors(&self) -> (&'static str, &'static str);
     /// Analytical cost estimate of running these nodes as one partition, in microseconds.
     fn estimate_us(&self, g: &Graph, nodes: &[NodeId], target: &Target) -> f64;
-    /// Lowers one partition, given as a standalone kernel graph, to a function named `symbol`.
+    /// Lowers one partition, given as a standalone kernel graph, to a function named `symbol`, in the
+    /// default configuration.
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError>;
+    /// Lowers in configuration `config` (one of [`Backend::configs_for`] the kernel). Default: the default
+    /// configuration through [`Backend::lower`], any other refused; a backend with a tuning space overrides
+    /// this (and has `lower` call it with its default).
+    fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
+        if config == self.default_config(target) {
+            self.lower(target, kernel, symbol)
+        } else {
+            Err(BackendError { backend: self.name().to_string(), msg: format!("no configuration '{config}' (it has only '{}')", self.default_config(target)) })
+        }
+    }
     /// Compiles all of one model's lowered partitions into one module.
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError>;
 }

@@ -15,8 +15,8 @@ use crate::ir::{subgraph_signature, ConstMode, Graph, NodeId, SubgraphSignature,
 use crate::target::Target;
 use tessera_store::Digest;
 
-/// Bump when the plan's content or meaning changes.
-pub const PLAN_VERSION: u32 = 5;
+/// Bump when the plan's content or meaning changes. (6: partitions carry their tuned configuration.)
+pub const PLAN_VERSION: u32 = 6;
 
 /// Where a kernel argument or a graph output lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -33,8 +33,12 @@ pub struct PlanPartition {
     pub nodes: Vec<u32>,
     /// Structural signature of the partition with large constants lifted to inputs.
     pub kernel: Digest,
-    /// Function name of the kernel in its module: derived from `kernel`, so one per distinct kernel.
+    /// Function name of the kernel in its module: derived from `kernel` (and `config`), so one per distinct
+    /// kernel.
     pub symbol: String,
+    /// The backend configuration the tune stage measured fastest ([`config_symbol`] names its function);
+    /// `None`: the backend's default.
+    pub config: Option<String>,
     /// Kernel inputs (canonical order) then kernel outputs (canonical order).
     pub args: Vec<PlanRef>,
     pub n_inputs: u32,
@@ -124,6 +128,14 @@ pub fn kernel_symbol(kernel: &Digest) -> String {
     format!("k_{}", &kernel.to_hex()[..20])
 }
 
+/// The function name of `kernel` in a configuration other than its backend's default: the kernel's symbol
+/// and the configuration's name, characters outside `[A-Za-z0-9]` as `_` (configurations of one backend
+/// differ in their names' letters and digits).
+pub fn config_symbol(kernel: &Digest, config: &str) -> String {
+    let tail: String = config.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    format!("{}__{tail}", kernel_symbol(kernel))
+}
+
 /// The signature of a partition's kernel.
 pub fn kernel_signature(g: &Graph, nodes: &[NodeId]) -> SubgraphSignature {
     subgraph_signature(g, nodes, ConstMode::LiftLarge(INLINE_CONST_MAX))
@@ -172,6 +184,7 @@ pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&crate:
             nodes: p.nodes.iter().map(|n| n.0).collect(),
             kernel: sig.digest,
             symbol: kernel_symbol(&sig.digest),
+            config: None,
             args,
             n_inputs: sig.inputs.len() as u32,
             cost_us: p.cost_us,

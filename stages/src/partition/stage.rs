@@ -180,6 +180,8 @@ pub struct CostedCandidates {
     pub cands: Vec<collage::Candidate>,
     pub cost_us: Vec<f64>,
     pub sources: Vec<CandidateSource>,
+    /// The backend configuration each cost is for (the tune stage's fastest, else the default).
+    pub configs: Vec<String>,
 }
 
 /// Partitions `g` for the run's targets and builds its execution plan: the searched mix (checked end to end
@@ -206,29 +208,33 @@ pub fn costed_candidates(ctx: &Ctx, g: &Graph) -> Result<CostedCandidates> {
         let _busy = crate::device::busy();
         collage::candidates(g, ctx.targets, &lookup, &Limits::default())?
     };
-    let (cost_us, sources): (Vec<f64>, Vec<CandidateSource>) = match ctx.costs {
+    let costed: Vec<(f64, CandidateSource, String)> = match ctx.costs {
         CostMode::Analytical => cands
             .iter()
             .map(|c| {
                 let t = &ctx.targets.targets[c.target];
-                let us = ctx.backend(t).map(|b| b.estimate_us(g, &c.nodes, t)).unwrap_or(f64::INFINITY);
-                (us, CandidateSource::Analytical)
+                let backend = ctx.backend(t).ok();
+                let us = backend.map(|b| b.estimate_us(g, &c.nodes, t)).unwrap_or(f64::INFINITY);
+                (us, CandidateSource::Analytical, backend.map(|b| b.default_config(t)).unwrap_or_default())
             })
-            .unzip(),
+            .collect(),
         CostMode::Measured => {
             let pairs: Vec<(Target, Vec<NodeId>)> = cands.iter().map(|c| (ctx.targets.targets[c.target].clone(), c.nodes.clone())).collect();
-            measure_candidates(ctx, g, &pairs)?
-                .into_iter()
-                .map(|c| (c.us, c.source))
-                .unzip()
+            measure_candidates(ctx, g, &pairs)?.into_iter().map(|c| (c.us, c.source, c.config)).collect()
         }
     };
-    Ok(CostedCandidates { cands, cost_us, sources })
+    let mut out = CostedCandidates { cands, cost_us: Vec::new(), sources: Vec::new(), configs: Vec::new() };
+    for (us, source, config) in costed {
+        out.cost_us.push(us);
+        out.sources.push(source);
+        out.configs.push(config);
+    }
+    Ok(out)
 }
 
 /// The plan the search finds for `selection` over costed candidates.
 pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Selection) -> Result<ExecPlan> {
-    let CostedCandidates { cands, cost_us, sources } = costed;
+    let CostedCandidates { cands, cost_us, sources, configs } = costed;
     // A preferred backend's candidates cost next to nothing in the search, so it takes every node it can run;
     // with `Only`, other targets' candidates cannot be chosen. Reported costs stay the real ones.
     let search_costs: Vec<f64> = cands
@@ -281,6 +287,16 @@ pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Sel
     check(g, &parts).map_err(anyhow::Error::msg)?;
     let mut plan = build_plan(g, &parts, &|t: &Tensor| Digest::of(t.bytes()))?;
     for (p, chosen) in plan.partitions.iter_mut().zip(&outcome.chosen) {
+        // A partition that is a measured candidate runs in the configuration measured fastest (a merge of
+        // winners was never measured as one kernel: its backend's default).
+        let target = &ctx.targets.targets[chosen.target];
+        let measured = cands.iter().position(|c| c.target == chosen.target && c.nodes == chosen.nodes).map(|i| &configs[i]);
+        if let (Some(config), Ok(backend)) = (measured, ctx.backend(target)) {
+            if *config != backend.default_config(target) {
+                p.symbol = crate::tune::symbol_in(backend, target, &p.kernel, config);
+                p.config = Some(config.clone());
+            }
+        }
         p.alternative = chosen.alternative.map(|(ti, us)| {
             let t = &ctx.targets.targets[ti];
             Alternative { backend: t.backend_name().to_string(), target: t.to_string(), cost_us: us, cost_source: ctx.costs.name().to_string() }

@@ -8,10 +8,12 @@
 //! `epilogue(alpha*A*B + beta*C + bias)`, which is why a fused chain may hold one bias, one residual (C, beta = 1)
 //! and a ReLU last, in any order of the two additions, and nothing else.
 //!
-//! The module holds no code and no algorithm: the loader asks cuBLASLt's heuristic for its first algorithm for
-//! each matmul once, at load, with the real pointers' alignment and the declared workspace, and the engine
-//! captures the calls into its CUDA graph like kernels. (Choosing among several algorithms by measurement, and
-//! storing the winner, is the tune stage's.)
+//! The module holds no code and no algorithm, only each matmul's `rank`: which of cuBLASLt's heuristic answers
+//! to take (0: its first choice). The loader asks the heuristic once per matmul, at load, with the real
+//! pointers' alignment and the declared workspace, and the engine captures the calls into its CUDA graph like
+//! kernels. The tune stage measures several ranks and the artifact records the fastest, so loading does no
+//! search, only the (deterministic, for one library version and device) heuristic query; the library version
+//! is part of every tune key, so a new cuBLASLt re-tunes.
 
 use super::device;
 pub use super::library::Operand;
@@ -49,7 +51,12 @@ pub struct Matmul {
     pub relu: bool,
     /// Where the workspace starts: the scratch argument and an offset; `WORKSPACE_BYTES` long.
     pub workspace: Operand,
+    /// Which of the heuristic's algorithms to run, in its order (0: its first choice; below [`MAX_RANK`]).
+    pub rank: u8,
 }
+
+/// Ranks a matmul may ask for: the heuristic's first few answers are the ones worth measuring.
+pub const MAX_RANK: u8 = 8;
 
 /// The bytes of a module of format [`crate::module::ModuleFormat::CublasLt`]: per function, its matmuls.
 pub type BlasModule = LibraryModule<Matmul>;
@@ -68,6 +75,9 @@ impl CallDesc for Matmul {
             s.push_str(&format!(" x{}", self.batch));
         }
         s.push_str(if self.dtype == DType::F16 { " f16" } else { " f32" });
+        if self.rank > 0 {
+            s.push_str(&format!(" algo#{}", self.rank));
+        }
         for (on, what) in [(self.bias.is_some(), " +bias"), (self.residual.is_some(), " +residual"), (self.relu, " relu")] {
             if on {
                 s.push_str(what);
@@ -80,6 +90,9 @@ impl CallDesc for Matmul {
         let mm = self;
         if !matches!(mm.dtype, DType::F32 | DType::F16) {
             return Err(format!("element type {:?} (f32 or f16 only)", mm.dtype));
+        }
+        if mm.rank >= MAX_RANK {
+            return Err(format!("algorithm rank {} (below {MAX_RANK} only)", mm.rank));
         }
         if mm.m == 0 || mm.n == 0 || mm.k == 0 || mm.batch == 0 || [mm.m, mm.n, mm.k].iter().any(|&d| d > i32::MAX as u64) {
             return Err(format!("shape {}x{}x{} batch {} out of range", mm.m, mm.n, mm.k, mm.batch));
@@ -259,7 +272,7 @@ impl PreparedMatmul {
             };
             this.ptrs = [at(&mm.b), at(&mm.a), c_ptr, at(&mm.d)];
             this.beta = beta;
-            // The heuristic's first algorithm for these pointers' alignment and the workspace we have.
+            // The heuristic's algorithm of rank `mm.rank` for these pointers' alignment and the workspace we have.
             let mut pref = std::ptr::null_mut();
             ok(lt::cublasLtMatmulPreferenceCreate(&mut pref), "cublasLtMatmulPreferenceCreate")?;
             let found = (|| {
@@ -270,13 +283,18 @@ impl PreparedMatmul {
                     let a = alignment(p);
                     ok(lt::cublasLtMatmulPreferenceSetAttribute(pref, attr, &a as *const u32 as *const c_void, 4), "alignment preference")?;
                 }
-                let mut result: lt::cublasLtMatmulHeuristicResult_t = std::mem::zeroed();
+                let wanted = mm.rank as usize + 1;
+                let mut results: Vec<lt::cublasLtMatmulHeuristicResult_t> = vec![std::mem::zeroed(); wanted];
                 let mut count = 0i32;
                 let l = this.layouts;
-                ok(lt::cublasLtMatmulAlgoGetHeuristic(handle.0, desc, l[0], l[1], l[2], l[2], pref, 1, &mut result, &mut count), "cublasLtMatmulAlgoGetHeuristic")?;
+                ok(lt::cublasLtMatmulAlgoGetHeuristic(handle.0, desc, l[0], l[1], l[2], l[2], pref, wanted as i32, results.as_mut_ptr(), &mut count), "cublasLtMatmulAlgoGetHeuristic")?;
                 if count == 0 {
                     return Err("cuBLASLt has no algorithm for this matmul".to_string());
                 }
+                if (count as usize) < wanted {
+                    return Err(format!("cuBLASLt's heuristic offers {count} algorithm(s) for this matmul; rank {} was asked for", mm.rank));
+                }
+                let result = &results[mm.rank as usize];
                 ok(result.state, "heuristic result")?;
                 Ok(result.algo)
             })();

@@ -7,10 +7,11 @@
 //! kernels only (`CUDNN_FMA_MATH`: no TF32, so results stay within fp32's tolerance); fp16 stores f16, computes
 //! in fp32 and may use tensor cores.
 //!
-//! The module holds no algorithm: the loader asks cuDNN's heuristic (`cudnnGetConvolutionForwardAlgorithm_v7`)
-//! once, at load, for the first algorithm whose workspace fits [`WORKSPACE_BYTES`] (without ReLU, cuDNN allows
-//! only the implicit precomputed GEMM, which then is the algorithm). The engine captures the calls into its
-//! CUDA graph like kernels.
+//! The module holds no algorithm, only each convolution's `rank`: the loader asks cuDNN's heuristic
+//! (`cudnnGetConvolutionForwardAlgorithm_v7`) once, at load, and takes the algorithm of that rank among those
+//! whose workspace fits [`WORKSPACE_BYTES`] (0: the first). Without ReLU, cuDNN allows only the implicit
+//! precomputed GEMM, which then is the algorithm (rank 0 only). The tune stage measures several ranks and the
+//! artifact records the fastest. The engine captures the calls into its CUDA graph like kernels.
 
 use super::device;
 use super::library::{self, Args, CallDesc, LibraryModule, Operand};
@@ -50,7 +51,13 @@ pub struct Conv {
     pub relu: bool,
     /// The scratch argument and an offset; `WORKSPACE_BYTES` long.
     pub workspace: Operand,
+    /// Which of the heuristic's fitting algorithms to run, in its order (0: its first choice; below
+    /// [`MAX_RANK`]; 0 without ReLU).
+    pub rank: u8,
 }
+
+/// Ranks a convolution may ask for (the heuristic is asked for this many answers).
+pub const MAX_RANK: u8 = 8;
 
 /// The bytes of a module of format [`crate::module::ModuleFormat::Cudnn`]: per function, its convolutions.
 pub type DnnModule = LibraryModule<Conv>;
@@ -77,6 +84,9 @@ impl CallDesc for Conv {
 
     fn check(&self, args: &Args) -> Result<(), String> {
         let c = self;
+        if c.rank >= MAX_RANK || (c.rank > 0 && !c.relu) {
+            return Err(format!("algorithm rank {} (below {MAX_RANK}, and 0 without ReLU)", c.rank));
+        }
         if !matches!(c.dtype, DType::F32 | DType::F16) {
             return Err(format!("element type {:?} (f32 or f16 only)", c.dtype));
         }
@@ -276,11 +286,14 @@ impl PreparedConv {
                 let h = handle.lock().map_err(|_| "the cuDNN handle's lock is poisoned".to_string())?;
                 let mut perf: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
                 let mut count = 0;
-                ok(dnn::cudnnGetConvolutionForwardAlgorithm_v7(h.0, this.x_desc, this.w_desc, this.conv_desc, this.y_desc, 8, &mut count, perf.as_mut_ptr()), "cudnnGetConvolutionForwardAlgorithm_v7")?;
-                let pick = perf[..count.max(0) as usize]
+                ok(dnn::cudnnGetConvolutionForwardAlgorithm_v7(h.0, this.x_desc, this.w_desc, this.conv_desc, this.y_desc, perf.len() as i32, &mut count, perf.as_mut_ptr()), "cudnnGetConvolutionForwardAlgorithm_v7")?;
+                let fitting: Vec<&dnn::cudnnConvolutionFwdAlgoPerf_t> = perf[..(count.max(0) as usize).min(perf.len())]
                     .iter()
-                    .find(|p| p.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && (p.memory as u64) <= WORKSPACE_BYTES)
-                    .ok_or_else(|| format!("no cuDNN algorithm within a {WORKSPACE_BYTES}-byte workspace"))?;
+                    .filter(|p| p.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && (p.memory as u64) <= WORKSPACE_BYTES)
+                    .collect();
+                let pick = fitting.get(c.rank as usize).ok_or_else(|| {
+                    format!("cuDNN's heuristic offers {} algorithm(s) within a {WORKSPACE_BYTES}-byte workspace; rank {} was asked for", fitting.len(), c.rank)
+                })?;
                 this.algo = pick.algo;
             }
             let h = handle.lock().map_err(|_| "the cuDNN handle's lock is poisoned".to_string())?;

@@ -35,6 +35,7 @@ pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Matmul>, FunctionInf
             bias: None,
             relu: false,
             workspace: places.workspace(),
+            rank: 0,
         };
         for (at, ep) in eps {
             match ep {

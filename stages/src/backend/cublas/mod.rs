@@ -7,12 +7,17 @@
 //! not depend on the machine that built them. The runtime (`kernels/src/runtime/cuda/blas.rs`) creates the
 //! descriptors and asks cuBLASLt's heuristic for an algorithm once, at load, then captures the calls into the
 //! model's CUDA graph with the `cuda` backend's kernels.
+//!
+//! Tuning space: which of the heuristic's answers every matmul of a kernel runs, its first ([`RANKS`] of them:
+//! `cublas/v2/default` is rank 0, `cublas/v2/algo1` rank 1, ...). The tune stage measures each on the GPU and
+//! the plan records the fastest, so the artifact says which algorithm to run and loading searches nothing.
 
 pub mod cost;
 pub mod lower;
 pub mod support;
 
-use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat};
+use crate::backend::library::Ranks;
+use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat, TunableSet};
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::Rule;
 use crate::target::Target;
@@ -21,8 +26,11 @@ use tessera_kernels::runtime::cuda::blas::Matmul;
 /// The backend's name, as `cuda -compiler=cublas` selects it.
 pub const NAME: &str = "cublas";
 
-/// Bump whenever lowering or the module format changes.
-pub const VERSION: u32 = 1;
+/// Bump whenever lowering or the module format changes. (2: matmuls carry the heuristic rank they run.)
+pub const VERSION: u32 = 2;
+
+/// The tuning space: the heuristic's first four answers for every matmul of a kernel.
+pub const RANKS: Ranks = Ranks { backend: NAME, version: VERSION, ranks: 4 };
 
 /// The `cublas` backend (stateless).
 #[derive(Clone, Copy, Debug, Default)]
@@ -70,9 +78,29 @@ impl Backend for CublasBackend {
         cost::estimate_us(g, nodes)
     }
 
+    fn configs(&self, _target: &Target) -> TunableSet {
+        RANKS.all().into_iter().collect()
+    }
+
+    fn default_config(&self, _target: &Target) -> String {
+        RANKS.name(0)
+    }
+
+    fn configs_for(&self, _target: &Target, _kernel: &Graph) -> Vec<String> {
+        RANKS.all()
+    }
+
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
+        self.lower_config(target, kernel, symbol, &RANKS.name(0))
+    }
+
+    fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
-        let (calls, info) = lower::lower_kernel(kernel, symbol).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
+        let rank = RANKS.rank(config)?;
+        let (mut calls, info) = lower::lower_kernel(kernel, symbol).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
+        for c in &mut calls {
+            c.rank = rank;
+        }
         Ok(LoweredKernel { info, code: postcard::to_stdvec(&calls).expect("matmuls encode") })
     }
 

@@ -118,3 +118,36 @@ fn a_damaged_module_is_refused_at_decode() {
     let e = CublasBackend.lower(&Target::parse("cuda").unwrap(), &g, "f0").unwrap_err().to_string();
     assert!(e.contains("not 'cublas'"), "{e}");
 }
+
+#[test]
+fn each_configuration_runs_one_heuristic_rank() {
+    use crate::backend::Backend;
+    use super::RANKS;
+    let g = mlp(DType::F16);
+    let t = cublas();
+    let configs = CublasBackend.configs_for(&t, &g);
+    assert_eq!(configs.len(), RANKS.ranks as usize);
+    assert_eq!(configs[0], CublasBackend.default_config(&t), "the default comes first");
+    assert!(configs.iter().all(|c| CublasBackend.configs(&t).names().any(|n| n == c)));
+    for (rank, config) in configs.iter().enumerate() {
+        let k = CublasBackend.lower_config(&t, &g, "f0", config).unwrap();
+        let calls: Vec<Matmul> = postcard::from_bytes(&k.code).unwrap();
+        assert!(calls.iter().all(|c| c.rank as usize == rank), "{config}: {calls:?}");
+        // Apart from the rank, every configuration is the same call.
+        let default: Vec<Matmul> = postcard::from_bytes(&CublasBackend.lower(&t, &g, "f0").unwrap().code).unwrap();
+        let mut same = calls.clone();
+        same.iter_mut().for_each(|c| c.rank = 0);
+        assert_eq!(same, default);
+        assert!(CublasBackend.compile_module(&t, &[k]).is_ok());
+    }
+    assert_eq!(RANKS.name(0), CublasBackend.default_config(&t));
+    let e = CublasBackend.lower_config(&t, &g, "f0", "cublas/v2/algo9").unwrap_err().to_string();
+    assert!(e.contains("no configuration 'cublas/v2/algo9'"), "{e}");
+    // A damaged rank is refused when the module is decoded.
+    let k = CublasBackend.lower(&t, &g, "f0").unwrap();
+    let mut calls: Vec<Matmul> = postcard::from_bytes(&k.code).unwrap();
+    calls[0].rank = 200;
+    let bad = LoweredKernel { info: k.info.clone(), code: postcard::to_stdvec(&calls).unwrap() };
+    let e = CublasBackend.compile_module(&t, &[bad]).unwrap_err().to_string();
+    assert!(e.contains("rank 200"), "{e}");
+}

@@ -114,16 +114,31 @@ mod tests {
         Ok(())
     }
 
-    /// Lowers each graph for cuda, emulates it in both thread orders and compares with the reference.
+    /// Lowers each graph for cuda in every configuration the backend would measure for it (the GEMM knob
+    /// settings that change its code), emulates each in both thread orders and compares with the reference.
     fn check(graphs: Vec<(String, Graph)>) {
         let t = Target::parse("cuda -compiler=nvrtc").unwrap();
+        let be = super::super::CudaBackend;
+        let graphs: Vec<(String, Graph)> = graphs
+            .into_iter()
+            .flat_map(|(name, g)| {
+                let configs = be.configs_for(&t, &g);
+                assert_eq!(configs[0], be.default_config(&t), "{name}: the default comes first");
+                configs.into_iter().map(move |c| (format!("{name} [{c}]"), g.clone()))
+            })
+            .collect();
         let lowered: Vec<(CudaCode, FunctionInfo, Vec<Tensor>)> = graphs
             .iter()
             .enumerate()
             .map(|(i, (name, g))| {
-                let l = super::super::lower::lower(g, &format!("emu{i}")).unwrap_or_else(|e| panic!("{name}: {e}"));
-                assert_eq!(postcard::to_stdvec(&l.code).unwrap(), super::super::CudaBackend.lower(&t, g, &format!("emu{i}")).unwrap().code);
-                (l.code, l.info, random_inputs(g, 11 + i as u64))
+                let config = name.rsplit_once(" [").map(|(_, c)| c.trim_end_matches(']')).expect("a configuration");
+                let lk = be.lower_config(&t, g, &format!("emu{i}"), config).unwrap_or_else(|e| panic!("{name}: {e}"));
+                if config == be.default_config(&t) {
+                    let l = super::super::lower::lower(g, &format!("emu{i}")).unwrap_or_else(|e| panic!("{name}: {e}"));
+                    assert_eq!(postcard::to_stdvec(&l.code).unwrap(), lk.code);
+                }
+                let code: CudaCode = postcard::from_bytes(&lk.code).unwrap();
+                (code, lk.info, random_inputs(g, 11 + i as u64))
             })
             .collect();
         let jobs: Vec<Job> = lowered.iter().map(|(code, info, inputs)| Job { code, info, inputs }).collect();
@@ -193,6 +208,12 @@ mod tests {
                 let c = op(g, conv(1, 1), &[x, w, b]);
                 vec![op(g, Op::Unary(UnaryOp::Relu), &[c])]
             }),
+            // Enough GEMMs (one large tile each) to fill the GPU: the default takes the large tile.
+            graph_of("batched_large_tiles", |g| {
+                let a = input(g, "a", &[270, 33, 8]);
+                let b = input(g, "b", &[270, 8, 33]);
+                vec![op(g, Op::MatMul, &[a, b])]
+            }),
             graph_of("conv_strided", |g| {
                 let x = input(g, "x", &[2, 8, 11, 11]);
                 let w = input(g, "w", &[16, 8, 3, 3]);
@@ -204,6 +225,13 @@ mod tests {
         assert_eq!(Schedule::for_problem(13, 40, 64, 1).splits, 1);
         assert!(Schedule::for_problem(8, 40, 1024, 1).splits > 1);
         assert!(Schedule::for_problem(32, 49, 576, 1).splits > 1);
+        // Every knob setting changes some of these kernels, so each is emulated (`check` runs them all).
+        let be = super::super::CudaBackend;
+        let t = Target::parse("cuda -compiler=nvrtc").unwrap();
+        let mut used: Vec<String> = graphs.iter().flat_map(|(_, g)| be.configs_for(&t, g)).collect();
+        used.sort();
+        used.dedup();
+        assert_eq!(used.len(), super::super::gemm::KNOB_SETTINGS.len(), "{used:?}");
         check(graphs);
     }
 

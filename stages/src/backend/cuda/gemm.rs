@@ -7,8 +7,9 @@
 //! no im2col buffer exists. The output tile leaves registers through the partition's fused epilogue (bias,
 //! activation, residual, ...). Small problems (batch-1 inference is mostly small problems) take a smaller
 //! tile and split K across blocks, a second kernel summing the slices in a fixed order and applying the
-//! epilogue (see [`Schedule::for_problem`]). Tile shapes and the split are explicit values with defaults,
-//! the knobs the tune stage will search.
+//! epilogue (see [`Schedule::for_problem`]). Tile shapes and the split are explicit values with defaults;
+//! [`Knobs`] override the defaults' choices, and the backend's configurations (the tune stage's search space)
+//! are named knob settings.
 //!
 //! Convolutions with few output channels per group (depthwise) would waste a row tile: they run one thread
 //! per output element over their few taps instead, as do ConvTranspose and integer MatMul (rare, small).
@@ -57,6 +58,64 @@ impl Tiles {
     }
 }
 
+/// Which tile a GEMM takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TileChoice {
+    /// The large tile where it fills the GPU, else the small one.
+    #[default]
+    Auto,
+    Large,
+    Small,
+}
+
+/// How a GEMM splits K.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SplitChoice {
+    /// Enough slices to fill the GPU (none when the tiles already do).
+    #[default]
+    Auto,
+    /// Never.
+    None,
+    /// Twice the automatic count (at most [`MAX_SPLITS`], slices at least `MIN_SLICE_K / 2` deep).
+    Double,
+}
+
+/// The knobs of every GEMM of a kernel: what the `cuda` backend's configurations set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Knobs {
+    pub tiles: TileChoice,
+    pub split: SplitChoice,
+}
+
+/// The knob settings the tune stage measures, by the name their configuration ends in; `default` first.
+pub const KNOB_SETTINGS: [(&str, Knobs); 5] = [
+    ("default", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Auto }),
+    ("tiles-large", Knobs { tiles: TileChoice::Large, split: SplitChoice::Auto }),
+    ("tiles-small", Knobs { tiles: TileChoice::Small, split: SplitChoice::Auto }),
+    ("split-none", Knobs { tiles: TileChoice::Auto, split: SplitChoice::None }),
+    ("split-double", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Double }),
+];
+
+/// The tile `choice` picks between `big` and `small` for `blocks` (the big tile's block count).
+fn pick_tiles<T>(choice: TileChoice, big: T, small: T, big_blocks: usize) -> T {
+    match choice {
+        TileChoice::Auto if big_blocks >= FILL_BLOCKS => big,
+        TileChoice::Auto => small,
+        TileChoice::Large => big,
+        TileChoice::Small => small,
+    }
+}
+
+/// The K slices `choice` gives a GEMM of `blocks` tiles over depth `k`, `z` of them.
+fn pick_splits(choice: SplitChoice, blocks: usize, k: usize, z: usize) -> usize {
+    let auto = splits_for(blocks, k, z);
+    match choice {
+        SplitChoice::Auto => auto,
+        SplitChoice::None => 1,
+        SplitChoice::Double => (2 * auto).min(MAX_SPLITS).min(k / (MIN_SLICE_K / 2)).min(65535 / z.max(1)).max(1),
+    }
+}
+
 /// How one GEMM runs: its tile and how many K slices (1: no split).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Schedule {
@@ -71,9 +130,14 @@ impl Schedule {
     /// epilogue. Batch-1 inference is mostly such small problems: a ResNet-50 stage-4 conv is 512 x 49 with
     /// K = 4608, one row of 8 large tiles.
     pub fn for_problem(m: usize, n: usize, k: usize, z: usize) -> Schedule {
+        Schedule::with_knobs(m, n, k, z, Knobs::default())
+    }
+
+    /// The schedule `knobs` choose (the default's choices where a knob says `Auto`).
+    pub fn with_knobs(m: usize, n: usize, k: usize, z: usize, knobs: Knobs) -> Schedule {
         let big = Tiles::default();
-        let tiles = if big.blocks(m, n, z) >= FILL_BLOCKS { big } else { SMALL_TILES };
-        Schedule { tiles, splits: splits_for(tiles.blocks(m, n, z), k, z) }
+        let tiles = pick_tiles(knobs.tiles, big, SMALL_TILES, big.blocks(m, n, z));
+        Schedule { tiles, splits: pick_splits(knobs.split, tiles.blocks(m, n, z), k, z) }
     }
 }
 
@@ -125,9 +189,13 @@ pub struct TcSchedule {
 
 impl TcSchedule {
     pub fn for_problem(m: usize, n: usize, k: usize, z: usize) -> TcSchedule {
+        TcSchedule::with_knobs(m, n, k, z, Knobs::default())
+    }
+
+    pub fn with_knobs(m: usize, n: usize, k: usize, z: usize, knobs: Knobs) -> TcSchedule {
         let big = TcTiles::default();
-        let tiles = if big.blocks(m, n, z) >= FILL_BLOCKS { big } else { SMALL_TC_TILES };
-        TcSchedule { tiles, splits: splits_for(tiles.blocks(m, n, z), k, z) }
+        let tiles = pick_tiles(knobs.tiles, big, SMALL_TC_TILES, big.blocks(m, n, z));
+        TcSchedule { tiles, splits: pick_splits(knobs.split, tiles.blocks(m, n, z), k, z) }
     }
 }
 
@@ -167,7 +235,7 @@ fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kerne
     if p.dtype == DType::F16 {
         return tiled_tc(k, p, grp);
     }
-    let sch = Schedule::for_problem(p.m, p.n, p.k, p.z);
+    let sch = Schedule::with_knobs(p.m, p.n, p.k, p.z, k.knobs);
     let Tiles { bm, bn, bk, tm, tn } = sch.tiles;
     let splits = sch.splits;
     if p.z * splits > 65535 {
@@ -262,7 +330,7 @@ fn finish<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, value
 /// shared memory as f16. The accumulators leave through shared memory (fp32), so the epilogue sees each
 /// element with its coordinates, as in the SIMT kernel.
 fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
-    let sch = TcSchedule::for_problem(p.m, p.n, p.k, p.z);
+    let sch = TcSchedule::with_knobs(p.m, p.n, p.k, p.z, k.knobs);
     let TcTiles { bm, bn, bk, wm, wn } = sch.tiles;
     let splits = sch.splits;
     if p.z * splits > 65535 {

@@ -86,11 +86,13 @@ pub struct Kernel<'a> {
     pub symbol: &'a str,
     /// Bytes of each item-private scratch buffer this kernel uses, by id.
     pub temps: Vec<(u32, u64)>,
+    /// How GEMMs choose their schedule (the tuning space's knobs).
+    pub knobs: super::gemm::Knobs,
 }
 
 impl<'a> Kernel<'a> {
     pub fn new(g: &'a Graph, plan: &'a Plan, symbol: &'a str) -> Kernel<'a> {
-        Kernel { g, plan, params: Vec::new(), consts: Vec::new(), body: String::new(), grid: [1, 1, 1], block: [1, 1, 1], shared_bytes: 0, symbol, temps: Vec::new() }
+        Kernel { g, plan, params: Vec::new(), consts: Vec::new(), body: String::new(), grid: [1, 1, 1], block: [1, 1, 1], shared_bytes: 0, symbol, temps: Vec::new(), knobs: Default::default() }
     }
 
     /// The expression naming `v`'s buffer (its alias root's): a parameter or an inline constant array.

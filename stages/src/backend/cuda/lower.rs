@@ -4,7 +4,7 @@
 //! scratch values at offsets laid out by liveness. Everything is emitted in a fixed order from the canonical
 //! kernel graph, so equal partitions give byte-identical source.
 
-use super::gemm;
+use super::gemm::{self, Knobs};
 use super::kernel::{const_array, Binding, Kernel};
 use super::{attention, movement, nd, pool, reduce, scan};
 use crate::backend::c::plan::{plan, Group, Item, Plan, Storage};
@@ -50,7 +50,7 @@ pub fn unsupported(g: &Graph) -> Option<String> {
 }
 
 /// The kernels of one item.
-fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item) -> Result<Vec<Kernel<'a>>, String> {
+fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs: Knobs) -> Result<Vec<Kernel<'a>>, String> {
     let one = |f: &mut dyn FnMut(&mut Kernel<'a>) -> Result<(), String>| -> Result<Vec<Kernel<'a>>, String> {
         let mut k = Kernel::new(g, p, symbol);
         f(&mut k)?;
@@ -59,6 +59,7 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item) -> Res
     // A GEMM may add a second kernel (the split-K reduction and epilogue).
     let gemm = |f: &mut dyn FnMut(&mut Kernel<'a>) -> Result<Option<Kernel<'a>>, String>| -> Result<Vec<Kernel<'a>>, String> {
         let mut k = Kernel::new(g, p, symbol);
+        k.knobs = knobs;
         let second = f(&mut k)?;
         Ok(std::iter::once(k).chain(second).collect())
     };
@@ -170,7 +171,13 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item) -> Res
     }
 }
 
+/// Lowers with the default schedules ([`lower_with`] [`Knobs::default`]).
 pub fn lower(g: &Graph, symbol: &str) -> Result<Lowered, String> {
+    lower_with(g, symbol, Knobs::default())
+}
+
+/// Lowers `g` to the function `symbol`, its GEMMs scheduled as `knobs` say.
+pub fn lower_with(g: &Graph, symbol: &str, knobs: Knobs) -> Result<Lowered, String> {
     if !is_identifier(symbol) {
         return Err(format!("symbol '{symbol}' is not a C identifier"));
     }
@@ -183,7 +190,7 @@ pub fn lower(g: &Graph, symbol: &str) -> Result<Lowered, String> {
 
     let mut kernels: Vec<(usize, Kernel)> = Vec::new();
     for (i, item) in p.items.iter().enumerate() {
-        for k in emit_item(g, &p, symbol, item)? {
+        for k in emit_item(g, &p, symbol, item, knobs)? {
             kernels.push((i, k));
         }
     }

@@ -29,7 +29,7 @@ pub mod toolchain;
 #[cfg(test)]
 mod tests;
 
-use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat};
+use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat, TunableSet};
 use crate::ir::{DType, Graph, NodeId};
 use crate::partition::collage::rules::Rule;
 use crate::target::Target;
@@ -39,6 +39,14 @@ use tessera_kernels::runtime::cuda::libs;
 
 /// Bump whenever the generated code (or the prelude, or the NVRTC options) changes.
 pub const VERSION: u32 = 7;
+
+/// The backend's name, as `cuda -compiler=nvrtc` selects it.
+pub const NAME: &str = "cuda";
+
+/// The configuration of GEMM knob setting `setting` (`cuda/v<version>/default` is the default's).
+fn config_name(setting: &str) -> String {
+    format!("{NAME}/v{VERSION}/{setting}")
+}
 
 /// The device helpers every module starts with.
 pub const PRELUDE: &str = include_str!("prelude.cuh");
@@ -106,7 +114,7 @@ fn compile_error(kernels: &[LoweredKernel], log: &str) -> BackendError {
 
 impl Backend for CudaBackend {
     fn name(&self) -> &'static str {
-        "cuda"
+        NAME
     }
 
     fn version(&self) -> u32 {
@@ -144,9 +152,41 @@ impl Backend for CudaBackend {
         cost::estimate_us(g, nodes)
     }
 
+    /// The GEMM knob settings ([`gemm::KNOB_SETTINGS`]), `cuda/v<version>/<setting>`.
+    fn configs(&self, _target: &Target) -> TunableSet {
+        gemm::KNOB_SETTINGS.iter().map(|(name, _)| config_name(name)).collect()
+    }
+
+    /// The settings that change this kernel's code: none for a kernel without a tiled GEMM, and a setting
+    /// that schedules every GEMM as another one does is measured once.
+    fn configs_for(&self, target: &Target, kernel: &Graph) -> Vec<String> {
+        let mut seen: Vec<Vec<u8>> = Vec::new();
+        let mut out = Vec::new();
+        for (name, knobs) in gemm::KNOB_SETTINGS {
+            let Ok(l) = lower::lower_with(kernel, "configs", knobs) else { continue };
+            let code = postcard::to_stdvec(&l.code).expect("cuda code encodes");
+            if !seen.contains(&code) {
+                seen.push(code);
+                out.push(config_name(name));
+            }
+        }
+        if out.first() != Some(&self.default_config(target)) {
+            // The default does not lower (the lowering will say why): measure nothing else.
+            return vec![self.default_config(target)];
+        }
+        out
+    }
+
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
+        self.lower_config(target, kernel, symbol, &self.default_config(target))
+    }
+
+    fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
-        let l = lower::lower(kernel, symbol).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
+        let knobs = gemm::KNOB_SETTINGS.iter().find(|(name, _)| config_name(name) == config).map(|(_, k)| *k).ok_or_else(|| {
+            err(format!("no configuration '{config}' (it has {})", gemm::KNOB_SETTINGS.iter().map(|(n, _)| config_name(n)).collect::<Vec<_>>().join(", ")))
+        })?;
+        let l = lower::lower_with(kernel, symbol, knobs).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
         Ok(LoweredKernel { info: l.info, code: postcard::to_stdvec(&l.code).expect("cuda code encodes") })
     }
 

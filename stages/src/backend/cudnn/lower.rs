@@ -43,6 +43,7 @@ pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Conv>, FunctionInfo)
             residual: residual.map(|v| places.read(g, v, 0)).transpose().map_err(e)?,
             relu,
             workspace: places.workspace(),
+            rank: 0,
         });
     }
     for c in &mut convs {

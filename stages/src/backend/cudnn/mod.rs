@@ -7,12 +7,17 @@
 //! module is the list of each function's convolutions ([`DnnModule`]), so compiling needs no GPU and no library.
 //! The runtime (`kernels/src/runtime/cuda/dnn.rs`) creates the descriptors and picks cuDNN's heuristic
 //! algorithm once, at load, then captures the calls into the model's CUDA graph.
+//!
+//! Tuning space: which of the heuristic's fitting algorithms every convolution of a kernel runs, its first
+//! [`RANKS`] (`cudnn/v2/default` is rank 0). Only kernels whose convolutions all end in ReLU have a choice
+//! (without ReLU cuDNN runs the implicit precomputed GEMM alone).
 
 pub mod cost;
 pub mod lower;
 pub mod support;
 
-use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat};
+use crate::backend::library::Ranks;
+use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat, TunableSet};
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::Rule;
 use crate::target::Target;
@@ -21,8 +26,11 @@ use tessera_kernels::runtime::cuda::dnn::Conv;
 /// The backend's name, as `cuda -compiler=cudnn` selects it.
 pub const NAME: &str = "cudnn";
 
-/// Bump whenever lowering or the module format changes.
-pub const VERSION: u32 = 1;
+/// Bump whenever lowering or the module format changes. (2: convolutions carry the heuristic rank they run.)
+pub const VERSION: u32 = 2;
+
+/// The tuning space: the heuristic's first four fitting algorithms for every convolution of a kernel.
+pub const RANKS: Ranks = Ranks { backend: NAME, version: VERSION, ranks: 4 };
 
 /// The `cudnn` backend (stateless).
 #[derive(Clone, Copy, Debug, Default)]
@@ -70,9 +78,36 @@ impl Backend for CudnnBackend {
         cost::estimate_us(g, nodes)
     }
 
+    fn configs(&self, _target: &Target) -> TunableSet {
+        RANKS.all().into_iter().collect()
+    }
+
+    fn default_config(&self, _target: &Target) -> String {
+        RANKS.name(0)
+    }
+
+    /// Every rank where all the kernel's convolutions end in ReLU, else the default alone.
+    fn configs_for(&self, _target: &Target, kernel: &Graph) -> Vec<String> {
+        match lower::lower_kernel(kernel, "configs") {
+            Ok((calls, _)) if calls.iter().all(|c| c.relu) => RANKS.all(),
+            _ => vec![RANKS.name(0)],
+        }
+    }
+
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
+        self.lower_config(target, kernel, symbol, &RANKS.name(0))
+    }
+
+    fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
-        let (calls, info) = lower::lower_kernel(kernel, symbol).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
+        let rank = RANKS.rank(config)?;
+        let (mut calls, info) = lower::lower_kernel(kernel, symbol).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
+        for c in &mut calls {
+            if rank > 0 && !c.relu {
+                return Err(err(format!("kernel '{symbol}': configuration '{config}': a convolution without ReLU has one cuDNN algorithm only")));
+            }
+            c.rank = rank;
+        }
         Ok(LoweredKernel { info, code: postcard::to_stdvec(&calls).expect("convolutions encode") })
     }
 

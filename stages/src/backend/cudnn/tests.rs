@@ -96,3 +96,36 @@ fn only_chains_ending_in_relu_are_priced() {
     assert_eq!(cost::estimate_us(&g, &all[..1]), f64::INFINITY, "a conv alone needs the identity activation");
     assert_eq!(cost::estimate_us(&g, &[NodeId(2), NodeId(3)]), f64::INFINITY, "conv + residual, no relu");
 }
+
+#[test]
+fn relu_chains_have_a_choice_of_algorithm_and_others_only_the_default() {
+    use tessera_kernels::runtime::cuda::dnn::Conv;
+    let t = cudnn();
+    let g = block(DType::F16);
+    let configs = CudnnBackend.configs_for(&t, &g);
+    assert_eq!(configs, RANKS.all());
+    assert_eq!(configs[0], CudnnBackend.default_config(&t));
+    for (rank, config) in configs.iter().enumerate() {
+        let k = CudnnBackend.lower_config(&t, &g, "f0", config).unwrap();
+        let calls: Vec<Conv> = postcard::from_bytes(&k.code).unwrap();
+        assert!(calls.iter().all(|c| c.rank as usize == rank), "{config}");
+        assert!(CudnnBackend.compile_module(&t, &[k]).is_ok());
+    }
+    // A convolution and its bias without ReLU: cuDNN's one algorithm only.
+    let mut g = Graph::new("plain");
+    let x = g.add_input("x", TensorType::f32([1, 4, 5, 5]));
+    let w = g.add_input("w", TensorType::f32([4, 4, 3, 3]));
+    let b = g.add_input("b", TensorType::f32([4]));
+    let y = g.add("c", Op::Conv(attrs(1, 1, 1)), &[x, w, b]).unwrap();
+    g.outputs.push(y);
+    assert_eq!(CudnnBackend.configs_for(&t, &g), [CudnnBackend.default_config(&t)]);
+    let e = CudnnBackend.lower_config(&t, &g, "f0", &RANKS.name(1)).unwrap_err().to_string();
+    assert!(e.contains("without ReLU"), "{e}");
+    // A damaged rank is refused at decode.
+    let k = CudnnBackend.lower(&t, &g, "f0").unwrap();
+    let mut calls: Vec<Conv> = postcard::from_bytes(&k.code).unwrap();
+    calls[0].rank = 1;
+    let bad = LoweredKernel { info: k.info.clone(), code: postcard::to_stdvec(&calls).unwrap() };
+    let e = CudnnBackend.compile_module(&t, &[bad]).unwrap_err().to_string();
+    assert!(e.contains("rank 1"), "{e}");
+}
