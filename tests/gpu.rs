@@ -426,7 +426,7 @@ fn measured_costs_on_the_gpu() {
                 Err(e) => failures.push(format!("{} output {i}: {e}", job.name)),
             }
         }
-        eprintln!("{}: {:?}, estimated {:.1} us", job.name, row.partitions_by_backend, row.estimated_us);
+        eprintln!("{}: {:?}, tuned {:?}, estimated {:.1} us", job.name, row.partitions_by_backend, row.tuned_configs, row.estimated_us);
     }
     eprintln!("{} models: cold build {cold_s:.1} s ({tunes} tune executions), warm rebuild {warm_s:.1} s", jobs.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -40,6 +40,8 @@ pub struct ModelResult {
     pub partitions: usize,
     /// Partitions per backend name.
     pub partitions_by_backend: BTreeMap<String, usize>,
+    /// Partitions per tuned configuration other than their backend's default (what measurement changed).
+    pub tuned_configs: BTreeMap<String, usize>,
     /// Distinct kernel signatures of this model.
     pub kernels: BTreeSet<Digest>,
     /// Distinct (backend, kernel) pairs lowered for this model.
@@ -120,9 +122,12 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
     let PlannedModel { doc, plan_digest, plan, graph } = plan_model(ctx, job)?;
     let built = build_artifact(ctx, &plan_digest, &plan, &|| graph.get()).with_context(|| format!("model {}", job.name))?;
 
-    let mut by_backend = BTreeMap::new();
+    let (mut by_backend, mut tuned_configs) = (BTreeMap::new(), BTreeMap::new());
     for p in &plan.partitions {
         *by_backend.entry(p.target.backend_name().to_string()).or_insert(0) += 1;
+        if let Some(c) = &p.config {
+            *tuned_configs.entry(c.clone()).or_insert(0) += 1;
+        }
     }
     let mut objects = vec![doc, plan_digest, built.artifact];
     objects.extend(plan.constants.iter().map(|(d, _)| *d));
@@ -139,6 +144,7 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
         artifact_bytes,
         partitions: plan.partitions.len(),
         partitions_by_backend: by_backend,
+        tuned_configs,
         kernels: plan.partitions.iter().map(|p| p.kernel).collect(),
         lowered: plan.partitions.iter().map(|p| (p.target.backend_name().to_string(), p.kernel)).collect(),
         nodes: plan.partitions.iter().map(|p| p.nodes.len()).sum(),

@@ -135,6 +135,9 @@ pub struct ArtifactRow {
     pub bytes: u64,
     pub partitions: usize,
     pub partitions_by_backend: BTreeMap<String, usize>,
+    /// Partitions per tuned configuration other than their backend's default.
+    #[serde(default)]
+    pub tuned_configs: BTreeMap<String, usize>,
     pub estimated_us: f64,
     /// Distinct (backend, kernel signature) pairs of this model, for tests and reports.
     #[serde(skip)]
@@ -185,6 +188,7 @@ pub fn compile_all_in(memo: &Memo, ctx: &Ctx, jobs: &[ModelJob], out: &Path, on_
             bytes: r.artifact_bytes,
             partitions: r.partitions,
             partitions_by_backend: r.partitions_by_backend.clone(),
+            tuned_configs: r.tuned_configs.clone(),
             estimated_us: r.estimated_us,
             kernels: r.lowered.clone(),
         });

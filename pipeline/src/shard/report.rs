@@ -277,6 +277,7 @@ mod tests {
                 bytes: 100,
                 partitions: 2,
                 partitions_by_backend: [("c".to_string(), 2)].into(),
+                tuned_configs: Default::default(),
                 estimated_us: 1.0,
                 kernels: [("c".to_string(), Digest::of(a.model.as_bytes())), ("c".to_string(), Digest::of(b"shared"))].into(),
             })
