@@ -50,13 +50,16 @@ fn wait_listening(port: u16, child: &mut Child, what: &str, log: &Path) {
     panic!("{what} did not listen on port {port} within 20 s; its log {}:\n{}", log.display(), std::fs::read_to_string(log).unwrap_or_default());
 }
 
+/// Starts a server in a folder on a port: its process and its log file.
+type Starter = Box<dyn Fn(&Path, u16) -> (Child, PathBuf) + Send + Sync>;
+
 /// One server process; stopped (SIGKILL) on drop.
 pub struct Server {
     pub port: u16,
     pub url: String,
     dir: tempfile::TempDir,
     child: Option<Child>,
-    start: Box<dyn Fn(&Path, u16) -> (Child, PathBuf) + Send + Sync>,
+    start: Starter,
     what: String,
 }
 
@@ -131,7 +134,7 @@ impl Server {
         Some(Server::start("nginx", Box::new(start), |port| format!("http://127.0.0.1:{port}/cache")))
     }
 
-    fn start(what: &str, start: Box<dyn Fn(&Path, u16) -> (Child, PathBuf) + Send + Sync>, url: impl Fn(u16) -> String) -> Server {
+    fn start(what: &str, start: Starter, url: impl Fn(u16) -> String) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let (mut child, log) = start(dir.path(), port);
