@@ -184,7 +184,8 @@ impl RemoteStats {
     pub fn warnings(&self) -> Vec<String> {
         let mut v = Vec::new();
         if let Some(why) = &self.disabled {
-            v.push(format!("remote tier {} disabled for the rest of this run after an error: {why}; the build went on with the local store", self.url));
+            // `why` names the server already.
+            v.push(format!("remote tier disabled for the rest of this run after an error ({why}); the build went on with the local store"));
         }
         if self.objects_rejected > 0 {
             v.push(format!("remote tier {}: {} object(s) failed verification (their content does not hash to their name) and were recomputed, never used", self.url, self.objects_rejected));
