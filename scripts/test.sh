@@ -22,6 +22,14 @@ export TESSERA_REQUIRE_NVRTC=1
 # against the C API's header and libraries (cbindgen, which checks the header, is a dev-dependency).
 command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc; }
 
+# Real cache servers for the remote-tier tests (store/tests/remote.rs, pipeline/tests/remote.rs start them on
+# 127.0.0.1): Redis, and nginx with its WebDAV modules (PUT/MKCOL built in, PROPFIND from dav_ext). Those
+# tests fail, not skip, when a server is missing.
+if ! command -v redis-server >/dev/null || ! [ -x /usr/sbin/nginx ] || ! [ -f /usr/lib/nginx/modules/ngx_http_dav_ext_module.so ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server nginx libnginx-mod-http-dav-ext >/dev/null
+fi
+
 cargo test --workspace --locked "$@"
 
 # The Python API (python/): the abi3 wheel built with maturin (dev profile, so it reuses the build above),

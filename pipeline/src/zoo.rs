@@ -119,6 +119,10 @@ pub struct Summary {
     pub artifacts: Vec<ArtifactRow>,
     /// Models that failed, with the error; the others still compiled.
     pub failed: Vec<FailedModel>,
+    /// What the remote tier did (objects fetched, rejected, uploaded; whether it was disabled), when one
+    /// was configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<tessera_store::RemoteStats>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -208,6 +212,7 @@ pub fn compile_all_in(memo: &Memo, ctx: &Ctx, jobs: &[ModelJob], out: &Path, on_
         cost_source: results.first().map(|r| r.cost_source.clone()).unwrap_or_else(|| costs.name().to_string()),
         artifacts: rows,
         failed,
+        remote: store.remote_stats(),
     })
 }
 

@@ -77,6 +77,23 @@ pub enum StoreError {
         source: postcard::Error,
     },
 
+    /// The remote tier's server failed a request (refused, timed out, answered with an error). The store
+    /// disables the tier for the rest of the process after the first one and goes on locally.
+    #[error("remote tier {url}: {what} failed: {detail}")]
+    Remote { url: String, what: String, detail: String },
+
+    /// An object the remote tier returned does not hash to its name. Its bytes are never served.
+    #[error("remote tier {url}: object {digest} failed verification: its content hashes to {actual} ({size} bytes); ignored, it will be recomputed")]
+    RemoteCorrupt { url: String, digest: Digest, actual: Digest, size: u64 },
+
+    /// A memo record on the remote tier cannot be trusted as the entry asked for.
+    #[error("remote tier {url}: memo entry for stage '{stage}' key {key} is not trusted: {why}")]
+    RemoteBadEntry { url: String, stage: String, key: Digest, why: String },
+
+    /// A write to a remote tier configured read-only.
+    #[error("remote tier {url} is read-only; '{op}' is not sent to it")]
+    RemoteReadOnly { url: String, op: &'static str },
+
     /// A name given by the caller is unusable (empty stage or root name, ...).
     #[error("invalid {what} '{value}': {reason}")]
     InvalidName { what: &'static str, value: String, reason: &'static str },

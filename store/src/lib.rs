@@ -8,7 +8,8 @@
 //!   that lets the index be rebuilt.
 //! - [`store`]: the `Store` handle the pipeline uses; `maintenance` (verify, gc) and [`archive`]
 //!   (export, import) add methods to it.
-//! - [`tier`]: the narrow interfaces a remote tier would implement.
+//! - [`tier`]: the narrow interfaces a tier implements; [`remote`]: the remote tier (Redis, WebDAV)
+//!   behind them, which `Store::with_remote` composes with the local one.
 
 pub mod archive;
 pub mod digest;
@@ -21,6 +22,7 @@ mod lock;
 pub mod maintenance;
 pub mod memo;
 pub mod objects;
+pub mod remote;
 pub mod stats;
 pub mod store;
 pub mod tier;
@@ -37,4 +39,5 @@ pub use memo::{MemoEntry, MemoRecord};
 pub use objects::{LocalObjects, PutOutcome, VerifiedReader};
 pub use stats::{StageStats, Stats};
 pub use store::{OpenOptions, OpenReport, Store};
+pub use remote::{Remote, RemoteOptions, RemoteStats, RemoteUrl, REMOTE_ENV};
 pub use tier::{MemoTier, ObjectTier};

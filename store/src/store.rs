@@ -17,6 +17,7 @@ use crate::layout::Layout;
 use crate::lock::WriterLock;
 use crate::memo::{MemoEntry, MemoRecord};
 use crate::objects::{LocalObjects, PutOutcome, VerifiedReader};
+use crate::remote::{Remote, RemoteStats};
 use crate::stats::{Counters, StageStats, Stats};
 use crate::Digest;
 use std::collections::{BTreeMap, BTreeSet};
@@ -97,6 +98,8 @@ pub struct Store {
     /// Counter increments not yet written to the index.
     pub(crate) pending: Mutex<Counters>,
     open_report: OpenReport,
+    /// The remote tier, if one is attached ([`Store::with_remote`]).
+    remote: Option<Remote>,
     _lock: WriterLock,
 }
 
@@ -181,8 +184,91 @@ impl Store {
             journal: Mutex::new(journal),
             pending: Mutex::new(Counters::default()),
             open_report: report,
+            remote: None,
             _lock: lock,
         })
+    }
+
+    /// Attaches a remote tier: from now on reads fall through local -> remote and back-fill the local
+    /// store (every remote object verified first), and writes go local, then remote (unless the remote is
+    /// read-only). A remote that fails is disabled for the rest of the process, with one warning. Needs a
+    /// writable local store (back-filling writes to it).
+    pub fn with_remote(mut self, remote: Remote) -> Result<Store> {
+        self.check_writable("attach a remote tier")?;
+        self.remote = Some(remote);
+        Ok(self)
+    }
+
+    /// The attached remote tier.
+    pub fn remote(&self) -> Option<&Remote> {
+        self.remote.as_ref()
+    }
+
+    /// What the remote tier did so far (None without one).
+    pub fn remote_stats(&self) -> Option<RemoteStats> {
+        self.remote.as_ref().map(|r| r.stats())
+    }
+
+    fn remote_live(&self) -> Option<&Remote> {
+        self.remote.as_ref().filter(|r| r.is_enabled())
+    }
+
+    fn remote_writable(&self) -> Option<&Remote> {
+        self.remote.as_ref().filter(|r| r.is_writable())
+    }
+
+    /// Fetches `d` from the remote tier into the local store; true when it is now here. A remote object
+    /// that fails verification is rejected (counted, warned, never written here); a server error disables
+    /// the tier. Only a local write failure is an error.
+    fn backfill(&self, d: &Digest) -> Result<bool> {
+        let Some(r) = self.remote_live() else { return Ok(false) };
+        match r.get_object(d) {
+            Ok(Some(bytes)) => {
+                // Verified by get_object: the bytes hash to `d`.
+                self.objects.put(&bytes)?;
+                r.count_fetched(bytes.len() as u64);
+                Ok(true)
+            }
+            Ok(None) => {
+                r.count_object_missing();
+                Ok(false)
+            }
+            Err(e @ StoreError::RemoteCorrupt { .. }) => {
+                r.reject_object(&e);
+                Ok(false)
+            }
+            Err(e) => {
+                r.disable(&e);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Makes sure `d` is in the local store, fetching it from the remote tier if needed.
+    fn ensure_local(&self, d: &Digest) -> Result<()> {
+        if !self.objects.contains(d) {
+            self.backfill(d)?;
+        }
+        Ok(())
+    }
+
+    /// Writes an object the local store just took to the remote tier too: unconditionally when it was new
+    /// here, after an existence check when it was already here (it may predate the remote).
+    fn upload(&self, o: &PutOutcome, bytes: Option<&[u8]>) -> Result<()> {
+        let Some(r) = self.remote_writable() else { return Ok(()) };
+        let owned;
+        let bytes = match bytes {
+            Some(b) => b,
+            None => {
+                owned = self.objects.get(&o.digest)?;
+                &owned
+            }
+        };
+        let sent = if o.already_present { r.ensure_object(&o.digest, bytes) } else { r.put_object(&o.digest, bytes) };
+        if let Err(e) = sent {
+            r.disable(&e);
+        }
+        Ok(())
     }
 
     /// The store directory.
@@ -221,6 +307,7 @@ impl Store {
         self.check_writable("put")?;
         let o = self.objects.put(bytes)?;
         self.count_put(&o);
+        self.upload(&o, Some(bytes))?;
         Ok(o)
     }
 
@@ -229,6 +316,7 @@ impl Store {
         self.check_writable("put")?;
         let o = self.objects.put_reader(r)?;
         self.count_put(&o);
+        self.upload(&o, None)?;
         Ok(o.digest)
     }
 
@@ -242,32 +330,45 @@ impl Store {
         }
     }
 
-    /// Reads a whole object, re-hashed: a damaged object is an error naming its digest and path.
+    /// Reads a whole object, re-hashed: a damaged object is an error naming its digest and path. One not
+    /// here is fetched from the remote tier (verified, back-filled) when one is attached.
     pub fn get(&self, d: &Digest) -> Result<Vec<u8>> {
+        self.ensure_local(d)?;
         self.objects.get(d)
     }
 
     /// Streams a verified object into `w`; returns its size. Nothing is written unless it verified.
     pub fn get_to_writer(&self, d: &Digest, w: &mut impl Write) -> Result<u64> {
+        self.ensure_local(d)?;
         self.objects.get_to_writer(d, w)
     }
 
     /// Opens a verified object for streaming reads.
     pub fn open_verified(&self, d: &Digest) -> Result<VerifiedReader> {
+        self.ensure_local(d)?;
         self.objects.open_verified(d)
     }
 
-    /// Whether an object is present (one `stat`, no re-hash; `get` verifies).
+    /// Whether an object is present (one `stat`, no re-hash; `get` verifies). One not here is fetched from
+    /// the remote tier when one is attached: true means it is in the local store now.
     pub fn contains(&self, d: &Digest) -> bool {
-        self.objects.contains(d)
+        self.objects.contains(d) || self.backfill(d).unwrap_or(false)
     }
 
     // ---- memo ------------------------------------------------------------------------------------
 
     /// Looks up what `stage` produced for `key`, counting a hit or a miss. An entry whose output object
     /// is gone (quarantined, or a gc interrupted halfway) is a miss.
+    ///
+    /// With a remote tier, a local miss asks the remote; its entry is trusted only once its output object
+    /// is in the local store (fetched and verified) with the size the entry claims, and is then recorded
+    /// locally too.
     pub fn memo_lookup(&self, stage: &str, key: &Digest) -> Result<Option<MemoEntry>> {
         let found = self.index.memo_get(stage, key)?.filter(|e| self.objects.contains(&e.output));
+        let found = match found {
+            Some(e) => Some(e),
+            None => self.remote_memo_lookup(stage, key)?,
+        };
         if !self.read_only {
             let mut p = lock(&self.pending);
             let c = p.stages.entry(stage.to_string()).or_default();
@@ -280,9 +381,55 @@ impl Store {
         Ok(found)
     }
 
+    /// The remote tier's entry for (stage, key), trusted and recorded locally, or None.
+    fn remote_memo_lookup(&self, stage: &str, key: &Digest) -> Result<Option<MemoEntry>> {
+        let Some(r) = self.remote_live() else { return Ok(None) };
+        let entry = match r.get_memo(stage, key) {
+            Ok(Some(e)) => e,
+            Ok(None) => {
+                r.count_memo(false);
+                return Ok(None);
+            }
+            Err(e @ StoreError::RemoteBadEntry { .. }) => {
+                r.reject_memo(stage, key, &e.to_string());
+                return Ok(None);
+            }
+            Err(e) => {
+                r.disable(&e);
+                return Ok(None);
+            }
+        };
+        // Its output must be here, verified, before the entry is trusted.
+        if !self.objects.contains(&entry.output) && !self.backfill(&entry.output)? {
+            if r.is_enabled() {
+                let why = format!("its output {} is missing on the remote or failed verification", entry.output);
+                r.reject_memo(stage, key, &why);
+            }
+            return Ok(None);
+        }
+        if let Err(e) = self.check_output(stage, key, &entry) {
+            r.reject_memo(stage, key, &e.to_string());
+            return Ok(None);
+        }
+        self.record_local(stage, key, &entry)?;
+        r.count_memo(true);
+        Ok(Some(entry))
+    }
+
     /// Records what `stage` produced for `key`. The output object must already be in the store with
-    /// the size the entry claims. Durable when this returns.
+    /// the size the entry claims. Durable when this returns. With a writable remote tier, the entry is
+    /// then written there too (its output went there when it was put).
     pub fn memo_record(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {
+        self.record_local(stage, key, entry)?;
+        if let Some(r) = self.remote_writable() {
+            if let Err(e) = r.put_memo(stage, key, entry) {
+                r.disable(&e);
+            }
+        }
+        Ok(())
+    }
+
+    fn record_local(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {
         self.check_writable("memo record")?;
         check_name("stage name", stage)?;
         self.check_output(stage, key, entry)?;
@@ -337,7 +484,8 @@ impl Store {
         check_name("root name", name)?;
         let set: BTreeSet<Digest> = digests.iter().copied().collect();
         for d in &set {
-            if !self.objects.contains(d) {
+            // An object a remote-served build never needed locally is fetched now: a root names what is here.
+            if !self.contains(d) {
                 return Err(StoreError::NotFound { digest: *d, path: self.objects.path_of(d) });
             }
         }

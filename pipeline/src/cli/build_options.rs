@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tessera_stages::backend::Backend;
 use tessera_stages::target::TargetSet;
-use tessera_store::{OpenOptions, Store};
+use tessera_store::{OpenOptions, Remote, RemoteOptions, RemoteUrl, Store};
 
 #[derive(Args, Debug)]
 pub struct BuildOptions {
@@ -26,6 +26,14 @@ pub struct BuildOptions {
     /// Wait for another process holding the store instead of failing.
     #[arg(long)]
     pub wait: bool,
+    /// A remote tier shared by many machines: `redis://HOST:PORT[/DB]` or `http://HOST:PORT/PATH` (WebDAV),
+    /// `?ro` for read-only (default: $TESSERA_REMOTE). Reads fall through the local store to it and back-fill;
+    /// writes go to both. Whoever can write it can put code into artifacts: see the README.
+    #[arg(long, env = "TESSERA_REMOTE", value_name = "URL", value_parser = parse_remote)]
+    pub remote: Option<RemoteUrl>,
+    /// Never write to the remote tier (machines that must not; the same as `?ro` in the URL).
+    #[arg(long)]
+    pub remote_read_only: bool,
     /// Where partition costs come from: measured on this machine (recorded in the store), or the backends'
     /// analytical estimates (no measurement; the same plan on every machine).
     #[arg(long, default_value = "measured", value_parser = clap::builder::TypedValueParser::map(clap::builder::PossibleValuesParser::new(CostMode::NAMES), |s| s.parse::<CostMode>().expect("a listed name")))]
@@ -43,11 +51,20 @@ impl BuildOptions {
         resolve_targets(&self.targets, backends)
     }
 
-    /// Opens the store for writing, waiting for another holder if `--wait` was given.
+    /// Opens the store for writing, waiting for another holder if `--wait` was given, with the remote tier
+    /// attached when `--remote` (or $TESSERA_REMOTE) names one.
     pub fn open_store(&self) -> Result<Store> {
         let dir = tessera_store::resolve_dir(self.store.as_deref());
-        Ok(Store::open(&dir, OpenOptions::writable().wait(self.wait))?)
+        let store = Store::open(&dir, OpenOptions::writable().wait(self.wait))?;
+        Ok(match &self.remote {
+            Some(url) => store.with_remote(Remote::new(url, RemoteOptions { read_only: self.remote_read_only })?)?,
+            None => store,
+        })
     }
+}
+
+fn parse_remote(s: &str) -> Result<RemoteUrl, String> {
+    s.parse::<RemoteUrl>().map_err(|e| e.to_string())
 }
 
 /// Parses `--shape NAME=DxD` arguments into input name -> dims; an input given twice is an error.

@@ -116,6 +116,11 @@ pub fn run(args: CompileArgs) -> Result<()> {
     } else {
         print_summary(&summary);
     }
+    if let Some(r) = &summary.remote {
+        for w in r.warnings() {
+            eprintln!("warning: {w}");
+        }
+    }
     if !summary.failed.is_empty() {
         for f in &summary.failed {
             eprintln!("error: {}", f.error);
@@ -161,6 +166,22 @@ pub fn print_summary(s: &Summary) {
     println!("{:<10} {:>10} {:>10} {:>10}", "stage", "executed", "cached", "time");
     for (stage, st) in &s.stages {
         println!("{:<10} {:>10} {:>10} {:>9.2}s", stage, st.executions, st.hits, st.exec_micros as f64 / 1e6);
+    }
+    if let Some(r) = &s.remote {
+        println!(
+            "remote {}{}: {} objects fetched ({} bytes), {} uploaded, {} rejected; memo {} hits, {} misses, {} uploaded, {} rejected{}",
+            r.url,
+            if r.read_only { " (read-only)" } else { "" },
+            r.objects_fetched,
+            r.bytes_fetched,
+            r.objects_uploaded,
+            r.objects_rejected,
+            r.memo_hits,
+            r.memo_misses,
+            r.memo_uploaded,
+            r.memo_rejected,
+            if r.disabled.is_some() { "; disabled after an error" } else { "" }
+        );
     }
     println!("{:<28} {:>6} {:<22} {:>12}  artifact", "model", "parts", "backends", "bytes");
     for a in &s.artifacts {

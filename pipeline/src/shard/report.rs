@@ -235,6 +235,11 @@ fn combine(count: usize, assignment: &[Assigned], shards: &BTreeMap<usize, (&Pat
         cost_source,
         artifacts,
         failed,
+        remote: reports.iter().filter_map(|r| r.summary.remote.as_ref()).fold(None, |acc: Option<tessera_store::RemoteStats>, r| {
+            let mut t = acc.unwrap_or_else(|| tessera_store::RemoteStats { url: r.url.clone(), read_only: r.read_only, ..Default::default() });
+            t.add(r);
+            Some(t)
+        }),
     };
     let lines = shards
         .iter()
@@ -298,6 +303,7 @@ mod tests {
             cost_source: "analytical".into(),
             artifacts,
             failed,
+            remote: None,
         };
         ShardReport::new(Shard { index, count }, assignment, summary)
     }

@@ -1,0 +1,517 @@
+//! The remote tier: objects and memo entries in a cache server many machines share (Redis, or an
+//! HTTP/WebDAV server such as nginx with its DAV module), through opendal's clients.
+//!
+//! [`Store`](crate::Store) composes it behind its own calls (`Store::with_remote`): reads fall through
+//! local -> remote and back-fill the local store; writes go local first, then remote. What this module
+//! guarantees, whatever the server holds:
+//! - **Nothing unverified is served.** Every object read from the remote is re-hashed (blake3) against the
+//!   digest it was asked for; one that does not match is rejected ([`StoreError::RemoteCorrupt`]), counted
+//!   and never written to the local store, so the stage that needs it recomputes it, and the recomputed
+//!   object then overwrites the bad one on the remote.
+//! - **A remote memo entry is trusted only once its output object is here and verified**, with the size
+//!   the entry claims (the store checks this before recording the entry locally).
+//! - **A failing server costs time, not the build.** The first error (refused connection, timeout, an
+//!   answer the client cannot parse) disables the tier for the rest of the process with one warning; the
+//!   build goes on with the local store alone.
+//!
+//! What it cannot guarantee: a memo entry maps a key to an output, so whoever can write the remote can
+//! choose what a key's output is (code included) — only trusted machines should have write access; the
+//! others use read-only mode (`?ro`, [`RemoteOptions::read_only`]), which writes nothing.
+//!
+//! Layout on the server (the same on both services): `objects/<64 hex>` holds an object's bytes,
+//! `memo/<stage>/<64 hex key>` a JSON [`RemoteMemo`].
+
+use crate::error::{Result, StoreError};
+use crate::memo::MemoEntry;
+use crate::objects::PutOutcome;
+use crate::tier::{MemoTier, ObjectTier};
+use crate::Digest;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::io::{Read, Write};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The environment variable that names the remote tier when `--remote` is not given.
+pub const REMOTE_ENV: &str = "TESSERA_REMOTE";
+
+/// Format of the memo records on the server; a record of another format is not trusted.
+pub const REMOTE_MEMO_FORMAT: u32 = 1;
+
+/// How long one request may take before the server counts as failed.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Which service a remote URL names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RemoteKind {
+    /// `redis://host:port[/db]`
+    Redis { endpoint: String, db: i64 },
+    /// `http://host:port[/path]`: a WebDAV server (PUT, GET, PROPFIND, MKCOL).
+    Webdav { endpoint: String, root: String },
+}
+
+/// A parsed remote URL: `redis://host:port[/db][?ro]` or `http://host:port[/path][?ro]`. `?ro` (or
+/// `?read-only`) makes the client read-only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteUrl {
+    /// The URL as given, less its query (what messages name).
+    pub url: String,
+    pub kind: RemoteKind,
+    /// `?ro` was given.
+    pub read_only: bool,
+}
+
+/// A remote URL that cannot be used, with why.
+#[derive(Debug, thiserror::Error)]
+#[error("remote URL '{url}': {reason} (expected redis://HOST:PORT[/DB] or http://HOST:PORT[/PATH], optionally with ?ro)")]
+pub struct ParseRemoteUrlError {
+    pub url: String,
+    pub reason: String,
+}
+
+impl FromStr for RemoteUrl {
+    type Err = ParseRemoteUrlError;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        let bad = |reason: &str| ParseRemoteUrlError { url: s.to_string(), reason: reason.to_string() };
+        let (base, query) = match s.split_once('?') {
+            Some((b, q)) => (b, Some(q)),
+            None => (s, None),
+        };
+        let read_only = match query {
+            None => false,
+            Some("ro") | Some("read-only") => true,
+            Some(q) => return Err(bad(&format!("unknown option '?{q}' (the one option is ?ro)"))),
+        };
+        let (scheme, rest) = base.split_once("://").ok_or_else(|| bad("no scheme"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        if authority.is_empty() {
+            return Err(bad("no host"));
+        }
+        if authority.contains('@') {
+            return Err(bad("credentials in the URL are not supported"));
+        }
+        let kind = match scheme {
+            "redis" => {
+                let db = path.trim_matches('/');
+                let db = if db.is_empty() { 0 } else { db.parse::<i64>().map_err(|_| bad(&format!("'{db}' is not a database number")))? };
+                if db < 0 {
+                    return Err(bad("the database number must not be negative"));
+                }
+                RemoteKind::Redis { endpoint: format!("redis://{authority}"), db }
+            }
+            "http" => {
+                let root = if path.is_empty() { "/".to_string() } else { format!("/{}/", path.trim_matches('/')).replace("//", "/") };
+                RemoteKind::Webdav { endpoint: format!("http://{authority}"), root }
+            }
+            "https" => return Err(bad("https is not supported (this build has no TLS stack): use http:// inside a trusted network")),
+            other => return Err(bad(&format!("unknown scheme '{other}'"))),
+        };
+        Ok(RemoteUrl { url: base.to_string(), kind, read_only })
+    }
+}
+
+impl fmt::Display for RemoteUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.url)?;
+        if self.read_only {
+            f.write_str("?ro")?;
+        }
+        Ok(())
+    }
+}
+
+/// How to use a remote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteOptions {
+    /// Read only: nothing is ever written to the server (also set by `?ro` in the URL).
+    pub read_only: bool,
+}
+
+/// What the remote tier did in this process (reports and tests).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteStats {
+    /// The server, as configured.
+    pub url: String,
+    pub read_only: bool,
+    /// Objects fetched, verified and written to the local store.
+    pub objects_fetched: u64,
+    pub bytes_fetched: u64,
+    /// Objects asked for that the server did not have.
+    pub objects_missing: u64,
+    /// Objects the server returned whose content did not hash to their name: rejected, never served.
+    pub objects_rejected: u64,
+    /// Objects written to the server.
+    pub objects_uploaded: u64,
+    pub bytes_uploaded: u64,
+    /// Memo entries taken from the server (each after its output was fetched and verified).
+    pub memo_hits: u64,
+    /// Memo lookups the server could not answer with an entry.
+    pub memo_misses: u64,
+    /// Memo entries on the server not trusted: undecodable, for another key, or naming an output that was
+    /// missing, failed verification or had another size.
+    pub memo_rejected: u64,
+    /// Memo entries written to the server.
+    pub memo_uploaded: u64,
+    /// Why the tier was disabled (the first error), if it was; after it nothing more was asked.
+    pub disabled: Option<String>,
+}
+
+impl RemoteStats {
+    /// Adds another run's counters (merged shard summaries); the first disable reason is kept.
+    pub fn add(&mut self, o: &RemoteStats) {
+        self.objects_fetched += o.objects_fetched;
+        self.bytes_fetched += o.bytes_fetched;
+        self.objects_missing += o.objects_missing;
+        self.objects_rejected += o.objects_rejected;
+        self.objects_uploaded += o.objects_uploaded;
+        self.bytes_uploaded += o.bytes_uploaded;
+        self.memo_hits += o.memo_hits;
+        self.memo_misses += o.memo_misses;
+        self.memo_rejected += o.memo_rejected;
+        self.memo_uploaded += o.memo_uploaded;
+        if self.disabled.is_none() {
+            self.disabled.clone_from(&o.disabled);
+        }
+    }
+
+    /// The warnings a report should show: a disabled tier, rejected objects or entries.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(why) = &self.disabled {
+            // `why` names the server already.
+            v.push(format!("remote tier disabled for the rest of this run after an error ({why}); the build went on with the local store"));
+        }
+        if self.objects_rejected > 0 {
+            v.push(format!("remote tier {}: {} object(s) failed verification (their content does not hash to their name) and were recomputed, never used", self.url, self.objects_rejected));
+        }
+        if self.memo_rejected > 0 {
+            v.push(format!("remote tier {}: {} memo entr(ies) were not trusted (undecodable, or their output was missing or failed verification) and were recomputed", self.url, self.memo_rejected));
+        }
+        v
+    }
+}
+
+/// One memo entry as the server holds it: with its stage and key, so that an entry copied to another
+/// key is recognized and refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteMemo {
+    pub format: u32,
+    pub stage: String,
+    pub key: String,
+    pub output: String,
+    pub size: u64,
+    pub compute_micros: u64,
+    pub recorded_unix: u64,
+}
+
+/// A remote tier: one server, its client, and what it did.
+pub struct Remote {
+    url: RemoteUrl,
+    read_only: bool,
+    // Declared before the runtime: the operator's connections close while the runtime still runs.
+    op: opendal::blocking::Operator,
+    _runtime: tokio::runtime::Runtime,
+    disabled: AtomicBool,
+    stats: Mutex<RemoteStats>,
+    /// Objects the server returned corrupt: the next put overwrites them whether or not the server has them.
+    bad: Mutex<BTreeSet<Digest>>,
+}
+
+impl fmt::Debug for Remote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Remote").field("url", &self.url.to_string()).field("read_only", &self.read_only).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Remote {
+    /// A client for `url` (nothing is sent yet: the first request connects). Read-only when `opts` or the
+    /// URL's `?ro` says so.
+    pub fn new(url: &RemoteUrl, opts: RemoteOptions) -> Result<Remote> {
+        let err = |e: opendal::Error| StoreError::Remote { url: url.url.clone(), what: "configuring the client".into(), detail: e.to_string() };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("tessera-remote")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Remote { url: url.url.clone(), what: "starting the client's runtime".into(), detail: e.to_string() })?;
+        let timeout = opendal::layers::TimeoutLayer::new().with_timeout(TIMEOUT).with_io_timeout(TIMEOUT);
+        let op = match &url.kind {
+            RemoteKind::Redis { endpoint, db } => {
+                let b = opendal::services::Redis::default().endpoint(endpoint).db(*db).root("/tessera/");
+                opendal::Operator::new(b).map_err(err)?.layer(timeout).finish()
+            }
+            RemoteKind::Webdav { endpoint, root } => {
+                let b = opendal::services::Webdav::default().endpoint(endpoint).root(root);
+                opendal::Operator::new(b).map_err(err)?.layer(timeout).finish()
+            }
+        };
+        let op = {
+            let _guard = runtime.enter();
+            opendal::blocking::Operator::new(op).map_err(err)?
+        };
+        let read_only = opts.read_only || url.read_only;
+        let stats = RemoteStats { url: url.url.clone(), read_only, ..Default::default() };
+        Ok(Remote {
+            url: url.clone(),
+            read_only,
+            op,
+            _runtime: runtime,
+            disabled: AtomicBool::new(false),
+            stats: Mutex::new(stats),
+            bad: Mutex::default(),
+        })
+    }
+
+    pub fn url(&self) -> &RemoteUrl {
+        &self.url
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Whether requests are still sent (false after the first failure).
+    pub fn is_enabled(&self) -> bool {
+        !self.disabled.load(Ordering::Acquire)
+    }
+
+    /// Whether writes are sent: enabled and not read-only.
+    pub fn is_writable(&self) -> bool {
+        self.is_enabled() && !self.read_only
+    }
+
+    /// What the tier did so far.
+    pub fn stats(&self) -> RemoteStats {
+        lock(&self.stats).clone()
+    }
+
+    fn object_path(d: &Digest) -> String {
+        format!("objects/{}", d.to_hex())
+    }
+
+    fn memo_path(stage: &str, key: &Digest) -> String {
+        // Stage names are identifiers; anything else is encoded so that a name cannot reach another path.
+        let safe: String = stage
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c.to_string() } else { format!("%{:02x}", c as u32) })
+            .collect();
+        format!("memo/{safe}/{}", key.to_hex())
+    }
+
+    fn failed(&self, what: String, e: opendal::Error) -> StoreError {
+        StoreError::Remote { url: self.url.url.clone(), what, detail: e.to_string() }
+    }
+
+    /// Disables the tier after a failure: one warning, the first error kept in the stats.
+    pub fn disable(&self, e: &StoreError) {
+        if !self.disabled.swap(true, Ordering::AcqRel) {
+            let msg = e.to_string();
+            tracing::warn!(remote = %self.url.url, error = %msg, "remote tier disabled for the rest of this run");
+            lock(&self.stats).disabled = Some(msg);
+        }
+    }
+
+    /// Counts (and warns about) an object the server returned corrupt, so the next put overwrites it.
+    pub fn reject_object(&self, e: &StoreError) {
+        tracing::warn!(remote = %self.url.url, error = %e, "remote object failed verification; recomputing it");
+        if let StoreError::RemoteCorrupt { digest, .. } = e {
+            lock(&self.bad).insert(*digest);
+        }
+        lock(&self.stats).objects_rejected += 1;
+    }
+
+    /// Counts (and warns about) a memo entry that is not trusted.
+    pub fn reject_memo(&self, stage: &str, key: &Digest, why: &str) {
+        tracing::warn!(remote = %self.url.url, stage, key = %key, why, "remote memo entry not trusted; recomputing");
+        lock(&self.stats).memo_rejected += 1;
+    }
+
+    pub(crate) fn count_fetched(&self, bytes: u64) {
+        let mut s = lock(&self.stats);
+        s.objects_fetched += 1;
+        s.bytes_fetched += bytes;
+    }
+
+    pub(crate) fn count_object_missing(&self) {
+        lock(&self.stats).objects_missing += 1;
+    }
+
+    pub(crate) fn count_memo(&self, hit: bool) {
+        let mut s = lock(&self.stats);
+        if hit {
+            s.memo_hits += 1;
+        } else {
+            s.memo_misses += 1;
+        }
+    }
+
+    /// Whether the server holds an object (no content check: reads verify).
+    pub fn has_object(&self, d: &Digest) -> Result<bool> {
+        let path = Self::object_path(d);
+        self.op.exists(&path).map_err(|e| self.failed(format!("checking for object {d} at {path}"), e))
+    }
+
+    /// Reads an object and verifies it: `Ok(None)` when the server does not have it,
+    /// [`StoreError::RemoteCorrupt`] when its content does not hash to `d`.
+    pub fn get_object(&self, d: &Digest) -> Result<Option<Vec<u8>>> {
+        let path = Self::object_path(d);
+        let bytes = match self.op.read(&path) {
+            Ok(b) => b.to_vec(),
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.failed(format!("reading object {d} at {path}"), e)),
+        };
+        let actual = Digest::of(&bytes);
+        if actual != *d {
+            return Err(StoreError::RemoteCorrupt { url: self.url.url.clone(), digest: *d, actual, size: bytes.len() as u64 });
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Writes an object whose digest the caller computed (the store's put, which just hashed it).
+    pub fn put_object(&self, d: &Digest, bytes: &[u8]) -> Result<()> {
+        self.check_writable("put object")?;
+        let path = Self::object_path(d);
+        self.op.write(&path, bytes.to_vec()).map_err(|e| self.failed(format!("writing object {d} to {path}"), e))?;
+        lock(&self.bad).remove(d);
+        let mut s = lock(&self.stats);
+        s.objects_uploaded += 1;
+        s.bytes_uploaded += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Writes an object unless the server already has a copy not known to be bad (one existence check).
+    pub fn ensure_object(&self, d: &Digest, bytes: &[u8]) -> Result<()> {
+        let known_bad = lock(&self.bad).contains(d);
+        if known_bad || !self.has_object(d)? {
+            self.put_object(d, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Reads a memo entry. `Ok(None)`: none on the server. [`StoreError::RemoteBadEntry`]: a record that
+    /// cannot be trusted as an entry for this stage and key.
+    pub fn get_memo(&self, stage: &str, key: &Digest) -> Result<Option<MemoEntry>> {
+        let path = Self::memo_path(stage, key);
+        let bytes = match self.op.read(&path) {
+            Ok(b) => b.to_vec(),
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.failed(format!("reading memo entry {path}"), e)),
+        };
+        let bad = |why: String| StoreError::RemoteBadEntry { url: self.url.url.clone(), stage: stage.into(), key: *key, why };
+        let rec: RemoteMemo = serde_json::from_slice(&bytes).map_err(|e| bad(format!("not a memo record: {e}")))?;
+        if rec.format != REMOTE_MEMO_FORMAT {
+            return Err(bad(format!("format {} (this tessera reads {REMOTE_MEMO_FORMAT})", rec.format)));
+        }
+        if rec.stage != stage || rec.key != key.to_hex() {
+            return Err(bad(format!("it is the record of stage '{}' key {}", rec.stage, rec.key)));
+        }
+        let output: Digest = rec.output.parse().map_err(|e| bad(format!("its output: {e}")))?;
+        Ok(Some(MemoEntry { output, size: rec.size, compute_micros: rec.compute_micros, recorded_unix: rec.recorded_unix }))
+    }
+
+    /// Writes a memo entry (the caller wrote its output object first).
+    pub fn put_memo(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {
+        self.check_writable("memo record")?;
+        let path = Self::memo_path(stage, key);
+        let rec = RemoteMemo {
+            format: REMOTE_MEMO_FORMAT,
+            stage: stage.into(),
+            key: key.to_hex(),
+            output: entry.output.to_hex(),
+            size: entry.size,
+            compute_micros: entry.compute_micros,
+            recorded_unix: entry.recorded_unix,
+        };
+        let bytes = serde_json::to_vec(&rec).map_err(|e| StoreError::Remote { url: self.url.url.clone(), what: format!("encoding memo entry {path}"), detail: e.to_string() })?;
+        self.op.write(&path, bytes).map_err(|e| self.failed(format!("writing memo entry {path}"), e))?;
+        lock(&self.stats).memo_uploaded += 1;
+        Ok(())
+    }
+
+    fn check_writable(&self, op: &'static str) -> Result<()> {
+        if self.read_only {
+            return Err(StoreError::RemoteReadOnly { url: self.url.url.clone(), op });
+        }
+        Ok(())
+    }
+}
+
+impl ObjectTier for Remote {
+    fn contains(&self, d: &Digest) -> bool {
+        self.has_object(d).unwrap_or(false)
+    }
+    /// Buffers the stream (objects go to the server in one request), hashes it, writes it.
+    fn put_stream(&self, r: &mut dyn Read) -> Result<PutOutcome> {
+        let mut bytes = Vec::new();
+        r.read_to_end(&mut bytes).map_err(|e| StoreError::Remote { url: self.url.url.clone(), what: "reading the stream to upload".into(), detail: e.to_string() })?;
+        let digest = Digest::of(&bytes);
+        self.put_object(&digest, &bytes)?;
+        Ok(PutOutcome { digest, size: bytes.len() as u64, already_present: false })
+    }
+    fn get_stream(&self, d: &Digest, w: &mut dyn Write) -> Result<Option<u64>> {
+        match self.get_object(d)? {
+            None => Ok(None),
+            Some(bytes) => {
+                w.write_all(&bytes).map_err(|e| StoreError::Remote { url: self.url.url.clone(), what: format!("writing out object {d}"), detail: e.to_string() })?;
+                Ok(Some(bytes.len() as u64))
+            }
+        }
+    }
+}
+
+impl MemoTier for Remote {
+    fn lookup(&self, stage: &str, key: &Digest) -> Result<Option<MemoEntry>> {
+        self.get_memo(stage, key)
+    }
+    fn record(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {
+        self.put_memo(stage, key, entry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_and_bad_ones_say_why() {
+        let r: RemoteUrl = "redis://127.0.0.1:6379/2".parse().unwrap();
+        assert_eq!(r.kind, RemoteKind::Redis { endpoint: "redis://127.0.0.1:6379".into(), db: 2 });
+        assert!(!r.read_only);
+        let r: RemoteUrl = "redis://cache:6379?ro".parse().unwrap();
+        assert_eq!(r.kind, RemoteKind::Redis { endpoint: "redis://cache:6379".into(), db: 0 });
+        assert!(r.read_only);
+        assert_eq!(r.to_string(), "redis://cache:6379?ro");
+        let r: RemoteUrl = "http://127.0.0.1:8080/cache/tessera".parse().unwrap();
+        assert_eq!(r.kind, RemoteKind::Webdav { endpoint: "http://127.0.0.1:8080".into(), root: "/cache/tessera/".into() });
+        let r: RemoteUrl = "http://h:1".parse().unwrap();
+        assert_eq!(r.kind, RemoteKind::Webdav { endpoint: "http://h:1".into(), root: "/".into() });
+        for (bad, says) in [
+            ("s3://bucket", "unknown scheme 's3'"),
+            ("redis://h:1/x", "'x' is not a database number"),
+            ("redis://h:1?rw", "unknown option '?rw'"),
+            ("https://h/c", "https is not supported"),
+            ("cache:6379", "no scheme"),
+            ("redis://user:pw@h:1", "credentials"),
+        ] {
+            let e = bad.parse::<RemoteUrl>().unwrap_err().to_string();
+            assert!(e.contains(bad) && e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn memo_paths_cannot_escape() {
+        let k = Digest::of(b"k");
+        assert_eq!(Remote::memo_path("lower", &k), format!("memo/lower/{}", k.to_hex()));
+        assert_eq!(Remote::memo_path("../x", &k), format!("memo/%2e%2e%2fx/{}", k.to_hex()));
+    }
+}
