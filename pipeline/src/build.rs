@@ -12,7 +12,6 @@ use tessera_stages::build::{build_artifact, plan_model, PlannedModel};
 use tessera_stages::load::GraphSource;
 pub use tessera_stages::build::Ctx;
 use tessera_stages::ir::Graph;
-use tessera_stages::partition::stage::CostMode;
 use tessera_store::{canonical_digest, Digest};
 
 /// Where a model comes from.
@@ -102,7 +101,7 @@ impl GraphSource for ModelJob {
 /// model's timing runs, and multi-threaded gemm kernels measured up to 4x their cost in the model
 /// (bench/collage.md); one model at a time, they measure as in a single-model build.
 pub fn compile_models(ctx: &Ctx, jobs: &[ModelJob], on_model: &(dyn Fn(&ModelResult) + Sync)) -> Vec<Result<ModelResult>> {
-    if ctx.costs == CostMode::Measured {
+    if ctx.costs.measures() {
         for j in jobs {
             // A failure here is reported by `compile_model` below, which runs the stage again.
             let _ = plan_model(ctx, j);

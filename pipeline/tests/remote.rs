@@ -26,6 +26,8 @@ fn options(store: &Path, remote: Option<&str>) -> BuildOptions {
         store: Some(store.to_path_buf()),
         wait: false,
         costs: CostMode::Analytical,
+        frozen: false,
+        measured_on: None,
         remote: remote.map(|u| u.parse().unwrap()),
         remote_read_only: false,
     }

@@ -24,8 +24,8 @@ pub enum Inputs {
 /// `targets`: target strings (`["cpu", "cpu -compiler=gemm"]`, `["cuda -precision=fp16"]`); `None` or empty
 /// means every backend this machine can run. `shapes`: `{onnx input name: (dims...)}` (the CLI's
 /// `--shape`). `store`: the content-addressed store (default `$TESSERA_STORE`, else `.tessera` in the
-/// working directory); `wait`: wait for another writer of it instead of failing. `costs`: `"measured"` or
-/// `"analytical"`. The GIL is released while compiling. Raises `tessera.Error` with the compiler's message
+/// working directory); `wait`: wait for another writer of it instead of failing. `costs`: `"measured"`,
+/// `"analytical"` or `"recorded"` (the store's recorded measurements only, as the CLI's `--frozen`). The GIL is released while compiling. Raises `tessera.Error` with the compiler's message
 /// (which names the file or model at fault); when some models fail, the others' artifacts are still
 /// written and the error lists every failure.
 #[pyfunction]
@@ -49,7 +49,7 @@ pub fn compile<'py>(
     // The CLI's `--shape NAME=D0xD1` spelling, parsed by the same code as the CLI's.
     let shapes = shapes.unwrap_or_default().into_iter().map(|(n, d)| format!("{n}={}", d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("x"))).collect();
     // `None` resolves as the CLI's does (`tessera_store::resolve_dir`: $TESSERA_STORE, else `.tessera`).
-    let build = BuildOptions { targets: targets.unwrap_or_default(), shapes, store, wait, costs, remote: None, remote_read_only: false };
+    let build = BuildOptions { targets: targets.unwrap_or_default(), shapes, store, wait, costs, frozen: false, measured_on: None, remote: None, remote_read_only: false };
     let summary = py.detach(|| tessera::cli::compile::compile(&inputs, &build, &out)).map_err(|e| Error::new_err(format!("{e:#}")))?;
     if !summary.failed.is_empty() {
         let why: Vec<String> = summary.failed.iter().map(|f| f.error.clone()).collect();

@@ -146,6 +146,29 @@ fn partition_key_has_every_ingredient() {
         ("validation skip factor", m(&|x| x.validation.skip_factor = 3.0)),
         ("validation schedule", m(&|x| x.validation.block.1 += 1)),
     ]);
+    // A build from records makes the measured build's plan: the same key.
+    assert_eq!(with(&|p| p.cost_mode = CostMode::Recorded.keyed()), base.key().unwrap());
+}
+
+#[test]
+fn time_plans_key_has_every_ingredient() {
+    use crate::partition::validate::TimePlans;
+    let t = tempfile::tempdir().unwrap();
+    let driver = Direct(tessera_store::Store::open(t.path(), Default::default()).unwrap());
+    let targets = crate::target::TargetSet::from_targets(vec![target("cpu"), target("cpu -compiler=gemm")]).unwrap();
+    let backends: Vec<Box<dyn Backend>> = vec![Box::new(CBackend), Box::new(GemmBackend)];
+    let ctx = Ctx::new(&driver, &targets, &backends);
+    let cpu = Some(crate::device::cpu_fingerprint());
+    let key = |artifacts: &[Digest], devices: Vec<Option<crate::device::DeviceFingerprint>>| {
+        TimePlans { ctx: &ctx, artifacts: artifacts.to_vec(), devices }.key().unwrap()
+    };
+    all_distinct(&[
+        ("base", key(&[d("a"), d("b")], vec![cpu.clone(), cpu.clone()])),
+        // The order is the timing order (in order, then reversed): another order is another measurement.
+        ("order", key(&[d("b"), d("a")], vec![cpu.clone(), cpu.clone()])),
+        ("artifacts", key(&[d("a"), d("c")], vec![cpu.clone(), cpu.clone()])),
+        ("devices", key(&[d("a"), d("b")], vec![cpu.clone(), None])),
+    ]);
 }
 
 /// A graph source with a recipe, and one keyed by its document.

@@ -48,8 +48,38 @@ fn library_version(v: Result<usize, String>) -> String {
     v.map_or_else(|why| format!("absent: {why}"), |v| v.to_string())
 }
 
-/// The fingerprint of GPU 0, if this machine has one (read once per process).
+/// The GPU a build from recorded measurements targets instead of this machine's (see [`assume_gpu`]).
+static ASSUMED_GPU: OnceLock<GpuFingerprint> = OnceLock::new();
+
+/// Makes [`gpu_fingerprint`] answer `fp` for the rest of the process: a build from recorded measurements
+/// (`--frozen --measured-on FILE`) reads the tune records of the GPU that measured them, on a machine that
+/// may have no GPU or another one. Only such builds may call it: nothing is measured under an assumed
+/// fingerprint, or a measurement of this machine would be recorded as the other's. Setting a second,
+/// different fingerprint is an error.
+pub fn assume_gpu(fp: GpuFingerprint) -> Result<(), String> {
+    let set = ASSUMED_GPU.get_or_init(|| fp.clone());
+    if *set != fp {
+        return Err(format!("this process already builds for GPU '{}' ({}); it cannot also build for '{}' ({})", set.name, set.arch, fp.name, fp.arch));
+    }
+    Ok(())
+}
+
+/// Whether [`assume_gpu`] replaced this machine's GPU fingerprint.
+pub fn gpu_assumed() -> bool {
+    ASSUMED_GPU.get().is_some()
+}
+
+/// The fingerprint of GPU 0 (read once per process), if this machine has one; the assumed GPU's where a
+/// build from recorded measurements set one ([`assume_gpu`]).
 pub fn gpu_fingerprint() -> Option<DeviceFingerprint> {
+    if let Some(fp) = ASSUMED_GPU.get() {
+        return Some(DeviceFingerprint::Gpu(fp.clone()));
+    }
+    this_gpu().map(DeviceFingerprint::Gpu)
+}
+
+/// The fingerprint of this machine's GPU 0, whatever a build assumes (`tessera targets --gpu-fingerprint`).
+pub fn this_gpu() -> Option<GpuFingerprint> {
     static FP: OnceLock<Option<GpuFingerprint>> = OnceLock::new();
     FP.get_or_init(|| {
         let i = cuda::device::info().ok()?;
@@ -66,7 +96,6 @@ pub fn gpu_fingerprint() -> Option<DeviceFingerprint> {
         })
     })
     .clone()
-    .map(DeviceFingerprint::Gpu)
 }
 
 /// What makes one CPU time a kernel differently from another.

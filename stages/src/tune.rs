@@ -165,6 +165,38 @@ pub fn device_fingerprint(target: &Target) -> Option<DeviceFingerprint> {
     }
 }
 
+/// A build from recorded measurements only (`CostMode::Recorded`) needed records the store does not hold.
+/// Every missing record of the call is listed, so one run tells what to measure or import.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MissingRecords {
+    /// The stage whose records are missing ("tune", "time-plans").
+    pub stage: &'static str,
+    /// One line per missing record: what it measures and its key.
+    pub missing: Vec<String>,
+}
+
+impl std::fmt::Display for MissingRecords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "frozen build: {} {} record(s) are not in the store (measure them with a build that may measure, on the \
+             machine they are for, or import them: `tessera store export --stage tune --stage time-plans` there, \
+             `tessera store import` here):",
+            self.missing.len(),
+            self.stage
+        )?;
+        for (i, m) in self.missing.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "  {m}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for MissingRecords {}
+
 /// Measures candidates, each with its device's schedule ([`MeasureOptions::for_device`]).
 pub fn measure_candidates(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)]) -> Result<Vec<CandidateCost>> {
     measure_all(ctx, g, cands, None)
@@ -246,7 +278,9 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
         let kernel = kernel_signature(g, nodes).digest;
         let opts = opts.copied().unwrap_or_else(|| MeasureOptions::for_device(target.device()));
         let params = TuneKeyParams::new(kernel, target, backend, &opts);
-        let measurable = params.device.is_some() && backend.available().is_ok();
+        // A build from records measures nothing, so it needs only the device's fingerprint (an assumed GPU's
+        // on a machine without it), not a backend that can run here.
+        let measurable = params.device.is_some() && (ctx.costs.frozen() || backend.available().is_ok());
         planned.push(Keyed { target, backend, kernel, key: params.key()?, measurable, opts, default_config: backend.default_config(target) });
     }
 
@@ -254,12 +288,16 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
     let store = ctx.driver.store();
     let mut misses: BTreeMap<&Target, Vec<Miss>> = BTreeMap::new();
     let mut seen = std::collections::BTreeSet::new();
+    let mut missing = Vec::new();
     for (p, (_, nodes)) in planned.iter().zip(cands) {
         if !p.measurable || !seen.insert(p.key) {
             continue;
         }
         let recorded = store.memo_lookup(Tune::NAME, &p.key)?.is_some_and(|e| store.contains(&e.output));
-        if !recorded {
+        if !recorded && ctx.costs.frozen() {
+            let ops: Vec<&str> = nodes.iter().map(|&n| g.node(n).op.name()).collect();
+            missing.push(format!("target {}, kernel {} ({} in graph {}): tune key {}", p.target, p.kernel, ops.join("+"), g.name, p.key));
+        } else if !recorded {
             let sig = kernel_signature(g, nodes);
             let kernel_graph = extract_subgraph(g, &sig);
             misses.entry(p.target).or_default().push(Miss::new(p.key, p.target, p.backend, kernel_graph, p.kernel)?);
@@ -267,6 +305,9 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
     }
 
     drop(busy);
+    if !missing.is_empty() {
+        return Err(MissingRecords { stage: Tune::NAME, missing }.into());
+    }
 
     // Lower and compile every target's misses, targets in parallel.
     let batches: Vec<Batch> = misses.par_iter().map(|(_, ms)| prepare(ctx, ms)).collect::<Result<_>>()?;
@@ -299,6 +340,9 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
         let measure = || -> Result<TuneRecord> {
             let outcome = match prepared.get(&p.key) {
                 Some(&(base, prep)) => run_prepared(&modules, base, prep, &p.opts, p.target)?,
+                None if ctx.costs.frozen() => {
+                    return Err(MissingRecords { stage: Tune::NAME, missing: vec![format!("target {}, kernel {}: tune key {} (gone since it was looked up)", p.target, p.kernel, p.key)] }.into())
+                }
                 None => {
                     // Recorded when peeked at, gone since (gc), or a race: build this one alone.
                     let sig = kernel_signature(g, nodes);

@@ -65,6 +65,13 @@ impl Store {
     /// they list, and the memo entries whose output is one of those objects. The file appears
     /// atomically (temp file beside it, fsync, rename).
     pub fn export(&self, file: &Path, root: Option<&str>) -> Result<ExportReport> {
+        self.export_with(file, root, &[])
+    }
+
+    /// [`export`](Self::export), plus every memo entry of the named `stages` and its output, e.g. the
+    /// measurements (`tune`, `time-plans`) another machine needs to build from records (`--frozen`). With
+    /// stages and no `root`, no root is exported: only those records.
+    pub fn export_with(&self, file: &Path, root: Option<&str>, stages: &[String]) -> Result<ExportReport> {
         let all = self.roots()?;
         let roots: BTreeMap<String, Vec<Digest>> = match root {
             Some(name) => {
@@ -74,11 +81,20 @@ impl Store {
                 })?;
                 BTreeMap::from([(name.to_string(), ds.clone())])
             }
-            None => all,
+            None if stages.is_empty() => all,
+            None => BTreeMap::new(),
         };
-        let closure: BTreeSet<Digest> = roots.values().flatten().copied().collect();
-        let memo: Vec<MemoRecord> =
-            self.memo_entries()?.into_iter().filter(|m| closure.contains(&m.entry.output)).collect();
+        let entries = self.memo_entries()?;
+        if let Some(s) = stages.iter().find(|s| !entries.iter().any(|m| &m.stage == *s)) {
+            let present: BTreeSet<&str> = entries.iter().map(|m| m.stage.as_str()).collect();
+            return Err(StoreError::Archive {
+                path: file.to_path_buf(),
+                detail: format!("the store holds no records of stage '{s}' (stages with records: {})", present.into_iter().collect::<Vec<_>>().join(", ")),
+            });
+        }
+        let mut closure: BTreeSet<Digest> = roots.values().flatten().copied().collect();
+        closure.extend(entries.iter().filter(|m| stages.contains(&m.stage)).map(|m| m.entry.output));
+        let memo: Vec<MemoRecord> = entries.into_iter().filter(|m| closure.contains(&m.entry.output)).collect();
         let mut objects = Vec::with_capacity(closure.len());
         for d in &closure {
             let size = self

@@ -38,6 +38,7 @@ pub fn run(args: BaselinesArgs) -> Result<()> {
         bail!("--iters must be at least 1");
     }
     let shapes = args.build.shapes()?;
+    let costs = args.build.cost_mode()?;
     let jobs = jobs_from_specs(&args.inputs, &shapes)?;
     let backends = all_backends();
     let targets = args.build.targets(&backends)?;
@@ -45,7 +46,7 @@ pub fn run(args: BaselinesArgs) -> Result<()> {
     let memo = Memo::new(&store);
     let bench = BenchSettings { iters: args.iters, warmup: args.warmup, seed: args.seed };
     let quiet = args.json;
-    let models = run_baselines(&memo, &backends, &targets, &jobs, bench, args.build.costs, &|line| {
+    let models = run_baselines(&memo, &backends, &targets, &jobs, bench, costs, &|line| {
         if !quiet {
             eprintln!("{line}");
         }

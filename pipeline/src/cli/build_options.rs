@@ -3,7 +3,8 @@
 
 use tessera_stages::partition::stage::CostMode;
 use crate::zoo::resolve_targets;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+use tessera_stages::device::{assume_gpu, GpuFingerprint};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -38,9 +39,38 @@ pub struct BuildOptions {
     /// analytical estimates (no measurement; the same plan on every machine).
     #[arg(long, default_value = "measured", value_parser = clap::builder::TypedValueParser::map(clap::builder::PossibleValuesParser::new(CostMode::NAMES), |s| s.parse::<CostMode>().expect("a listed name")))]
     pub costs: CostMode,
+    /// Build from recorded measurements only (the same as `--costs recorded`): the tune records and plan
+    /// timings in the store, from an earlier measured build or imported (`tessera store import`). Nothing is
+    /// measured; a missing record fails the build with the list of every one missing.
+    #[arg(long)]
+    pub frozen: bool,
+    /// With `--frozen`: the GPU the records were measured on, as `tessera targets --gpu-fingerprint` printed
+    /// it there (JSON). Builds for that GPU on a machine without it (CI), with the bytes it built there.
+    #[arg(long, value_name = "FILE", requires = "frozen")]
+    pub measured_on: Option<PathBuf>,
 }
 
 impl BuildOptions {
+    /// Where partition costs come from, `--frozen` applied; with `--measured-on`, the build assumes that GPU
+    /// for the rest of the process ([`tessera_stages::device::assume_gpu`]).
+    pub fn cost_mode(&self) -> Result<CostMode> {
+        let mode = match (self.frozen, self.costs) {
+            (false, c) => c,
+            (true, CostMode::Measured | CostMode::Recorded) => CostMode::Recorded,
+            (true, c) => bail!("--frozen builds from recorded measurements; it cannot be combined with --costs {}", c.name()),
+        };
+        if let Some(file) = &self.measured_on {
+            if mode != CostMode::Recorded {
+                bail!("--measured-on {} needs --frozen: measuring under another GPU's fingerprint would record this machine's times as its", file.display());
+            }
+            let text = std::fs::read_to_string(file).with_context(|| format!("--measured-on: reading {}", file.display()))?;
+            let fp: GpuFingerprint = serde_json::from_str(&text)
+                .with_context(|| format!("--measured-on {}: not a GPU fingerprint as `tessera targets --gpu-fingerprint` prints it", file.display()))?;
+            assume_gpu(fp).map_err(|e| anyhow::anyhow!("--measured-on {}: {e}", file.display()))?;
+        }
+        Ok(mode)
+    }
+
     /// The `--shape` arguments by input name; an input given twice is an error.
     pub fn shapes(&self) -> Result<BTreeMap<String, Vec<usize>>> {
         parse_shapes(&self.shapes)

@@ -149,11 +149,12 @@ pub fn compile_jobs(
     on_stage: &(dyn Fn(&'static str, bool) + Send + Sync),
     on_model: &(dyn Fn(&ModelResult) + Sync),
 ) -> Result<Summary> {
+    let costs = build.cost_mode()?;
     let backends = all_backends();
     let targets = build.targets(&backends)?;
     let store = build.open_store()?;
     let memo = Memo::new(&store).with_observer(on_stage);
-    compile_all(&memo, &targets, &backends, jobs, out, build.costs, on_model)
+    compile_all(&memo, &targets, &backends, jobs, out, costs, on_model)
 }
 
 /// The text report of a compile run (also of merged shards: `tessera summary`).

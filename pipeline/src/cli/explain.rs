@@ -52,12 +52,13 @@ fn trial_plan(memo: &Memo, used: &ExecPlan, label: &str) -> Result<ExecPlan> {
 
 pub fn run(args: ExplainArgs) -> Result<()> {
     let shapes = args.build.shapes()?;
+    let costs = args.build.cost_mode()?;
     let job = job_for_model(&args.model, args.manifest.as_deref(), &shapes)?;
     let backends = all_backends();
     let targets = args.build.targets(&backends)?;
     let store = args.build.open_store()?;
     let memo = Memo::new(&store);
-    let ctx = Ctx::new(&memo, &targets, &backends).with_costs(args.build.costs);
+    let ctx = Ctx::new(&memo, &targets, &backends).with_costs(costs);
     let planned = plan_model(&ctx, &job)?;
     store.flush()?;
     let graph = planned.graph.get()?;

@@ -57,9 +57,14 @@ pub enum StoreCommand {
         store: StoreArgs,
         /// The archive to write (a tar file).
         file: PathBuf,
-        /// Export only this root (default: every root).
+        /// Export only this root (default: every root, unless `--stage` is given).
         #[arg(long)]
         root: Option<String>,
+        /// Also export every record of this stage (repeatable), e.g. `--stage tune --stage time-plans`: the
+        /// measurements another machine needs to build from them (`tessera compile --frozen`). Without
+        /// `--root`, only those records.
+        #[arg(long = "stage", value_name = "STAGE")]
+        stages: Vec<String>,
     },
     /// Read an archive written by `export`, verifying every object.
     Import {
@@ -99,9 +104,9 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
             let mut s = open(&store, OpenOptions::writable(), false)?;
             say_lines(&s.gc(dry_run)?.lines())
         }
-        StoreCommand::Export { store, file, root } => {
+        StoreCommand::Export { store, file, root, stages } => {
             let s = open(&store, OpenOptions::read_only(), false)?;
-            let r = s.export(&file, root.as_deref())?;
+            let r = s.export_with(&file, root.as_deref(), &stages)?;
             say(&format!(
                 "exported {} root(s), {} object(s) ({}), {} memo entr(ies) to {}\n",
                 r.roots,

@@ -1,7 +1,7 @@
 //! `tessera targets`: every target kind, its attributes and defaults, and which backends run here.
 
 use crate::zoo::all_backends;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use tessera_stages::target::{Target, KINDS, REGISTRY_VERSION};
 
@@ -10,9 +10,18 @@ pub struct TargetsArgs {
     /// Print the registry as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Print this machine's GPU fingerprint (JSON): what its measurements are keyed by, and what
+    /// `tessera compile --frozen --measured-on FILE` takes to build from them on another machine.
+    #[arg(long, conflicts_with = "json")]
+    pub gpu_fingerprint: bool,
 }
 
 pub fn run(args: TargetsArgs) -> Result<()> {
+    if args.gpu_fingerprint {
+        let fp = tessera_stages::device::this_gpu().context("this machine has no GPU tessera can use (no CUDA driver or no device)")?;
+        println!("{}", serde_json::to_string_pretty(&fp)?);
+        return Ok(());
+    }
     let backends = all_backends();
     let status = |backend: &str| -> String {
         match backends.iter().find(|b| b.name() == backend) {

@@ -67,7 +67,7 @@ impl<'a> Partition<'a> {
             .iter()
             .filter_map(|t| ctx.backend(t).ok().map(|b| (t.to_string(), b.name().to_string(), b.version())))
             .collect();
-        let measured = (ctx.costs == CostMode::Measured).then(|| MeasuredParams {
+        let measured = ctx.costs.measures().then(|| MeasuredParams {
             tune_version: crate::tune::TUNE_VERSION,
             devices: ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect(),
             measure: ctx.targets.targets.iter().map(|t| MeasureOptions::for_device(t.device())).collect(),
@@ -76,7 +76,7 @@ impl<'a> Partition<'a> {
         PartitionKeyParams {
             graph_doc: self.graph_doc,
             targets: ctx.targets.digest(),
-            cost_mode: ctx.costs,
+            cost_mode: ctx.costs.keyed(),
             prefer: ctx.prefer.clone(),
             partitioner_version: PARTITIONER_VERSION,
             backends,
@@ -139,6 +139,11 @@ pub enum CostMode {
     Measured,
     /// The backends' analytical estimates: no measurement, the same plan on every machine.
     Analytical,
+    /// Measured costs from the store's records only (`--frozen`): the tune records and plan timings of an
+    /// earlier measured build here, or imported from the machine that measured them. Nothing is measured; a
+    /// missing record fails the build with the list of every one missing. Given the records, the plan is the
+    /// one the measured build made, so the partition key is the measured key.
+    Recorded,
 }
 
 impl std::str::FromStr for CostMode {
@@ -147,6 +152,7 @@ impl std::str::FromStr for CostMode {
         match s {
             "measured" => Ok(CostMode::Measured),
             "analytical" => Ok(CostMode::Analytical),
+            "recorded" => Ok(CostMode::Recorded),
             other => Err(format!("'{other}' is not a cost mode (one of: {})", CostMode::NAMES.join(", "))),
         }
     }
@@ -154,12 +160,31 @@ impl std::str::FromStr for CostMode {
 
 impl CostMode {
     /// Every mode's name, as `--costs` takes them.
-    pub const NAMES: [&'static str; 2] = ["measured", "analytical"];
+    pub const NAMES: [&'static str; 3] = ["measured", "analytical", "recorded"];
 
     pub fn name(self) -> &'static str {
         match self {
             CostMode::Measured => "measured",
             CostMode::Analytical => "analytical",
+            CostMode::Recorded => "recorded",
+        }
+    }
+
+    /// Whether costs are measurements (taken now or recorded): the tune stage's records decide the plan.
+    pub fn measures(self) -> bool {
+        matches!(self, CostMode::Measured | CostMode::Recorded)
+    }
+
+    /// Whether measuring is forbidden: only recorded measurements may be used.
+    pub fn frozen(self) -> bool {
+        self == CostMode::Recorded
+    }
+
+    /// The mode as keys hold it: a build from records makes the measured build's plan, under its key.
+    pub fn keyed(self) -> CostMode {
+        match self {
+            CostMode::Recorded => CostMode::Measured,
+            m => m,
         }
     }
 }
@@ -218,7 +243,7 @@ pub fn costed_candidates(ctx: &Ctx, g: &Graph) -> Result<CostedCandidates> {
                 (us, CandidateSource::Analytical, backend.map(|b| b.default_config(t)).unwrap_or_default())
             })
             .collect(),
-        CostMode::Measured => {
+        CostMode::Measured | CostMode::Recorded => {
             let pairs: Vec<(Target, Vec<NodeId>)> = cands.iter().map(|c| (ctx.targets.targets[c.target].clone(), c.nodes.clone())).collect();
             measure_candidates(ctx, g, &pairs)?.into_iter().map(|c| (c.us, c.source, c.config)).collect()
         }

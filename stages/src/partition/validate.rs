@@ -27,12 +27,14 @@
 //! plan's [`Validation`], shown by `tessera explain`.
 
 use super::plan::{ExecPlan, Trial, Validation};
-use super::stage::{plan_for, CostMode, CostedCandidates, Selection};
+use super::stage::{plan_for, CostedCandidates, Selection};
 use crate::build::{build_artifact, Ctx};
 use crate::device::exclusively;
 use anyhow::{Context, Result};
 use tessera_kernels::artifact::Artifact;
 use crate::ir::Graph;
+use crate::stage::{run, DevicePolicy, Stage};
+use crate::tune::MissingRecords;
 use serde::Serialize;
 use tessera_kernels::runtime::measure::{median, time_abba, Block};
 use tessera_kernels::runtime::Executable;
@@ -70,11 +72,13 @@ const INPUT_SEED: u64 = crate::tune::INPUT_SEED;
 /// mix (not a baseline), more than one target, and every target on a device this build measures with an
 /// available backend (a plan that cannot run here cannot be timed).
 pub fn applies(ctx: &Ctx) -> bool {
-    ctx.costs == CostMode::Measured
+    ctx.costs.measures()
         && ctx.prefer.is_none()
         && ctx.targets.targets.len() > 1
         && ctx.targets.targets.iter().all(|t| {
-            crate::tune::device_fingerprint(t).is_some() && ctx.backend(t).map(|b| b.available().is_ok()).unwrap_or(false)
+            // A build from records times nothing: it needs the records, not a backend that runs here.
+            crate::tune::device_fingerprint(t).is_some()
+                && ctx.backend(t).map(|b| ctx.costs.frozen() || b.available().is_ok()).unwrap_or(false)
         })
 }
 
@@ -141,7 +145,7 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
             }
         }
         if artifacts.len() > 1 {
-            let timed = measure_plans(ctx, &artifacts)?;
+            let timed = time_plans(ctx, &artifacts, &trials)?;
             for ((i, digest), [first, second]) in artifacts.iter().zip(timed) {
                 trials[*i].artifact = Some(*digest);
                 trials[*i].runs = (first.len() + second.len()) as u32;
@@ -187,12 +191,66 @@ pub fn choose(trials: &[Trial]) -> usize {
     if clearly_faster { 0 } else { alt_index }
 }
 
+/// Bump when what [`TimePlans`] records, or how it times, changes.
+pub const TIME_PLANS_VERSION: u32 = 1;
+
+/// Stage: the end-to-end timings of validation's artifacts, in order ([`time_abba`]'s two passes, samples in
+/// microseconds). Recorded apart from the plan so that a build from records (`CostMode::Recorded`, on a
+/// machine that cannot time them) makes the measured build's choice: it builds the same artifacts, finds
+/// their timings under the same key, and fails, listing them, where it does not.
+pub struct TimePlans<'a> {
+    pub ctx: &'a Ctx<'a>,
+    /// The artifacts, in the order they are timed.
+    pub artifacts: Vec<Digest>,
+    /// The device fingerprint of every target (an assumed GPU's in a build from records).
+    pub devices: Vec<Option<crate::device::DeviceFingerprint>>,
+}
+
+impl Stage for TimePlans<'_> {
+    const NAME: &'static str = "time-plans";
+    // Times under `exclusively` itself.
+    const DEVICE: DevicePolicy = DevicePolicy::Own;
+    type Output = Vec<[Vec<f64>; 2]>;
+    fn version(&self) -> u32 {
+        TIME_PLANS_VERSION
+    }
+    fn key(&self) -> Result<Digest> {
+        Ok(self
+            .key_builder()
+            .input("artifacts", &self.artifacts)
+            .input("input_seed", &INPUT_SEED)
+            .env("schedule", &(BLOCK.warmup, BLOCK.min_runs, BLOCK.max_runs, BLOCK.budget_us))
+            .env("devices", &self.devices)
+            .finish()?)
+    }
+    fn compute(&self) -> Result<Self::Output> {
+        measure_plans(self.ctx, &self.artifacts)
+    }
+}
+
+/// The timings of `artifacts` (trial index, digest): recorded, else measured; a build from records that
+/// lacks them fails naming each trial and artifact.
+fn time_plans(ctx: &Ctx, artifacts: &[(usize, Digest)], trials: &[Trial]) -> Result<Vec<[Vec<f64>; 2]>> {
+    let devices = ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect();
+    let stage = TimePlans { ctx, artifacts: artifacts.iter().map(|(_, d)| *d).collect(), devices };
+    if ctx.costs.frozen() {
+        let store = ctx.driver.store();
+        let key = stage.key()?;
+        if !store.memo_lookup(TimePlans::NAME, &key)?.is_some_and(|e| store.contains(&e.output)) {
+            let plans: Vec<String> = artifacts.iter().map(|(i, d)| format!("'{}' artifact {d}", trials[*i].label)).collect();
+            let missing = vec![format!("validation timings of {}: time-plans key {key}", plans.join(", "))];
+            return Err(MissingRecords { stage: TimePlans::NAME, missing }.into());
+        }
+    }
+    Ok(run(ctx.driver, &stage)?.1)
+}
+
 /// Loads every artifact, then, with the CPU to ourselves, times them in two passes ([`time_abba`]). Returns
 /// each artifact's samples in microseconds.
-fn measure_plans(ctx: &Ctx, artifacts: &[(usize, Digest)]) -> Result<Vec<[Vec<f64>; 2]>> {
+fn measure_plans(ctx: &Ctx, artifacts: &[Digest]) -> Result<Vec<[Vec<f64>; 2]>> {
     let store = ctx.driver.store();
     let mut runs: Vec<(Executable, Vec<crate::ir::Tensor>)> = Vec::with_capacity(artifacts.len());
-    for (_, d) in artifacts {
+    for d in artifacts {
         let a = Artifact::read_owned(store.get(d)?, &format!("artifact {d}"))?;
         let inputs = a.random_inputs(INPUT_SEED);
         runs.push((Executable::load_with(&a, ctx.runtime)?, inputs));

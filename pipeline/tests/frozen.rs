@@ -1,0 +1,165 @@
+//! Builds from recorded measurements (`tessera compile --frozen`): nothing is measured, a missing record
+//! fails the build with the list of every one missing, and records exported from the machine that measured
+//! them rebuild, on another store (another machine), the artifacts that machine built, byte for byte.
+//!
+//! On the CPU targets here the whole flow runs on one machine; `a_gpu_build_rebuilds_on_the_cpu_from_its_records`
+//! does it across machines: the records and artifact digests of a build on the GPU machine are a committed
+//! fixture (fixtures/frozen/, recorded by scripts/gpu/record_frozen.sh), and this machine, which has no GPU,
+//! rebuilds the same bytes from them.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn tessera(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).current_dir(cwd).output().expect("tessera runs")
+}
+
+fn ok(args: &[&str], cwd: &Path) -> String {
+    let out = tessera(args, cwd);
+    assert!(out.status.success(), "tessera {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+fn failure(args: &[&str], cwd: &Path) -> String {
+    let out = tessera(args, cwd);
+    assert!(!out.status.success(), "tessera {args:?} succeeded; it must fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Executions of `stage` in a `compile --json` summary.
+fn executions(summary: &str, stage: &str) -> u64 {
+    let v: Value = serde_json::from_str(summary).expect("a JSON summary");
+    v["stages"][stage]["executions"].as_u64().unwrap_or(0)
+}
+
+/// Model name -> hex artifact digest, from a `compile --json` summary (the same digests
+/// scripts/gpu/record_frozen.sh writes into expected.json).
+fn artifact_digests(summary: &str) -> std::collections::BTreeMap<String, String> {
+    let v: Value = serde_json::from_str(summary).expect("a JSON summary");
+    v["artifacts"]
+        .as_array()
+        .expect("artifacts")
+        .iter()
+        .map(|a| {
+            let bytes: Vec<u8> = a["digest"].as_array().expect("digest bytes").iter().map(|b| b.as_u64().expect("a byte") as u8).collect();
+            (a["model"].as_str().expect("model").to_string(), bytes.iter().map(|b| format!("{b:02x}")).collect())
+        })
+        .collect()
+}
+
+fn artifact(out: &Path, model: &str) -> Vec<u8> {
+    std::fs::read(out.join(format!("{model}.tsr"))).unwrap_or_else(|e| panic!("{model}.tsr in {}: {e}", out.display()))
+}
+
+const MODEL: &str = "fixture:mlp3:b2";
+/// Two targets, so the searched plan is also validated end to end (time-plans records).
+const TARGETS: [&str; 4] = ["--target", "cpu -compiler=c", "--target", "cpu -compiler=gemm"];
+
+fn compile(store: &str, out: &str, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = ["compile", MODEL, "--json", "--store", store, "--out", out].iter().map(|s| s.to_string()).collect();
+    a.extend(TARGETS.iter().map(|s| s.to_string()));
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn a_frozen_build_rebuilds_the_measured_artifact_from_exported_records_and_lists_what_is_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+
+    // The measuring machine: a measured build, then its measurements exported (no roots, no plans).
+    let measured = ok(&args(&compile("a", "out-a", &[])), t);
+    assert!(executions(&measured, "tune") > 0 && executions(&measured, "time-plans") > 0, "{measured}");
+    let exported = ok(&["store", "export", "--store", "a", "--stage", "tune", "--stage", "time-plans", "records.tar"], t);
+    assert!(exported.starts_with("exported 0 root(s)"), "{exported}");
+
+    // An empty store: the frozen build fails, listing every missing tune record with its target and ops.
+    let err = failure(&args(&compile("empty", "out-empty", &["--frozen"])), t);
+    assert!(err.contains("frozen build:") && err.contains("tune record(s) are not in the store"), "{err}");
+    assert!(err.contains("target cpu -compiler=c") && err.contains("target cpu -compiler=gemm") && err.contains("MatMul"), "{err}");
+
+    // Another store with the records imported: the search and validation run again from them (the plan is
+    // not in the archive) and build the measured build's bytes, measuring nothing.
+    ok(&["store", "import", "--store", "b", "records.tar"], t);
+    let frozen = ok(&args(&compile("b", "out-b", &["--frozen"])), t);
+    assert_eq!(executions(&frozen, "tune"), 0, "{frozen}");
+    assert_eq!(executions(&frozen, "time-plans"), 0, "{frozen}");
+    assert_eq!(executions(&frozen, "partition"), 1, "the plan must be searched again from the records: {frozen}");
+    assert!(artifact(&t.join("out-a"), "mlp3-b2") == artifact(&t.join("out-b"), "mlp3-b2"), "the frozen build's artifact differs from the measured build's");
+}
+
+#[test]
+fn frozen_options_that_contradict_each_other_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let err = failure(&args(&compile("s", "o", &["--frozen", "--costs", "analytical"])), t);
+    assert!(err.contains("--frozen") && err.contains("--costs analytical"), "{err}");
+    // Measuring under an assumed GPU would record this machine's times as that GPU's.
+    let err = failure(&args(&compile("s", "o", &["--measured-on", "gpu.json"])), t);
+    assert!(err.contains("--frozen"), "{err}");
+    let err = failure(&args(&compile("s", "o", &["--frozen", "--measured-on", "missing.json"])), t);
+    assert!(err.contains("missing.json"), "{err}");
+    std::fs::write(t.join("bad.json"), "{\"name\": 3}").unwrap();
+    let err = failure(&args(&compile("s", "o", &["--frozen", "--measured-on", "bad.json"])), t);
+    assert!(err.contains("bad.json") && err.contains("not a GPU fingerprint"), "{err}");
+    // Exporting records of a stage the store never ran names the stage.
+    ok(&["compile", MODEL, "--costs", "analytical", "--target", "cpu", "--store", "s", "--out", "o"], t);
+    let err = failure(&["store", "export", "--store", "s", "--stage", "tune", "x.tar"], t);
+    assert!(err.contains("no records of stage 'tune'"), "{err}");
+}
+
+/// The fixture recorded on the GPU machine (see fixtures/frozen/README.md).
+fn gpu_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/frozen")
+}
+
+/// Whether NVRTC is here (the `cuda` backend's artifacts are NVRTC builds). CI installs it and sets
+/// TESSERA_REQUIRE_NVRTC, so there a missing NVRTC fails instead of skipping.
+fn nvrtc_here() -> bool {
+    match tessera_kernels::runtime::cuda::libs::toolkit() {
+        Ok(_) => true,
+        Err(why) if std::env::var_os("TESSERA_REQUIRE_NVRTC").is_some() => panic!("TESSERA_REQUIRE_NVRTC is set and NVRTC is not here: {why}"),
+        Err(why) => {
+            eprintln!("SKIPPED: no NVRTC here ({why}); the GPU build cannot be rebuilt");
+            false
+        }
+    }
+}
+
+#[test]
+fn a_gpu_build_rebuilds_on_the_cpu_from_its_records() {
+    if !nvrtc_here() {
+        return;
+    }
+    let fixture = gpu_fixture();
+    let expected: Value = serde_json::from_str(&std::fs::read_to_string(fixture.join("expected.json")).expect("fixtures/frozen/expected.json")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&["store", "import", "--store", "s", fixture.join("records.tar").to_str().unwrap()], t);
+    let mut a: Vec<String> = vec!["compile".into(), "--json".into(), "--store".into(), "s".into(), "--out".into(), "out".into(), "--frozen".into()];
+    a.extend(["--measured-on".into(), fixture.join("gpu.json").to_string_lossy().into_owned()]);
+    for target in expected["targets"].as_array().expect("targets") {
+        a.extend(["--target".into(), target.as_str().unwrap().to_string()]);
+    }
+    let models = expected["artifacts"].as_object().expect("artifacts");
+    a.extend(expected["inputs"].as_array().expect("inputs").iter().map(|m| m.as_str().unwrap().to_string()));
+    let summary = ok(&args(&a), t);
+    assert_eq!(executions(&summary, "tune"), 0, "{summary}");
+    let built = artifact_digests(&summary);
+    assert_eq!(built.len(), models.len(), "{summary}");
+    for (model, digest) in models {
+        let got = built.get(model.as_str()).unwrap_or_else(|| panic!("{model} was not built: {summary}"));
+        assert_eq!(
+            got,
+            digest.as_str().unwrap(),
+            "{model}: the frozen rebuild here differs from the GPU machine's build ({}); a backend, NVRTC or format \
+             change since the fixture was recorded also changes the bytes: record it again with scripts/gpu/record_frozen.sh",
+            expected["recorded"]
+        );
+    }
+}
