@@ -234,16 +234,27 @@ struct Miss<'a> {
 
 impl<'a> Miss<'a> {
     fn new(key: Digest, target: &'a Target, backend: &'a dyn Backend, kernel_graph: Graph, kernel: Digest) -> Result<Miss<'a>> {
-        let configs = backend.configs_for(target, &kernel_graph);
-        let all = backend.configs(target);
-        if let Some(c) = configs.iter().find(|c| !all.names().any(|n| n == c.as_str())) {
-            bail!("backend {}: configuration '{c}' is not in its tunable set for {target}", backend.name());
-        }
-        if configs.is_empty() {
-            bail!("backend {}: no configuration to measure on {target}", backend.name());
-        }
+        let configs = configs_to_measure(backend, target, &kernel_graph)?;
         Ok(Miss { key, target, backend, kernel_graph, kernel, configs })
     }
+}
+
+/// The configurations of `kernel` the tune stage measures on `target`: the backend's (`Backend::configs_for`,
+/// the default first), each checked to be in its tunable set, at most the target's budget
+/// (`-tune-configs`; the budget is in the tune key through the target's digest).
+pub fn configs_to_measure(backend: &dyn Backend, target: &Target, kernel: &Graph) -> Result<Vec<String>> {
+    let mut configs = backend.configs_for(target, kernel);
+    let all = backend.configs(target);
+    if let Some(c) = configs.iter().find(|c| !all.names().any(|n| n == c.as_str())) {
+        bail!("backend {}: configuration '{c}' is not in its tunable set for {target}", backend.name());
+    }
+    if configs.is_empty() {
+        bail!("backend {}: no configuration to measure on {target}", backend.name());
+    }
+    if let Some(budget) = target.tune_budget() {
+        configs.truncate(budget);
+    }
+    Ok(configs)
 }
 
 /// A missed kernel after its module is built.

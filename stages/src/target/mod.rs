@@ -151,6 +151,15 @@ impl Target {
         }
     }
 
+    /// The tuning budget: at most this many configurations of a kernel are measured (`-tune-configs`), or
+    /// `None` where the target's kind has no budget (backends with one configuration).
+    pub fn tune_budget(&self) -> Option<usize> {
+        match self.attrs.get("tune-configs") {
+            Some(AttrValue::Int(n)) => Some((*n).max(1) as usize),
+            _ => None,
+        }
+    }
+
     pub fn bool_attr(&self, name: &str) -> bool {
         match self.attr(name) {
             AttrValue::Bool(b) => *b,

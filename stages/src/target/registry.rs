@@ -4,7 +4,7 @@
 use super::AttrValue;
 
 /// Bump whenever a kind, attribute, type or default changes.
-pub const REGISTRY_VERSION: u32 = 2;
+pub const REGISTRY_VERSION: u32 = 3;
 
 #[derive(Debug)]
 pub enum AttrType {
@@ -105,6 +105,7 @@ pub static KINDS: &[KindSpec] = &[
             AttrSpec { name: "arch", ty: AttrType::Enum(&["sm_80", "sm_86", "sm_89", "sm_90"]), default: "sm_90", doc: "GPU architecture to compile for" },
             AttrSpec { name: "fast-math", ty: AttrType::Bool, default: "false", doc: "fast math intrinsics in generated kernels" },
             AttrSpec { name: "precision", ty: AttrType::Enum(&["fp32", "fp16"]), default: "fp32", doc: "storage precision of activations and weights: fp16 converts weights once at compile time and keeps fp32 accumulation (inputs and outputs stay fp32)" },
+            AttrSpec { name: "tune-configs", ty: AttrType::Int { min: 1, max: 64 }, default: "16", doc: "tuning budget: the tune stage measures at most this many configurations of each kernel (the backend's default first, then its others in order); 1 measures only the default, 16 every one offered today" },
         ],
     },
 ];

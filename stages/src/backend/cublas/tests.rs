@@ -119,6 +119,21 @@ fn a_damaged_module_is_refused_at_decode() {
     assert!(e.contains("not 'cublas'"), "{e}");
 }
 
+/// The target's tuning budget bounds what the tune stage measures, the default always first.
+#[test]
+fn the_tuning_budget_bounds_the_configurations_measured() {
+    use crate::tune::configs_to_measure;
+    let g = mlp(DType::F16);
+    let all = configs_to_measure(&CublasBackend, &cublas(), &g).unwrap();
+    assert_eq!(all.len(), super::RANKS.ranks as usize, "the default budget measures every rank");
+    for budget in 1..=all.len() {
+        let t = Target::parse(&format!("cuda -compiler=cublas -tune-configs={budget}")).unwrap();
+        assert_eq!(configs_to_measure(&CublasBackend, &t, &g).unwrap(), all[..budget], "budget {budget}");
+    }
+    let e = Target::parse("cuda -compiler=cublas -tune-configs=0").unwrap_err().to_string();
+    assert!(e.contains("tune-configs"), "{e}");
+}
+
 #[test]
 fn each_configuration_runs_one_heuristic_rank() {
     use crate::backend::Backend;
