@@ -183,6 +183,12 @@ pub fn print_summary(s: &Summary) {
             r.memo_rejected,
             if r.disabled.is_some() { "; disabled after an error" } else { "" }
         );
+        if r.lease_taken + r.lease_waits > 0 {
+            println!(
+                "remote leases: {} taken, {} waits ({} served by the holder, {} taken over after expiry, {} gave up)",
+                r.lease_taken, r.lease_waits, r.lease_served, r.lease_takeovers, r.lease_timeouts
+            );
+        }
     }
     println!("{:<28} {:>6} {:<22} {:>12}  artifact", "model", "parts", "backends", "bytes");
     for a in &s.artifacts {
