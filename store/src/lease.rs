@@ -270,7 +270,8 @@ impl crate::Store {
     pub fn claim(&self, stage: &str, key: &Digest) -> Result<Claim> {
         let Some(r) = self.remote() else { return Ok(Claim::Unleased) };
         let Some(leases) = r.leases().cloned() else { return Ok(Claim::Unleased) };
-        let poll = (leases.expiry / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        // Polls are one small GET each; a short interval keeps a waiter from lagging its holder by much.
+        let poll = (leases.expiry / 10).clamp(Duration::from_millis(50), Duration::from_millis(250));
         let start = std::time::Instant::now();
         let mut waited = false;
         loop {
@@ -322,6 +323,8 @@ impl crate::Store {
         let Some(r) = self.remote().filter(|r| r.is_enabled()) else { return Ok(None) };
         match r.get_memo(stage, key) {
             Ok(None) => Ok(None),
+            // The entry already rejected because its output came back corrupt: still a miss, not counted again.
+            Ok(Some(e)) if r.is_known_bad(&e.output) => Ok(None),
             _ => self.remote_memo_lookup(stage, key),
         }
     }

@@ -331,6 +331,11 @@ impl Remote {
         self.leases.as_ref().filter(|_| self.is_writable())
     }
 
+    /// Whether `d` came back corrupt earlier in this run (a poll does not reject its entry twice).
+    pub(crate) fn is_known_bad(&self, d: &Digest) -> bool {
+        lock(&self.bad).contains(d)
+    }
+
     /// Counts one lease event (see [`RemoteStats`]'s `lease_*` counters).
     pub(crate) fn count_lease(&self, f: impl FnOnce(&mut RemoteStats)) {
         f(&mut lock(&self.stats));
