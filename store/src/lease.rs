@@ -217,26 +217,6 @@ pub fn parse_expiry(s: &str) -> std::result::Result<Duration, String> {
     Ok(d)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expiries_parse() {
-        assert_eq!(parse_expiry("2s").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_expiry("30").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_expiry("1500ms").unwrap(), Duration::from_millis(1500));
-        assert!(parse_expiry("fast").unwrap_err().contains("fast"));
-        assert!(parse_expiry("10ms").unwrap_err().contains("below"));
-    }
-
-    #[test]
-    fn lease_keys_cannot_escape() {
-        let k = Digest::of(b"k");
-        assert_eq!(Leases::lease_key("../x", &k), format!("tessera-lease/%2e%2e%2fx/{}", k.to_hex()));
-    }
-}
-
 /// What [`Store::claim`] decided for a (stage, key) that missed locally and on the remote.
 pub enum Claim {
     /// This process holds the lease: compute, record, then drop the guard (which releases it).
@@ -327,5 +307,25 @@ impl crate::Store {
             Ok(Some(e)) if r.is_known_bad(&e.output) => Ok(None),
             _ => self.remote_memo_lookup(stage, key),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiries_parse() {
+        assert_eq!(parse_expiry("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_expiry("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_expiry("1500ms").unwrap(), Duration::from_millis(1500));
+        assert!(parse_expiry("fast").unwrap_err().contains("fast"));
+        assert!(parse_expiry("10ms").unwrap_err().contains("below"));
+    }
+
+    #[test]
+    fn lease_keys_cannot_escape() {
+        let k = Digest::of(b"k");
+        assert_eq!(Leases::lease_key("../x", &k), format!("tessera-lease/%2e%2e%2fx/{}", k.to_hex()));
     }
 }
