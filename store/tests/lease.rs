@@ -119,3 +119,52 @@ fn a_dead_server_disables_the_tier_and_costs_no_hang() {
     let why = a.remote_stats().unwrap().disabled.expect("disabled");
     assert!(why.contains(&server.url) && why.contains("lease tessera-lease/lower/"), "names the server and the key: {why}");
 }
+
+/// Not a test on its own: the child process of the next test (it returns at once without its variables).
+/// Takes a lease, with its heartbeat renewing it, says so, and waits to be killed.
+#[test]
+fn child_process_holding_a_lease() {
+    let (Ok(url), Ok(dir)) = (std::env::var("TESSERA_LEASE_CHILD_URL"), std::env::var("TESSERA_LEASE_CHILD_DIR")) else { return };
+    let s = store_at(std::path::Path::new(&dir), &url);
+    let _guard = held(s.claim("compile", &Digest::of(b"k6")).unwrap());
+    println!("HELD");
+    std::io::Write::flush(&mut std::io::stdout()).unwrap();
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+#[test]
+fn a_process_killed_while_holding_a_lease_is_taken_over_after_expiry() {
+    use std::io::BufRead;
+    let Some(server) = Server::redis() else { return };
+    let t = tempfile::tempdir().unwrap();
+    /// Kills the child however the test ends, so a failed assertion leaves no process behind.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_process_holding_a_lease", "--nocapture", "--test-threads=1"])
+        .env("TESSERA_LEASE_CHILD_URL", leased(&server))
+        .env("TESSERA_LEASE_CHILD_DIR", t.path().join("child"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map(Killed)
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.0.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.unwrap().contains("HELD")), "the child never took the lease");
+    // Alive, it keeps the lease past its expiry (1 s) by renewing it.
+    std::thread::sleep(Duration::from_millis(2500));
+    let probe = Remote::new(&leased(&server).parse().unwrap(), RemoteOptions::default()).unwrap();
+    assert_eq!(probe.leases().unwrap().try_acquire("compile", &Digest::of(b"k6")).unwrap(), None, "a live holder's lease is still held");
+    drop(child); // SIGKILL: no release, no more renewals
+    let b = store_at(&t.path().join("b"), &leased(&server));
+    let start = Instant::now();
+    let g = held(b.claim("compile", &Digest::of(b"k6")).unwrap());
+    assert!(start.elapsed() < Duration::from_secs(30), "taken over within the expiry, with slack: {:?}", start.elapsed());
+    let rb = b.remote_stats().unwrap();
+    assert_eq!((rb.lease_waits, rb.lease_takeovers, rb.lease_taken), (1, 1, 1), "{rb:?}");
+    drop(g);
+}
