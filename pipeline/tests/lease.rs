@@ -20,12 +20,16 @@ use tessera_store::{OpenOptions, Remote, RemoteOptions, Store};
 const MODELS: [&str; 2] = ["fixture:mlp3:b2", "fixture:mlp3:b8"];
 
 fn compile(store: &Path, remote: Option<&str>, out: &Path) -> Summary {
+    compile_with(store, remote, out, CostMode::Analytical)
+}
+
+fn compile_with(store: &Path, remote: Option<&str>, out: &Path, costs: CostMode) -> Summary {
     let opts = BuildOptions {
         targets: vec!["cpu".into()],
         shapes: vec![],
         store: Some(store.to_path_buf()),
         wait: false,
-        costs: CostMode::Analytical,
+        costs,
         frozen: false,
         measured_on: None,
         remote: remote.map(|u| u.parse().unwrap()),
@@ -105,4 +109,32 @@ fn a_worker_that_dies_holding_leases_is_taken_over_after_expiry() {
     assert!(rw.lease_waits >= 1 && rw.lease_takeovers >= 1, "it waited, then took over: {rw:?}");
     assert_eq!((rw.lease_timeouts, rw.disabled.clone()), (0, None), "{rw:?}");
     assert_eq!(artifacts(&w), artifacts(&cold), "correct output");
+}
+
+#[test]
+fn tune_records_are_shared_too_each_measured_once_across_workers() {
+    let Some(server) = Server::redis() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let cold = compile_with(&t.path().join("cold"), None, &t.path().join("out-cold"), CostMode::Measured);
+    let want = cold.stages.get("tune").map(|s| s.executions).unwrap_or(0);
+    assert!(want > 0, "a measured build measures: {:?}", cold.stages);
+    let url = format!("{}?lease=2s", server.url);
+    let barrier = std::sync::Barrier::new(2);
+    let runs: Vec<Summary> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|i| {
+                let (t, url, barrier) = (t.path(), &url, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    compile_with(&t.join(format!("w{i}")), Some(url), &t.join(format!("out-w{i}")), CostMode::Measured)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // The device fingerprint is in every tune key: both workers run on this CPU, so one's measurements are
+    // the other's, each measured once in total, and both build from the same records the same bytes.
+    let total: u64 = runs.iter().map(|r| r.stages.get("tune").map(|s| s.executions).unwrap_or(0)).sum();
+    assert_eq!(total, want, "tune executions over 2 workers = one cold build's");
+    assert_eq!(artifacts(&runs[0]), artifacts(&runs[1]));
 }
