@@ -40,4 +40,6 @@ pub use objects::{LocalObjects, PutOutcome, VerifiedReader};
 pub use stats::{StageStats, Stats};
 pub use store::{OpenOptions, OpenReport, Store};
 pub use remote::{Remote, RemoteOptions, RemoteStats, RemoteUrl, REMOTE_ENV};
+pub use remote::keyfile::{KeyFileError, SIGNING_KEY_ENV, TRUST_ENV};
+pub use remote::sign::{MemoSigner, PublicKey, Signing, Trust};
 pub use tier::{MemoTier, ObjectTier};
