@@ -34,6 +34,8 @@ fn compile_with(store: &Path, remote: Option<&str>, out: &Path, costs: CostMode)
         measured_on: None,
         remote: remote.map(|u| u.parse().unwrap()),
         remote_read_only: false,
+        remote_signing_key: None,
+        remote_trust: None,
     };
     let specs: Vec<String> = MODELS.iter().map(|m| m.to_string()).collect();
     let jobs = jobs_from_specs(&specs, &Default::default()).unwrap();

@@ -29,7 +29,7 @@ fn options(store: &Path, remote: Option<&str>) -> BuildOptions {
         frozen: false,
         measured_on: None,
         remote: remote.map(|u| u.parse().unwrap()),
-        remote_read_only: false,
+        remote_read_only: false, remote_signing_key: None, remote_trust: None,
     }
 }
 
@@ -172,6 +172,87 @@ fn the_command_line_takes_a_typed_remote_url() {
     let cli = tessera::cli::Cli::try_parse_from(["tessera", "explain", "fixture:mlp3", "--remote", "http://h:8080/c", "--remote-read-only"]).unwrap();
     let tessera::cli::Command::Explain(args) = cli.command else { panic!("not explain") };
     assert!(args.build.remote_read_only && args.build.remote.is_some());
+}
+
+// ---- signed memo entries ------------------------------------------------------------------------------
+
+/// A key pair made by `tessera store keygen --out DIR`: (secret key file, public key file).
+fn keygen(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = dir.to_str().unwrap();
+    tessera::cli::run(tessera::cli::Cli::try_parse_from(["tessera", "store", "keygen", "--out", dir]).unwrap()).unwrap();
+    (Path::new(dir).join("remote-signing.key"), Path::new(dir).join("remote-signing.pub"))
+}
+
+fn compile_signed(store: &Path, remote: &str, key: Option<&Path>, trust: Option<&Path>, out: &Path) -> Summary {
+    let mut opts = options(store, Some(remote));
+    opts.remote_signing_key = key.map(Path::to_path_buf);
+    opts.remote_trust = trust.map(Path::to_path_buf);
+    let jobs = jobs_from_specs(&[MODEL.to_string()], &Default::default()).unwrap();
+    let s = compile_jobs(&opts, &jobs, out, &|_, _| {}, &|_| {}).unwrap();
+    assert!(s.failed.is_empty(), "{:?}", s.failed);
+    s
+}
+
+#[test]
+fn a_trusting_machine_recomputes_unsigned_or_foreign_entries_and_is_served_signed_ones() {
+    for server in servers::all() {
+        let t = tempfile::tempdir().unwrap();
+        let want = reference(t.path());
+        let (secret, public) = keygen(&t.path().join("ci-key"));
+        let (_, foreign_public) = keygen(&t.path().join("someone-else"));
+        // An unsigned writer fills the cache (as before signing).
+        let a = compile(&t.path().join("a"), Some(&server.url), &t.path().join("out-a"));
+        let all = executions(&a);
+        // A machine that trusts the CI key uses none of it: every stage computes here, to the right bytes;
+        // it also signs, so its entries replace the unsigned ones.
+        let b = compile_signed(&t.path().join("b"), &server.url, Some(&secret), Some(&public), &t.path().join("out-b"));
+        let rb = b.remote.clone().unwrap();
+        assert_eq!(executions(&b), all, "{}: nothing unsigned is used: {:?}", server.url, b.stages);
+        assert_eq!((rb.memo_hits, rb.memo_signature_rejected, rb.memo_rejected), (0, all, all), "{}: {rb:?}", server.url);
+        assert_eq!(artifact_bytes(&b), want, "{}", server.url);
+        // A trusting reader is now served everything, signed.
+        let c = compile_signed(&t.path().join("c"), &server.url, None, Some(&public), &t.path().join("out-c"));
+        let rc = c.remote.clone().unwrap();
+        assert_eq!(executions(&c), 0, "{}: {:?}", server.url, c.stages);
+        assert_eq!((rc.memo_rejected, rc.memo_signature_rejected), (0, 0), "{rc:?}");
+        assert_eq!(artifact_bytes(&c), want, "{}", server.url);
+        // A machine trusting another key rejects them all and computes.
+        let d = compile_signed(&t.path().join("d"), &server.url, None, Some(&foreign_public), &t.path().join("out-d"));
+        let rd = d.remote.clone().unwrap();
+        assert_eq!((executions(&d), rd.memo_signature_rejected, rd.memo_hits), (all, all, 0), "{}: {rd:?}", server.url);
+        assert_eq!(artifact_bytes(&d), want, "{}", server.url);
+        assert!(rd.warnings().iter().any(|w| w.contains("valid signature")), "{:?}", rd.warnings());
+        // Without trusted keys, signed entries are used as any other.
+        let e = compile(&t.path().join("e"), Some(&server.url), &t.path().join("out-e"));
+        assert_eq!(executions(&e), 0, "{}", server.url);
+    }
+}
+
+#[test]
+fn bad_key_files_fail_the_command_naming_the_file() {
+    let t = tempfile::tempdir().unwrap();
+    let (secret, public) = keygen(&t.path().join("k"));
+    let e = tessera::cli::run(tessera::cli::Cli::try_parse_from(["tessera", "store", "keygen", "--out", t.path().join("k").to_str().unwrap()]).unwrap()).unwrap_err();
+    assert!(format!("{e:#}").contains("exists already"), "{e:#}");
+    let secret_text = std::fs::read_to_string(&secret).unwrap();
+    let cases: [(Option<&Path>, Option<&Path>, &Path, &str); 4] = [
+        (Some(&public), None, &public, "--remote-signing-key"),
+        (None, Some(&secret), &secret, "--remote-trust"),
+        (Some(Path::new("/nonexistent/tessera.key")), None, Path::new("/nonexistent/tessera.key"), "cannot read"),
+        (None, Some(Path::new("/nonexistent/trust.pub")), Path::new("/nonexistent/trust.pub"), "cannot read"),
+    ];
+    for (key, trust, file, says) in cases {
+        let mut opts = options(&t.path().join("store"), Some("redis://127.0.0.1:1"));
+        opts.remote_signing_key = key.map(Path::to_path_buf);
+        opts.remote_trust = trust.map(Path::to_path_buf);
+        let e = format!("{:#}", opts.open_store().err().expect("a bad key file is an error"));
+        assert!(e.contains(&file.display().to_string()) && e.contains(says), "{e}");
+        assert!(!secret_text.lines().any(|l| !l.starts_with('#') && e.contains(l.split_whitespace().last().unwrap())), "never the key: {e}");
+    }
+    // The options parse on the commands that take --remote.
+    let cli = tessera::cli::Cli::try_parse_from(["tessera", "baselines", "fixture:mlp3", "--remote", "redis://h:1", "--remote-signing-key", "k", "--remote-trust", "t.pub"]).unwrap();
+    let tessera::cli::Command::Baselines(args) = cli.command else { panic!("not baselines") };
+    assert_eq!((args.build.remote_signing_key.unwrap(), args.build.remote_trust.unwrap()), ("k".into(), "t.pub".into()));
 }
 
 #[allow(dead_code)]

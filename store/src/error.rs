@@ -90,6 +90,11 @@ pub enum StoreError {
     #[error("remote tier {url}: memo entry for stage '{stage}' key {key} is not trusted: {why}")]
     RemoteBadEntry { url: String, stage: String, key: Digest, why: String },
 
+    /// A memo record on the remote tier without a valid signature from a key this client trusts (only
+    /// when trusted keys are configured).
+    #[error("remote tier {url}: memo entry for stage '{stage}' key {key} is not trusted: {why}")]
+    RemoteUntrustedEntry { url: String, stage: String, key: Digest, why: String },
+
     /// A write to a remote tier configured read-only.
     #[error("remote tier {url} is read-only; '{op}' is not sent to it")]
     RemoteReadOnly { url: String, op: &'static str },

@@ -303,9 +303,15 @@ impl crate::Store {
         let Some(r) = self.remote().filter(|r| r.is_enabled()) else { return Ok(None) };
         match r.get_memo(stage, key) {
             Ok(None) => Ok(None),
-            // The entry already rejected because its output came back corrupt: still a miss, not counted again.
+            // An entry the caller's lookup just rejected (undecodable, unsigned or signed by an untrusted key,
+            // or naming an output that came back corrupt) is still a miss: not counted, not warned again.
+            Err(StoreError::RemoteBadEntry { .. } | StoreError::RemoteUntrustedEntry { .. }) => Ok(None),
             Ok(Some(e)) if r.is_known_bad(&e.output) => Ok(None),
-            _ => self.remote_memo_lookup(stage, key),
+            Err(e) => {
+                r.disable(&e);
+                Ok(None)
+            }
+            Ok(Some(_)) => self.remote_memo_lookup(stage, key),
         }
     }
 }

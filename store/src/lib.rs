@@ -42,4 +42,6 @@ pub use stats::{StageStats, Stats};
 pub use store::{OpenOptions, OpenReport, Store};
 pub use lease::{LeaseGuard, Leases};
 pub use remote::{Remote, RemoteOptions, RemoteStats, RemoteUrl, REMOTE_ENV};
+pub use remote::keyfile::{KeyFileError, SIGNING_KEY_ENV, TRUST_ENV};
+pub use remote::sign::{MemoSigner, PublicKey, Signing, Trust};
 pub use tier::{MemoTier, ObjectTier};

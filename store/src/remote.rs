@@ -16,10 +16,15 @@
 //!
 //! What it cannot guarantee: a memo entry maps a key to an output, so whoever can write the remote can
 //! choose what a key's output is (code included) — only trusted machines should have write access; the
-//! others use read-only mode (`?ro`, [`RemoteOptions::read_only`]), which writes nothing.
+//! others use read-only mode (`?ro`, [`RemoteOptions::read_only`]), which writes nothing. With signing
+//! ([`sign`], `Remote::with_signing`), writers sign the entries they write and clients that name trusted keys
+//! use only entries signed by one of them: the trust moves from "can write the server" to "holds a key".
 //!
 //! Layout on the server (the same on both services): `objects/<64 hex>` holds an object's bytes,
 //! `memo/<stage>/<64 hex key>` a JSON [`RemoteMemo`].
+
+pub mod keyfile;
+pub mod sign;
 
 use crate::error::{Result, StoreError};
 use crate::lease::{Leases, DEFAULT_LEASE_EXPIRY};
@@ -39,7 +44,9 @@ use std::time::Duration;
 /// The environment variable that names the remote tier when `--remote` is not given.
 pub const REMOTE_ENV: &str = "TESSERA_REMOTE";
 
-/// Format of the memo records on the server; a record of another format is not trusted.
+/// Format of the memo records on the server; a record of another format is not trusted. (The optional
+/// `signature` field was added within format 1: older clients ignore it, and records without it read as
+/// unsigned.)
 pub const REMOTE_MEMO_FORMAT: u32 = 1;
 
 /// How long one request may take before the server counts as failed.
@@ -164,6 +171,10 @@ pub struct RemoteStats {
     /// Memo entries on the server not trusted: undecodable, for another key, or naming an output that was
     /// missing, failed verification or had another size.
     pub memo_rejected: u64,
+    /// Of `memo_rejected`: entries rejected because a signature from a trusted key was required and the
+    /// entry was unsigned or its signature did not verify.
+    #[serde(default)]
+    pub memo_signature_rejected: u64,
     /// Memo entries written to the server.
     pub memo_uploaded: u64,
     /// Why the tier was disabled (the first error), if it was; after it nothing more was asked.
@@ -197,6 +208,7 @@ impl RemoteStats {
         self.memo_hits += o.memo_hits;
         self.memo_misses += o.memo_misses;
         self.memo_rejected += o.memo_rejected;
+        self.memo_signature_rejected += o.memo_signature_rejected;
         self.memo_uploaded += o.memo_uploaded;
         self.lease_taken += o.lease_taken;
         self.lease_waits += o.lease_waits;
@@ -221,6 +233,9 @@ impl RemoteStats {
         if self.memo_rejected > 0 {
             v.push(format!("remote tier {}: {} memo entr(ies) were not trusted (undecodable, or their output was missing or failed verification) and were recomputed", self.url, self.memo_rejected));
         }
+        if self.memo_signature_rejected > 0 {
+            v.push(format!("remote tier {}: {} of them lacked a valid signature from a trusted key (unsigned, signed by another key, or altered)", self.url, self.memo_signature_rejected));
+        }
         v
     }
 }
@@ -236,6 +251,9 @@ pub struct RemoteMemo {
     pub size: u64,
     pub compute_micros: u64,
     pub recorded_unix: u64,
+    /// A writer's signature over the entry ([`sign`]); absent in unsigned records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<sign::MemoSignature>,
 }
 
 /// A remote tier: one server, its client, and what it did.
@@ -249,6 +267,8 @@ pub struct Remote {
     stats: Mutex<RemoteStats>,
     /// Objects the server returned corrupt: the next put overwrites them whether or not the server has them.
     bad: Mutex<BTreeSet<Digest>>,
+    /// What this client signs with and which signers it requires ([`Remote::with_signing`]).
+    signing: sign::SigningState,
     /// The lease client: Redis only, writable clients only, unless `lease=off` ([`crate::lease`]).
     leases: Option<Arc<Leases>>,
 }
@@ -304,6 +324,7 @@ impl Remote {
             disabled: AtomicBool::new(false),
             stats: Mutex::new(stats),
             bad: Mutex::default(),
+            signing: sign::SigningState::default(),
             leases,
         })
     }
@@ -450,7 +471,8 @@ impl Remote {
     }
 
     /// Reads a memo entry. `Ok(None)`: none on the server. [`StoreError::RemoteBadEntry`]: a record that
-    /// cannot be trusted as an entry for this stage and key.
+    /// cannot be trusted as an entry for this stage and key. [`StoreError::RemoteUntrustedEntry`]: trusted
+    /// keys are configured and the record has no valid signature from one of them.
     pub fn get_memo(&self, stage: &str, key: &Digest) -> Result<Option<MemoEntry>> {
         let path = Self::memo_path(stage, key);
         let bytes = match self.op.read(&path) {
@@ -467,10 +489,12 @@ impl Remote {
             return Err(bad(format!("it is the record of stage '{}' key {}", rec.stage, rec.key)));
         }
         let output: Digest = rec.output.parse().map_err(|e| bad(format!("its output: {e}")))?;
-        Ok(Some(MemoEntry { output, size: rec.size, compute_micros: rec.compute_micros, recorded_unix: rec.recorded_unix }))
+        let entry = rec.entry(output);
+        self.check_memo_signature(stage, key, &entry, rec.signature.as_ref())?;
+        Ok(Some(entry))
     }
 
-    /// Writes a memo entry (the caller wrote its output object first).
+    /// Writes a memo entry (the caller wrote its output object first), signed when this client has a key.
     pub fn put_memo(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {
         self.check_writable("memo record")?;
         let path = Self::memo_path(stage, key);
@@ -482,6 +506,7 @@ impl Remote {
             size: entry.size,
             compute_micros: entry.compute_micros,
             recorded_unix: entry.recorded_unix,
+            signature: self.sign_memo(stage, key, entry),
         };
         let bytes = serde_json::to_vec(&rec).map_err(|e| StoreError::Remote { url: self.url.url.clone(), what: format!("encoding memo entry {path}"), detail: e.to_string() })?;
         self.op.write(&path, bytes).map_err(|e| self.failed(format!("writing memo entry {path}"), e))?;

@@ -394,6 +394,10 @@ impl Store {
                 r.reject_memo(stage, key, &e.to_string());
                 return Ok(None);
             }
+            Err(e @ StoreError::RemoteUntrustedEntry { .. }) => {
+                r.reject_untrusted_memo(&e);
+                return Ok(None);
+            }
             Err(e) => {
                 r.disable(&e);
                 return Ok(None);

@@ -168,3 +168,124 @@ fn a_bad_memo_record_on_the_server_is_not_trusted() {
         assert_eq!((st.memo_rejected, st.memo_hits), (1, 1), "{}: {st:?}", server.url);
     }
 }
+
+// ---- signed memo entries ------------------------------------------------------------------------------
+
+use tessera_store::remote::keyfile::{generate, load_signing_key, load_trust};
+use tessera_store::remote::RemoteMemo;
+use tessera_store::{MemoSigner, PublicKey, Signing, Trust};
+
+/// A fresh key pair in `dir`, through the files `tessera store keygen` writes.
+fn key_pair(dir: &std::path::Path) -> (std::path::PathBuf, Vec<PublicKey>) {
+    let (secret, public) = generate(dir).unwrap();
+    (secret.clone(), load_trust(&public).unwrap())
+}
+
+fn signer(secret: &std::path::Path) -> Option<MemoSigner> {
+    Some(load_signing_key(secret).unwrap())
+}
+
+/// A store whose remote client signs with `signer` and requires a signature from one of `trust`.
+fn signing_store(dir: &std::path::Path, url: &RemoteUrl, signer: Option<MemoSigner>, trust: &[PublicKey]) -> Store {
+    let remote = Remote::new(url, RemoteOptions::default()).unwrap().with_signing(Signing { signer, trust: Trust::new(trust.to_vec()) });
+    Store::open(dir, OpenOptions::writable()).unwrap().with_remote(remote).unwrap()
+}
+
+fn raw_record(url: &RemoteUrl, stage: &str, key: &Digest) -> RemoteMemo {
+    serde_json::from_slice(&probe(url).memo_record_raw(stage, key).unwrap().expect("a record on the server")).unwrap()
+}
+
+#[test]
+fn a_signed_writer_serves_a_trusting_reader_and_a_trusting_writer_signs_its_own_writes() {
+    for server in servers::all() {
+        let u = url(&server);
+        let t = tempfile::tempdir().unwrap();
+        let (secret, trusted) = key_pair(&t.path().join("keys"));
+        let key = Digest::of(b"key");
+        // A writer that also trusts only its own key: its writes are signed, so it could read them back.
+        let a = signing_store(&t.path().join("a"), &u, signer(&secret), &trusted);
+        let out = a.put(b"signed output").unwrap();
+        let entry = MemoEntry::new(out, 13, Duration::from_millis(2));
+        a.memo_record("compile", &key, &entry).unwrap();
+        drop(a);
+        let rec = raw_record(&u, "compile", &key);
+        let sig = rec.signature.clone().unwrap_or_else(|| panic!("{}: the writer signs: {rec:?}", server.url));
+        assert_eq!(sig.public_key, trusted[0].to_hex());
+
+        let b = signing_store(&t.path().join("b"), &u, None, &trusted);
+        assert_eq!(b.memo_lookup("compile", &key).unwrap(), Some(entry), "{}", server.url);
+        assert_eq!(b.get(&out).unwrap(), b"signed output");
+        let st = b.remote_stats().unwrap();
+        assert_eq!((st.memo_hits, st.memo_rejected, st.memo_signature_rejected), (1, 0, 0), "{}: {st:?}", server.url);
+        // A client without trusted keys (as before signing) is served the signed entry too.
+        let c = store_with(&t.path().join("c"), &u);
+        assert_eq!(c.memo_lookup("compile", &key).unwrap(), Some(entry), "{}", server.url);
+    }
+}
+
+#[test]
+fn unsigned_untrusted_replayed_and_tampered_entries_are_rejected_counted_and_recomputed() {
+    for server in servers::all() {
+        let u = url(&server);
+        let t = tempfile::tempdir().unwrap();
+        let (secret, trusted) = key_pair(&t.path().join("trusted"));
+        let (other_secret, _) = key_pair(&t.path().join("other"));
+        let [unsigned, untrusted, replayed, tampered] = ["unsigned", "untrusted", "replayed", "tampered"].map(|k| Digest::of(k.as_bytes()));
+        let real = |k: &Digest| format!("real output for {k}").into_bytes();
+        // The entries, each with its real output on the server.
+        let plain = store_with(&t.path().join("plain"), &u);
+        let out = plain.put(&real(&unsigned)).unwrap();
+        plain.memo_record("lower", &unsigned, &MemoEntry::new(out, real(&unsigned).len() as u64, Duration::ZERO)).unwrap();
+        drop(plain);
+        let other = signing_store(&t.path().join("other-writer"), &u, signer(&other_secret), &[]);
+        let out = other.put(&real(&untrusted)).unwrap();
+        other.memo_record("lower", &untrusted, &MemoEntry::new(out, real(&untrusted).len() as u64, Duration::ZERO)).unwrap();
+        drop(other);
+        let good = signing_store(&t.path().join("good-writer"), &u, signer(&secret), &trusted);
+        let signed_key = Digest::of(b"signed");
+        let out = good.put(b"signed elsewhere").unwrap();
+        good.memo_record("lower", &signed_key, &MemoEntry::new(out, 16, Duration::ZERO)).unwrap();
+        let out = good.put(&real(&tampered)).unwrap();
+        good.memo_record("lower", &tampered, &MemoEntry::new(out, real(&tampered).len() as u64, Duration::ZERO)).unwrap();
+        let evil = good.put(b"evil code").unwrap();
+        drop(good);
+        // Whoever can write the server: a trusted signature moved onto another key (its record rewritten to
+        // name that key), and a signed entry pointed at another object.
+        let writer = Remote::new(&u, RemoteOptions::default()).unwrap();
+        let mut rec = raw_record(&u, "lower", &signed_key);
+        rec.key = replayed.to_hex();
+        writer.put_memo_record_raw("lower", &replayed, &serde_json::to_vec(&rec).unwrap()).unwrap();
+        let mut rec = raw_record(&u, "lower", &tampered);
+        (rec.output, rec.size) = (evil.to_hex(), 9);
+        writer.put_memo_record_raw("lower", &tampered, &serde_json::to_vec(&rec).unwrap()).unwrap();
+        drop(writer);
+
+        // A trusting client that also writes: every one rejected, counted, nothing recorded or fetched.
+        let b = signing_store(&t.path().join("b"), &u, signer(&secret), &trusted);
+        for k in [unsigned, untrusted, replayed, tampered] {
+            assert_eq!(b.memo_lookup("lower", &k).unwrap(), None, "{}: {k} must be rejected", server.url);
+        }
+        let st = b.remote_stats().unwrap();
+        assert_eq!((st.memo_rejected, st.memo_signature_rejected, st.memo_hits, st.objects_fetched), (4, 4, 0, 0), "{}: {st:?}", server.url);
+        assert!(!b.objects().contains(&evil), "the tampered entry's object never reaches the local store");
+        assert!(st.warnings().iter().any(|w| w.contains("4 of them lacked a valid signature")), "{:?}", st.warnings());
+        // Recomputed locally, with the right output; the recomputed entries replace the bad ones, signed.
+        for k in [unsigned, untrusted, replayed, tampered] {
+            let out = b.put(&real(&k)).unwrap();
+            b.memo_record("lower", &k, &MemoEntry::new(out, real(&k).len() as u64, Duration::ZERO)).unwrap();
+            assert_eq!(b.memo_lookup("lower", &k).unwrap().map(|e| e.output), Some(out));
+        }
+        drop(b);
+        let local = Store::open(&t.path().join("b"), OpenOptions::writable()).unwrap();
+        assert_eq!(local.memo_lookup("lower", &tampered).unwrap().map(|e| e.output), Some(Digest::of(&real(&tampered))));
+        drop(local);
+        // A fresh trusting reader is now served every one of them, with the real outputs.
+        let c = signing_store(&t.path().join("c"), &u, None, &trusted);
+        for k in [unsigned, untrusted, replayed, tampered] {
+            let e = c.memo_lookup("lower", &k).unwrap().unwrap_or_else(|| panic!("{}: {k} is signed now", server.url));
+            assert_eq!(c.get(&e.output).unwrap(), real(&k));
+        }
+        let st = c.remote_stats().unwrap();
+        assert_eq!((st.memo_hits, st.memo_rejected), (4, 0), "{}: {st:?}", server.url);
+    }
+}

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tessera_stages::backend::Backend;
 use tessera_stages::target::TargetSet;
-use tessera_store::{OpenOptions, Remote, RemoteOptions, RemoteUrl, Store};
+use tessera_store::remote::keyfile::{load_signing_key, load_trust};
+use tessera_store::{OpenOptions, Remote, RemoteOptions, RemoteUrl, Signing, Store, Trust};
 
 #[derive(Args, Debug)]
 pub struct BuildOptions {
@@ -35,6 +36,15 @@ pub struct BuildOptions {
     /// Never write to the remote tier (machines that must not; the same as `?ro` in the URL).
     #[arg(long)]
     pub remote_read_only: bool,
+    /// With `--remote`: sign every memo entry written to the remote with this ed25519 secret key file
+    /// (`tessera store keygen` makes one; mode 0600). Default: $TESSERA_REMOTE_SIGNING_KEY.
+    #[arg(long, env = tessera_store::SIGNING_KEY_ENV, value_name = "FILE")]
+    pub remote_signing_key: Option<PathBuf>,
+    /// With `--remote`: use a remote memo entry only when it is signed by one of the public keys in FILE
+    /// (lines `ed25519 <64 hex digits> [comment]`); others are rejected and computed here. Without it,
+    /// entries are used signed or not. Default: $TESSERA_REMOTE_TRUST.
+    #[arg(long, env = tessera_store::TRUST_ENV, value_name = "FILE")]
+    pub remote_trust: Option<PathBuf>,
     /// Where partition costs come from: measured on this machine (recorded in the store), or the backends'
     /// analytical estimates (no measurement; the same plan on every machine).
     #[arg(long, default_value = "measured", value_parser = clap::builder::TypedValueParser::map(clap::builder::PossibleValuesParser::new(CostMode::NAMES), |s| s.parse::<CostMode>().expect("a listed name")))]
@@ -87,9 +97,20 @@ impl BuildOptions {
         let dir = tessera_store::resolve_dir(self.store.as_deref());
         let store = Store::open(&dir, OpenOptions::writable().wait(self.wait))?;
         Ok(match &self.remote {
-            Some(url) => store.with_remote(Remote::new(url, RemoteOptions { read_only: self.remote_read_only })?)?,
+            Some(url) => store.with_remote(Remote::new(url, RemoteOptions { read_only: self.remote_read_only })?.with_signing(self.signing()?))?,
             None => store,
         })
+    }
+
+    /// The signing key and trusted keys `--remote-signing-key` and `--remote-trust` name (errors name the
+    /// file, never a key). Read only when a remote is configured.
+    pub fn signing(&self) -> Result<Signing> {
+        let signer = self.remote_signing_key.as_deref().map(load_signing_key).transpose().map_err(|e| anyhow::anyhow!("--remote-signing-key: {e}"))?;
+        let trust = match &self.remote_trust {
+            Some(file) => Trust::new(load_trust(file).map_err(|e| anyhow::anyhow!("--remote-trust: {e}"))?),
+            None => Trust::default(),
+        };
+        Ok(Signing { signer, trust })
     }
 }
 

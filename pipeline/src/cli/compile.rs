@@ -170,7 +170,7 @@ pub fn print_summary(s: &Summary) {
     }
     if let Some(r) = &s.remote {
         println!(
-            "remote {}{}: {} objects fetched ({} bytes), {} uploaded, {} rejected; memo {} hits, {} misses, {} uploaded, {} rejected{}",
+            "remote {}{}: {} objects fetched ({} bytes), {} uploaded, {} rejected; memo {} hits, {} misses, {} uploaded, {} rejected{}{}",
             r.url,
             if r.read_only { " (read-only)" } else { "" },
             r.objects_fetched,
@@ -181,6 +181,7 @@ pub fn print_summary(s: &Summary) {
             r.memo_misses,
             r.memo_uploaded,
             r.memo_rejected,
+            if r.memo_signature_rejected > 0 { format!(" ({} without a valid signature from a trusted key)", r.memo_signature_rejected) } else { String::new() },
             if r.disabled.is_some() { "; disabled after an error" } else { "" }
         );
         if r.lease_taken + r.lease_waits > 0 {

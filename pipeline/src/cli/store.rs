@@ -73,6 +73,14 @@ pub enum StoreCommand {
         /// The archive to read.
         file: PathBuf,
     },
+    /// Make an ed25519 key pair for signing remote memo entries: `remote-signing.key` (the secret key,
+    /// mode 0600; for writers' `--remote-signing-key`) and `remote-signing.pub` (for clients'
+    /// `--remote-trust`) in DIR. Never overwrites a key; prints the files' paths, never the keys.
+    Keygen {
+        /// The folder to write the two files in (created if needed).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
@@ -126,6 +134,14 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
                 r.objects_added,
                 tessera_store::stats::human_bytes(r.bytes_added),
                 r.objects_already_present
+            ))
+        }
+        StoreCommand::Keygen { out } => {
+            let (secret, public) = tessera_store::remote::keyfile::generate(&out)?;
+            say(&format!(
+                "wrote the secret key to {} (mode 0600: writers' --remote-signing-key; keep it private) and the public key to {} (clients' --remote-trust)\n",
+                secret.display(),
+                public.display()
             ))
         }
     }
