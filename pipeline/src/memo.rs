@@ -5,7 +5,8 @@
 //! before running, applies the stage's device policy, and records the output after. Concurrent callers of one key (two models of a zoo sharing a
 //! kernel, compiled in parallel) wait for a single execution, so "computed once" holds within a run too.
 //! Outputs are named by digest, and downstream keys are built from upstream output digests: when an output
-//! comes out unchanged, everything after it hits (early cutoff).
+//! comes out unchanged, everything after it hits (early cutoff). Across machines sharing a remote tier, a
+//! lease in the remote does the same ([`Store::claim`]): one machine computes, the others wait for its entry.
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -13,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 use tessera_stages::stage::{guarded, DevicePolicy, Driver, SharedFailure};
+use tessera_store::lease::Claim;
 use tessera_store::{Digest, MemoEntry, Store};
 
 /// Executions, hits and time of one stage in one run.
@@ -83,6 +85,17 @@ impl<'s> Memo<'s> {
             }
             // The output object is gone (gc'd or quarantined): recompute.
         }
+        // A miss here and on the remote: with a shared remote, take its lease first, or wait for the machine
+        // that holds it (its entry arrives through the remote), so that machines sharing one remote execute
+        // each output once in total. Held until the entry is recorded, released on drop.
+        let _lease = match self.store.claim(stage, &key).with_context(|| format!("stage {stage}: remote lease"))? {
+            Claim::Served(entry) if self.store.contains(&entry.output) => {
+                self.count(stage, true, 0);
+                return Ok(entry.output);
+            }
+            Claim::Held(guard) => Some(guard),
+            Claim::Served(_) | Claim::Unleased => None,
+        };
         let start = Instant::now();
         let bytes = guarded(policy, compute)?;
         let elapsed = start.elapsed();

@@ -27,6 +27,7 @@ pub mod keyfile;
 pub mod sign;
 
 use crate::error::{Result, StoreError};
+use crate::lease::{Leases, DEFAULT_LEASE_EXPIRY};
 use crate::memo::MemoEntry;
 use crate::objects::PutOutcome;
 use crate::tier::{MemoTier, ObjectTier};
@@ -37,7 +38,7 @@ use std::fmt;
 use std::io::{Read, Write};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The environment variable that names the remote tier when `--remote` is not given.
@@ -60,8 +61,9 @@ pub enum RemoteKind {
     Webdav { endpoint: String, root: String },
 }
 
-/// A parsed remote URL: `redis://host:port[/db][?ro]` or `http://host:port[/path][?ro]`. `?ro` (or
-/// `?read-only`) makes the client read-only.
+/// A parsed remote URL: `redis://host:port[/db][?OPTIONS]` or `http://host:port[/path][?OPTIONS]`, options
+/// joined by `&`: `ro` (or `read-only`) makes the client read-only; `lease=DURATION` (`30s`, `2000ms`) sets
+/// the lease expiry on Redis (default [`DEFAULT_LEASE_EXPIRY`]), `lease=off` takes no leases.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoteUrl {
     /// The URL as given, less its query (what messages name).
@@ -69,11 +71,13 @@ pub struct RemoteUrl {
     pub kind: RemoteKind,
     /// `?ro` was given.
     pub read_only: bool,
+    /// The lease expiry (`?lease=`); None: `lease=off`.
+    pub lease: Option<Duration>,
 }
 
 /// A remote URL that cannot be used, with why.
 #[derive(Debug, thiserror::Error)]
-#[error("remote URL '{url}': {reason} (expected redis://HOST:PORT[/DB] or http://HOST:PORT[/PATH], optionally with ?ro)")]
+#[error("remote URL '{url}': {reason} (expected redis://HOST:PORT[/DB] or http://HOST:PORT[/PATH], optionally with ?ro, ?lease=30s)")]
 pub struct ParseRemoteUrlError {
     pub url: String,
     pub reason: String,
@@ -87,11 +91,15 @@ impl FromStr for RemoteUrl {
             Some((b, q)) => (b, Some(q)),
             None => (s, None),
         };
-        let read_only = match query {
-            None => false,
-            Some("ro") | Some("read-only") => true,
-            Some(q) => return Err(bad(&format!("unknown option '?{q}' (the one option is ?ro)"))),
-        };
+        let (mut read_only, mut lease) = (false, Some(DEFAULT_LEASE_EXPIRY));
+        for opt in query.into_iter().flat_map(|q| q.split('&')) {
+            match opt.split_once('=') {
+                None if opt == "ro" || opt == "read-only" => read_only = true,
+                Some(("lease", "off")) => lease = None,
+                Some(("lease", d)) => lease = Some(crate::lease::parse_expiry(d).map_err(|e| bad(&e))?),
+                _ => return Err(bad(&format!("unknown option '{opt}' (options: ro, lease=DURATION|off)"))),
+            }
+        }
         let (scheme, rest) = base.split_once("://").ok_or_else(|| bad("no scheme"))?;
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
@@ -119,7 +127,7 @@ impl FromStr for RemoteUrl {
             "https" => return Err(bad("https is not supported (this build has no TLS stack): use http:// inside a trusted network")),
             other => return Err(bad(&format!("unknown scheme '{other}'"))),
         };
-        Ok(RemoteUrl { url: base.to_string(), kind, read_only })
+        Ok(RemoteUrl { url: base.to_string(), kind, read_only, lease })
     }
 }
 
@@ -171,6 +179,21 @@ pub struct RemoteStats {
     pub memo_uploaded: u64,
     /// Why the tier was disabled (the first error), if it was; after it nothing more was asked.
     pub disabled: Option<String>,
+    /// Leases ([`crate::lease`]): taken on a miss before computing (`lease_taken`); found held by another
+    /// machine, so this one waited (`lease_waits`); waits that ended with the holder's entry served
+    /// (`lease_served`); waits that ended with the lease expired or released without an entry, so this
+    /// machine took the work over (`lease_takeovers`); waits given up after the bound, computed anyway
+    /// (`lease_timeouts`).
+    #[serde(default)]
+    pub lease_taken: u64,
+    #[serde(default)]
+    pub lease_waits: u64,
+    #[serde(default)]
+    pub lease_served: u64,
+    #[serde(default)]
+    pub lease_takeovers: u64,
+    #[serde(default)]
+    pub lease_timeouts: u64,
 }
 
 impl RemoteStats {
@@ -187,6 +210,11 @@ impl RemoteStats {
         self.memo_rejected += o.memo_rejected;
         self.memo_signature_rejected += o.memo_signature_rejected;
         self.memo_uploaded += o.memo_uploaded;
+        self.lease_taken += o.lease_taken;
+        self.lease_waits += o.lease_waits;
+        self.lease_served += o.lease_served;
+        self.lease_takeovers += o.lease_takeovers;
+        self.lease_timeouts += o.lease_timeouts;
         if self.disabled.is_none() {
             self.disabled.clone_from(&o.disabled);
         }
@@ -241,6 +269,8 @@ pub struct Remote {
     bad: Mutex<BTreeSet<Digest>>,
     /// What this client signs with and which signers it requires ([`Remote::with_signing`]).
     signing: sign::SigningState,
+    /// The lease client: Redis only, writable clients only, unless `lease=off` ([`crate::lease`]).
+    leases: Option<Arc<Leases>>,
 }
 
 impl fmt::Debug for Remote {
@@ -280,6 +310,11 @@ impl Remote {
             opendal::blocking::Operator::new(op).map_err(err)?
         };
         let read_only = opts.read_only || url.read_only;
+        // Read-only clients never take leases: they write nothing, so no one could wait on their entry.
+        let leases = match (&url.kind, url.lease) {
+            (RemoteKind::Redis { endpoint, db }, Some(expiry)) if !read_only => Some(Arc::new(Leases::new(&url.url, endpoint, *db, expiry)?)),
+            _ => None,
+        };
         let stats = RemoteStats { url: url.url.clone(), read_only, ..Default::default() };
         Ok(Remote {
             url: url.clone(),
@@ -290,6 +325,7 @@ impl Remote {
             stats: Mutex::new(stats),
             bad: Mutex::default(),
             signing: sign::SigningState::default(),
+            leases,
         })
     }
 
@@ -309,6 +345,21 @@ impl Remote {
     /// Whether writes are sent: enabled and not read-only.
     pub fn is_writable(&self) -> bool {
         self.is_enabled() && !self.read_only
+    }
+
+    /// The lease client, while the tier is writable and the service has atomic leases (Redis).
+    pub fn leases(&self) -> Option<&Arc<Leases>> {
+        self.leases.as_ref().filter(|_| self.is_writable())
+    }
+
+    /// Whether `d` came back corrupt earlier in this run (a poll does not reject its entry twice).
+    pub(crate) fn is_known_bad(&self, d: &Digest) -> bool {
+        lock(&self.bad).contains(d)
+    }
+
+    /// Counts one lease event (see [`RemoteStats`]'s `lease_*` counters).
+    pub(crate) fn count_lease(&self, f: impl FnOnce(&mut RemoteStats)) {
+        f(&mut lock(&self.stats));
     }
 
     /// What the tier did so far.
@@ -516,6 +567,11 @@ mod tests {
         assert_eq!(r.kind, RemoteKind::Redis { endpoint: "redis://cache:6379".into(), db: 0 });
         assert!(r.read_only);
         assert_eq!(r.to_string(), "redis://cache:6379?ro");
+        assert_eq!(r.lease, Some(DEFAULT_LEASE_EXPIRY));
+        let r: RemoteUrl = "redis://cache:6379?lease=2s&ro".parse().unwrap();
+        assert_eq!((r.lease, r.read_only), (Some(Duration::from_secs(2)), true));
+        let r: RemoteUrl = "redis://cache:6379?lease=off".parse().unwrap();
+        assert_eq!((r.lease, r.read_only), (None, false));
         let r: RemoteUrl = "http://127.0.0.1:8080/cache/tessera".parse().unwrap();
         assert_eq!(r.kind, RemoteKind::Webdav { endpoint: "http://127.0.0.1:8080".into(), root: "/cache/tessera/".into() });
         let r: RemoteUrl = "http://h:1".parse().unwrap();
@@ -523,7 +579,8 @@ mod tests {
         for (bad, says) in [
             ("s3://bucket", "unknown scheme 's3'"),
             ("redis://h:1/x", "'x' is not a database number"),
-            ("redis://h:1?rw", "unknown option '?rw'"),
+            ("redis://h:1?rw", "unknown option 'rw'"),
+            ("redis://h:1?lease=soon", "'soon' is not a duration"),
             ("https://h/c", "https is not supported"),
             ("cache:6379", "no scheme"),
             ("redis://user:pw@h:1", "credentials"),

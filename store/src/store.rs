@@ -382,7 +382,7 @@ impl Store {
     }
 
     /// The remote tier's entry for (stage, key), trusted and recorded locally, or None.
-    fn remote_memo_lookup(&self, stage: &str, key: &Digest) -> Result<Option<MemoEntry>> {
+    pub(crate) fn remote_memo_lookup(&self, stage: &str, key: &Digest) -> Result<Option<MemoEntry>> {
         let Some(r) = self.remote_live() else { return Ok(None) };
         let entry = match r.get_memo(stage, key) {
             Ok(Some(e)) => e,

@@ -184,6 +184,12 @@ pub fn print_summary(s: &Summary) {
             if r.memo_signature_rejected > 0 { format!(" ({} without a valid signature from a trusted key)", r.memo_signature_rejected) } else { String::new() },
             if r.disabled.is_some() { "; disabled after an error" } else { "" }
         );
+        if r.lease_taken + r.lease_waits > 0 {
+            println!(
+                "remote leases: {} taken, {} waits ({} served by the holder, {} taken over after expiry, {} gave up)",
+                r.lease_taken, r.lease_waits, r.lease_served, r.lease_takeovers, r.lease_timeouts
+            );
+        }
     }
     println!("{:<28} {:>6} {:<22} {:>12}  artifact", "model", "parts", "backends", "bytes");
     for a in &s.artifacts {
