@@ -12,6 +12,7 @@
 //!   per run, pinned staging buffers.
 
 pub mod blas;
+pub mod call;
 pub mod library;
 pub mod device;
 pub mod dnn;

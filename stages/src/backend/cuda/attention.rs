@@ -1,5 +1,6 @@
 //! Attention on the GPU as one FlashAttention-style kernel (fp32, SIMT): the `Sq x Sk` scores never touch
-//! global memory.
+//! global memory. fp16 operands take the tensor-core kernel of [`super::attention_mma`] instead (when their head
+//! dims fit it); this one runs fp32 and the rest.
 //!
 //! A block owns one batch matrix (batch and head) and [`AttnTiles::bq`] query rows, which it stages in
 //! shared memory once. It then walks the keys in tiles of [`AttnTiles::bk`]: the tile's K (stored
@@ -170,7 +171,13 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs) -> Result<boo
     let nd = g.node(node);
     let types: Vec<_> = nd.inputs.iter().map(|&v| g.ty(v)).collect();
     let dims = attention_dims(a, &types).map_err(|e| e.0)?;
-    let tiles = AttnTiles::for_problem(dims.batch.iter().product(), dims.sq);
+    let batch: usize = dims.batch.iter().product();
+    // fp16 operands run on tensor cores (an empty output or key axis keeps the trivial kernels below).
+    if super::attention_mma::applies([types[0].dtype, types[1].dtype, types[2].dtype], dims.d, dims.dv) && dims.sk > 0 && batch * dims.sq * dims.dv > 0 {
+        super::attention_mma::attention(k, node, a, super::attention_mma::MmaTiles::for_problem(batch, dims.sq))?;
+        return Ok(true);
+    }
+    let tiles = AttnTiles::for_problem(batch, dims.sq);
     attention_with(k, node, a, tiles)
 }
 

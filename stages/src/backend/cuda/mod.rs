@@ -5,13 +5,14 @@
 //!
 //! The split follows the `c` backend's: [`lower`] (plan items to kernels; the fusion plan itself is the
 //! `c` backend's, shared), [`kernel`] (one `__global__` function and its launch), [`ew`], [`gemm`],
-//! [`attention`], [`reduce`], [`movement`], [`pool`] (the kernel families), [`cost`] (the analytical estimate) and
+//! [`attention`] (SIMT) and [`attention_mma`] (tensor cores, fp16), [`reduce`], [`movement`], [`pool`] (the kernel families), [`cost`] (the analytical estimate) and
 //! [`toolchain`] (NVRTC). The prelude (`prelude.cuh`) holds the device helpers every module starts with.
 //!
 //! Semantics follow the reference interpreter; where it reports a data-dependent error (integer division by
 //! zero, a Gather index out of range), compiled code produces 0 instead, as the `c` backend does.
 
 pub mod attention;
+pub mod attention_mma;
 pub mod cost;
 #[cfg(test)]
 mod emulate;
@@ -38,7 +39,7 @@ use tessera_kernels::runtime::cuda::format::CubinModule;
 use tessera_kernels::runtime::cuda::libs;
 
 /// Bump whenever the generated code (or the prelude, or the NVRTC options) changes.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 
 /// The backend's name, as `cuda -compiler=nvrtc` selects it.
 pub const NAME: &str = "cuda";

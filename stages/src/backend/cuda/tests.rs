@@ -286,3 +286,136 @@ fn scan_and_nd_kernels_lower_and_compile() {
     let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(&CubinModule::decode(&m).unwrap().cubin[..4], b"\x7fELF");
 }
+
+/// The Attention node of `g` (a case graph, perhaps rewritten to fp16 with casts around it).
+fn attention_node(g: &Graph) -> (NodeId, AttentionAttrs) {
+    g.nodes
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| match &n.op {
+            Op::Attention(a) => Some((NodeId(i as u32), a.clone())),
+            _ => None,
+        })
+        .expect("the case has an Attention node")
+}
+
+/// fp16 attention runs on tensor cores (mma.sync, P in registers), fp32 on the SIMT kernel; every tile of
+/// the tensor-core kernel lowers and compiles for every case.
+#[test]
+fn fp16_attention_runs_on_tensor_cores_in_every_tile() {
+    use attention_mma::MmaTiles;
+    let mut lowered = Vec::new();
+    for c in crate::backend::attention_cases::cases().into_iter().filter(|c| c.sk > 0 && c.sq > 0) {
+        let g32 = c.graph();
+        let g16 = crate::passes::precision::to_half(&g32).unwrap();
+        let src = |g: &Graph| postcard::from_bytes::<CudaCode>(&CudaBackend.lower(&target(), g, "t").unwrap().code).unwrap().source;
+        assert!(src(&g16).contains("tsr_mma16816(") && src(&g16).contains("tsr_ldmatrix_x4_trans("), "{}: fp16 on tensor cores", c.name);
+        assert!(!src(&g32).contains("tsr_mma16816("), "{}: fp32 stays SIMT", c.name);
+        let (n, a) = attention_node(&g16);
+        for (i, t) in [MmaTiles { warps: 1, bk: 16 }, MmaTiles { warps: 2, bk: 64 }, MmaTiles { warps: 4, bk: 128 }].into_iter().enumerate() {
+            let p = crate::backend::c::plan::plan(&g16);
+            let sym = format!("attn_mma_{}_t{i}", c.name);
+            let mut k = kernel::Kernel::new(&g16, &p, &sym);
+            attention_mma::attention(&mut k, n, &a, t).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            assert_eq!(k.block, [t.threads(), 1, 1]);
+            lowered.push(LoweredKernel {
+                info: crate::backend::FunctionInfo { symbol: sym.clone(), inputs: vec![], outputs: vec![], scratch_bytes: 0 },
+                code: postcard::to_stdvec(&CudaCode { source: k.render(&format!("{sym}_k0_0")), launches: Default::default() }).unwrap(),
+            });
+        }
+    }
+    if !nvrtc_or_skip("the tensor-core attention NVRTC compile test") {
+        return;
+    }
+    let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&CubinModule::decode(&m).unwrap().cubin[..4], b"\x7fELF");
+}
+
+/// `got` against the fp32 reference `want`: NaN exactly where it has NaN, elsewhere within `tol` of the
+/// largest finite reference magnitude (the relative error the GPU zoo test uses).
+fn compare_to_reference(got: &Tensor, want: &Tensor, tol: f64) -> Result<f64, String> {
+    if got.ty != want.ty {
+        return Err(format!("type {} instead of {}", got.ty, want.ty));
+    }
+    let (a, b) = (got.to_f64_vec(), want.to_f64_vec());
+    let scale = b.iter().filter(|v| v.is_finite()).fold(0f64, |m, v| m.max(v.abs())).max(f64::MIN_POSITIVE);
+    let mut worst = 0f64;
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        if x.is_nan() || y.is_nan() {
+            if !(x.is_nan() && y.is_nan()) {
+                return Err(format!("element {i}: got {x}, want {y}"));
+            }
+            continue;
+        }
+        worst = worst.max((x - y).abs() / scale);
+    }
+    if worst > tol {
+        return Err(format!("relative error {worst:.3e} above {tol:e}"));
+    }
+    Ok(worst)
+}
+
+/// `lowered` (the default lowering of the case graph `g`) with its tensor-core attention kernel generated
+/// for tile `t` instead: the same generator, so the same parameters in the same order; the kernel's source
+/// and launch shape replaced.
+fn with_attention_tile(mut lowered: LoweredKernel, g: &Graph, sym: &str, t: attention_mma::MmaTiles) -> LoweredKernel {
+    let mut code: CudaCode = postcard::from_bytes(&lowered.code).unwrap();
+    let p = crate::backend::c::plan::plan(g);
+    let (n, a) = attention_node(g);
+    let mut k = kernel::Kernel::new(g, &p, sym);
+    attention_mma::attention(&mut k, n, &a, t).unwrap();
+    let launch = code.launches.launches.iter_mut().find(|l| l.shared_bytes > 0).expect("the attention launch (the one with shared memory)");
+    assert_eq!(launch.args.len(), k.params.len(), "same parameters");
+    (launch.grid, launch.block, launch.shared_bytes) = (k.grid, k.block, k.shared_bytes);
+    let name = format!(" {}(", launch.entry);
+    let at = code.source.find(&name).expect("the attention kernel's source");
+    let start = code.source[..at].rfind("extern \"C\"").unwrap();
+    let end = at + code.source[at..].find("\n}\n").unwrap() + 3;
+    code.source.replace_range(start..end, &k.render(&launch.entry));
+    lowered.code = postcard::to_stdvec(&code).unwrap();
+    lowered
+}
+
+/// Every attention case, fp32 (SIMT kernel) and fp16 (tensor-core kernel, in each of its tile shapes), run
+/// on the GPU against the fp32 reference: 1e-4 in fp32, 1e-2 in fp16, NaN exactly where the reference has it.
+#[test]
+#[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine"]
+fn attention_matches_the_reference_on_the_gpu() {
+    use attention_mma::MmaTiles;
+    use tessera_kernels::runtime::cuda::call::call_gpu_function;
+    if std::env::var_os("TESSERA_GPU").is_none() {
+        eprintln!("skipping: set TESSERA_GPU=1 on a machine with an NVIDIA GPU");
+        return;
+    }
+    let mut failures = Vec::new();
+    let mut report = Vec::new();
+    for (ci, c) in crate::backend::attention_cases::cases().into_iter().enumerate() {
+        let g32 = c.graph();
+        let inputs = crate::interp::random_inputs(&g32, 100 + ci as u64);
+        let want = crate::interp::run_graph(&g32, &inputs).unwrap();
+        let g16 = crate::passes::precision::to_half(&g32).unwrap();
+        // (label, graph, tile of the tensor-core kernel or the default lowering, tolerance)
+        let mut runs: Vec<(String, &Graph, Option<MmaTiles>, f64)> = vec![("fp32".into(), &g32, None, 1e-4), ("fp16".into(), &g16, None, 1e-2)];
+        if c.sk > 0 && c.sq > 0 {
+            for t in [MmaTiles { warps: 1, bk: 16 }, MmaTiles { warps: 2, bk: 32 }, MmaTiles { warps: 4, bk: 128 }] {
+                runs.push((format!("fp16 {t:?}"), &g16, Some(t), 1e-2));
+            }
+        }
+        for (label, g, tile, tol) in runs {
+            let sym = format!("gpu_attn_{ci}");
+            let lowered = match tile {
+                None => CudaBackend.lower(&target(), g, &sym).unwrap(),
+                Some(t) => with_attention_tile(CudaBackend.lower(&target(), g, &sym).unwrap(), g, &sym, t),
+            };
+            let module = CudaBackend.compile_module(&target(), std::slice::from_ref(&lowered)).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            let loaded = tessera_kernels::runtime::load_module(&module).unwrap_or_else(|e| panic!("{}: {}", c.name, e.0));
+            let got = call_gpu_function(loaded.as_ref(), 0, &lowered.info, &inputs).unwrap_or_else(|e| panic!("{} {label}: {}", c.name, e.0));
+            match compare_to_reference(&got[0], &want[0], tol) {
+                Ok(err) => report.push(format!("{} {label}: {err:.2e}", c.name)),
+                Err(e) => failures.push(format!("{} {label}: {e}", c.name)),
+            }
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+    assert!(failures.is_empty(), "{} of {} runs differ from the reference:\n{}", failures.len(), failures.len() + report.len(), failures.join("\n"));
+}

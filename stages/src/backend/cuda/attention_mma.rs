@@ -1,0 +1,308 @@
+//! Attention on tensor cores for fp16 operands: FlashAttention-2's structure with `mma.sync` m16n8k16
+//! (fp16 inputs, fp32 accumulation), so the `Sq x Sk` scores never touch global memory and both products
+//! run on the tensor cores. The fp32 path and head dims above [`MAX_HEAD_DIM`] keep the SIMT kernel of
+//! [`super::attention`], whose semantics this one follows exactly (masks, NaN rows, empty key axes).
+//!
+//! A block has `warps` warps; each owns 16 query rows of one batch matrix and keeps, in registers,
+//! - its Q rows as the A fragments of `QK^T` (loaded once, zero past `Sq` and past `D`);
+//! - the output accumulator (`16 x Dv`, the C fragments of `PV`), the running row max `m` and sum `l`.
+//!
+//! The block walks the keys in tiles of [`MmaTiles::bk`], staging the tile's K (`Ks[j][t]`) and V
+//! (`Vs[j][c]`) in shared memory, zero past `Sk`, `D` and `Dv`; per tile each warp
+//! 1. computes its scores `S = Q K^T` (B fragments of K read as 32-bit pairs from `Ks`);
+//! 2. applies the scale, the keep mask and the additive mask element by element (each thread knows the row
+//!    and key of its fragment elements), -inf past `Sk`;
+//! 3. updates `m` and `l` (row maxima over the four threads sharing a row, by shuffles), rescales the
+//!    accumulator, and turns `P = exp(S - m)` into fp16 A fragments in registers: the C fragment layout of
+//!    two adjacent 8-key tiles is the A fragment layout of one 16-key step, so P never leaves registers;
+//! 4. accumulates `P V`, V's B fragments loaded transposed by `ldmatrix.trans`.
+//!
+//! Rows are owned by quads of threads, so `l` stays a per-thread partial sum until the end (every thread of
+//! a quad rescales by the same `alpha`) and is summed over the quad once. The output is `acc / l`: a row of
+//! -inf scores keeps `m = -inf`, its exponentials are taken against 0 (so they are 0, not NaN), and gives
+//! `0 / 0 = NaN`, as the reference; a NaN or +inf score makes the row NaN. P is rounded to fp16 for the
+//! second product (as FlashAttention does); `l` sums the unrounded probabilities.
+
+use super::kernel::{coords, offset, Kernel};
+use crate::backend::c::cexpr::f32_lit;
+use crate::backend::c::nest::broadcast;
+use crate::backend::c::plan::Storage;
+use crate::ir::{attention_dims, AttentionAttrs, DType, NodeId, ValueId};
+
+/// Largest head dims (`D`, `Dv`) this kernel takes (the accumulator is `Dv / 2` registers per thread).
+pub const MAX_HEAD_DIM: usize = 128;
+
+/// Query rows of one warp (the m of m16n8k16).
+const WARP_ROWS: u32 = 16;
+
+/// Shared-memory row padding, in halves: 16 bytes, so rows stay 16-byte aligned (ldmatrix, vector
+/// stores) and the 32-bit fragment reads of one warp fall in 32 different banks.
+const PAD: usize = 8;
+
+/// The kernel's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmaTiles {
+    /// Warps per block (each 16 query rows).
+    pub warps: u32,
+    /// Keys per shared-memory tile (a multiple of 16: one `P V` k-step per 16 keys).
+    pub bk: u32,
+}
+
+impl MmaTiles {
+    pub fn rows(&self) -> u32 {
+        self.warps * WARP_ROWS
+    }
+
+    pub fn threads(&self) -> u32 {
+        self.warps * 32
+    }
+
+    pub fn blocks(&self, batch: usize, sq: usize) -> usize {
+        batch * sq.div_ceil(self.rows() as usize)
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        if (1..=8).contains(&self.warps) && self.bk > 0 && self.bk % 16 == 0 && self.bk <= 128 {
+            Ok(())
+        } else {
+            Err(format!("tensor-core attention tile {self:?}: 1 to 8 warps, bk a multiple of 16 up to 128"))
+        }
+    }
+
+    /// The default for `batch` matrices of `sq` query rows: the most warps per block (they share each K/V
+    /// tile) whose blocks still fill the GPU ([`super::gemm::FILL_BLOCKS`]), else one warp per block (batch-1
+    /// inference: BERT-base at 128 tokens is 12 heads x 8 warps of rows).
+    pub fn for_problem(batch: usize, sq: usize) -> MmaTiles {
+        [4, 2]
+            .into_iter()
+            .map(|warps| MmaTiles { warps, bk: 64 })
+            .find(|t| t.blocks(batch, sq) >= super::gemm::FILL_BLOCKS)
+            .unwrap_or(MmaTiles { warps: 1, bk: 64 })
+    }
+}
+
+/// Whether the tensor-core kernel takes this attention: fp16 Q, K and V with head dims it holds.
+pub fn applies(dtypes: [DType; 3], d: usize, dv: usize) -> bool {
+    dtypes.iter().all(|&t| t == DType::F16) && (1..=MAX_HEAD_DIM).contains(&d) && (1..=MAX_HEAD_DIM).contains(&dv)
+}
+
+/// Shared-memory layout of one block, in halves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// `D` rounded up to 16 (the k of one `QK^T` step); the pad is zero in Q and K.
+    pub dp: usize,
+    /// `Dv` rounded up to 16 (V's B fragments are loaded two 8-column tiles at a time).
+    pub dvp: usize,
+    /// Row strides of `Ks[j][t]` and `Vs[j][c]`.
+    pub ldk: usize,
+    pub ldv: usize,
+    /// Offset of `Vs`.
+    pub v_at: usize,
+    pub halves: usize,
+}
+
+impl Layout {
+    pub fn new(t: MmaTiles, d: usize, dv: usize) -> Layout {
+        let bk = t.bk as usize;
+        let (dp, dvp) = (d.next_multiple_of(16), dv.next_multiple_of(16));
+        let (ldk, ldv) = (dp + PAD, dvp + PAD);
+        Layout { dp, dvp, ldk, ldv, v_at: bk * ldk, halves: bk * (ldk + ldv) }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.halves * 2
+    }
+}
+
+/// Strides over the batch dims of an operand `[lead.., rows, cols]`, in elements.
+fn matrix_strides(shape: &[usize], batch: &[usize]) -> Vec<i64> {
+    let r = shape.len();
+    let size = (shape[r - 2] * shape[r - 1]) as i64;
+    broadcast(&shape[..r - 2], batch).iter().map(|s| s * size).collect()
+}
+
+/// Whether `v` is an inline constant array (whose alignment is only its element's: no vector loads).
+fn is_const(k: &Kernel, v: ValueId) -> bool {
+    let root = k.plan.root[v.index()];
+    matches!(k.plan.storage[root.index()], Some(Storage::Const))
+}
+
+/// Code staging a `bk x width` row-major tile (rows `k0 + j` of a `[rows, cols]` matrix at `src + base`,
+/// `cols` valid columns) into shared `dst[j * ld + c]`, zero past `rows` and `cols`, by all threads.
+/// Whole rows of 16-byte groups when the source allows it (`cols` a multiple of 8, not a constant array).
+fn stage_rows(dst: &str, ld: usize, src: &str, base: &str, rows: usize, cols: usize, width: usize, bk: usize, threads: u32, vector: bool) -> String {
+    if vector && cols % 8 == 0 {
+        let groups = width / 8;
+        format!(
+            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned j = e / {groups}u, c = (e % {groups}u) * 8u;\nuint4 v = make_uint4(0u, 0u, 0u, 0u);\nif (k0 + j < {rows}u && c < {cols}u) v = *reinterpret_cast<const uint4*>({src} + {base} + (k0 + j) * {cols}u + c);\n*reinterpret_cast<uint4*>({dst} + j * {ld}u + c) = v;\n}}\n",
+            n = bk * groups
+        )
+    } else {
+        format!(
+            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned j = e / {width}u, c = e % {width}u;\n{dst}[j * {ld}u + c] = (k0 + j < {rows}u && c < {cols}u) ? {src}[{base} + (k0 + j) * {cols}u + c] : __float2half_rn(0.0f);\n}}\n",
+            n = bk * width
+        )
+    }
+}
+
+/// The attention node `node` as one tensor-core kernel in `k` with tile `tiles`; the caller has checked
+/// [`applies`], a non-empty output and `Sk > 0`.
+pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTiles) -> Result<(), String> {
+    tiles.check()?;
+    let g = k.g;
+    let nd = g.node(node);
+    let types: Vec<_> = nd.inputs.iter().map(|&v| g.ty(v)).collect();
+    let dims = attention_dims(a, &types).map_err(|e| e.0)?;
+    let (sq, sk, d, dv) = (dims.sq, dims.sk, dims.d, dims.dv);
+    if !applies([types[0].dtype, types[1].dtype, types[2].dtype], d, dv) {
+        return Err(format!("the tensor-core attention kernel takes fp16 operands with head dims up to {MAX_HEAD_DIM} (got {d}, {dv})"));
+    }
+    let batch: usize = dims.batch.iter().product();
+    let lay = Layout::new(tiles, d, dv);
+    let q_tiles = sq.div_ceil(tiles.rows() as usize);
+    let blocks = batch * q_tiles;
+    if blocks >= 1 << 31 {
+        return Err(format!("{blocks} attention blocks (at most 2^31 - 1)"));
+    }
+    let (bk, threads) = (tiles.bk as usize, tiles.threads());
+    let Layout { dp, dvp, ldk, ldv, .. } = lay;
+    let (dk_steps, s_tiles, o_tiles) = (dp / 16, bk / 8, dvp / 8);
+    let nb = dims.batch.len();
+    let scores_shape = dims.scores_shape();
+
+    let ops: Vec<String> = (0..3).map(|i| k.buf(nd.inputs[i], false)).collect();
+    let vector: Vec<bool> = (0..3).map(|i| !is_const(k, nd.inputs[i])).collect();
+    let (q, kp, v) = (&ops[0], &ops[1], &ops[2]);
+    let y = k.buf(nd.outputs[0], true);
+    let mut b = format!("extern __shared__ float4 tsr_smem[];\n__half* const Ks = reinterpret_cast<__half*>(tsr_smem);\n__half* const Vs = Ks + {};\n", lay.v_at);
+    b.push_str(&format!(
+        "const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, gr = lane >> 2, tq = lane & 3u;\nconst unsigned bi = blockIdx.x / {q_tiles}u, q0 = (blockIdx.x % {q_tiles}u) * {}u + warp * {WARP_ROWS}u;\n",
+        tiles.rows()
+    ));
+    b.push_str(&coords(&dims.batch, "bi", "z", &vec![true; nb]));
+    for (i, name) in ["qb", "kb", "vb"].into_iter().enumerate() {
+        b.push_str(&format!("const unsigned {name} = {};\n", offset("z", &matrix_strides(&g.ty(nd.inputs[i]).shape, &dims.batch))));
+    }
+    // The masks: pointer, offset of the batch matrix, and (row, key) strides of their broadcast.
+    let mut mask = |i: Option<usize>, name: &str, b: &mut String| {
+        i.map(|i| {
+            let st = broadcast(&g.ty(nd.inputs[i]).shape, &scores_shape);
+            b.push_str(&format!("const unsigned {name} = {};\n", offset("z", &st[..nb])));
+            (k.buf(nd.inputs[i], false), g.ty(nd.inputs[i]).dtype, name.to_string(), st[nb], st[nb + 1])
+        })
+    };
+    let add = mask(a.mask_index(), "mb", &mut b);
+    let keep = mask(a.keep_index(), "kpb", &mut b);
+
+    // Q's A fragments: register i of step s holds row gr + (i & 1) * 8, columns s * 16 + tq * 2 + (i >> 1) * 8
+    // and the next.
+    b.push_str(&format!(
+        "unsigned qa[{dk_steps}][4];\n#pragma unroll\nfor (int s = 0; s < {dk_steps}; s++)\n#pragma unroll\nfor (int i = 0; i < 4; i++) {{\nconst unsigned r = q0 + gr + (i & 1) * 8u, c = s * 16u + tq * 2u + (i >> 1) * 8u;\nconst __half lo = (r < {sq}u && c < {d}u) ? {q}[qb + r * {d}u + c] : __float2half_rn(0.0f);\nconst __half hi = (r < {sq}u && c + 1u < {d}u) ? {q}[qb + r * {d}u + c + 1u] : __float2half_rn(0.0f);\nqa[s][i] = tsr_pack_half2(lo, hi);\n}}\n"
+    ));
+    b.push_str(&format!(
+        "float acc[{o_tiles}][4];\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 4; e++) acc[n][e] = 0.0f;\nfloat m[2] = {{-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}}, l[2] = {{0.0f, 0.0f}};\n"
+    ));
+    b.push_str(&format!("for (unsigned k0 = 0; k0 < {sk}u; k0 += {bk}u) {{\n__syncthreads();\n"));
+    // Stage the tile: K as Ks[j][t] (from either layout), V as Vs[j][c].
+    if a.k_transposed {
+        b.push_str(&format!(
+            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned t = e / {bk}u, j = e % {bk}u;\nKs[j * {ldk}u + t] = (k0 + j < {sk}u && t < {d}u) ? {kp}[kb + t * {sk}u + k0 + j] : __float2half_rn(0.0f);\n}}\n",
+            n = bk * dp
+        ));
+    } else {
+        b.push_str(&stage_rows("Ks", ldk, kp, "kb", sk, d, dp, bk, threads, vector[1]));
+    }
+    b.push_str(&stage_rows("Vs", ldv, v, "vb", sk, dv, dvp, bk, threads, vector[2]));
+    b.push_str("__syncthreads();\n");
+    // 1. Scores: tile n of 8 keys, step s of 16 head dims; K's B fragment is Ks[n * 8 + gr][s * 16 + tq * 2 (+ 8)].
+    b.push_str(&format!(
+        "float s[{s_tiles}][4];\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++) {{\ns[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;\nconst __half* const kr = Ks + (n * 8u + gr) * {ldk}u + tq * 2u;\n#pragma unroll\nfor (int t = 0; t < {dk_steps}; t++) tsr_mma16816(s[n], qa[t], *reinterpret_cast<const unsigned*>(kr + t * 16), *reinterpret_cast<const unsigned*>(kr + t * 16 + 8));\n}}\n"
+    ));
+    // 2. Scale and masks per element: e = 0, 1 on row gr, e = 2, 3 on row gr + 8; key n * 8 + tq * 2 + (e & 1).
+    b.push_str(&format!(
+        "#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 4; e++) {{\nconst unsigned r = q0 + gr + (e >> 1) * 8u, j = k0 + n * 8u + tq * 2u + (e & 1);\nfloat x = s[n][e] * {};\nif (j >= {sk}u) x = -__int_as_float(0x7f800000);\nelse if (r < {sq}u) {{\n",
+        f32_lit(a.scale)
+    ));
+    let at = |row: i64, key: i64| {
+        let mut t = Vec::new();
+        if row != 0 {
+            t.push(format!("r * {row}u"));
+        }
+        if key != 0 {
+            t.push(format!("j * {key}u"));
+        }
+        if t.is_empty() {
+            "0u".to_string()
+        } else {
+            t.join(" + ")
+        }
+    };
+    if let (Some(fill), Some((buf, _, base, rs, ks))) = (a.keep_fill, &keep) {
+        b.push_str(&format!("if (!{buf}[{base} + {}]) x = {};\n", at(*rs, *ks), f32_lit(fill)));
+    }
+    if let Some((buf, dt, base, rs, ks)) = &add {
+        b.push_str(&format!("x += {};\n", super::kernel::ld(*dt, buf, &format!("{base} + {}", at(*rs, *ks)))));
+    }
+    b.push_str("}\ns[n][e] = x;\n}\n");
+    // 3. Online softmax per row half h (rows gr and gr + 8): the quad's max, the rescale, P in place of S.
+    b.push_str(&format!(
+        "float alpha[2];\n#pragma unroll\nfor (int h = 0; h < 2; h++) {{\nfloat mx = -__int_as_float(0x7f800000);\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));\nmx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));\nmx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));\nconst float mn = fmaxf(m[h], mx);\n// A row with only -inf so far: exponentials against 0, so they are 0 rather than NaN.\nconst float base = mn == -__int_as_float(0x7f800000) ? 0.0f : mn;\nalpha[h] = expf(m[h] - base);\nfloat sum = 0.0f;\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++)\n#pragma unroll\nfor (int e = 2 * h; e < 2 * h + 2; e++) {{\ns[n][e] = expf(s[n][e] - base);\nsum += s[n][e];\n}}\nl[h] = l[h] * alpha[h] + sum;\nm[h] = mn;\n}}\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++) {{\nacc[n][0] *= alpha[0];\nacc[n][1] *= alpha[0];\nacc[n][2] *= alpha[1];\nacc[n][3] *= alpha[1];\n}}\n"
+    ));
+    // 4. P V: step t covers keys t * 16.. (score tiles 2t and 2t + 1 as one A fragment); V's B fragments for
+    // output tiles n and n + 1 by one ldmatrix.x4.trans (lanes 8i..8i+7 address rows of matrix i: keys
+    // t * 16 + (i & 1) * 8 + row, columns n * 8 + (i >> 1) * 8).
+    b.push_str(&format!(
+        "#pragma unroll\nfor (int t = 0; t < {}; t++) {{\nunsigned pa[4] = {{tsr_pack_float2(s[2 * t][0], s[2 * t][1]), tsr_pack_float2(s[2 * t][2], s[2 * t][3]), tsr_pack_float2(s[2 * t + 1][0], s[2 * t + 1][1]), tsr_pack_float2(s[2 * t + 1][2], s[2 * t + 1][3])}};\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n += 2) {{\nunsigned vb4[4];\ntsr_ldmatrix_x4_trans(vb4, Vs + (t * 16u + ((lane >> 3) & 1u) * 8u + (lane & 7u)) * {ldv}u + n * 8u + (lane >> 4) * 8u);\ntsr_mma16816(acc[n], pa, vb4[0], vb4[1]);\ntsr_mma16816(acc[n + 1], pa, vb4[2], vb4[3]);\n}}\n}}\n}}\n",
+        bk / 16
+    ));
+    // The rows' outputs: the quad's sum of l, then acc / l (0 / 0 = NaN for a row of -inf scores).
+    b.push_str(&format!(
+        "#pragma unroll\nfor (int h = 0; h < 2; h++) {{\nl[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);\nl[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);\nconst unsigned r = q0 + gr + h * 8u;\nif (r < {sq}u) {{\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 2; e++) {{\nconst unsigned c = n * 8u + tq * 2u + e;\nif (c < {dv}u) {y}[bi * {}u + r * {dv}u + c] = {};\n}}\n}}\n}}\n",
+        sq * dv,
+        super::kernel::st(g.ty(nd.outputs[0]).dtype, "acc[n][2 * h + e] / l[h]")
+    ));
+    k.body.push_str(&b);
+    k.grid = [blocks as u32, 1, 1];
+    k.block = [threads, 1, 1];
+    k.shared_bytes = lay.bytes() as u32;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_are_valid_and_chosen_by_problem_size() {
+        assert!(MmaTiles { warps: 4, bk: 64 }.check().is_ok());
+        assert!(MmaTiles { warps: 0, bk: 64 }.check().is_err());
+        assert!(MmaTiles { warps: 4, bk: 40 }.check().is_err(), "bk not a multiple of 16");
+        // BERT-base batch 8 (96 matrices of 128 rows) fills the GPU with two warps per block; batch 1 needs one.
+        assert_eq!(MmaTiles::for_problem(96, 128).warps, 2);
+        assert_eq!(MmaTiles::for_problem(12, 128).warps, 1);
+        assert_eq!(MmaTiles::for_problem(12 * 64, 512).warps, 4);
+    }
+
+    #[test]
+    fn applies_to_fp16_with_small_head_dims_only() {
+        let h = [DType::F16; 3];
+        assert!(applies(h, 64, 64) && applies(h, 5, 3) && applies(h, 128, 128));
+        assert!(!applies(h, 129, 64) && !applies(h, 64, 256) && !applies(h, 0, 64));
+        assert!(!applies([DType::F32, DType::F16, DType::F16], 64, 64));
+    }
+
+    #[test]
+    fn shared_layout_is_aligned_and_sized() {
+        for (d, dv) in [(64, 64), (5, 3), (80, 80), (128, 128)] {
+            let t = MmaTiles { warps: 4, bk: 64 };
+            let l = Layout::new(t, d, dv);
+            assert!(l.dp >= d && l.dp % 16 == 0 && l.dvp >= dv && l.dvp % 16 == 0);
+            // Rows 16-byte aligned (ldmatrix, uint4 stores), V after K aligned too.
+            assert_eq!(l.ldk % 8, 0);
+            assert_eq!(l.ldv % 8, 0);
+            assert_eq!(l.v_at % 8, 0);
+            assert!(l.bytes() <= 48 * 1024, "{d} {dv}: {} bytes", l.bytes());
+        }
+        assert_eq!(Layout::new(MmaTiles { warps: 4, bk: 64 }, 64, 64).bytes(), 2 * 64 * 2 * 72);
+    }
+}
