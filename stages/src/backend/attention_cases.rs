@@ -90,6 +90,8 @@ pub fn cases() -> Vec<AttnCase> {
         },
         AttnCase { name: "dropped_rows_nan", sq: 6, sk: 2, d: 4, dv: 3, mask: None, keep: Some((vec![2, 1, 6, 2], f32::NEG_INFINITY)), ..base.clone() },
         AttnCase { name: "no_keys", sk: 0, mask: None, ..base.clone() },
+        // Keys a multiple of 8 but not of a tile, K transposed: the tensor-core kernel's 16-byte copies of K.
+        AttnCase { name: "aligned_keys", q_lead: vec![1, 2], k_lead: vec![1, 2], v_lead: vec![1, 2], sq: 40, sk: 136, d: 64, dv: 64, mask: Some(vec![1, 1, 1, 136]), keep: Some((vec![1, 1, 40, 136], -10_000.0)), ..base.clone() },
         AttnCase { name: "rank2", q_lead: vec![], k_lead: vec![], v_lead: vec![], sq: 3, sk: 4, d: 5, dv: 2, mask: Some(vec![1]), ..base },
     ]
 }

@@ -86,31 +86,36 @@ pub fn applies(dtypes: [DType; 3], d: usize, dv: usize) -> bool {
     dtypes.iter().all(|&t| t == DType::F16) && (1..=MAX_HEAD_DIM).contains(&d) && (1..=MAX_HEAD_DIM).contains(&dv)
 }
 
-/// Shared-memory layout of one block, in halves.
+/// Shared-memory layout of one block, in halves: two stages (the next key tile is copied in, by cp.async,
+/// while the warps compute on this one), each K then V.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// `D` rounded up to 16 (the k of one `QK^T` step); the pad is zero in Q and K.
     pub dp: usize,
     /// `Dv` rounded up to 16 (V's B fragments are loaded two 8-column tiles at a time).
     pub dvp: usize,
-    /// Row strides of `Ks[j][t]` and `Vs[j][c]`.
+    /// Row stride of K's tile: `Ks[j][t]` (`dp + PAD`) for K stored `[Sk, D]`, `Ks[t][j]` (`bk + PAD`) for K
+    /// stored transposed, `[D, Sk]` (each tile a copy of the source's rows).
     pub ldk: usize,
+    /// Row stride of `Vs[j][c]`.
     pub ldv: usize,
-    /// Offset of `Vs`.
+    /// Offset of `Vs` in a stage, and the halves of one stage.
     pub v_at: usize,
-    pub halves: usize,
+    pub stage: usize,
 }
 
 impl Layout {
-    pub fn new(t: MmaTiles, d: usize, dv: usize) -> Layout {
+    pub fn new(t: MmaTiles, d: usize, dv: usize, k_transposed: bool) -> Layout {
         let bk = t.bk as usize;
         let (dp, dvp) = (d.next_multiple_of(16), dv.next_multiple_of(16));
-        let (ldk, ldv) = (dp + PAD, dvp + PAD);
-        Layout { dp, dvp, ldk, ldv, v_at: bk * ldk, halves: bk * (ldk + ldv) }
+        let (ldk, k_rows) = if k_transposed { (bk + PAD, dp) } else { (dp + PAD, bk) };
+        let ldv = dvp + PAD;
+        let v_at = k_rows * ldk;
+        Layout { dp, dvp, ldk, ldv, v_at, stage: v_at + bk * ldv }
     }
 
     pub fn bytes(&self) -> usize {
-        self.halves * 2
+        2 * self.stage * 2
     }
 }
 
@@ -127,20 +132,38 @@ fn is_const(k: &Kernel, v: ValueId) -> bool {
     matches!(k.plan.storage[root.index()], Some(Storage::Const))
 }
 
-/// Code staging a `bk x width` row-major tile (rows `k0 + j` of a `[rows, cols]` matrix at `src + base`,
-/// `cols` valid columns) into shared `dst[j * ld + c]`, zero past `rows` and `cols`, by all threads.
-/// Whole rows of 16-byte groups when the source allows it (`cols` a multiple of 8, not a constant array).
-fn stage_rows(dst: &str, ld: usize, src: &str, base: &str, rows: usize, cols: usize, width: usize, bk: usize, threads: u32, vector: bool) -> String {
-    if vector && cols % 8 == 0 {
+/// A tile to copy into shared memory: `height x width` halves (padded extents) whose element `(r, c)` is the
+/// source's `src[base + (row0 + r) * stride + col0 + c]`, zero where `row0 + r >= rows` or `col0 + c >= cols`.
+struct Tile<'s> {
+    dst: &'s str,
+    ld: usize,
+    src: &'s str,
+    base: &'s str,
+    row0: &'s str,
+    col0: &'s str,
+    rows: usize,
+    cols: usize,
+    stride: usize,
+    height: usize,
+    width: usize,
+}
+
+/// Code copying `t` by all `threads` threads: 16-byte groups by cp.async (zero-filled where out of range,
+/// so no branch) when every group is either whole or out of range and aligned (`cols` and the row stride
+/// multiples of 8 halves, the tile's first column a multiple of 8, the source not an inline constant
+/// array), else one half at a time.
+fn stage_tile(t: &Tile, threads: u32, vector: bool) -> String {
+    let Tile { dst, ld, src, base, row0, col0, rows, cols, stride, height, width } = *t;
+    if vector && cols % 8 == 0 && stride % 8 == 0 {
         let groups = width / 8;
         format!(
-            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned j = e / {groups}u, c = (e % {groups}u) * 8u;\nuint4 v = make_uint4(0u, 0u, 0u, 0u);\nif (k0 + j < {rows}u && c < {cols}u) v = *reinterpret_cast<const uint4*>({src} + {base} + (k0 + j) * {cols}u + c);\n*reinterpret_cast<uint4*>({dst} + j * {ld}u + c) = v;\n}}\n",
-            n = bk * groups
+            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned r = e / {groups}u, c = (e % {groups}u) * 8u;\nconst bool ok = {row0} + r < {rows}u && {col0} + c < {cols}u;\ntsr_cp16({dst} + r * {ld}u + c, ok ? (const void*)({src} + {base} + ({row0} + r) * {stride}u + {col0} + c) : (const void*){src}, ok ? 16u : 0u);\n}}\n",
+            n = height * groups
         )
     } else {
         format!(
-            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned j = e / {width}u, c = e % {width}u;\n{dst}[j * {ld}u + c] = (k0 + j < {rows}u && c < {cols}u) ? {src}[{base} + (k0 + j) * {cols}u + c] : __float2half_rn(0.0f);\n}}\n",
-            n = bk * width
+            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned r = e / {width}u, c = e % {width}u;\n{dst}[r * {ld}u + c] = ({row0} + r < {rows}u && {col0} + c < {cols}u) ? {src}[{base} + ({row0} + r) * {stride}u + {col0} + c] : __float2half_rn(0.0f);\n}}\n",
+            n = height * width
         )
     }
 }
@@ -158,7 +181,7 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
         return Err(format!("the tensor-core attention kernel takes fp16 operands with head dims up to {MAX_HEAD_DIM} (got {d}, {dv})"));
     }
     let batch: usize = dims.batch.iter().product();
-    let lay = Layout::new(tiles, d, dv);
+    let lay = Layout::new(tiles, d, dv, a.k_transposed);
     let q_tiles = sq.div_ceil(tiles.rows() as usize);
     let blocks = batch * q_tiles;
     if blocks >= 1 << 31 {
@@ -174,7 +197,7 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     let vector: Vec<bool> = (0..3).map(|i| !is_const(k, nd.inputs[i])).collect();
     let (q, kp, v) = (&ops[0], &ops[1], &ops[2]);
     let y = k.buf(nd.outputs[0], true);
-    let mut b = format!("extern __shared__ float4 tsr_smem[];\n__half* const Ks = reinterpret_cast<__half*>(tsr_smem);\n__half* const Vs = Ks + {};\n", lay.v_at);
+    let mut b = String::from("extern __shared__ float4 tsr_smem[];\n__half* const smem = reinterpret_cast<__half*>(tsr_smem);\n");
     b.push_str(&format!(
         "const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, gr = lane >> 2, tq = lane & 3u;\nconst unsigned bi = blockIdx.x / {q_tiles}u, q0 = (blockIdx.x % {q_tiles}u) * {}u + warp * {WARP_ROWS}u;\n",
         tiles.rows()
@@ -202,22 +225,39 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     b.push_str(&format!(
         "float acc[{o_tiles}][4];\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 4; e++) acc[n][e] = 0.0f;\nfloat m[2] = {{-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}}, l[2] = {{0.0f, 0.0f}};\n"
     ));
-    b.push_str(&format!("for (unsigned k0 = 0; k0 < {sk}u; k0 += {bk}u) {{\n__syncthreads();\n"));
-    // Stage the tile: K as Ks[j][t] (from either layout), V as Vs[j][c].
+    // The key tiles, two stages: tile `it + 1` is copied in while the warps compute on tile `it`.
+    let n_tiles = sk.div_ceil(bk);
+    let tiles_of = |k0: &str, stage: &str| -> String {
+        let ks = format!("(smem + {stage} * {}u)", lay.stage);
+        let vs = format!("(smem + {stage} * {}u + {}u)", lay.stage, lay.v_at);
+        let kt = if a.k_transposed {
+            Tile { dst: &ks, ld: ldk, src: kp, base: "kb", row0: "0u", col0: k0, rows: d, cols: sk, stride: sk, height: dp, width: bk }
+        } else {
+            Tile { dst: &ks, ld: ldk, src: kp, base: "kb", row0: k0, col0: "0u", rows: sk, cols: d, stride: d, height: bk, width: dp }
+        };
+        let vt = Tile { dst: &vs, ld: ldv, src: v, base: "vb", row0: k0, col0: "0u", rows: sk, cols: dv, stride: dv, height: bk, width: dvp };
+        format!("{}{}tsr_cp_commit();\n", stage_tile(&kt, threads, vector[1]), stage_tile(&vt, threads, vector[2]))
+    };
+    b.push_str(&tiles_of("0u", "0u"));
+    b.push_str(&format!(
+        "for (unsigned it = 0; it < {n_tiles}u; it++) {{\nconst unsigned k0 = it * {bk}u;\nif (it + 1u < {n_tiles}u) {{\nconst unsigned k1 = k0 + {bk}u;\n{}tsr_cp_wait<1>();\n}} else tsr_cp_wait<0>();\n__syncthreads();\nconst __half* const Ks = smem + (it & 1u) * {}u;\nconst __half* const Vs = Ks + {}u;\n",
+        tiles_of("k1", "((it + 1u) & 1u)"),
+        lay.stage,
+        lay.v_at
+    ));
+    // 1. Scores: tile n of 8 keys, step t of 16 head dims. K stored [Sk, D]: the B fragment is the pair
+    // Ks[n * 8 + gr][t * 16 + tq * 2 (+ 8)]; stored [D, Sk]: rows of dims, loaded transposed by ldmatrix for
+    // key tiles n and n + 1 at once.
+    b.push_str(&format!("float s[{s_tiles}][4];\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;\n"));
     if a.k_transposed {
         b.push_str(&format!(
-            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned t = e / {bk}u, j = e % {bk}u;\nKs[j * {ldk}u + t] = (k0 + j < {sk}u && t < {d}u) ? {kp}[kb + t * {sk}u + k0 + j] : __float2half_rn(0.0f);\n}}\n",
-            n = bk * dp
+            "#pragma unroll\nfor (int t = 0; t < {dk_steps}; t++)\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n += 2) {{\nunsigned kb4[4];\ntsr_ldmatrix_x4_trans(kb4, Ks + (t * 16u + ((lane >> 3) & 1u) * 8u + (lane & 7u)) * {ldk}u + n * 8u + (lane >> 4) * 8u);\ntsr_mma16816(s[n], qa[t], kb4[0], kb4[1]);\ntsr_mma16816(s[n + 1], qa[t], kb4[2], kb4[3]);\n}}\n"
         ));
     } else {
-        b.push_str(&stage_rows("Ks", ldk, kp, "kb", sk, d, dp, bk, threads, vector[1]));
+        b.push_str(&format!(
+            "#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++) {{\nconst __half* const kr = Ks + (n * 8u + gr) * {ldk}u + tq * 2u;\n#pragma unroll\nfor (int t = 0; t < {dk_steps}; t++) tsr_mma16816(s[n], qa[t], *reinterpret_cast<const unsigned*>(kr + t * 16), *reinterpret_cast<const unsigned*>(kr + t * 16 + 8));\n}}\n"
+        ));
     }
-    b.push_str(&stage_rows("Vs", ldv, v, "vb", sk, dv, dvp, bk, threads, vector[2]));
-    b.push_str("__syncthreads();\n");
-    // 1. Scores: tile n of 8 keys, step s of 16 head dims; K's B fragment is Ks[n * 8 + gr][s * 16 + tq * 2 (+ 8)].
-    b.push_str(&format!(
-        "float s[{s_tiles}][4];\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++) {{\ns[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;\nconst __half* const kr = Ks + (n * 8u + gr) * {ldk}u + tq * 2u;\n#pragma unroll\nfor (int t = 0; t < {dk_steps}; t++) tsr_mma16816(s[n], qa[t], *reinterpret_cast<const unsigned*>(kr + t * 16), *reinterpret_cast<const unsigned*>(kr + t * 16 + 8));\n}}\n"
-    ));
     // 2. Scale and masks per element: e = 0, 1 on row gr, e = 2, 3 on row gr + 8; key n * 8 + tq * 2 + (e & 1).
     b.push_str(&format!(
         "#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 4; e++) {{\nconst unsigned r = q0 + gr + (e >> 1) * 8u, j = k0 + n * 8u + tq * 2u + (e & 1);\nfloat x = s[n][e] * {};\nif (j >= {sk}u) x = -__int_as_float(0x7f800000);\nelse if (r < {sq}u) {{\n",
@@ -252,7 +292,7 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     // output tiles n and n + 1 by one ldmatrix.x4.trans (lanes 8i..8i+7 address rows of matrix i: keys
     // t * 16 + (i & 1) * 8 + row, columns n * 8 + (i >> 1) * 8).
     b.push_str(&format!(
-        "#pragma unroll\nfor (int t = 0; t < {}; t++) {{\nunsigned pa[4] = {{tsr_pack_float2(s[2 * t][0], s[2 * t][1]), tsr_pack_float2(s[2 * t][2], s[2 * t][3]), tsr_pack_float2(s[2 * t + 1][0], s[2 * t + 1][1]), tsr_pack_float2(s[2 * t + 1][2], s[2 * t + 1][3])}};\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n += 2) {{\nunsigned vb4[4];\ntsr_ldmatrix_x4_trans(vb4, Vs + (t * 16u + ((lane >> 3) & 1u) * 8u + (lane & 7u)) * {ldv}u + n * 8u + (lane >> 4) * 8u);\ntsr_mma16816(acc[n], pa, vb4[0], vb4[1]);\ntsr_mma16816(acc[n + 1], pa, vb4[2], vb4[3]);\n}}\n}}\n}}\n",
+        "#pragma unroll\nfor (int t = 0; t < {}; t++) {{\nunsigned pa[4] = {{tsr_pack_float2(s[2 * t][0], s[2 * t][1]), tsr_pack_float2(s[2 * t][2], s[2 * t][3]), tsr_pack_float2(s[2 * t + 1][0], s[2 * t + 1][1]), tsr_pack_float2(s[2 * t + 1][2], s[2 * t + 1][3])}};\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n += 2) {{\nunsigned vb4[4];\ntsr_ldmatrix_x4_trans(vb4, Vs + (t * 16u + ((lane >> 3) & 1u) * 8u + (lane & 7u)) * {ldv}u + n * 8u + (lane >> 4) * 8u);\ntsr_mma16816(acc[n], pa, vb4[0], vb4[1]);\ntsr_mma16816(acc[n + 1], pa, vb4[2], vb4[3]);\n}}\n}}\n__syncthreads();\n}}\n",
         bk / 16
     ));
     // The rows' outputs: the quad's sum of l, then acc / l (0 / 0 = NaN for a row of -inf scores).
@@ -294,15 +334,20 @@ mod tests {
     #[test]
     fn shared_layout_is_aligned_and_sized() {
         for (d, dv) in [(64, 64), (5, 3), (80, 80), (128, 128)] {
-            let t = MmaTiles { warps: 4, bk: 64 };
-            let l = Layout::new(t, d, dv);
-            assert!(l.dp >= d && l.dp % 16 == 0 && l.dvp >= dv && l.dvp % 16 == 0);
-            // Rows 16-byte aligned (ldmatrix, uint4 stores), V after K aligned too.
-            assert_eq!(l.ldk % 8, 0);
-            assert_eq!(l.ldv % 8, 0);
-            assert_eq!(l.v_at % 8, 0);
-            assert!(l.bytes() <= 48 * 1024, "{d} {dv}: {} bytes", l.bytes());
+            for transposed in [false, true] {
+                let t = MmaTiles { warps: 4, bk: 64 };
+                let l = Layout::new(t, d, dv, transposed);
+                assert!(l.dp >= d && l.dp % 16 == 0 && l.dvp >= dv && l.dvp % 16 == 0);
+                // Rows 16-byte aligned (ldmatrix, cp.async), V and the second stage too.
+                for at in [l.ldk, l.ldv, l.v_at, l.stage] {
+                    assert_eq!(at % 8, 0, "{d} {dv} {transposed}: {l:?}");
+                }
+                assert!(l.bytes() <= 227 * 1024, "{d} {dv}: {} bytes", l.bytes());
+            }
         }
-        assert_eq!(Layout::new(MmaTiles { warps: 4, bk: 64 }, 64, 64).bytes(), 2 * 64 * 2 * 72);
+        // Two stages of K (64 keys x 64 dims, rows padded to 72) and V (the same).
+        assert_eq!(Layout::new(MmaTiles { warps: 4, bk: 64 }, 64, 64, false).bytes(), 2 * 2 * (64 * 72 + 64 * 72));
+        // K transposed: 64 dims x 64 keys, rows padded to 72.
+        assert_eq!(Layout::new(MmaTiles { warps: 4, bk: 64 }, 64, 64, true).bytes(), 2 * 2 * (64 * 72 + 64 * 72));
     }
 }
