@@ -27,6 +27,8 @@ struct Match {
     k: ValueId,
     v: ValueId,
     k_transposed: bool,
+    /// A Transpose of `k` to build first (K's natural layout from the producer of Kᵀ); `k` is its input.
+    k_perm: Option<Vec<usize>>,
     scale: f64,
     mask: Option<ValueId>,
     /// The Where's condition, whether it selects the fill where true (masked_fill) rather than where false,
@@ -136,16 +138,35 @@ fn match_at(g: &Graph, uses: &Uses, softmax: NodeId) -> Option<Match> {
         Some(f) => f,
         None => (scores(g, uses, x)?, None),
     };
-    let (k, k_transposed) = match producer_if(g, sc.kt, |op| matches!(op, Op::Transpose { perm } if swaps_last_two(perm))) {
-        Some(t) if uses.single(sc.kt) => (g.node(t).inputs[0], false),
-        _ => (sc.kt, true),
+    // K reaches the scores as Kᵀ. When a Transpose made it (used only here), read K in its natural `[.., Sk, D]`
+    // layout instead: Kᵀ = Transpose(x, p) means K = Transpose(x, p with its last two swapped), which is x
+    // itself when p swaps only the last two axes (BERT's `key.transpose(-1, -2)`), else one Transpose that
+    // leaves the head dim innermost (GPT-2 and torchvision's ViT export `[B, S, H, D] -> [B, H, D, S]` in one
+    // permutation): kernels read rows of K contiguously, and Sk need not be a multiple of anything.
+    let (k, k_transposed, k_perm) = match producer_if(g, sc.kt, |op| matches!(op, Op::Transpose { .. })) {
+        Some(t) if uses.single(sc.kt) => {
+            let Op::Transpose { perm } = &g.node(t).op else { unreachable!("producer_if matched a Transpose") };
+            let x = g.node(t).inputs[0];
+            if swaps_last_two(perm) {
+                (x, false, None)
+            } else {
+                let mut p = perm.clone();
+                let r = p.len();
+                p.swap(r - 2, r - 1);
+                (x, false, Some(p))
+            }
+        }
+        _ => (sc.kt, true, None),
     };
     if !(sc.scale as f32).is_finite() || sc.scale as f32 == 0.0 {
         return None;
     }
-    let m = Match { q: sc.q, k, v, k_transposed, scale: sc.scale, mask, keep: sc.keep, root: g.node(mm).outputs[0], name: node.name.clone() };
-    // The op must accept these operands and give the replaced MatMul's type exactly (no broadcast widened).
-    let (attrs, inputs) = op_of(&m, m.keep.map(|(c, _, _)| c));
+    let m = Match { q: sc.q, k, v, k_transposed, k_perm, scale: sc.scale, mask, keep: sc.keep, root: g.node(mm).outputs[0], name: node.name.clone() };
+    // The op must accept these operands and give the replaced MatMul's type exactly (no broadcast widened);
+    // checked with Kᵀ as the scores read it (a permuted K has the same dims by construction).
+    let permuted = m.k_perm.is_some();
+    let checked = Match { q: m.q, k: if permuted { sc.kt } else { m.k }, v: m.v, k_transposed: m.k_transposed || permuted, k_perm: None, scale: m.scale, mask: m.mask, keep: m.keep, root: m.root, name: String::new() };
+    let (attrs, inputs) = op_of(&checked, m.keep.map(|(c, _, _)| c));
     let types: Vec<_> = inputs.iter().map(|&i| g.ty(i)).collect();
     let dims = attention_dims(&attrs, &types).ok()?;
     (dims.out_shape() == g.ty(m.root).shape && dims.scores_shape() == xt.shape).then_some(m)
@@ -181,6 +202,12 @@ pub fn fuse_attention(g: &mut Graph) -> usize {
             Some((cond, false, _)) => Some(cond),
             None => None,
         };
+        if let Some(perm) = m.k_perm.take() {
+            match g.add(format!("{}/attention_k", m.name), Op::Transpose { perm }, &[m.k]) {
+                Ok(k) => m.k = k,
+                Err(_) => continue,
+            }
+        }
         let (attrs, inputs) = op_of(&m, keep);
         // Checked in `match_at`; a failure here leaves the graph as it was.
         let Ok(y) = g.add(format!("{}/attention", m.name), Op::Attention(attrs), &inputs) else { continue };

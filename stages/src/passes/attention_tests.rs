@@ -26,6 +26,9 @@ enum KForm {
     Transposed,
     /// An input `[.., Sk, D]` and a Transpose of the last two axes (absorbed by the pass).
     SwapLastTwo,
+    /// An input `[B, Sk, H, D]` and one Transpose to `[B, H, D, Sk]` (GPT-2, torchvision's ViT): the pass reads
+    /// K through a Transpose to `[B, H, Sk, D]` instead.
+    HeadsFirst,
 }
 
 /// The optional masks.
@@ -66,6 +69,10 @@ fn build(s: Spec) -> Graph {
         KForm::SwapLastTwo => {
             let k = g.add_input("k", TensorType::f32([s.b, s.h, s.sk, s.d]));
             g.add("kt", Op::Transpose { perm: vec![0, 1, 3, 2] }, &[k]).unwrap()
+        }
+        KForm::HeadsFirst => {
+            let k = g.add_input("k", TensorType::f32([s.b, s.sk, s.h, s.d]));
+            g.add("kt", Op::Transpose { perm: vec![0, 2, 3, 1] }, &[k]).unwrap()
         }
     };
     let v = g.add_input("v", TensorType::f32([s.b, s.h, s.sk, s.dv]));
@@ -133,7 +140,8 @@ fn attention_ops(g: &Graph) -> Vec<&AttentionAttrs> {
     g.nodes.iter().filter_map(|n| if let Op::Attention(a) = &n.op { Some(a) } else { None }).collect()
 }
 
-/// Fuses, checks the graph is one Attention (plus a Not for masked_fill), and compares the outputs.
+/// Fuses, checks the graph is one Attention (plus a Not for masked_fill, a Transpose of K for HeadsFirst), and
+/// compares the outputs.
 fn fuse_and_check(s: Spec) -> AttentionAttrs {
     let g0 = build(s);
     let mut g = g0.clone();
@@ -143,7 +151,8 @@ fn fuse_and_check(s: Spec) -> AttentionAttrs {
     let ops = attention_ops(&g);
     assert_eq!(ops.len(), 1);
     let a = ops[0].clone();
-    let extra = usize::from(matches!(s.keep, Keep::MaskedFill(_)));
+    // A Not for masked_fill, a Transpose reading K in its natural layout for HeadsFirst.
+    let extra = usize::from(matches!(s.keep, Keep::MaskedFill(_))) + usize::from(matches!(s.k, KForm::HeadsFirst));
     assert_eq!(g.nodes.len(), 1 + extra, "{s:?}: {:?}", g.nodes.iter().map(|n| n.op.name()).collect::<Vec<_>>());
     assert_same(&g0, &g, 2e-6);
     a
@@ -172,6 +181,22 @@ fn vit_and_sdpa_scales_fold() {
     assert!((a.scale - 1.0 / 8f32.sqrt()).abs() < 1e-6, "{}", a.scale);
     assert!(!a.k_transposed, "the Transpose of the last two axes is absorbed");
     assert_eq!(fuse_and_check(Spec { scale: Scale::None, ..BERT }).scale, 1.0);
+}
+
+/// Kᵀ made by one Transpose `[B, Sk, H, D] -> [B, H, D, Sk]`: the op reads K as `[B, H, Sk, D]` through a new
+/// Transpose (`[0, 2, 1, 3]`), natural layout, same outputs.
+#[test]
+fn heads_first_k_is_read_in_its_natural_layout() {
+    let s = Spec { k: KForm::HeadsFirst, sk: 11, ..BERT };
+    let a = fuse_and_check(s);
+    assert!(!a.k_transposed);
+    let mut g = build(s);
+    fuse_attention(&mut g);
+    let att = g.nodes.iter().find(|n| matches!(n.op, Op::Attention(_))).unwrap();
+    let k = g.value(att.inputs[1]);
+    let crate::ir::ValueDef::Node { node, .. } = k.def else { panic!("K comes from a node") };
+    assert_eq!(g.node(node).op, Op::Transpose { perm: vec![0, 2, 1, 3] });
+    assert_eq!(g.ty(att.inputs[1]).shape, vec![s.b, s.h, s.sk, s.d]);
 }
 
 /// masked_fill with -inf: rows whose keys are all dropped are NaN in both graphs (Softmax's 0/0).
@@ -257,7 +282,7 @@ fn stacked_attention_reads_the_fused_result() {
 
 fn spec() -> impl Strategy<Value = Spec> {
     let scale = prop_oneof![Just(Scale::None), Just(Scale::Div), Just(Scale::Mul), Just(Scale::Operands)];
-    let k = prop_oneof![Just(KForm::Transposed), Just(KForm::SwapLastTwo)];
+    let k = prop_oneof![Just(KForm::Transposed), Just(KForm::SwapLastTwo), Just(KForm::HeadsFirst)];
     let keep = prop_oneof![
         Just(Keep::None),
         Just(Keep::Where(-10_000.0)),
