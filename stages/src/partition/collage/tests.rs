@@ -136,7 +136,7 @@ fn cover_cost(
             let pk = owner[g.producer(v).unwrap().index()];
             preds[k].insert(pk);
             let same = targets.targets[cands[cover[pk]].target].device() == targets.targets[cands[ci].target].device();
-            total += crossing.cost(g.ty(v).size_bytes() as f64, same);
+            total += crossing.cost(g.ty(v).size_bytes() as f64, same, targets.targets[cands[ci].target].device());
         }
     }
     // Kahn.
@@ -257,7 +257,7 @@ proptest! {
         let targets = cpu_targets();
         let cands = cands_of(&g, &targets, &Limits::default()).unwrap();
         let costs = costs_for(&cands, &targets, &table, inf_every);
-        let crossing = CrossingModel { same_device_us_per_byte: 1e-4 * scale, ..CrossingModel::default() };
+        let crossing = CrossingModel { same_device_us_per_byte: 1e-4 * scale, gpu_us_per_byte: 1e-6 * scale, ..CrossingModel::default() };
         let out = search_detailed(&g, &targets, &cands, &costs, &crossing).unwrap();
         assert_well_formed(&g, &targets, &cands, &costs, &crossing, &out);
         for c in &out.chosen {
@@ -546,3 +546,4 @@ fn wide_graph_search_stays_small() {
     assert_well_formed(&g, &targets, &cands, &costs, &CrossingModel::default(), &out);
     assert!(out.states_seen < 5_000, "{} states", out.states_seen);
 }
+
