@@ -83,7 +83,7 @@ fn bert_tiny_candidates_measure_once_then_hit() {
     assert_eq!(costs[0], costs[4]);
     assert_eq!(tune_stats(&memo), (4, 1));
     // The lowered kernel is recorded under the compile path's own lower key.
-    let sig = kernel_signature(&g, &[mm]);
+    let sig = kernel_signature(&g, &[mm], tessera_stages::backend::INLINE_CONST_MAX);
     let c = t("cpu -compiler=c");
     let no_graph = || -> anyhow::Result<tessera_stages::ir::Graph> { unreachable!("only the key is built") };
     let backend = ctx.backend(&c).unwrap();
@@ -233,7 +233,7 @@ fn bad_candidates_are_clear_errors() {
 
 fn base_params() -> TuneKeyParams {
     let g = matmul_graph(4, 4, 4);
-    let sig = kernel_signature(&g, &[NodeId(0)]);
+    let sig = kernel_signature(&g, &[NodeId(0)], tessera_stages::backend::INLINE_CONST_MAX);
     TuneKeyParams::new(sig.digest, &t("cpu -compiler=c"), &CBackend, &MeasureOptions::default())
 }
 
@@ -248,7 +248,7 @@ fn assert_changes_key(change: impl FnOnce(&mut TuneKeyParams)) {
 
 #[test]
 fn key_kernel_signature() {
-    let other = kernel_signature(&matmul_graph(4, 4, 8), &[NodeId(0)]).digest;
+    let other = kernel_signature(&matmul_graph(4, 4, 8), &[NodeId(0)], tessera_stages::backend::INLINE_CONST_MAX).digest;
     assert_changes_key(|p| p.kernel = other);
 }
 

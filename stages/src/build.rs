@@ -144,7 +144,7 @@ pub fn build_artifact<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, grap
         .map(|((target, kernel, config), &first)| -> Result<(Lowering, Digest)> {
             let p = &plan.partitions[first];
             let backend = ctx.backend(target)?;
-            let kernel_graph = || kernel_graph(graph()?, &p.nodes, kernel);
+            let kernel_graph = || kernel_graph(graph()?, &p.nodes, kernel, backend.inline_const_max());
             let config_name = config.clone().unwrap_or_else(|| backend.default_config(target));
             let stage = Lower { kernel: *kernel, target, backend, graph: &kernel_graph, symbol: &p.symbol, config: &config_name };
             Ok(((target.clone(), *kernel, config.clone()), run_digest(ctx.driver, &stage)?))

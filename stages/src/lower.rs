@@ -44,10 +44,11 @@ impl Stage for Lower<'_> {
     }
 }
 
-/// The kernel graph of partition `nodes` of `g`, checked against the signature the plan recorded.
-pub fn kernel_graph(g: &Graph, nodes: &[u32], kernel: &Digest) -> Result<Graph> {
+/// The kernel graph of partition `nodes` of `g` for a backend keeping constants of at most `inline_max`
+/// elements inside, checked against the signature the plan recorded.
+pub fn kernel_graph(g: &Graph, nodes: &[u32], kernel: &Digest, inline_max: usize) -> Result<Graph> {
     let nodes: Vec<NodeId> = nodes.iter().map(|&n| NodeId(n)).collect();
-    let sig = kernel_signature(g, &nodes);
+    let sig = kernel_signature(g, &nodes, inline_max);
     if sig.digest != *kernel {
         bail!("kernel signature changed between partition and lower ({} vs {})", sig.digest, kernel);
     }

@@ -286,7 +286,7 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
             bail!("{}: node {} is not in graph {} ({} nodes)", what(), n.0, g.name, g.nodes.len());
         }
         let backend = ctx.backend(target).with_context(what)?;
-        let kernel = kernel_signature(g, nodes).digest;
+        let kernel = kernel_signature(g, nodes, backend.inline_const_max()).digest;
         let opts = opts.copied().unwrap_or_else(|| MeasureOptions::for_device(target.device()));
         let params = TuneKeyParams::new(kernel, target, backend, &opts);
         // A build from records measures nothing, so it needs only the device's fingerprint (an assumed GPU's
@@ -309,7 +309,7 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
             let ops: Vec<&str> = nodes.iter().map(|&n| g.node(n).op.name()).collect();
             missing.push(format!("target {}, kernel {} ({} in graph {}): tune key {}", p.target, p.kernel, ops.join("+"), g.name, p.key));
         } else if !recorded {
-            let sig = kernel_signature(g, nodes);
+            let sig = kernel_signature(g, nodes, p.backend.inline_const_max());
             let kernel_graph = extract_subgraph(g, &sig);
             misses.entry(p.target).or_default().push(Miss::new(p.key, p.target, p.backend, kernel_graph, p.kernel)?);
         }
@@ -356,7 +356,7 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
                 }
                 None => {
                     // Recorded when peeked at, gone since (gc), or a race: build this one alone.
-                    let sig = kernel_signature(g, nodes);
+                    let sig = kernel_signature(g, nodes, p.backend.inline_const_max());
                     let miss = Miss::new(p.key, p.target, p.backend, extract_subgraph(g, &sig), p.kernel)?;
                     let b = prepare(ctx, std::slice::from_ref(&miss))?;
                     let mods: Vec<&dyn LoadedModule> = b.modules.iter().map(|m| m.as_ref()).collect();

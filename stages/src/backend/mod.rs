@@ -157,6 +157,13 @@ pub trait Backend: Send + Sync {
     fn colors(&self) -> (&'static str, &'static str);
     /// Analytical cost estimate of running these nodes as one partition, in microseconds.
     fn estimate_us(&self, g: &Graph, nodes: &[NodeId], target: &Target) -> f64;
+    /// Constants of at most this many elements stay inside this backend's kernel graphs (it may inline them
+    /// into code); larger ones become kernel inputs. Code generators keep [`INLINE_CONST_MAX`]; library
+    /// backends, whose calls read every operand from device memory, take 0 (every constant an argument, so a
+    /// 64-channel convolution's bias reaches cuDNN like any other).
+    fn inline_const_max(&self) -> usize {
+        INLINE_CONST_MAX
+    }
     /// Lowers one partition, given as a standalone kernel graph, to a function named `symbol`, in the
     /// default configuration.
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError>;

@@ -19,7 +19,7 @@ use crate::target::Target;
 use serde::{Deserialize, Serialize};
 
 /// Bump when candidate generation, the search or merging changes.
-pub const PARTITIONER_VERSION: u32 = 6;
+pub const PARTITIONER_VERSION: u32 = 7;
 
 /// Where partition costs came from; every report says which.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

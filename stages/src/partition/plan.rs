@@ -10,7 +10,6 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use super::Partitioning;
-use crate::backend::INLINE_CONST_MAX;
 use crate::ir::{subgraph_signature, ConstMode, Graph, NodeId, SubgraphSignature, TensorType, ValueDef, ValueId};
 use crate::target::Target;
 use tessera_store::Digest;
@@ -136,13 +135,15 @@ pub fn config_symbol(kernel: &Digest, config: &str) -> String {
     format!("{}__{tail}", kernel_symbol(kernel))
 }
 
-/// The signature of a partition's kernel.
-pub fn kernel_signature(g: &Graph, nodes: &[NodeId]) -> SubgraphSignature {
-    subgraph_signature(g, nodes, ConstMode::LiftLarge(INLINE_CONST_MAX))
+/// The signature of a partition's kernel for a backend that keeps constants of at most `inline_max` elements
+/// inside its kernels ([`crate::backend::Backend::inline_const_max`]).
+pub fn kernel_signature(g: &Graph, nodes: &[NodeId], inline_max: usize) -> SubgraphSignature {
+    subgraph_signature(g, nodes, ConstMode::LiftLarge(inline_max))
 }
 
-/// Builds the plan of a partitioned graph. `const_object` gives the store digest of a constant's bytes.
-pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&crate::ir::Tensor) -> Digest) -> Result<ExecPlan> {
+/// Builds the plan of a partitioned graph. `const_object` gives the store digest of a constant's bytes,
+/// `inline_max` a target's [`crate::backend::Backend::inline_const_max`].
+pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&crate::ir::Tensor) -> Digest, inline_max: &dyn Fn(&crate::target::Target) -> usize) -> Result<ExecPlan> {
     let mut refs: BTreeMap<ValueId, PlanRef> = BTreeMap::new();
     for (i, &v) in g.inputs.iter().enumerate() {
         refs.insert(v, PlanRef::Input(i as u32));
@@ -161,7 +162,7 @@ pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&crate:
     };
     let mut partitions = Vec::with_capacity(parts.partitions.len());
     for p in &parts.partitions {
-        let sig = kernel_signature(g, &p.nodes);
+        let sig = kernel_signature(g, &p.nodes, inline_max(&p.target));
         let mut args = Vec::with_capacity(sig.inputs.len() + sig.outputs.len());
         for &v in &sig.inputs {
             let r = match refs.get(&v) {

@@ -310,7 +310,7 @@ pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Sel
     };
     let parts = collage::to_partitioning(ctx.targets, &outcome.chosen, source);
     check(g, &parts).map_err(anyhow::Error::msg)?;
-    let mut plan = build_plan(g, &parts, &|t: &Tensor| Digest::of(t.bytes()))?;
+    let mut plan = build_plan(g, &parts, &|t: &Tensor| Digest::of(t.bytes()), &|t| ctx.backend(t).map_or(crate::backend::INLINE_CONST_MAX, |b| b.inline_const_max()))?;
     for (p, chosen) in plan.partitions.iter_mut().zip(&outcome.chosen) {
         // A partition that is a measured candidate runs in the configuration measured fastest (a merge of
         // winners was never measured as one kernel: its backend's default).

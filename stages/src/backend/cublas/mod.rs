@@ -78,6 +78,11 @@ impl Backend for CublasBackend {
         cost::estimate_us(g, nodes)
     }
 
+    /// Every constant is an argument: library calls read operands from device memory, never from code.
+    fn inline_const_max(&self) -> usize {
+        0
+    }
+
     fn configs(&self, _target: &Target) -> TunableSet {
         RANKS.all().into_iter().collect()
     }

@@ -7,12 +7,12 @@
 //! Epilogues follow the chain rule of the `gemm` backend ([`crate::backend::gemm::support`]: single-use chains
 //! back to one anchor, shared by the partitioner's epilogue combiner), restricted to what cuBLASLt's epilogue
 //! computes, `relu?(A*B + C + bias)`: one `Add` of a bias along the last axis, one `Add` of a same-shaped
-//! residual, in either order, and `Relu` last. Operands that are small constants (inlined into kernels, not
-//! passed as arguments) are not taken: a cuBLASLt call needs every operand in device memory.
+//! residual, in either order, and `Relu` last. A cuBLASLt call reads every operand from device memory, so the
+//! backend's kernel graphs lift every constant, however small, to an argument
+//! ([`crate::backend::Backend::inline_const_max`] is 0).
 
 use crate::backend::gemm::support::{self as chain, Fusion, Unary};
-use crate::backend::INLINE_CONST_MAX;
-use crate::ir::{broadcast_shapes, Graph, NodeId, Op, ValueDef, ValueId};
+use crate::ir::{broadcast_shapes, Graph, NodeId, Op, ValueId};
 
 /// One epilogue of a cuBLASLt chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,11 +20,6 @@ pub enum Epilogue {
     Bias(ValueId),
     Residual(ValueId),
     Relu,
-}
-
-/// Whether `v` is a constant small enough to be inlined into a kernel graph (and so not an argument).
-fn inlined_const(g: &Graph, v: ValueId) -> bool {
-    matches!(g.value(v).def, ValueDef::Const(_)) && g.ty(v).numel() <= INLINE_CONST_MAX
 }
 
 /// The strided-batch form of a MatMul: `(batch, m, n, k, a_stride, b_stride)` in elements (a stride of 0: the
@@ -76,9 +71,6 @@ pub fn matmul_shape(g: &Graph, n: NodeId) -> Result<(u64, u64, u64, u64, u64, u6
 /// Whether `n` is a MatMul cuBLASLt runs from device operands.
 pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {
     matmul_shape(g, n)?;
-    if let Some(&v) = g.node(n).inputs.iter().find(|&&v| inlined_const(g, v)) {
-        return Err(format!("operand '{}' is a constant small enough to be inlined", g.value(v).name));
-    }
     Ok(())
 }
 
@@ -96,9 +88,6 @@ pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result
             Fusion::Unary { op: Unary::Relu, .. } => Epilogue::Relu,
             Fusion::Unary { op, .. } => return Err(format!("cuBLASLt has no {op:?} epilogue")),
             Fusion::Add { input, other, inner, count } => {
-                if inlined_const(g, other) {
-                    return Err(format!("'{}' is a constant small enough to be inlined", g.value(other).name));
-                }
                 let s = &g.ty(input).shape;
                 if g.ty(other).shape == *s {
                     Epilogue::Residual(other)

@@ -59,13 +59,15 @@ fn what_cublaslt_cannot_compute_is_not_supported() {
     let m = h.add("mm", Op::MatMul, &[a, b]).unwrap();
     h.outputs.push(m);
     assert!(support::anchor(&h, NodeId(0)).unwrap_err().contains("strided batch"));
-    // A small constant weight would be inlined into the kernel, not passed: not taken.
+    // A small constant weight is taken: the backend's kernel graph passes it as an argument.
     let mut c = Graph::new("c");
     let x = c.add_input("x", TensorType::f32([4, 4]));
     let w = c.add_const("w", Tensor::from_f32([4, 4], &[0.5; 16]));
     let m = c.add("mm", Op::MatMul, &[x, w]).unwrap();
     c.outputs.push(m);
-    assert!(!support::supports(&c, NodeId(0)));
+    assert!(support::supports(&c, NodeId(0)));
+    let sig = crate::partition::plan::kernel_signature(&c, &[NodeId(0)], CublasBackend.inline_const_max());
+    assert_eq!(sig.inputs, vec![x, w]);
 }
 
 #[test]

@@ -2,20 +2,16 @@
 //!
 //! Anchors: 2-D `Conv` (NCHW) of one float type (f32 or f16) throughout, with a bias input (batch norm folded
 //! into a convolution gives one), symmetric pads, and not depthwise (one input channel per group: our own
-//! `cuda` kernel runs those directly, and cuDNN's NCHW depthwise paths are slow). Weight and bias must be
-//! device operands, not small constants inlined into kernels.
+//! `cuda` kernel runs those directly, and cuDNN's NCHW depthwise paths are slow). Weight and bias, however
+//! small, are device operands: the backend's kernel graphs lift every constant to an argument
+//! ([`crate::backend::Backend::inline_const_max`] is 0).
 //!
 //! Epilogues follow the chain rule of the `gemm` backend ([`crate::backend::gemm::support`]), restricted to
 //! what `cudnnConvolutionBiasActivationForward` computes, `relu?(conv + z + bias)`: one `Add` of a same-shaped
 //! residual, and `Relu` last. (The bias is the convolution's own input; a second, per-channel `Add` is not taken.)
 
 use crate::backend::gemm::support::{self as chain, Fusion, Unary};
-use crate::backend::INLINE_CONST_MAX;
-use crate::ir::{Graph, NodeId, Op, ValueDef, ValueId};
-
-fn inlined_const(g: &Graph, v: ValueId) -> bool {
-    matches!(g.value(v).def, ValueDef::Const(_)) && g.ty(v).numel() <= INLINE_CONST_MAX
-}
+use crate::ir::{Graph, NodeId, Op, ValueId};
 
 /// Whether `n` is a convolution cuDNN runs fused, or why not.
 pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {
@@ -40,9 +36,6 @@ pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {
     }
     if x.iter().chain(w).any(|&d| d > i32::MAX as usize) {
         return Err("dimensions too large for cuDNN".into());
-    }
-    if let Some(&v) = node.inputs[1..].iter().find(|&&v| inlined_const(g, v)) {
-        return Err(format!("operand '{}' is a constant small enough to be inlined", g.value(v).name));
     }
     Ok(())
 }
