@@ -61,6 +61,8 @@ impl MmaTiles {
         batch * sq.div_ceil(self.rows() as usize)
     }
 
+    /// Why the tile is not valid, if it is not (`%` rather than `is_multiple_of`: the README promises Rust 1.85).
+    #[allow(clippy::manual_is_multiple_of)]
     pub fn check(&self) -> Result<(), String> {
         if (1..=8).contains(&self.warps) && self.bk > 0 && self.bk % 16 == 0 && self.bk <= 128 {
             Ok(())
