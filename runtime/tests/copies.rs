@@ -66,7 +66,7 @@ struct Figures {
     into_peak: usize,
     /// Bytes a warm `run` leaves live: its outputs.
     returned: isize,
-    /// Bytes a second session (for a second concurrent run) keeps.
+    /// Bytes one more session (for one more concurrent run) keeps.
     second_session: isize,
 }
 
@@ -88,10 +88,20 @@ fn measure(path: &std::path::Path) -> Figures {
     // Warm: the runtime pool's threads start on the first run.
     run_into();
     drop(m.run(&given).unwrap());
-    let (into_peak, _, _) = allocated(&mut run_into);
-    let (_, returned, outputs) = allocated(|| m.run(&given).unwrap());
-    drop(outputs);
-    let (_, second_session, _) = allocated(|| m.reserve_sessions(2).unwrap());
+    // The counters see every thread, and the pool's threads do bookkeeping of their own at moments no run
+    // decides: crossbeam's epoch registers a worker the first time it steals (2304 bytes), work-stealing
+    // deques grow and free their buffers later. Measured on the 2-core machine, 2026-11-25: one measurement
+    // per figure failed 13 times in 60 under load (a run held 3853 bytes, or "kept" -1456). What a run itself
+    // allocates happens on every run, so each figure is taken over several runs: the smallest peak, the
+    // median net.
+    let into_peak = (0..TRIES).map(|_| allocated(&mut run_into).0).min().unwrap();
+    let returned = median((0..TRIES).map(|_| {
+        let (_, kept, outputs) = allocated(|| m.run(&given).unwrap());
+        drop(outputs);
+        kept
+    }));
+    // One more session per step (2, 3, 4 sessions): the median of what each step keeps.
+    let second_session = median((2..2 + TRIES).map(|n| allocated(|| m.reserve_sessions(n).unwrap()).1));
     println!(
         "{}: weights {} B, session {} B, outputs {out_bytes} B; run_into holds at most {into_peak} B more, run keeps {returned} B, a second session keeps {second_session} B ({} sessions)",
         path.display(),
@@ -100,6 +110,15 @@ fn measure(path: &std::path::Path) -> Figures {
         m.session_count()
     );
     Figures { model, out_bytes, into_peak, returned, second_session }
+}
+
+/// Runs (or sessions) each figure is taken over.
+const TRIES: usize = 5;
+
+fn median(v: impl Iterator<Item = isize>) -> isize {
+    let mut v: Vec<isize> = v.collect();
+    v.sort_unstable();
+    v[v.len() / 2]
 }
 
 /// The runtime's own bookkeeping per run, with outputs returned: a few small vectors.
@@ -130,6 +149,6 @@ fn runs_copy_nothing_but_inputs_and_outputs() {
 fn check_common(name: &str, f: &Figures) {
     assert!(f.returned >= f.out_bytes as isize && f.returned < (f.out_bytes + BOOKKEEPING) as isize, "{name}: run kept {} bytes for {} of outputs", f.returned, f.out_bytes);
     let session = f.model.session_bytes() as isize;
-    assert_eq!(f.model.session_count(), 2, "{name}");
+    assert_eq!(f.model.session_count(), 1 + TRIES, "{name}");
     assert!(f.second_session >= session && f.second_session < session + BOOKKEEPING as isize, "{name}: a second session kept {} bytes", f.second_session);
 }
