@@ -1,6 +1,7 @@
 //! The attention pass on the zoo's transformers: every layer's attention of bert-tiny, gpt2-2layer and
 //! vit-tiny fuses into one `Attention` op (nothing of the unfused pattern left), and the reference
-//! interpreter gives the same outputs on the fused graph as on the unfused one.
+//! interpreter gives the same outputs on the fused graph as on the unfused one. The fixtures make Kᵀ with one
+//! Transpose of the heads-split K, so every op reads K in its natural `[.., Sk, D]` layout (`k_transposed: false`).
 
 use tessera_fixtures::registry::{build_with, ModelOptions};
 use tessera_stages::interp::{random_inputs, run_graph};
@@ -45,20 +46,20 @@ fn check(model: &str, opts: ModelOptions, layers: usize, want: AttentionAttrs, t
 #[test]
 fn bert_tiny_fuses_every_layer() {
     let opts = ModelOptions { batch: 2, seq: Some(16), image: None };
-    let want = AttentionAttrs { scale: 1.0 / 8.0, k_transposed: true, mask: true, keep_fill: None };
+    let want = AttentionAttrs { scale: 1.0 / 8.0, k_transposed: false, mask: true, keep_fill: None };
     check("bert-tiny", opts, 2, want, 1e-5);
 }
 
 #[test]
 fn gpt2_fuses_causal_attention() {
     let opts = ModelOptions { batch: 1, seq: Some(12), image: None };
-    let want = AttentionAttrs { scale: 1.0 / 8.0, k_transposed: true, mask: true, keep_fill: Some(-10_000.0) };
+    let want = AttentionAttrs { scale: 1.0 / 8.0, k_transposed: false, mask: true, keep_fill: Some(-10_000.0) };
     check("gpt2-2layer", opts, 2, want, 1e-5);
 }
 
 #[test]
 fn vit_tiny_fuses_every_block() {
     let opts = ModelOptions { batch: 1, seq: None, image: None };
-    let want = AttentionAttrs { scale: 1.0 / 8.0, k_transposed: true, mask: false, keep_fill: None };
+    let want = AttentionAttrs { scale: 1.0 / 8.0, k_transposed: false, mask: false, keep_fill: None };
     check("vit-tiny", opts, 12, want, 1e-5);
 }
