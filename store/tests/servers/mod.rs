@@ -6,10 +6,25 @@
 //! for local use only: under CI (`CI` set) it is ignored, so CI can never skip these tests silently.
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// The ports this process's live servers hold, killed ones waiting for `restart_empty` included. The lock is
+/// held from choosing a port until the server listens on it: tests run in parallel threads, and without it two
+/// tests could both be handed a port that was free between `free_port`'s probe and the first server's bind;
+/// the second server then fails to bind, but `wait_listening` connects to the first and the test silently
+/// shares another test's server (seen once in 100 full-suite runs: a "fresh" remote already held entries).
+static PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// The port registry, whether or not a test panicked while holding it (a panic elsewhere must not fail
+/// every later test).
+fn ports() -> MutexGuard<'static, BTreeSet<u16>> {
+    PORTS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Finds a server binary, or decides the test must be skipped (None, locally and on request only).
 /// Panics with what to install when it is missing.
@@ -31,9 +46,19 @@ pub fn server_binary(name: &str, package: &str) -> Option<PathBuf> {
     );
 }
 
-/// A port nothing listens on now.
+/// A port nothing listens on now and no live server of this process holds.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    let held = ports();
+    unused_port(&held)
+}
+
+fn unused_port(held: &BTreeSet<u16>) -> u16 {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !held.contains(&port) {
+            return port;
+        }
+    }
 }
 
 fn wait_listening(port: u16, child: &mut Child, what: &str, log: &Path) {
@@ -136,9 +161,12 @@ impl Server {
 
     fn start(what: &str, start: Starter, url: impl Fn(u16) -> String) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let mut held = ports();
+        let port = unused_port(&held);
         let (mut child, log) = start(dir.path(), port);
         wait_listening(port, &mut child, what, &log);
+        held.insert(port);
+        drop(held);
         Server { port, url: url(port), dir, child: Some(child), start, what: what.to_string() }
     }
 
@@ -158,6 +186,7 @@ impl Server {
     /// Starts it again on the same port, empty.
     pub fn restart_empty(&mut self) {
         self.kill();
+        let _held = ports();
         let (mut child, log) = (self.start)(self.dir.path(), self.port);
         wait_listening(self.port, &mut child, &self.what, &log);
         self.child = Some(child);
@@ -167,6 +196,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
+        ports().remove(&self.port);
     }
 }
 
