@@ -9,7 +9,7 @@
 //!
 //! The module holds no algorithm, only each convolution's `rank`: the loader asks cuDNN's heuristic
 //! (`cudnnGetConvolutionForwardAlgorithm_v7`) once, at load, and takes the algorithm of that rank among those
-//! whose workspace fits [`WORKSPACE_BYTES`] (0: the first). Without ReLU, cuDNN allows only the implicit
+//! whose workspace fits the convolution's declared workspace ([`workspace_bytes`]; 0: the first). Without ReLU, cuDNN allows only the implicit
 //! precomputed GEMM, which then is the algorithm (rank 0 only). The tune stage measures several ranks and the
 //! artifact records the fastest. The engine captures the calls into its CUDA graph like kernels.
 
@@ -25,8 +25,27 @@ use serde::{Deserialize, Serialize};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
-/// Workspace every convolution may use (inside the function's scratch).
-pub const WORKSPACE_BYTES: u64 = 16 << 20;
+/// The least workspace a convolution declares.
+pub const MIN_WORKSPACE_BYTES: u64 = 16 << 20;
+
+/// The most workspace a convolution may declare (a hostile module must not size an allocation freely; the
+/// scratch holding it is bounded by the artifact's validator too).
+pub const MAX_WORKSPACE_BYTES: u64 = 16 << 30;
+
+/// The workspace a convolution of these shapes declares: its operands' bytes (x, w, y and the residual z)
+/// with a quarter more, in whole MiB, at least [`MIN_WORKSPACE_BYTES`].
+///
+/// Why it grows with the tensors: cuDNN's fast fp16 algorithms for NCHW tensors transform the operands to
+/// NHWC in the workspace. With a fixed 16 MiB, every convolution of ResNet-50 at batch 32 whose x + w + y
+/// exceeded it fell back to a slow algorithm (H100, 2026-11-25: a 1x1 128->512 at 28x28 took 171 us where a
+/// 1x1 256->1024 at 14x14, same FLOPs, 16.5 MB of operands, took 48 us; every 56x56 convolution stayed on our
+/// own slower kernels), while all that fitted ran fast.
+pub fn workspace_bytes(dtype: DType, input: [u32; 4], weight: [u32; 4], output: [u32; 4], residual: bool) -> u64 {
+    let prod = |d: [u32; 4]| d.iter().map(|&x| x as u64).product::<u64>();
+    let elems = prod(input) + prod(weight) + prod(output) * if residual { 2 } else { 1 };
+    let bytes = elems.saturating_mul(dtype.size() as u64).saturating_mul(5) / 4;
+    bytes.div_ceil(1 << 20).saturating_mul(1 << 20).clamp(MIN_WORKSPACE_BYTES, MAX_WORKSPACE_BYTES)
+}
 
 /// One fused convolution (shapes as in the IR: NCHW input, KCRS weight).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,8 +68,11 @@ pub struct Conv {
     /// Added before the activation, with y's shape.
     pub residual: Option<Operand>,
     pub relu: bool,
-    /// The scratch argument and an offset; `WORKSPACE_BYTES` long.
+    /// The scratch argument and an offset; `workspace_bytes` long.
     pub workspace: Operand,
+    /// The workspace's length ([`workspace_bytes`] of the shapes when lowered; between
+    /// [`MIN_WORKSPACE_BYTES`] and [`MAX_WORKSPACE_BYTES`]). The loader takes only algorithms that fit it.
+    pub workspace_bytes: u64,
     /// Which of the heuristic's fitting algorithms to run, in its order (0: its first choice; below
     /// [`MAX_RANK`]; 0 without ReLU).
     pub rank: u8,
@@ -116,7 +138,10 @@ impl CallDesc for Conv {
             args.operand(name, &o, elems.checked_mul(size))?;
         }
         args.written("y", &c.y)?;
-        args.workspace(&c.workspace, WORKSPACE_BYTES)
+        if !(MIN_WORKSPACE_BYTES..=MAX_WORKSPACE_BYTES).contains(&c.workspace_bytes) {
+            return Err(format!("a workspace of {} bytes (between {MIN_WORKSPACE_BYTES} and {MAX_WORKSPACE_BYTES})", c.workspace_bytes));
+        }
+        args.workspace(&c.workspace, c.workspace_bytes)
     }
 }
 
@@ -219,6 +244,7 @@ struct PreparedConv {
     /// x, w, z, bias, y, workspace.
     ptrs: [u64; 6],
     alpha2: f32,
+    workspace_bytes: u64,
 }
 
 // SAFETY: the descriptors are plain host objects owned by this value, only read by the cuDNN call, which runs
@@ -245,6 +271,7 @@ impl PreparedConv {
                 algo: dnn::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
                 ptrs: [at(&c.x), at(&c.w), 0, at(&c.bias), at(&c.y), at(&c.workspace)],
                 alpha2: 0.0,
+                workspace_bytes: c.workspace_bytes,
             };
             for (d, dims) in [(&mut this.x_desc, c.input), (&mut this.y_desc, c.output), (&mut this.bias_desc, [1, c.weight[0], 1, 1])] {
                 ok(dnn::cudnnCreateTensorDescriptor(d), "cudnnCreateTensorDescriptor")?;
@@ -289,18 +316,18 @@ impl PreparedConv {
                 ok(dnn::cudnnGetConvolutionForwardAlgorithm_v7(h.0, this.x_desc, this.w_desc, this.conv_desc, this.y_desc, perf.len() as i32, &mut count, perf.as_mut_ptr()), "cudnnGetConvolutionForwardAlgorithm_v7")?;
                 let fitting: Vec<&dnn::cudnnConvolutionFwdAlgoPerf_t> = perf[..(count.max(0) as usize).min(perf.len())]
                     .iter()
-                    .filter(|p| p.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && (p.memory as u64) <= WORKSPACE_BYTES)
+                    .filter(|p| p.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && (p.memory as u64) <= c.workspace_bytes)
                     .collect();
                 let pick = fitting.get(c.rank as usize).ok_or_else(|| {
-                    format!("cuDNN's heuristic offers {} algorithm(s) within a {WORKSPACE_BYTES}-byte workspace; rank {} was asked for", fitting.len(), c.rank)
+                    format!("cuDNN's heuristic offers {} algorithm(s) within a {}-byte workspace; rank {} was asked for", fitting.len(), c.workspace_bytes, c.rank)
                 })?;
                 this.algo = pick.algo;
             }
             let h = handle.lock().map_err(|_| "the cuDNN handle's lock is poisoned".to_string())?;
             let mut need = 0usize;
             ok(dnn::cudnnGetConvolutionForwardWorkspaceSize(h.0, this.x_desc, this.w_desc, this.conv_desc, this.y_desc, this.algo, &mut need), "cudnnGetConvolutionForwardWorkspaceSize")?;
-            if need as u64 > WORKSPACE_BYTES {
-                return Err(format!("algorithm {:?} needs {need} bytes of workspace, more than {WORKSPACE_BYTES}", this.algo));
+            if need as u64 > c.workspace_bytes {
+                return Err(format!("algorithm {:?} needs {need} bytes of workspace, more than the {} declared", this.algo, c.workspace_bytes));
             }
             drop(h);
             Ok(this)
@@ -325,7 +352,7 @@ impl LibraryCall for PreparedConv {
                 self.conv_desc,
                 self.algo,
                 p(5),
-                WORKSPACE_BYTES as usize,
+                self.workspace_bytes as usize,
                 &self.alpha2 as *const f32 as *const c_void,
                 self.y_desc,
                 p(2),

@@ -219,6 +219,23 @@ mod tests {
                 let w = input(g, "w", &[16, 8, 3, 3]);
                 vec![op(g, conv(2, 1), &[x, w])]
             }),
+            // The gather's corners and bounds in every direction: groups, dilation, pads on one side only,
+            // a kernel wider than tall; and a 1-D and a 3-D convolution.
+            graph_of("conv_grouped_dilated", |g| {
+                let x = input(g, "x", &[3, 16, 9, 10]);
+                let w = input(g, "w", &[16, 8, 2, 3]);
+                let a = ConvAttrs { strides: vec![1, 2], pads: vec![2, 0, 0, 1], dilations: vec![2, 1], group: 2 };
+                vec![op(g, Op::Conv(a), &[x, w])]
+            }),
+            graph_of("conv_1d_and_3d", |g| {
+                let x = input(g, "x", &[2, 4, 13]);
+                let w = input(g, "w", &[8, 4, 5]);
+                let a = ConvAttrs { strides: vec![2], pads: vec![2, 1], dilations: vec![1], group: 1 };
+                let y = input(g, "y", &[1, 3, 4, 5, 6]);
+                let v = input(g, "v", &[8, 3, 3, 2, 3]);
+                let b = ConvAttrs { strides: vec![1, 2, 1], pads: vec![1, 0, 1, 1, 1, 0], dilations: vec![1, 1, 2], group: 1 };
+                vec![op(g, Op::Conv(a), &[x, w]), op(g, Op::Conv(b), &[y, v])]
+            }),
         ];
         // The shapes reach the paths they are named for.
         use super::super::gemm::Schedule;

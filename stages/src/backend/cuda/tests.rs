@@ -419,3 +419,40 @@ fn attention_matches_the_reference_on_the_gpu() {
     eprintln!("{}", report.join("\n"));
     assert!(failures.is_empty(), "{} of {} runs differ from the reference:\n{}", failures.len(), failures.len() + report.len(), failures.join("\n"));
 }
+
+#[test]
+fn a_bottleneck_gathers_its_3x3_input_per_column_and_streams_its_1x1_inputs() {
+    let mut g = Graph::new("bneck");
+    let x = f32in(&mut g, "x", &[32, 256, 56, 56]);
+    let w1 = f32in(&mut g, "w1", &[64, 256, 1, 1]);
+    let b1 = f32in(&mut g, "b1", &[64]);
+    let one = ConvAttrs { strides: vec![1, 1], pads: vec![0, 0, 0, 0], dilations: vec![1, 1], group: 1 };
+    let c1 = node(&mut g, Op::Conv(one.clone()), &[x, w1, b1]);
+    let r1 = node(&mut g, Op::Unary(UnaryOp::Relu), &[c1]);
+    let w2 = f32in(&mut g, "w2", &[64, 64, 3, 3]);
+    let b2 = f32in(&mut g, "b2", &[64]);
+    let c2 = node(&mut g, Op::Conv(ConvAttrs { strides: vec![1, 1], pads: vec![1, 1, 1, 1], dilations: vec![1, 1], group: 1 }), &[r1, w2, b2]);
+    let r2 = node(&mut g, Op::Unary(UnaryOp::Relu), &[c2]);
+    let w3 = f32in(&mut g, "w3", &[256, 64, 1, 1]);
+    let b3 = f32in(&mut g, "b3", &[256]);
+    let c3 = node(&mut g, Op::Conv(one), &[r2, w3, b3]);
+    let a = node(&mut g, Op::Binary(BinaryOp::Add), &[c3, x]);
+    let r3 = node(&mut g, Op::Unary(UnaryOp::Relu), &[a]);
+    g.outputs = vec![r3];
+    let g = crate::passes::precision::to_half(&g).unwrap();
+    let k = CudaBackend.lower(&target(), &g, "bneck").unwrap();
+    let code: CudaCode = postcard::from_bytes(&k.code).unwrap();
+    let src = &code.source;
+    // The 1x1 convolutions read their inputs as matrices, 16 bytes at a time through the cp.async pipeline.
+    assert_eq!(src.matches("tsr_cp_wait<1>()").count(), 2, "{src}");
+    // The 3x3 one gathers: its thread's column (image, output position, window corner) is decomposed once,
+    // before the K loop; each element decomposes only its depth.
+    let gather = src.find("const int gnn = threadIdx.x % 64, gn = n0 + gnn;").unwrap_or_else(|| panic!("{src}"));
+    let k_loop = src[gather..].find("for (int k0 = kbeg;").unwrap() + gather;
+    assert!(src[gather..k_loop].contains("const int c0 = (int)((gq / 56u) % 56u) * 1 - 1;"), "{src}");
+    let body = &src[k_loop..k_loop + src[k_loop..].find("__syncthreads()").unwrap()];
+    assert!(body.contains("const int id = c0 + (int)(r / 3u) * 1;") && !body.contains("3136u /") && !body.contains("/ 3136u"), "{body}");
+    if nvrtc_or_skip("the bottleneck's module") {
+        CudaBackend.compile_module(&target(), &[k]).unwrap();
+    }
+}

@@ -5,7 +5,7 @@ use super::support;
 use crate::backend::library::{chain_ends, Places};
 use crate::backend::FunctionInfo;
 use crate::ir::{Graph, NodeId, Op, ValueId};
-use tessera_kernels::runtime::cuda::dnn::{Conv, WORKSPACE_BYTES};
+use tessera_kernels::runtime::cuda::dnn::{workspace_bytes, Conv, MIN_WORKSPACE_BYTES};
 
 fn dims4(s: &[usize]) -> Result<[u32; 4], String> {
     match s {
@@ -27,11 +27,15 @@ pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Conv>, FunctionInfo)
         let node = g.node(anchor);
         let Op::Conv(a) = &node.op else { unreachable!("chains start at a Conv") };
         let e = |m: String| node_err(anchor, m);
+        let dtype = g.ty(node.outputs[0]).dtype;
+        let input = dims4(&g.ty(node.inputs[0]).shape).map_err(e)?;
+        let weight = dims4(&g.ty(node.inputs[1]).shape).map_err(e)?;
+        let output = dims4(&g.ty(node.outputs[0]).shape).map_err(e)?;
         convs.push(Conv {
-            dtype: g.ty(node.outputs[0]).dtype,
-            input: dims4(&g.ty(node.inputs[0]).shape).map_err(e)?,
-            weight: dims4(&g.ty(node.inputs[1]).shape).map_err(e)?,
-            output: dims4(&g.ty(node.outputs[0]).shape).map_err(e)?,
+            dtype,
+            input,
+            weight,
+            output,
             pads: [a.pads[0] as u32, a.pads[1] as u32],
             strides: [a.strides[0] as u32, a.strides[1] as u32],
             dilations: [a.dilations[0] as u32, a.dilations[1] as u32],
@@ -43,11 +47,15 @@ pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Conv>, FunctionInfo)
             residual: residual.map(|v| places.read(g, v, 0)).transpose().map_err(e)?,
             relu,
             workspace: places.workspace(),
+            workspace_bytes: workspace_bytes(dtype, input, weight, output, residual.is_some()),
             rank: 0,
         });
     }
+    // One workspace after the intermediates, shared by the calls (they run in order on one stream), as long
+    // as the largest any of them declares.
     for c in &mut convs {
         c.workspace = places.workspace();
     }
-    Ok((convs, places.info(g, symbol, WORKSPACE_BYTES)))
+    let workspace = convs.iter().map(|c| c.workspace_bytes).max().unwrap_or(MIN_WORKSPACE_BYTES);
+    Ok((convs, places.info(g, symbol, workspace)))
 }

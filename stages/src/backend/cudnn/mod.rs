@@ -26,8 +26,9 @@ use tessera_kernels::runtime::cuda::dnn::Conv;
 /// The backend's name, as `cuda -compiler=cudnn` selects it.
 pub const NAME: &str = "cudnn";
 
-/// Bump whenever lowering or the module format changes. (2: convolutions carry the heuristic rank they run.)
-pub const VERSION: u32 = 2;
+/// Bump whenever lowering or the module format changes. (2: convolutions carry the heuristic rank they run;
+/// 3: and the workspace they may use, grown with their tensors.)
+pub const VERSION: u32 = 3;
 
 /// The tuning space: the heuristic's first four fitting algorithms for every convolution of a kernel.
 pub const RANKS: Ranks = Ranks { backend: NAME, version: VERSION, ranks: 4 };

@@ -134,3 +134,44 @@ fn relu_chains_have_a_choice_of_algorithm_and_others_only_the_default() {
     let e = CudnnBackend.compile_module(&t, &[bad]).unwrap_err().to_string();
     assert!(e.contains("rank 1"), "{e}");
 }
+
+#[test]
+fn the_workspace_grows_with_the_tensors_and_a_damaged_one_is_refused() {
+    use tessera_kernels::runtime::cuda::dnn::{workspace_bytes, MIN_WORKSPACE_BYTES};
+    // Small tensors: the least workspace; the scratch is the intermediate (c1's output) plus it.
+    let g = block(DType::F16);
+    let k = CudnnBackend.lower(&cudnn(), &g, "f0").unwrap();
+    let convs: Vec<Conv> = postcard::from_bytes(&k.code).unwrap();
+    assert!(convs.iter().all(|c| c.workspace_bytes == MIN_WORKSPACE_BYTES));
+    assert_eq!(k.info.scratch_bytes, convs[1].workspace.offset + MIN_WORKSPACE_BYTES);
+    // ResNet-50's batch-32 layer2 expansion, 1x1 128 -> 512 at 28x28 with a residual: x 6.4 MB, y and z
+    // 25.7 MB each, w 128 KiB, f16; a quarter more, in MiB.
+    let (x, w, y) = ([32, 128, 28, 28], [512, 128, 1, 1], [32, 512, 28, 28]);
+    let bytes = (32 * 128 * 784 + 512 * 128 + 2 * 32 * 512 * 784) * 2 * 5 / 4;
+    assert_eq!(workspace_bytes(DType::F16, x, w, y, true), (bytes as u64).div_ceil(1 << 20) << 20);
+    assert!(workspace_bytes(DType::F16, x, w, y, true) > workspace_bytes(DType::F16, x, w, y, false));
+    assert_eq!(workspace_bytes(DType::F16, [1, 8, 6, 6], [8, 8, 3, 3], [1, 8, 6, 6], true), MIN_WORKSPACE_BYTES);
+    // A module's workspace is the largest its convolutions declare.
+    let mut big = Graph::new("big");
+    let t = |s: &[u32; 4]| TensorType::new(DType::F16, s.iter().map(|&d| d as usize).collect::<Vec<usize>>());
+    let xin = big.add_input("x", t(&x));
+    let wv = big.add_input("w", t(&w));
+    let bv = big.add_input("b", TensorType::new(DType::F16, vec![512]));
+    let z = big.add_input("z", t(&y));
+    let c = big.add("c", Op::Conv(attrs(1, 0, 1)), &[xin, wv, bv]).unwrap();
+    let a = big.add("add", Op::Binary(BinaryOp::Add), &[c, z]).unwrap();
+    let r = big.add("relu", Op::Unary(UnaryOp::Relu), &[a]).unwrap();
+    big.outputs.push(r);
+    let k = CudnnBackend.lower(&cudnn(), &big, "f0").unwrap();
+    let convs: Vec<Conv> = postcard::from_bytes(&k.code).unwrap();
+    assert_eq!(convs[0].workspace_bytes, workspace_bytes(DType::F16, x, w, y, true));
+    assert_eq!(k.info.scratch_bytes, convs[0].workspace.offset + convs[0].workspace_bytes);
+    // Declared past the scratch, or below the least: refused at decode.
+    for (bytes, says) in [(convs[0].workspace_bytes + 1, "not inside the scratch"), (MIN_WORKSPACE_BYTES - 1, "a workspace of")] {
+        let mut bad_calls = convs.clone();
+        bad_calls[0].workspace_bytes = bytes;
+        let bad = LoweredKernel { info: k.info.clone(), code: postcard::to_stdvec(&bad_calls).unwrap() };
+        let e = CudnnBackend.compile_module(&cudnn(), &[bad]).unwrap_err().to_string();
+        assert!(e.contains(says), "{e}");
+    }
+}
