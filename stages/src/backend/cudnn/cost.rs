@@ -10,8 +10,10 @@
 //!
 //! A partition with a convolution that does not end in ReLU costs infinity: `cudnnConvolutionBiasActivationForward`
 //! without an activation allows only the implicit precomputed GEMM, whose workspace grows with the output
-//! (22 MB for a batch-8 MobileNetV2 1x1 convolution in fp16, more than the workspace the module declares), so
-//! those convolutions stay on `cuda`.
+//! (22 MB for a batch-8 MobileNetV2 1x1 convolution in fp16, more than the fixed 16 MiB workspace modules
+//! declared when this was measured), so those convolutions stay on `cuda`. (Workspaces now grow with the
+//! tensors, [`tessera_kernels::runtime::cuda::dnn::workspace_bytes`]; whether the one algorithm is then worth
+//! taking has not been measured.)
 
 use crate::backend::c::cost::{boundary_bytes, partition_flops};
 use crate::ir::{DType, Graph, NodeId, Op, UnaryOp};
