@@ -448,10 +448,14 @@ fn a_bottleneck_gathers_its_3x3_input_per_column_and_streams_its_1x1_inputs() {
     // The 3x3 one gathers: its thread's column (image, output position, window corner) is decomposed once,
     // before the K loop; each element decomposes only its depth.
     let gather = src.find("const int gnn = threadIdx.x % 64, gn = n0 + gnn;").unwrap_or_else(|| panic!("{src}"));
-    let k_loop = src[gather..].find("for (int k0 = kbeg;").unwrap() + gather;
-    assert!(src[gather..k_loop].contains("const int c0 = (int)((gq / 56u) % 56u) * 1 - 1;"), "{src}");
-    let body = &src[k_loop..k_loop + src[k_loop..].find("__syncthreads()").unwrap()];
+    let fetch = src[gather..].find("auto fetch = [&](int k0)").unwrap() + gather;
+    assert!(src[gather..fetch].contains("const int c0 = (int)((gq / 56u) % 56u) * 1 - 1;"), "{src}");
+    let body = &src[fetch..fetch + src[fetch..].find("auto commit").unwrap()];
     assert!(body.contains("const int id = c0 + (int)(r / 3u) * 1;") && !body.contains("3136u /") && !body.contains("/ 3136u"), "{body}");
+    // Its next step's loads are issued right after this step's tiles are committed, before the MMAs.
+    let k_loop = &src[fetch..][src[fetch..].find("for (int k0 = kbeg;").unwrap()..];
+    let words = k_loop.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("commit(k0); __syncthreads(); if (k0 + 32 < kend) fetch(k0 + 32);"), "{k_loop}");
     if nvrtc_or_skip("the bottleneck's module") {
         CudaBackend.compile_module(&target(), &[k]).unwrap();
     }
