@@ -220,9 +220,9 @@ struct Problem {
     /// `load_b` when every thread stages one column of the B tile.
     gather_b: Option<ColumnGather>,
     out_index: String,
-    /// Whether output elements `(m, n..n+8)`, `n` a multiple of 8, are consecutive from `out_index` of `(m, n)`
-    /// (N a multiple of 8 too): the tensor-core epilogue then takes eight at a time ([`tc_epilogue`]).
-    contiguous_out: bool,
+    /// How far apart the output elements of rows `m` and `m + 1` (same `n`, `z`) are: `out_index` is affine
+    /// in `m` ([`tc_epilogue`] steps through eight rows by it).
+    out_m_stride: usize,
     /// A conv bias: the value, its index from `(z, m)` and its index from the flat output index `i`.
     bias: Option<(ValueId, String, String)>,
 }
@@ -557,33 +557,24 @@ fn pipelined_tc<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, sch: TcSchedul
 }
 
 /// The tensor-core GEMM's epilogue, from the fp32 tile in shared memory `Cs` (leading dimension `ldc`): each
-/// output element through [`finish`]. Where eight consecutive columns are eight consecutive output elements
-/// (`Problem::contiguous_out`), a thread takes eight at once: one vector read of `Cs`, then the element code
-/// eight times over, unrolled, so its loads (a residual, say) are eight independent loads in flight rather
-/// than one per loop trip. (Element by element, ResNet-50 b32's 1x1 expansion adding its residual ran at 213
-/// us against 76 us without the residual, H100 2026-11-25: the residual's 51 MB came in at 370 GB/s.)
+/// output element through [`finish`]. A thread takes eight rows of one column per trip (consecutive threads,
+/// consecutive columns, so each access of a warp stays contiguous), under one guard, the element code eight
+/// times over, unrolled: its loads (a residual, say) are eight independent loads in flight. (Element by
+/// element, one guard each, ResNet-50 b32's 1x1 expansion adding its residual took 213 us against 76 us
+/// without the residual, H100 2026-11-25: the residual's 51 MB came in at 370 GB/s. Eight consecutive
+/// columns per thread fixed the loads, 97 us, but scattered the stores of a warp: the same GEMM without a
+/// residual went from 76 to 123 us.)
 fn tc_epilogue<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, (bm, bn, ldc, threads): (u32, u32, u32, u32), b: &mut String) -> Result<Option<Kernel<'a>>, String> {
-    if !p.contiguous_out {
-        b.push_str(&format!(
-            "{}const int mm = e / {bn}, nn = e % {bn};\nconst int m = m0 + mm, n = n0 + nn;\nif (m < {} && n < {}) {{\nconst unsigned f = {};\n",
-            each(bm * bn, threads, 8),
-            p.m,
-            p.n,
-            p.out_index
-        ));
-        let second = finish(k, p, grp, splits, &format!("Cs[mm * {ldc} + nn]"), b)?;
-        b.push_str("}\n}\n");
-        return Ok(second);
-    }
-    let groups = bn / 8;
+    // Every row of the eight is inside when the first is and M is a multiple of 8 (m0 is a multiple of bm).
+    let (outer, inner) = if p.m % 8 == 0 { (format!(" && mb < {}", p.m), String::new()) } else { (String::new(), format!("if (m >= {}) continue;\n", p.m)) };
     b.push_str(&format!(
-        "{}const int mm = e / {groups}, nn = (e % {groups}) * 8;\nconst int m = m0 + mm, n = n0 + nn;\nif (m < {} && n < {}) {{\nconst unsigned fb = {};\nfloat cv[8];\n*reinterpret_cast<float4*>(cv) = *reinterpret_cast<const float4*>(Cs + mm * {ldc} + nn);\n*reinterpret_cast<float4*>(cv + 4) = *reinterpret_cast<const float4*>(Cs + mm * {ldc} + nn + 4);\n#pragma unroll\nfor (int u = 0; u < 8; u++) {{\nconst unsigned f = fb + u;\n",
+        "{}const int nn = e % {bn}, mm = (e / {bn}) * 8;\nconst int n = n0 + nn, mb = m0 + mm;\nif (n < {N}{outer}) {{\nunsigned fb;\n{{\nconst int m = mb;\nfb = {out};\n}}\n#pragma unroll\nfor (int u = 0; u < 8; u++) {{\nconst int m = mb + u;\n{inner}const unsigned f = fb + u * {stride}u;\n",
         each(bm * bn / 8, threads, 2),
-        p.m,
-        p.n,
-        p.out_index
+        N = p.n,
+        out = p.out_index,
+        stride = p.out_m_stride
     ));
-    let second = finish(k, p, grp, splits, "cv[u]", b)?;
+    let second = finish(k, p, grp, splits, &format!("Cs[(mm + u) * {ldc} + nn]"), b)?;
     b.push_str("}\n}\n}\n");
     Ok(second)
 }
@@ -656,7 +647,7 @@ pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Optio
         vec_b: (n % 8 == 0).then(|| (pb.clone(), format!("bbase + k * {n}u + n"))),
         gather_b: None,
         out_index: format!("z * {}u + m * {n}u + n", m * n),
-        contiguous_out: n % 8 == 0,
+        out_m_stride: n,
         bias: None,
     };
     tiled(k, p, grp)
@@ -762,7 +753,7 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group) ->
             .then(|| (x.clone(), format!("((n / {osz}u) * {cin}u + z * {cg}u + k) * {isz}u + n % {osz}u"))),
         gather_b,
         out_index: format!("((n / {osz}u) * {cout}u + z * {mg}u + m) * {osz}u + n % {osz}u"),
-        contiguous_out: osz.is_multiple_of(8),
+        out_m_stride: osz,
         bias: nd.inputs.get(2).map(|&b| (b, format!("z * {mg}u + m"), format!("(i / {osz}u) % {cout}u"))),
     };
     tiled(k, p, grp)
