@@ -249,6 +249,7 @@ fn stage_b_scalar(p: &Problem, threads: u32, bn: u32, bk: u32, ldb: u32, zero: &
 }
 
 /// B's tile staged one element at a time (see [`stage_b_scalar`]), as a [`Staged`] operand.
+#[allow(clippy::manual_is_multiple_of)] // rust-version 1.85
 fn b_scalar(p: &Problem, threads: u32, bn: u32, bk: u32, ldb: u32, zero: &str) -> Staged {
     match &p.gather_b {
         Some(gb) if threads % bn == 0 => Staged {
@@ -302,6 +303,7 @@ fn register_staging(parts: &[(&str, Staged)], threads: u32) -> String {
 }
 
 /// The per-thread column code of the gather (before the K loop), when [`stage_b_scalar`] uses it.
+#[allow(clippy::manual_is_multiple_of)] // rust-version 1.85
 fn gather_columns(p: &Problem, threads: u32, bn: u32) -> String {
     match &p.gather_b {
         Some(gb) if threads % bn == 0 => format!("const int gnn = threadIdx.x % {bn}, gn = n0 + gnn;
@@ -316,6 +318,7 @@ fn gather_columns(p: &Problem, threads: u32, bn: u32) -> String {
 /// with the others'. As `for (e = threadIdx.x; e < total; e += threads)` nothing unrolled, and every
 /// iteration waited a whole memory round trip for its load: a GEMM epilogue adding a residual, 32 elements
 /// per thread, ran 140 us longer than the same GEMM without it (ResNet-50 b32, H100 2026-11-25).
+#[allow(clippy::manual_is_multiple_of)] // rust-version 1.85
 fn each(total: u32, threads: u32, unroll: u32) -> String {
     let pragma = if unroll == 0 { "#pragma unroll\n".to_string() } else { format!("#pragma unroll {unroll}\n") };
     let guard = if total % threads == 0 { String::new() } else { format!("if (e >= {total}) break;\n") };
@@ -564,6 +567,7 @@ fn pipelined_tc<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, sch: TcSchedul
 /// without the residual, H100 2026-11-25: the residual's 51 MB came in at 370 GB/s. Eight consecutive
 /// columns per thread fixed the loads, 97 us, but scattered the stores of a warp: the same GEMM without a
 /// residual went from 76 to 123 us.)
+#[allow(clippy::manual_is_multiple_of)] // rust-version 1.85
 fn tc_epilogue<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, (bm, bn, ldc, threads): (u32, u32, u32, u32), b: &mut String) -> Result<Option<Kernel<'a>>, String> {
     // Every row of the eight is inside when the first is and M is a multiple of 8 (m0 is a multiple of bm).
     let (outer, inner) = if p.m % 8 == 0 { (format!(" && mb < {}", p.m), String::new()) } else { (String::new(), format!("if (m >= {}) continue;\n", p.m)) };
@@ -688,6 +692,7 @@ fn conv_tap(geo: &ConvGeom, a: &ConvAttrs, q: &str, r: &str) -> String {
 /// input window's corner `c{d}` of its output position (column `gn`; for the tile's spare columns past the
 /// problem these are computed but never read through); per element, the channel and kernel tap of depth `k`, the input position,
 /// and whether it is inside (unsigned compares: a negative coordinate wraps past the bound).
+#[allow(clippy::needless_range_loop)]
 fn conv_gather(geo: &ConvGeom, a: &ConvAttrs, x: &str, (cin, cg, isz, osz, taps): (usize, usize, usize, usize, usize), dtype: DType) -> ColumnGather {
     let (in_st, out_st, k_st) = (contiguous(&geo.in_sp), contiguous(&geo.out_sp), contiguous(&geo.kernel));
     let t = mem_type(dtype);
@@ -701,7 +706,7 @@ fn conv_gather(geo: &ConvGeom, a: &ConvAttrs, x: &str, (cin, cg, isz, osz, taps)
         elem.push_str(&format!("{{\nconst int id = c{d} + (int)({kd}) * {};\nok = ok && (unsigned)id < {}u;\nxo += id * {};\n}}\n", a.dilations[d], geo.in_sp[d], in_st[d]));
     }
     let zero = if dtype == DType::F16 { zero(dtype) } else { "0.0f".to_string() };
-    elem.push_str(&format!("return ok ? {} : {zero};\n}}()", format!("xg[ci * {isz}u + xo]")));
+    elem.push_str(&format!("return ok ? xg[ci * {isz}u + xo] : {zero};\n}}()"));
     ColumnGather { col, elem }
 }
 
