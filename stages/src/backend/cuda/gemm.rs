@@ -248,11 +248,17 @@ fn stage_b_scalar(p: &Problem, threads: u32, bn: u32, bk: u32, ldb: u32, zero: &
     format!("{}{}{} = {};\n}}\n", each(st.total, threads, 0), st.head, st.dst, st.val)
 }
 
-/// B's tile staged one element at a time (see [`stage_b_scalar`]), as a [`Staged`] operand.
+/// The problem's column gather, where the staging loops can use it: every thread keeps one column of the
+/// `bn`-wide tile when the block's thread count is a multiple of it.
 #[allow(clippy::manual_is_multiple_of)] // rust-version 1.85
+fn column_gather(p: &Problem, threads: u32, bn: u32) -> Option<&ColumnGather> {
+    p.gather_b.as_ref().filter(|_| threads % bn == 0)
+}
+
+/// B's tile staged one element at a time (see [`stage_b_scalar`]), as a [`Staged`] operand.
 fn b_scalar(p: &Problem, threads: u32, bn: u32, bk: u32, ldb: u32, zero: &str) -> Staged {
-    match &p.gather_b {
-        Some(gb) if threads % bn == 0 => Staged {
+    match column_gather(p, threads, bn) {
+        Some(gb) => Staged {
             ty: "__half",
             total: bn * bk,
             head: format!("const int kk = e / {bn};\nconst int k = k0 + kk;\n"),
@@ -303,10 +309,9 @@ fn register_staging(parts: &[(&str, Staged)], threads: u32) -> String {
 }
 
 /// The per-thread column code of the gather (before the K loop), when [`stage_b_scalar`] uses it.
-#[allow(clippy::manual_is_multiple_of)] // rust-version 1.85
 fn gather_columns(p: &Problem, threads: u32, bn: u32) -> String {
-    match &p.gather_b {
-        Some(gb) if threads % bn == 0 => format!("const int gnn = threadIdx.x % {bn}, gn = n0 + gnn;
+    match column_gather(p, threads, bn) {
+        Some(gb) => format!("const int gnn = threadIdx.x % {bn}, gn = n0 + gnn;
 {}", gb.col),
         _ => String::new(),
     }
