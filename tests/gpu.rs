@@ -22,7 +22,7 @@ use tessera::zoo::{all_backends, compile_all, compile_all_in, jobs_from_inputs, 
 use tessera_kernels::artifact::Artifact;
 use tessera_kernels::runtime::Executable;
 use tessera_stages::interp::{random_inputs, run_graph};
-use tessera_stages::partition::stage::CostMode;
+use tessera_stages::context::CostMode;
 use tessera_store::{OpenOptions, Store};
 
 /// The target sets checked: `cuda` alone, and the default GPU set, `cuda` with the libraries (`cublas` and

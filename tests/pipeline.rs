@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use tessera::build::{load_graph, ModelJob};
 use tessera::memo::Memo;
-use tessera_stages::partition::stage::CostMode;
+use tessera_stages::context::CostMode;
 use tessera::zoo::{all_backends, compile_all, jobs_from_inputs, resolve_targets, Summary};
 use tessera_kernels::artifact::Artifact;
 use tessera_kernels::runtime::Executable;

@@ -13,7 +13,7 @@ use tessera::cli::summary::{self, SummaryArgs};
 use tessera::shard::report::{collect_files, merge, ShardReport};
 use tessera::shard::{Shard, ShardArg};
 use tessera::zoo::jobs_from_inputs;
-use tessera_stages::partition::stage::CostMode;
+use tessera_stages::context::CostMode;
 
 fn zoo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("fixtures/zoo.toml")

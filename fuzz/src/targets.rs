@@ -123,7 +123,7 @@ impl Corpus {
 
 fn build_artifacts(dir: &Path, models: &[PathBuf]) -> Vec<Vec<u8>> {
     use tessera::memo::Memo;
-    use tessera_stages::partition::stage::CostMode;
+    use tessera_stages::context::CostMode;
     use tessera::zoo::{all_backends, compile_all, jobs_from_inputs, resolve_targets};
     let store = tessera_store::Store::open(&dir.join("store"), tessera_store::OpenOptions::writable()).expect("a scratch store");
     let backends = all_backends();

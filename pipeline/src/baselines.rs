@@ -140,7 +140,7 @@ pub fn run_baselines(
     full: &TargetSet,
     jobs: &[ModelJob],
     bench: BenchSettings,
-    costs: tessera_stages::partition::stage::CostMode,
+    costs: tessera_stages::context::CostMode,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Vec<ModelBaselines>> {
     let configs = configurations(full)?;

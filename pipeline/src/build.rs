@@ -8,9 +8,10 @@ use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use tessera_stages::build::{build_artifact, plan_model, PlannedModel};
+use tessera_stages::artifact::build_artifact;
+use tessera_stages::build::{plan_model, PlannedModel};
 use tessera_stages::load::GraphSource;
-pub use tessera_stages::build::Ctx;
+pub use tessera_stages::context::Ctx;
 use tessera_stages::ir::Graph;
 use tessera_store::{canonical_digest, Digest};
 
@@ -81,7 +82,7 @@ impl GraphSource for ModelJob {
             ModelSource::Fixture { model, options } => Ok(Some(canonical_digest(&(
                 &self.name,
                 (model, options.batch, options.seq, options.image),
-                tessera_fixtures::FIXTURES_VERSION,
+                tessera_fixtures::code_version(),
             ))?)),
             ModelSource::Onnx { .. } => Ok(None),
         }

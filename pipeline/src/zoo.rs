@@ -3,7 +3,7 @@
 
 use crate::build::{compile_models, Ctx, ModelJob, ModelResult, ModelSource};
 use crate::memo::{Memo, RunStageStats};
-use tessera_stages::partition::stage::CostMode;
+use tessera_stages::context::CostMode;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

@@ -163,3 +163,20 @@ fn a_gpu_build_rebuilds_on_the_cpu_from_its_records() {
         );
     }
 }
+
+/// `--frozen` never falls back to estimates: on a machine without the GPU a target names, and without
+/// `--measured-on`, every candidate is a missing record, listed, and the build fails (it used to exit 0 with
+/// "costs: analytical"). On a GPU machine the empty store has no records either: the same failure.
+#[test]
+fn a_frozen_gpu_build_without_records_or_fingerprint_fails_instead_of_estimating() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let out = tessera(&["compile", "fixture:mlp3:b2", "--frozen", "--target", "cuda -compiler=cublas", "--store", "s", "--out", "o"], t);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "a frozen build without records succeeded:\n{stdout}\n{stderr}");
+    assert!(!stdout.contains("costs: analytical"), "{stdout}");
+    assert!(stderr.contains("frozen build:") && stderr.contains("tune record(s) are not in the store"), "{stderr}");
+    assert!(stderr.contains("-compiler=cublas") && stderr.contains("MatMul"), "{stderr}");
+    assert!(!t.join("o/mlp3-b2.tsr").exists(), "no artifact may be written");
+}

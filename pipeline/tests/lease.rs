@@ -13,7 +13,7 @@ use tessera::cli::build_options::BuildOptions;
 use tessera::cli::compile::compile_jobs;
 use tessera::explain::jobs_from_specs;
 use tessera::zoo::Summary;
-use tessera_stages::partition::stage::CostMode;
+use tessera_stages::context::CostMode;
 use tessera_store::{OpenOptions, Remote, RemoteOptions, Store};
 
 /// Two batch sizes of one model: distinct graphs that share kernels, so workers contend on shared keys.

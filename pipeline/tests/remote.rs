@@ -14,7 +14,7 @@ use tessera::cli::build_options::BuildOptions;
 use tessera::cli::compile::compile_jobs;
 use tessera::explain::jobs_from_specs;
 use tessera::zoo::Summary;
-use tessera_stages::partition::stage::CostMode;
+use tessera_stages::context::CostMode;
 use tessera_store::{Remote, RemoteOptions};
 
 const MODEL: &str = "fixture:mlp3:b2";

@@ -7,7 +7,8 @@ use tessera_stages::stage::Stage;
 use tessera_stages::device::cpu_fingerprint;
 use tessera::memo::Memo;
 use tessera_stages::partition::plan::kernel_signature;
-use tessera_stages::tune::{measure_candidates, measure_candidates_with, CostSource, TuneKeyParams};
+use tessera_stages::context::CostSource;
+use tessera_stages::tune::{measure_candidates, measure_candidates_with, TuneKeyParams};
 use tessera::zoo::all_backends;
 use tessera_kernels::runtime::measure::MeasureOptions;
 use tessera_stages::backend::{c::CBackend, Backend, BackendError, LoweredKernel, Module, TunableSet};
@@ -176,7 +177,7 @@ impl Backend for NoCompiler {
     fn name(&self) -> &'static str {
         self.0.name()
     }
-    fn version(&self) -> u32 {
+    fn version(&self) -> tessera_stages::code::CodeVersion {
         self.0.version()
     }
     fn available(&self) -> Result<(), String> {
@@ -264,7 +265,13 @@ fn key_backend_name() {
 
 #[test]
 fn key_backend_version() {
-    assert_changes_key(|p| p.backend_version += 1);
+    assert_changes_key(|p| p.backend_version.declared += 1);
+}
+
+/// One changed byte of the backend's source changes its code version's digest, and so the tune key.
+#[test]
+fn key_backend_source() {
+    assert_changes_key(|p| p.backend_version = tessera_stages::code::CodeVersion::new(p.backend_version.declared, &[[9; 32]]));
 }
 
 #[test]

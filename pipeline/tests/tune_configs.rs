@@ -10,13 +10,15 @@ use tessera::memo::Memo;
 use tessera_kernels::artifact::Artifact;
 use tessera_kernels::runtime::Executable;
 use tessera_stages::backend::{c::CBackend, registry, Backend, BackendError, LoweredKernel, Module, TunableSet};
-use tessera_stages::build::build_artifact;
+use tessera_stages::artifact::build_artifact;
 use tessera_stages::interp::{random_tensor, run_graph};
 use tessera_stages::ir::{Graph, NodeId, Op, Tensor, TensorType, ValueId};
 use tessera_stages::partition::collage::rules::Rule;
 use tessera_stages::partition::plan::config_symbol;
-use tessera_stages::partition::stage::{partition_and_plan, CostMode};
-use tessera_stages::tune::{measure_candidates, CostSource, TuneOutcome, TuneRecord};
+use tessera_stages::context::CostMode;
+use tessera_stages::partition::stage::partition_and_plan;
+use tessera_stages::context::CostSource;
+use tessera_stages::tune::{measure_candidates, TuneOutcome, TuneRecord};
 use tessera_stages::target::{register_compiler, Target, TargetSet};
 use tessera_store::{OpenOptions, Store};
 
@@ -35,8 +37,9 @@ impl Backend for Reps {
     fn name(&self) -> &'static str {
         NAME
     }
-    fn version(&self) -> u32 {
-        1
+    fn version(&self) -> tessera_stages::code::CodeVersion {
+        // A backend built outside tessera digests its own source the same way (here: this file).
+        tessera_stages::code::CodeVersion::new(1, &[*blake3::hash(include_bytes!("tune_configs.rs").as_slice()).as_bytes()])
     }
     fn available(&self) -> Result<(), String> {
         CBackend.available()

@@ -8,7 +8,7 @@ use pyo3::types::PyDict;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tessera::cli::build_options::BuildOptions;
-use tessera_stages::partition::stage::CostMode;
+use tessera_stages::context::CostMode;
 
 /// One input path or a list of them (`str` or `os.PathLike`).
 #[derive(FromPyObject)]

@@ -1,9 +1,14 @@
 //! Key-ingredient tests of the stages in `build.rs` and of the partition key (sccache's `HashKeyParams`
 //! tests are the model): changing any one ingredient changes the key, and nothing else does.
 
-use super::*;
+use crate::backend::{c, Backend};
 use crate::compile::Compile;
-use crate::link::Link;
+use crate::context::{CostMode, Ctx};
+use crate::ir::Graph;
+use crate::stage::Driver;
+use crate::target::{Target, TargetSet};
+use tessera_store::Digest;
+use crate::link::{Link, LinkInput};
 use crate::load::{GraphSource, Load};
 use crate::lower::Lower;
 use crate::stage::{DevicePolicy, Stage};
@@ -63,7 +68,64 @@ fn lower_key_has_every_ingredient() {
     // The symbol is derived from the kernel digest (and the configuration) by the plan: not an ingredient of
     // its own.
     assert_eq!(base, key("k", &c, &CBackend, "other"));
-    assert_eq!(Lower { kernel: d("k"), target: &c, backend: &CBackend, graph: &no_graph, symbol: "f", config: "c" }.version(), CBackend.version());
+    // The backend's code version is an ingredient: the same backend with other source lowers under another key.
+    let edited = SourceEdited(CBackend, crate::code::CodeVersion::new(c::VERSION, &[[7; 32]]));
+    assert_ne!(base, key("k", &c, &edited, "f"));
+    assert_eq!(base, key("k", &c, &SourceEdited(CBackend, CBackend.version()), "f"));
+}
+
+/// A backend whose source digests differently: `CBackend` in all but its code version, as if one byte of
+/// its generator had changed.
+struct SourceEdited<B>(B, crate::code::CodeVersion);
+
+impl<B: Backend> Backend for SourceEdited<B> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn version(&self) -> crate::code::CodeVersion {
+        self.1
+    }
+    fn available(&self) -> Result<(), String> {
+        self.0.available()
+    }
+    fn supports(&self, g: &crate::ir::Graph, n: crate::ir::NodeId, target: &Target) -> bool {
+        self.0.supports(g, n, target)
+    }
+    fn colors(&self) -> (&'static str, &'static str) {
+        self.0.colors()
+    }
+    fn estimate_us(&self, g: &crate::ir::Graph, nodes: &[crate::ir::NodeId], target: &Target) -> f64 {
+        self.0.estimate_us(g, nodes, target)
+    }
+    fn lower(&self, target: &Target, kernel: &crate::ir::Graph, symbol: &str) -> Result<crate::backend::LoweredKernel, crate::backend::BackendError> {
+        self.0.lower(target, kernel, symbol)
+    }
+    fn compile_module(&self, target: &Target, kernels: &[crate::backend::LoweredKernel]) -> Result<crate::backend::Module, crate::backend::BackendError> {
+        self.0.compile_module(target, kernels)
+    }
+}
+
+/// Every backend's code version is its declared number with the digests of its own source units, so a
+/// changed byte of a generator (which changes its unit's digest: `code::tests`) changes its version.
+#[test]
+fn backend_versions_follow_their_source_units() {
+    use crate::code::{digests, runtime_digests, CodeVersion};
+    use crate::backend::{cublas, cuda, cudnn, gemm};
+    let expected = [
+        ("c", CodeVersion::new(c::VERSION, &[digests::BACKEND_C])),
+        ("gemm", CodeVersion::new(gemm::VERSION, &[digests::BACKEND_GEMM, runtime_digests::RUNTIME])),
+        ("cuda", CodeVersion::new(cuda::VERSION, &[digests::BACKEND_CUDA])),
+        ("cublas", CodeVersion::new(cublas::VERSION, &[digests::BACKEND_CUBLAS, runtime_digests::RUNTIME])),
+        ("cudnn", CodeVersion::new(cudnn::VERSION, &[digests::BACKEND_CUDNN, runtime_digests::RUNTIME])),
+    ];
+    for b in crate::backend::registry::all() {
+        let (_, v) = expected.iter().find(|(n, _)| *n == b.name()).unwrap_or_else(|| panic!("backend {} has no expectation here", b.name()));
+        assert_eq!(b.version(), *v, "backend {}", b.name());
+    }
+    // Each stage's version is built on its own unit.
+    assert_eq!(crate::tune::code_version(), CodeVersion::new(crate::tune::TUNE_VERSION, &[digests::TUNE, runtime_digests::RUNTIME]));
+    assert_eq!(crate::partition::stage::code_version(), CodeVersion::new(crate::partition::plan::PLAN_VERSION, &[digests::PARTITION]));
+    assert_eq!(crate::passes::code_version(), CodeVersion::new(crate::passes::PASSES_VERSION, &[digests::PASSES]));
 }
 
 #[test]
@@ -114,9 +176,9 @@ fn partition_key_has_every_ingredient() {
         cost_mode: CostMode::Measured,
         prefer: None,
         partitioner_version: 1,
-        backends: vec![("cpu".into(), "c".into(), 1)],
+        backends: vec![("cpu".into(), "c".into(), crate::code::CodeVersion::new(1, &[[1; 32]]))],
         measured: Some(MeasuredParams {
-            tune_version: 1,
+            tune_version: crate::code::CodeVersion::new(1, &[[1; 32]]),
             devices: vec![Some(crate::device::cpu_fingerprint())],
             measure: vec![MeasureOptions::default()],
             validation: crate::partition::validate::constants(),
@@ -138,8 +200,10 @@ fn partition_key_has_every_ingredient() {
         })),
         ("prefer", with(&|p| p.prefer = Some("gemm".into()))),
         ("partitioner version", with(&|p| p.partitioner_version = 2)),
-        ("backend versions", with(&|p| p.backends[0].2 = 2)),
-        ("tune version", m(&|x| x.tune_version = 2)),
+        ("backend versions", with(&|p| p.backends[0].2.declared = 2)),
+        ("backend source", with(&|p| p.backends[0].2 = crate::code::CodeVersion::new(1, &[[2; 32]]))),
+        ("tune version", m(&|x| x.tune_version.declared = 2)),
+        ("tune source", m(&|x| x.tune_version = crate::code::CodeVersion::new(1, &[[2; 32]]))),
         ("device fingerprint", m(&|x| x.devices = vec![None])),
         ("measurement schedule", m(&|x| x.measure[0].min_runs += 1)),
         ("validation margin", m(&|x| x.validation.margin = 0.1)),
@@ -192,7 +256,8 @@ impl GraphSource for Source {
 fn load_key_is_the_recipe_or_the_document() {
     let t = tempfile::tempdir().unwrap();
     let store = tessera_store::Store::open(t.path(), Default::default()).unwrap();
-    let key_with = |recipe: Option<&str>, document: Option<&[u8]>, passes_version: u32| {
+    let key_with = |recipe: Option<&str>, document: Option<&[u8]>, passes: u8| {
+        let passes_version = crate::code::CodeVersion::new(1, &[[passes; 32]]);
         let source = Source { recipe: recipe.map(d) };
         let load = Load { source: &source, store: &store, document: document.map(<[u8]>::to_vec), passes_version, built: OnceLock::new() };
         load.key().unwrap()

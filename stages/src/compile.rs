@@ -25,8 +25,8 @@ impl Stage for Compile<'_> {
     const NAME: &'static str = "compile";
     const DEVICE: DevicePolicy = DevicePolicy::Busy;
     type Output = Module;
-    fn version(&self) -> u32 {
-        COMPILE_VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(COMPILE_VERSION, &[crate::code::digests::COMPILE])
     }
     fn key(&self) -> Result<Digest> {
         Ok(self

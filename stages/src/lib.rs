@@ -2,9 +2,12 @@
 //! (one [`stage::Stage`] each, one module each: targets in [`target`], [`load`], partition in
 //! [`partition::stage`], [`tune`], [`lower`], [`compile`], [`link`]; [`build`] runs one model's DAG) and each backend's compile side ([`backend`]).
 
+pub mod artifact;
 pub mod backend;
 pub mod build;
+pub mod code;
 pub mod compile;
+pub mod context;
 pub mod device;
 pub mod interp;
 pub mod link;

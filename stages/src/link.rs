@@ -256,8 +256,8 @@ impl Stage for Link<'_> {
     const NAME: &'static str = "link";
     const DEVICE: DevicePolicy = DevicePolicy::Busy;
     type Output = Vec<u8>;
-    fn version(&self) -> u32 {
-        LINK_VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(LINK_VERSION, &[crate::code::digests::LINK, crate::code::runtime_digests::ARTIFACT])
     }
     fn key(&self) -> anyhow::Result<Digest> {
         Ok(self

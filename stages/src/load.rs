@@ -31,7 +31,7 @@ pub struct Load<'a> {
     /// Key ingredient for sources without a recipe: the document's bytes, from a graph built beforehand.
     pub document: Option<Vec<u8>>,
     /// Key ingredient: the graph passes' version ([`crate::passes::PASSES_VERSION`]).
-    pub passes_version: u32,
+    pub passes_version: crate::code::CodeVersion,
     pub(crate) built: OnceLock<Graph>,
 }
 
@@ -46,8 +46,8 @@ impl Stage for Load<'_> {
     const NAME: &'static str = "load";
     const DEVICE: DevicePolicy = DevicePolicy::Busy;
     type Output = Vec<u8>;
-    fn version(&self) -> u32 {
-        LOAD_VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(LOAD_VERSION, &[crate::code::digests::LOAD])
     }
     fn key(&self) -> Result<Digest> {
         let k = self.key_builder().env("passes", &self.passes_version);
@@ -77,9 +77,9 @@ impl Stage for Load<'_> {
 }
 
 /// Runs the load stage of one model: the graph document's digest, and the graph if it was built.
-pub fn load_model(ctx: &crate::build::Ctx, source: &dyn GraphSource) -> Result<(Digest, Option<Graph>)> {
+pub fn load_model(ctx: &crate::context::Ctx, source: &dyn GraphSource) -> Result<(Digest, Option<Graph>)> {
     let store = ctx.driver.store();
-    let mut load = Load { source, store, document: None, passes_version: crate::passes::PASSES_VERSION, built: OnceLock::new() };
+    let mut load = Load { source, store, document: None, passes_version: crate::passes::code_version(), built: OnceLock::new() };
     if source.recipe()?.is_none() {
         let g = crate::stage::guarded(DevicePolicy::Busy, || source.build())?;
         load.document = Some(load.document_of(&g)?);

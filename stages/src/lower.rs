@@ -8,6 +8,9 @@ use crate::target::Target;
 use anyhow::{bail, Result};
 use tessera_store::Digest;
 
+/// The lower stage's declared version (the backend's code version is an ingredient of its own).
+pub const LOWER_VERSION: u32 = 1;
+
 /// Stage: lower one kernel signature for one target (memoized per distinct kernel: twelve identical layers
 /// lower once). The tune stage lowers candidates through this same stage, so a kernel measured while
 /// partitioning is never lowered again when the model compiles.
@@ -26,15 +29,15 @@ impl Stage for Lower<'_> {
     const NAME: &'static str = "lower";
     const DEVICE: DevicePolicy = DevicePolicy::Busy;
     type Output = LoweredKernel;
-    fn version(&self) -> u32 {
-        self.backend.version()
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(LOWER_VERSION, &[crate::code::digests::LOWER])
     }
     fn key(&self) -> Result<Digest> {
         Ok(self
             .key_builder()
             .input_digest("kernel", &self.kernel)
             .input_digest("target", &self.target.digest())
-            .input("backend", self.backend.name())
+            .input("backend", &(self.backend.name(), self.backend.version()))
             .input("config", self.config)
             .finish()?)
     }

@@ -6,7 +6,7 @@
 //! fp16 graph (and its f16 constants, stored by digest) is computed once and shared by every target set
 //! that asks for it.
 
-use crate::build::{Ctx, LazyGraph};
+use crate::context::{Ctx, LazyGraph};
 use crate::ir::{serial::GraphDoc, Graph, Tensor};
 use crate::stage::{run_digest, DevicePolicy, Stage};
 use crate::target::Precision;
@@ -31,11 +31,11 @@ impl Stage for ReducePrecision<'_> {
     const NAME: &'static str = "precision";
     const DEVICE: DevicePolicy = DevicePolicy::Busy;
     type Output = Vec<u8>;
-    fn version(&self) -> u32 {
-        PRECISION_VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(PRECISION_VERSION, &[crate::code::digests::PRECISION])
     }
     fn key(&self) -> Result<Digest> {
-        Ok(self.key_builder().env("passes", &crate::passes::PASSES_VERSION).input_digest("graph", &self.doc).input("precision", &self.precision).finish()?)
+        Ok(self.key_builder().env("passes", &crate::passes::code_version()).input_digest("graph", &self.doc).input("precision", &self.precision).finish()?)
     }
     fn compute(&self) -> Result<Vec<u8>> {
         let g = self.graph.get()?;

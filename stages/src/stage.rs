@@ -13,6 +13,7 @@
 //! key wait for a single execution, and applies the stage's [`DevicePolicy`]. Stages call other stages
 //! through [`run`] with the driver they were given, never by hand, so a key has exactly one compute body.
 
+use crate::code::CodeVersion;
 use crate::device;
 use anyhow::{Context, Result};
 use serde::de::DeserializeOwned;
@@ -40,8 +41,9 @@ pub trait Stage: Sync {
     /// The stage's output, stored as one object (see [`Stage::encode`]).
     type Output: Serialize + DeserializeOwned;
 
-    /// The code version that enters the key: bump when the output for the same ingredients changes.
-    fn version(&self) -> u32;
+    /// The code version that enters the key: the declared number (bump it when the meaning of the output
+    /// changes) combined with the digests of the source that computes it ([`crate::code`]).
+    fn version(&self) -> CodeVersion;
     /// The key: [`Stage::key_builder`] with every ingredient of this call added.
     fn key(&self) -> Result<Digest>;
     /// Computes the output (on a miss; the driver records it).
@@ -49,7 +51,7 @@ pub trait Stage: Sync {
 
     /// The key builder every key of this stage starts from: the stage's name and code version.
     fn key_builder(&self) -> tessera_store::KeyBuilder {
-        tessera_store::KeyBuilder::new(Self::NAME, self.version())
+        self.version().key_builder(Self::NAME)
     }
     /// The output's stored bytes (postcard; a stage whose output is already bytes may store them raw).
     fn encode(out: &Self::Output) -> Result<Vec<u8>> {

@@ -23,7 +23,7 @@
 //!   fingerprint yet): the backend's `estimate_us`. Not recorded, since it is cheap and not a tune result.
 
 use crate::backend::{Backend, BackendError, FunctionInfo, LoweredKernel};
-use crate::build::Ctx;
+use crate::context::{CostSource, Ctx};
 use crate::lower::Lower;
 use crate::device::{cpu_fingerprint, exclusively, gpu_fingerprint, DeviceFingerprint};
 use crate::interp::{int_input_bounds, random_tensor};
@@ -38,34 +38,21 @@ use std::collections::BTreeMap;
 use tessera_kernels::runtime::cuda::measure::{measure_gpu_function, GpuMeasureError};
 use tessera_kernels::runtime::measure::{measure_function, MeasureOptions, Measurement};
 use tessera_kernels::runtime::LoadedModule;
-use tessera_store::{Digest, KeyBuilder};
+use tessera_store::Digest;
 
 /// Bump when what the tune stage records, or how it measures, changes. (5: every configuration of a kernel
 /// measured, the fastest recorded as best; 4: p10/p90 interpolated, as
 /// `tessera bench` reports them.)
 pub const TUNE_VERSION: u32 = 5;
 
+/// The tune stage's code version: [`TUNE_VERSION`] with the digests of the stage's source and of the runtime
+/// that measures.
+pub fn code_version() -> crate::code::CodeVersion {
+    crate::code::CodeVersion::new(TUNE_VERSION, &[crate::code::digests::TUNE, crate::code::runtime_digests::RUNTIME])
+}
+
 /// Seed of the random kernel inputs (per input `i`, stream `i`; see `interp::random`).
 pub const INPUT_SEED: u64 = 0x7e55_e7a5;
-
-/// Where a candidate's cost came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum CostSource {
-    Measured,
-    Analytical,
-    Unsupported,
-}
-
-impl CostSource {
-    /// The name reports use ("measured", "analytical", "unsupported").
-    pub fn name(self) -> &'static str {
-        match self {
-            CostSource::Measured => "measured",
-            CostSource::Analytical => "analytical",
-            CostSource::Unsupported => "unsupported",
-        }
-    }
-}
 
 /// The cost of one candidate.
 #[derive(Clone, Debug, PartialEq)]
@@ -111,7 +98,7 @@ pub struct TuneKeyParams {
     /// The canonical target's digest: every backend option (opt-level, fast-math, march...).
     pub target: Digest,
     pub backend: String,
-    pub backend_version: u32,
+    pub backend_version: crate::code::CodeVersion,
     /// The backend's toolchain facts (`Backend::environment`): compiler, version, flags.
     pub backend_env: Vec<(String, String)>,
     /// The machine measured on; `None` where the device has no fingerprint (nothing is measured then).
@@ -143,7 +130,8 @@ impl TuneKeyParams {
 
     /// The tune key.
     pub fn key(&self) -> Result<Digest> {
-        Ok(KeyBuilder::new(Tune::NAME, TUNE_VERSION)
+        Ok(code_version()
+            .key_builder(Tune::NAME)
             .input_digest("kernel", &self.kernel)
             .input_digest("target", &self.target)
             .input("backend", &(&self.backend, self.backend_version))
@@ -301,7 +289,23 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
     let mut seen = std::collections::BTreeSet::new();
     let mut missing = Vec::new();
     for (p, (_, nodes)) in planned.iter().zip(cands) {
-        if !p.measurable || !seen.insert(p.key) {
+        if !seen.insert(p.key) {
+            continue;
+        }
+        if !p.measurable {
+            // A frozen build never estimates: a candidate whose device has no fingerprint here (a GPU target
+            // on a machine without that GPU, and no --measured-on) has no record to be found by.
+            if ctx.costs.frozen() {
+                let ops: Vec<&str> = nodes.iter().map(|&n| g.node(n).op.name()).collect();
+                missing.push(format!(
+                    "target {}, kernel {} ({} in graph {}): no {} device here to find its record by (give the fingerprint of the machine that measured it: --measured-on FILE, from `tessera targets --gpu-fingerprint` there)",
+                    p.target,
+                    p.kernel,
+                    ops.join("+"),
+                    g.name,
+                    p.target.device()
+                ));
+            }
             continue;
         }
         let recorded = store.memo_lookup(Tune::NAME, &p.key)?.is_some_and(|e| store.contains(&e.output));
@@ -561,8 +565,8 @@ impl Stage for Tune<'_> {
     // Compiles under `busy` and measures under `exclusively` itself.
     const DEVICE: DevicePolicy = DevicePolicy::Own;
     type Output = TuneRecord;
-    fn version(&self) -> u32 {
-        TUNE_VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        code_version()
     }
     fn key(&self) -> Result<Digest> {
         Ok(self.key)

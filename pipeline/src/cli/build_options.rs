@@ -1,7 +1,7 @@
 //! The options every command that builds models shares (`compile`, `explain`, `baselines`): targets, input
 //! shapes, the store, and where partition costs come from. One definition, so the commands cannot drift apart.
 
-use tessera_stages::partition::stage::CostMode;
+use tessera_stages::context::CostMode;
 use crate::zoo::resolve_targets;
 use anyhow::{bail, Context, Result};
 use tessera_stages::device::{assume_gpu, GpuFingerprint};

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use tessera::memo::Memo;
 use tessera::zoo::{all_backends, compile_all, jobs_from_inputs, resolve_targets};
-use tessera_stages::partition::stage::CostMode;
+use tessera_stages::context::CostMode;
 use tessera_store::{OpenOptions, Store};
 
 /// The models the runtime tests run: an MLP (c and gemm GEMMs), BERT-tiny (i64 ids and mask, attention),

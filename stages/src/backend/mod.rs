@@ -121,8 +121,10 @@ impl<S: Into<String>> FromIterator<S> for TunableSet {
 pub trait Backend: Send + Sync {
     /// The backend's name as targets select it (`Target::backend_name`).
     fn name(&self) -> &'static str;
-    /// Code version: part of every key of this backend's work; bump when generated code changes.
-    fn version(&self) -> u32;
+    /// Code version: part of every key of this backend's work. The declared number (bump it when the meaning
+    /// of generated code changes; it names configurations) with the digest of the backend's source
+    /// ([`crate::code`]), so any change to a generator changes its keys.
+    fn version(&self) -> crate::code::CodeVersion;
     /// Whether this machine can compile for the backend (e.g. a C compiler is present); the reason if not.
     fn available(&self) -> Result<(), String>;
     /// The facts of this machine that the backend's compiled output depends on (compiler and its version,
@@ -146,7 +148,7 @@ pub trait Backend: Send + Sync {
     /// The configuration a kernel gets when nothing was measured (analytical costs, a merged partition): a
     /// member of [`Backend::configs`].
     fn default_config(&self, _target: &Target) -> String {
-        format!("{}/v{}/default", self.name(), self.version())
+        format!("{}/v{}/default", self.name(), self.version().declared)
     }
     /// The configurations worth measuring for this kernel, the default first: a subset of
     /// [`Backend::configs`] (tile shapes mean nothing to an elementwise kernel). Default: the default alone.

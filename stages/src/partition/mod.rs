@@ -21,26 +21,7 @@ use serde::{Deserialize, Serialize};
 /// Bump when candidate generation, the search or merging changes.
 pub const PARTITIONER_VERSION: u32 = 7;
 
-/// Where partition costs came from; every report says which.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum CostSource {
-    /// The backends' analytical estimates (no measurement).
-    Analytical,
-    /// Every cost was measured (the tune stage).
-    Measured,
-    /// Some costs were measured, others estimated where nothing could be measured.
-    Mixed,
-}
-
-impl CostSource {
-    pub fn name(self) -> &'static str {
-        match self {
-            CostSource::Analytical => "analytical",
-            CostSource::Measured => "measured",
-            CostSource::Mixed => "mixed",
-        }
-    }
-}
+pub use crate::context::CostSource;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Partition {

@@ -4,16 +4,21 @@
 
 use super::collage::{self, CrossingModel, Limits};
 use super::plan::{build_plan, Alternative, ExecPlan, PLAN_VERSION};
-use super::{check, CostSource, PARTITIONER_VERSION};
-use crate::build::{Ctx, LazyGraph};
+use super::{check, PARTITIONER_VERSION};
+use crate::context::{CostMode, CostSource, Ctx, LazyGraph};
 use crate::ir::{Graph, NodeId, Tensor};
 use crate::stage::{DevicePolicy, Stage};
 use crate::target::Target;
-use crate::tune::{measure_candidates, CostSource as CandidateSource};
+use crate::tune::measure_candidates;
 use anyhow::{bail, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tessera_kernels::runtime::measure::MeasureOptions;
 use tessera_store::Digest;
+
+/// The partition stage's code version: [`PLAN_VERSION`] with the digest of the partitioner's source.
+pub fn code_version() -> crate::code::CodeVersion {
+    crate::code::CodeVersion::new(PLAN_VERSION, &[crate::code::digests::PARTITION])
+}
 
 /// Stage: partition one model's graph for the run's targets. Output: the execution plan.
 ///
@@ -35,8 +40,8 @@ pub struct PartitionKeyParams {
     pub cost_mode: CostMode,
     pub prefer: Option<String>,
     pub partitioner_version: u32,
-    /// (canonical target, backend name, backend version) of every target.
-    pub backends: Vec<(String, String, u32)>,
+    /// (canonical target, backend name, backend code version) of every target.
+    pub backends: Vec<(String, String, crate::code::CodeVersion)>,
     /// Measured costs only: what makes a measurement.
     pub measured: Option<MeasuredParams>,
 }
@@ -44,7 +49,7 @@ pub struct PartitionKeyParams {
 /// The partition key's ingredients that only measured costs have.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MeasuredParams {
-    pub tune_version: u32,
+    pub tune_version: crate::code::CodeVersion,
     /// The device fingerprint of every target (the tune stage keys its records with the same).
     pub devices: Vec<Option<crate::device::DeviceFingerprint>>,
     /// Every target's measurement schedule ([`MeasureOptions::for_device`]).
@@ -68,7 +73,7 @@ impl<'a> Partition<'a> {
             .filter_map(|t| ctx.backend(t).ok().map(|b| (t.to_string(), b.name().to_string(), b.version())))
             .collect();
         let measured = ctx.costs.measures().then(|| MeasuredParams {
-            tune_version: crate::tune::TUNE_VERSION,
+            tune_version: crate::tune::code_version(),
             devices: ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect(),
             measure: ctx.targets.targets.iter().map(|t| MeasureOptions::for_device(t.device())).collect(),
             validation: super::validate::constants(),
@@ -88,7 +93,8 @@ impl<'a> Partition<'a> {
 impl PartitionKeyParams {
     /// The partition key.
     pub fn key(&self) -> Result<Digest> {
-        let mut k = tessera_store::KeyBuilder::new(Partition::NAME, PLAN_VERSION)
+        let mut k = code_version()
+            .key_builder(Partition::NAME)
             .input_digest("graph", &self.graph_doc)
             .input_digest("targets", &self.targets)
             .input("cost_source", self.cost_mode.name())
@@ -111,8 +117,8 @@ impl Stage for Partition<'_> {
     // Measures (through the tune stage) and guards its own CPU work.
     const DEVICE: DevicePolicy = DevicePolicy::Own;
     type Output = ExecPlan;
-    fn version(&self) -> u32 {
-        PLAN_VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        code_version()
     }
     fn key(&self) -> Result<Digest> {
         self.params().key()
@@ -131,64 +137,6 @@ impl Stage for Partition<'_> {
     }
 }
 
-/// Where partition costs come from: part of the partition key.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum CostMode {
-    /// Measure every candidate on this machine (the tune stage; recorded in the store, so measured once).
-    #[default]
-    Measured,
-    /// The backends' analytical estimates: no measurement, the same plan on every machine.
-    Analytical,
-    /// Measured costs from the store's records only (`--frozen`): the tune records and plan timings of an
-    /// earlier measured build here, or imported from the machine that measured them. Nothing is measured; a
-    /// missing record fails the build with the list of every one missing. Given the records, the plan is the
-    /// one the measured build made, so the partition key is the measured key.
-    Recorded,
-}
-
-impl std::str::FromStr for CostMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "measured" => Ok(CostMode::Measured),
-            "analytical" => Ok(CostMode::Analytical),
-            "recorded" => Ok(CostMode::Recorded),
-            other => Err(format!("'{other}' is not a cost mode (one of: {})", CostMode::NAMES.join(", "))),
-        }
-    }
-}
-
-impl CostMode {
-    /// Every mode's name, as `--costs` takes them.
-    pub const NAMES: [&'static str; 3] = ["measured", "analytical", "recorded"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            CostMode::Measured => "measured",
-            CostMode::Analytical => "analytical",
-            CostMode::Recorded => "recorded",
-        }
-    }
-
-    /// Whether costs are measurements (taken now or recorded): the tune stage's records decide the plan.
-    pub fn measures(self) -> bool {
-        matches!(self, CostMode::Measured | CostMode::Recorded)
-    }
-
-    /// Whether measuring is forbidden: only recorded measurements may be used.
-    pub fn frozen(self) -> bool {
-        self == CostMode::Recorded
-    }
-
-    /// The mode as keys hold it: a build from records makes the measured build's plan, under its key.
-    pub fn keyed(self) -> CostMode {
-        match self {
-            CostMode::Recorded => CostMode::Measured,
-            m => m,
-        }
-    }
-}
-
 /// Which plan the search is asked for.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Selection {
@@ -204,7 +152,7 @@ pub enum Selection {
 pub struct CostedCandidates {
     pub cands: Vec<collage::Candidate>,
     pub cost_us: Vec<f64>,
-    pub sources: Vec<CandidateSource>,
+    pub sources: Vec<CostSource>,
     /// The backend configuration each cost is for (the tune stage's fastest, else the default).
     pub configs: Vec<String>,
 }
@@ -233,14 +181,14 @@ pub fn costed_candidates(ctx: &Ctx, g: &Graph) -> Result<CostedCandidates> {
         let _busy = crate::device::busy();
         collage::candidates(g, ctx.targets, &lookup, &Limits::default())?
     };
-    let costed: Vec<(f64, CandidateSource, String)> = match ctx.costs {
+    let costed: Vec<(f64, CostSource, String)> = match ctx.costs {
         CostMode::Analytical => cands
             .iter()
             .map(|c| {
                 let t = &ctx.targets.targets[c.target];
                 let backend = ctx.backend(t).ok();
                 let us = backend.map(|b| b.estimate_us(g, &c.nodes, t)).unwrap_or(f64::INFINITY);
-                (us, CandidateSource::Analytical, backend.map(|b| b.default_config(t)).unwrap_or_default())
+                (us, CostSource::Analytical, backend.map(|b| b.default_config(t)).unwrap_or_default())
             })
             .collect(),
         CostMode::Measured | CostMode::Recorded => {
@@ -293,7 +241,7 @@ pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Sel
                 .sum();
         }
     }
-    let used: Vec<CandidateSource> = outcome
+    let used: Vec<CostSource> = outcome
         .winners
         .iter()
         .map(|(w, _)| {
@@ -301,13 +249,7 @@ pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Sel
             sources[i]
         })
         .collect();
-    let source = if used.iter().all(|s| *s == CandidateSource::Measured) {
-        CostSource::Measured
-    } else if used.iter().all(|s| *s == CandidateSource::Analytical) {
-        CostSource::Analytical
-    } else {
-        CostSource::Mixed
-    };
+    let source = CostSource::of_plan(used);
     let parts = collage::to_partitioning(ctx.targets, &outcome.chosen, source);
     check(g, &parts).map_err(anyhow::Error::msg)?;
     let mut plan = build_plan(g, &parts, &|t: &Tensor| Digest::of(t.bytes()), &|t| ctx.backend(t).map_or(crate::backend::INLINE_CONST_MAX, |b| b.inline_const_max()))?;

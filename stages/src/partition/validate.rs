@@ -28,7 +28,8 @@
 
 use super::plan::{ExecPlan, Trial, Validation};
 use super::stage::{plan_for, CostedCandidates, Selection};
-use crate::build::{build_artifact, Ctx};
+use crate::artifact::build_artifact;
+use crate::context::Ctx;
 use crate::device::exclusively;
 use anyhow::{Context, Result};
 use tessera_kernels::artifact::Artifact;
@@ -211,8 +212,8 @@ impl Stage for TimePlans<'_> {
     // Times under `exclusively` itself.
     const DEVICE: DevicePolicy = DevicePolicy::Own;
     type Output = Vec<[Vec<f64>; 2]>;
-    fn version(&self) -> u32 {
-        TIME_PLANS_VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(TIME_PLANS_VERSION, &[crate::code::digests::PARTITION, crate::code::runtime_digests::RUNTIME])
     }
     fn key(&self) -> Result<Digest> {
         Ok(self

@@ -13,3 +13,9 @@ pub mod simplify;
 /// Version of everything the passes do to a graph: part of every key of a graph they produced. Bump it
 /// whenever folding or a simplification changes its output.
 pub const PASSES_VERSION: u32 = 4;
+
+/// The passes' code version: [`PASSES_VERSION`] with the digest of their source, part of every key of a graph
+/// they produced.
+pub fn code_version() -> crate::code::CodeVersion {
+    crate::code::CodeVersion::new(PASSES_VERSION, &[crate::code::digests::PASSES])
+}

@@ -323,8 +323,8 @@ impl Stage for Targets<'_> {
     const NAME: &'static str = "targets";
     const DEVICE: DevicePolicy = DevicePolicy::Own;
     type Output = TargetSet;
-    fn version(&self) -> u32 {
-        crate::target::REGISTRY_VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(crate::target::REGISTRY_VERSION, &[crate::code::digests::TARGETS])
     }
     fn key(&self) -> Result<Digest> {
         Ok(self.key_builder().input("targets", self.targets).finish()?)

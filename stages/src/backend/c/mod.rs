@@ -117,8 +117,8 @@ impl Backend for CBackend {
         "c"
     }
 
-    fn version(&self) -> u32 {
-        VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_C])
     }
 
     fn available(&self) -> Result<(), String> {

@@ -52,8 +52,8 @@ impl Backend for CublasBackend {
         NAME
     }
 
-    fn version(&self) -> u32 {
-        VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_CUBLAS, crate::code::runtime_digests::RUNTIME])
     }
 
     /// Compiling writes descriptions only; running needs a GPU with cuBLASLt (the runtime says so).

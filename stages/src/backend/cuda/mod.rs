@@ -118,8 +118,8 @@ impl Backend for CudaBackend {
         NAME
     }
 
-    fn version(&self) -> u32 {
-        VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_CUDA])
     }
 
     /// Compiling needs NVRTC only; running needs a GPU (the runtime says so when there is none).

@@ -53,8 +53,8 @@ impl Backend for CudnnBackend {
         NAME
     }
 
-    fn version(&self) -> u32 {
-        VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_CUDNN, crate::code::runtime_digests::RUNTIME])
     }
 
     /// Compiling writes descriptions only; running needs a GPU with cuDNN (the runtime says so).

@@ -54,8 +54,8 @@ impl Backend for GemmBackend {
         NAME
     }
 
-    fn version(&self) -> u32 {
-        VERSION
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_GEMM, crate::code::runtime_digests::RUNTIME])
     }
 
     fn available(&self) -> Result<(), String> {

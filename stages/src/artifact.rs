@@ -1,0 +1,104 @@
+//! The stages after partition for one execution plan: lower each distinct kernel, compile one module per
+//! target, link one artifact. Below the partition stage (its validation builds trial plans with it) and below
+//! [`crate::build`], which runs it for a model's searched plan.
+
+use crate::backend::Module;
+use crate::compile::Compile;
+use crate::context::Ctx;
+use crate::ir::{Graph, Tensor};
+use crate::link::{Link, LinkInput, LinkStep, ValueRef};
+use crate::lower::{kernel_graph, Lower};
+use crate::partition::plan::{ExecPlan, PlanRef};
+use crate::stage::{run, run_digest};
+use crate::target::Target;
+use anyhow::{Context, Result};
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+use tessera_kernels::artifact::FORMAT_VERSION;
+use tessera_store::Digest;
+
+/// What [`build_artifact`] produced: the artifact and the objects it was made from.
+pub struct BuiltArtifact {
+    pub artifact: Digest,
+    /// Lowered kernels, one per distinct (target, kernel).
+    pub lowered: Vec<Digest>,
+    /// One module per target that won partitions.
+    pub modules: Vec<Digest>,
+}
+
+/// The stages after partition for one plan (recorded in the store as `plan_digest`): lower each distinct
+/// kernel, compile one module per target, link. `graph` gives the model graph the plan's node indices refer
+/// to; it is only called when a lower misses.
+pub fn build_artifact<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, graph: &(dyn Fn() -> Result<&'g Graph> + Sync)) -> Result<BuiltArtifact> {
+    // Stage: lower, once per distinct (target, kernel, configuration).
+    /// A distinct lowering: target, kernel, configuration (`None`: the backend's default).
+    type Lowering = (Target, Digest, Option<String>);
+    let mut distinct: BTreeMap<Lowering, usize> = BTreeMap::new();
+    for (i, p) in plan.partitions.iter().enumerate() {
+        distinct.entry((p.target.clone(), p.kernel, p.config.clone())).or_insert(i);
+    }
+    let lowered: Vec<(Lowering, Digest)> = distinct
+        .par_iter()
+        .map(|((target, kernel, config), &first)| -> Result<(Lowering, Digest)> {
+            let p = &plan.partitions[first];
+            let backend = ctx.backend(target)?;
+            let kernel_graph = || kernel_graph(graph()?, &p.nodes, kernel, backend.inline_const_max());
+            let config_name = config.clone().unwrap_or_else(|| backend.default_config(target));
+            let stage = Lower { kernel: *kernel, target, backend, graph: &kernel_graph, symbol: &p.symbol, config: &config_name };
+            Ok(((target.clone(), *kernel, config.clone()), run_digest(ctx.driver, &stage)?))
+        })
+        .collect::<Result<_>>()
+        .context("lower")?;
+    let lowered: BTreeMap<Lowering, Digest> = lowered.into_iter().collect();
+
+    // Stage: compile, one module per target that won partitions, in target-set order.
+    let used_targets: Vec<&Target> = ctx.targets.targets.iter().filter(|t| plan.partitions.iter().any(|p| &p.target == *t)).collect();
+    let mut modules: Vec<(Digest, Module)> = Vec::new();
+    for t in &used_targets {
+        let backend = ctx.backend(t)?;
+        let kernels: Vec<Digest> = lowered.iter().filter(|((lt, _, _), _)| lt == *t).map(|(_, d)| *d).collect();
+        let stage = Compile { target: t, backend, lowered: &kernels, toolchain: backend.environment(t), driver: ctx.driver };
+        modules.push(run(ctx.driver, &stage).with_context(|| format!("compile for {t}"))?);
+    }
+
+    // Stage: link.
+    let module_digests: Vec<Digest> = modules.iter().map(|(d, _)| *d).collect();
+    let input = || link_input(ctx, plan, &used_targets, &modules);
+    let artifact = run_digest(ctx.driver, &Link { plan_digest, modules: &module_digests, format_version: FORMAT_VERSION, input: &input }).context("link")?;
+    Ok(BuiltArtifact { artifact, lowered: lowered.into_values().collect(), modules: module_digests })
+}
+
+fn link_input(ctx: &Ctx, plan: &ExecPlan, used_targets: &[&Target], modules: &[(Digest, Module)]) -> Result<LinkInput> {
+    let store = ctx.driver.store();
+    let constants: Vec<Tensor> = plan
+        .constants
+        .iter()
+        .map(|(d, ty)| Ok(Tensor::from_bytes(ty.clone(), store.get(d)?)?))
+        .collect::<Result<_>>()?;
+    let to_ref = |r: &PlanRef| match *r {
+        PlanRef::Input(i) => ValueRef::Input(i),
+        PlanRef::Value(i) => ValueRef::Value(i),
+        PlanRef::Const(i) => ValueRef::Const(i),
+    };
+    let mut steps = Vec::with_capacity(plan.partitions.len());
+    for p in &plan.partitions {
+        let mi = used_targets.iter().position(|t| **t == p.target).expect("module per used target");
+        let module = &modules[mi].1;
+        let fi = module
+            .functions
+            .iter()
+            .position(|f| f.symbol == p.symbol)
+            .with_context(|| format!("module for {} has no function {}", p.target, p.symbol))?;
+        steps.push(LinkStep { module: mi as u32, function: fi as u32, args: p.args.iter().map(to_ref).collect() });
+    }
+    Ok(LinkInput {
+        model: plan.model.clone(),
+        inputs: plan.inputs.clone(),
+        input_int_bounds: plan.input_int_bounds.clone(),
+        outputs: plan.outputs.iter().map(|(n, r)| (n.clone(), to_ref(r))).collect(),
+        values: plan.values.clone(),
+        constants,
+        modules: modules.iter().map(|(_, m)| m.clone()).collect(),
+        steps,
+    })
+}

@@ -1,0 +1,131 @@
+//! Code versions: what names, in every key, the code that computes the key's value.
+//!
+//! A [`CodeVersion`] is a declared number (bumped by hand when an output's *meaning* changes, and shown in
+//! reports) combined with the digests of the source units that produce the output (`units.rs`, embedded at
+//! build time by `build.rs` through `tessera-source-digest`). Every stage's key and every backend's
+//! ingredient carries one, so a change to a generator, a prelude or a template changes the keys of what it
+//! produces even when nobody bumps a number: after an upgrade a user's store rebuilds what changed, cold,
+//! and serves everything else from cache.
+
+use serde::Serialize;
+use tessera_store::{Digest, KeyBuilder};
+
+mod units;
+pub use units::UNITS;
+
+/// The embedded digests of this crate's source units, one constant per unit of [`UNITS`].
+pub mod digests {
+    include!(concat!(env!("OUT_DIR"), "/source_digests.rs"));
+}
+
+/// The runtime's source units (linking and measuring depend on them).
+pub use tessera_kernels::code as runtime_digests;
+
+/// A code version: the declared number and the digest of it combined with the source units' digests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct CodeVersion {
+    /// The hand-bumped number (`v{declared}` in reports and configuration names).
+    pub declared: u32,
+    /// blake3 over the declared number and every unit's source digest.
+    pub source: Digest,
+}
+
+impl CodeVersion {
+    /// The version made of `declared` and the digests of `units`, in that order.
+    pub fn new(declared: u32, units: &[[u8; 32]]) -> CodeVersion {
+        CodeVersion { declared, source: Digest(tessera_source_digest::combine(declared, units)) }
+    }
+
+    /// A key builder for stage `name` at this version: the declared number in the key's header, the source
+    /// digest as its `code` ingredient.
+    pub fn key_builder(&self, name: &str) -> KeyBuilder {
+        KeyBuilder::new(name, self.declared).env("code", &self.source)
+    }
+}
+
+impl std::fmt::Display for CodeVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "v{}+{}", self.declared, &self.source.to_hex()[..12])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn embedded(name: &str) -> [u8; 32] {
+        match name {
+            "TARGETS" => digests::TARGETS,
+            "LOAD" => digests::LOAD,
+            "PASSES" => digests::PASSES,
+            "PRECISION" => digests::PRECISION,
+            "PARTITION" => digests::PARTITION,
+            "TUNE" => digests::TUNE,
+            "LOWER" => digests::LOWER,
+            "COMPILE" => digests::COMPILE,
+            "LINK" => digests::LINK,
+            "BACKEND_C" => digests::BACKEND_C,
+            "BACKEND_GEMM" => digests::BACKEND_GEMM,
+            "BACKEND_CUDA" => digests::BACKEND_CUDA,
+            "BACKEND_CUBLAS" => digests::BACKEND_CUBLAS,
+            "BACKEND_CUDNN" => digests::BACKEND_CUDNN,
+            other => panic!("unit {other} has no constant in this test"),
+        }
+    }
+
+    /// What is embedded is the digest of the source as it is now (the build script ran on this tree), for
+    /// every unit, and units are distinct.
+    #[test]
+    fn embedded_digests_match_the_source() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut seen = std::collections::BTreeSet::new();
+        for u in UNITS {
+            assert_eq!(tessera_source_digest::digest(root, u.paths).unwrap(), embedded(u.name), "unit {}", u.name);
+            assert!(seen.insert(embedded(u.name)), "unit {} digests like another", u.name);
+        }
+    }
+
+    /// For every unit, one changed byte in any one of its files (in a scratch copy of the crate's source)
+    /// changes the unit's digest, so every code version built on it, so every key holding one.
+    #[test]
+    fn a_changed_byte_in_any_unit_file_changes_its_digest_and_version() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let scratch = tempfile::tempdir().unwrap();
+        for u in UNITS {
+            let files = tessera_source_digest::files(root, u.paths).unwrap();
+            assert!(!files.is_empty(), "unit {} has no files", u.name);
+            for f in &files {
+                let to = scratch.path().join(f);
+                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                std::fs::copy(root.join(f), &to).unwrap();
+            }
+            let before = tessera_source_digest::digest(scratch.path(), u.paths).unwrap();
+            assert_eq!(before, embedded(u.name), "the scratch copy of {} digests as the source", u.name);
+            // The first, the middle and the last file of the unit.
+            for f in [&files[0], &files[files.len() / 2], &files[files.len() - 1]] {
+                let p = scratch.path().join(f);
+                let orig = std::fs::read(&p).unwrap();
+                let mut changed = orig.clone();
+                let mid = changed.len() / 2;
+                changed[mid] ^= 0x20;
+                std::fs::write(&p, &changed).unwrap();
+                let after = tessera_source_digest::digest(scratch.path(), u.paths).unwrap();
+                assert_ne!(after, before, "unit {}: a byte of {}", u.name, f.display());
+                assert_ne!(CodeVersion::new(1, &[after]), CodeVersion::new(1, &[before]));
+                std::fs::write(&p, &orig).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn the_code_ingredient_is_in_the_key() {
+        let a = CodeVersion::new(3, &[[1; 32]]);
+        let b = CodeVersion::new(3, &[[2; 32]]);
+        assert_eq!(a.declared, b.declared);
+        let key = |v: &CodeVersion| v.key_builder("lower").input("x", &1u8).finish().unwrap();
+        assert_ne!(key(&a), key(&b));
+        assert_eq!(key(&a), key(&CodeVersion::new(3, &[[1; 32]])));
+        assert_ne!(key(&a), key(&CodeVersion::new(4, &[[1; 32]])));
+    }
+}

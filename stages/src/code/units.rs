@@ -1,0 +1,28 @@
+// The source units of tessera-stages: which files produce each stage's and backend's output. Shared by the
+// build script (which embeds their digests) and `code::tests` (which recomputes them), so the table cannot
+// drift from what is embedded. Paths are relative to the crate root; folders count recursively, test-only
+// files excluded (`tessera_source_digest::is_test_only`).
+//
+// A unit lists the code that turns a key's inputs into the output. The IR's own code (`src/ir`) is not in
+// the backends' units: kernels reach a backend as IR graphs whose structural hash is the input, and that
+// hash has its own version. When a new file starts producing part of an output, add it here.
+
+use tessera_source_digest::Unit;
+
+pub const UNITS: &[Unit] = &[
+    Unit { name: "TARGETS", paths: &["src/target"] },
+    Unit { name: "LOAD", paths: &["src/load.rs", "src/ir/serial.rs"] },
+    Unit { name: "PASSES", paths: &["src/passes"] },
+    Unit { name: "PRECISION", paths: &["src/precision.rs"] },
+    Unit { name: "PARTITION", paths: &["src/partition"] },
+    Unit { name: "TUNE", paths: &["src/tune.rs", "src/device.rs", "src/interp/random.rs"] },
+    Unit { name: "LOWER", paths: &["src/lower.rs"] },
+    Unit { name: "COMPILE", paths: &["src/compile.rs"] },
+    Unit { name: "LINK", paths: &["src/link.rs"] },
+    // Backends: each one's folder, and the folders of the backends whose code it shares.
+    Unit { name: "BACKEND_C", paths: &["src/backend/c"] },
+    Unit { name: "BACKEND_GEMM", paths: &["src/backend/gemm"] },
+    Unit { name: "BACKEND_CUDA", paths: &["src/backend/cuda", "src/backend/c"] },
+    Unit { name: "BACKEND_CUBLAS", paths: &["src/backend/cublas", "src/backend/library.rs", "src/backend/gemm", "src/backend/c"] },
+    Unit { name: "BACKEND_CUDNN", paths: &["src/backend/cudnn", "src/backend/library.rs", "src/backend/gemm", "src/backend/c"] },
+];
