@@ -8,5 +8,6 @@ pub mod build;
 pub mod cli;
 pub mod explain;
 pub mod memo;
+pub mod request;
 pub mod shard;
 pub mod zoo;

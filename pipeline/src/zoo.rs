@@ -81,9 +81,9 @@ pub fn resolve_targets(given: &[String], backends: &[Box<dyn Backend>]) -> Resul
             if (kind.name == "cuda") != gpu {
                 continue;
             }
-            for (compiler, backend) in kind.compilers {
-                if backends.iter().any(|b| b.name() == *backend && b.available().is_ok()) {
-                    ts.push(Target::parse(&format!("{} -compiler={compiler}", kind.name))?);
+            for spec in kind.backends() {
+                if backends.iter().any(|b| b.name() == spec.name && b.available().is_ok()) {
+                    ts.push(Target::parse(&format!("{} -compiler={}", kind.name, spec.compiler))?);
                 }
             }
         }

@@ -10,7 +10,6 @@ use servers::Server;
 use std::collections::BTreeMap;
 use std::path::Path;
 use tessera::cli::build_options::BuildOptions;
-use tessera::cli::compile::compile_jobs;
 use tessera::explain::jobs_from_specs;
 use tessera::zoo::Summary;
 use tessera_stages::context::CostMode;
@@ -39,7 +38,7 @@ fn compile_with(store: &Path, remote: Option<&str>, out: &Path, costs: CostMode)
     };
     let specs: Vec<String> = MODELS.iter().map(|m| m.to_string()).collect();
     let jobs = jobs_from_specs(&specs, &Default::default()).unwrap();
-    let s = compile_jobs(&opts, &jobs, out, &|_, _| {}, &|_| {}).unwrap();
+    let s = opts.request(&[], out).unwrap().compile_jobs(&jobs, &|_, _| {}, &|_| {}).unwrap();
     assert!(s.failed.is_empty(), "{:?}", s.failed);
     s
 }

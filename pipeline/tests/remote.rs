@@ -11,7 +11,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tessera::cli::build_options::BuildOptions;
-use tessera::cli::compile::compile_jobs;
 use tessera::explain::jobs_from_specs;
 use tessera::zoo::Summary;
 use tessera_stages::context::CostMode;
@@ -35,7 +34,7 @@ fn options(store: &Path, remote: Option<&str>) -> BuildOptions {
 
 fn compile_observed(store: &Path, remote: Option<&str>, out: &Path, on_stage: &(dyn Fn(&'static str, bool) + Send + Sync)) -> Summary {
     let jobs = jobs_from_specs(&[MODEL.to_string()], &Default::default()).unwrap();
-    let s = compile_jobs(&options(store, remote), &jobs, out, on_stage, &|_| {}).unwrap();
+    let s = options(store, remote).request(&[], out).unwrap().compile_jobs(&jobs, on_stage, &|_| {}).unwrap();
     assert!(s.failed.is_empty(), "{:?}", s.failed);
     assert_eq!(s.models, 1);
     s
@@ -150,7 +149,7 @@ fn a_read_only_client_writes_nothing_to_the_remote() {
         let mut opts = options(&t.path().join("r2"), Some(&server.url));
         opts.remote_read_only = true;
         let jobs = jobs_from_specs(&[MODEL.to_string()], &Default::default()).unwrap();
-        let r2 = compile_jobs(&opts, &jobs, &t.path().join("out-r2"), &|_, _| {}, &|_| {}).unwrap();
+        let r2 = opts.request(&[], &t.path().join("out-r2")).unwrap().compile_jobs(&jobs, &|_, _| {}, &|_| {}).unwrap();
         assert_eq!(r2.remote.clone().unwrap().objects_uploaded, 0);
         // The server holds nothing: a writable machine after them finds no entry and no object.
         let w = compile(&t.path().join("w"), Some(&server.url), &t.path().join("out-w"));
@@ -188,7 +187,7 @@ fn compile_signed(store: &Path, remote: &str, key: Option<&Path>, trust: Option<
     opts.remote_signing_key = key.map(Path::to_path_buf);
     opts.remote_trust = trust.map(Path::to_path_buf);
     let jobs = jobs_from_specs(&[MODEL.to_string()], &Default::default()).unwrap();
-    let s = compile_jobs(&opts, &jobs, out, &|_, _| {}, &|_| {}).unwrap();
+    let s = opts.request(&[], out).unwrap().compile_jobs(&jobs, &|_, _| {}, &|_| {}).unwrap();
     assert!(s.failed.is_empty(), "{:?}", s.failed);
     s
 }

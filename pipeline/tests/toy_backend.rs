@@ -4,7 +4,7 @@
 //! `toy` runs same-shape f32 `Add` and `Relu` chains. Its compile side implements [`Backend`] (support,
 //! Collage rules, estimate, configs, colours, lowering to a tiny register plan it serializes, module compile
 //! into a [`ModuleFormat::Named`] module); its run side implements the runtime's [`ModuleLoader`]. It is
-//! selected by `cpu -compiler=toy` ([`register_compiler`]), competes with `c` and `gemm` in the Collage search
+//! described by one [`BackendSpec`] and registered with one call (`registry::register`); `cpu -compiler=toy` selects it, competes with `c` and `gemm` in the Collage search
 //! on analytical costs, wins the elementwise head of `Add -> Relu -> MatMul -> Softmax`, and the artifact runs
 //! through a runtime [`Registry`] holding its loader and matches the reference interpreter.
 
@@ -21,7 +21,7 @@ use tessera_stages::backend::{registry, Backend, BackendError, FunctionInfo, Low
 use tessera_stages::interp::{random_tensor, run_graph};
 use tessera_stages::ir::{BinaryOp, DType, Graph, NodeId, Op, Tensor, TensorType, UnaryOp, ValueId};
 use tessera_stages::partition::collage::rules::{Combiner, Kinds, Rule};
-use tessera_stages::target::{register_compiler, Target, TargetSet};
+use tessera_stages::target::{BackendSpec, Target, TargetSet};
 use tessera_store::{OpenOptions, Store};
 
 const NAME: &str = "toy";
@@ -53,13 +53,28 @@ struct ToyFunction {
 
 struct ToyBackend;
 
+/// The toy's description: what targets see of it.
+static SPEC: BackendSpec = BackendSpec {
+    name: NAME,
+    device: "cpu",
+    compiler: "toy",
+    doc: "same-shape f32 Add and Relu chains, run by a register plan (a test's backend)",
+    options: &[],
+    order: 100,
+};
+
+/// The one registration line of the compile side.
+fn register_toy() {
+    registry::register(&SPEC, || Box::new(ToyBackend)).unwrap();
+}
+
 fn err(msg: String) -> BackendError {
     BackendError { backend: NAME.into(), msg }
 }
 
 impl Backend for ToyBackend {
-    fn name(&self) -> &'static str {
-        NAME
+    fn spec(&self) -> &'static BackendSpec {
+        &SPEC
     }
     fn version(&self) -> tessera_stages::code::CodeVersion {
         // A backend built outside tessera digests its own source the same way (here: this file).
@@ -242,12 +257,12 @@ fn rel_err(got: &Tensor, want: &Tensor) -> f64 {
 
 #[test]
 fn a_backend_from_outside_the_crates_compiles_and_runs_its_partitions() {
-    register_compiler("cpu", "toy", NAME).unwrap();
+    register_toy();
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), OpenOptions::writable()).unwrap();
     let memo = Memo::new(&store);
-    let mut backends = registry::all();
-    backends.push(Box::new(ToyBackend));
+    let backends = registry::all();
+    assert!(backends.iter().any(|b| b.name() == NAME), "registered backends are part of every build");
     let targets = TargetSet::parse(&["cpu -compiler=toy".to_string(), "cpu -compiler=gemm".to_string()]).unwrap();
     assert!(targets.targets.iter().any(|t| t.backend_name() == "c"), "the fallback is added");
     let ctx = Ctx::new(&memo, &targets, &backends).with_costs(CostMode::Analytical);
@@ -294,12 +309,12 @@ fn a_backend_from_outside_the_crates_compiles_and_runs_its_partitions() {
 /// carries: its candidates are measured, not refused.
 #[test]
 fn the_tune_stage_measures_a_backend_from_outside_through_the_context_registry() {
-    register_compiler("cpu", "toy", NAME).unwrap();
+    register_toy();
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), OpenOptions::writable()).unwrap();
     let memo = Memo::new(&store);
-    let mut backends = registry::all();
-    backends.push(Box::new(ToyBackend));
+    let backends = registry::all();
+    assert!(backends.iter().any(|b| b.name() == NAME), "registered backends are part of every build");
     let targets = TargetSet::parse(&["cpu -compiler=toy".to_string()]).unwrap();
     let toy = targets.targets.iter().find(|t| t.backend_name() == NAME).unwrap().clone();
     let runtime = Registry::builtin().clone().with(ModuleFormat::Named(FORMAT.into()), ToyLoader).unwrap();
@@ -315,14 +330,40 @@ fn the_tune_stage_measures_a_backend_from_outside_through_the_context_registry()
 #[test]
 fn the_toy_compiler_value_is_the_registered_one() {
     assert!(Target::parse("cpu -compiler=toy2").is_err(), "an unregistered value is refused");
-    register_compiler("cpu", "toy", NAME).unwrap();
+    register_toy();
     let t = Target::parse("cpu -compiler=toy").unwrap();
     assert_eq!(t.backend_name(), NAME);
     assert_eq!(Target::parse(r#"{"kind": "cpu", "compiler": "toy"}"#).unwrap(), t);
     assert_eq!(ToyBackend.configs(&t).names().collect::<Vec<_>>(), ["toy/v1/default"]);
-    // The same value for another backend, or a value the kind has, is refused, naming both backends.
-    let e = register_compiler("cpu", "toy", "other").unwrap_err();
+    // Registering it again is a no-op; the same value for another backend, or a value the kind has, is
+    // refused, naming both backends.
+    register_toy();
+    static OTHER: BackendSpec = BackendSpec { name: "other", device: "cpu", compiler: "toy", doc: "", options: &[], order: 101 };
+    let e = tessera_stages::target::register_spec(&OTHER).unwrap_err();
     assert!(e.contains("toy") && e.contains("other"), "{e}");
-    let e = register_compiler("cpu", "gemm", NAME).unwrap_err();
-    assert!(e.contains("gemm") && e.contains(NAME), "{e}");
+    static TAKEN: BackendSpec = BackendSpec { name: "toy3", device: "cpu", compiler: "gemm", doc: "", options: &[], order: 101 };
+    let e = tessera_stages::target::register_spec(&TAKEN).unwrap_err();
+    assert!(e.contains("gemm") && e.contains("toy3"), "{e}");
+    // A constructor must make the backend its description describes.
+    let e = registry::register(&OTHER, || Box::new(ToyBackend)).unwrap_err();
+    assert!(e.contains("other"), "{e}");
+}
+
+/// Registered once, the toy is a backend of every build through the library's compile entry point, the one
+/// the `tessera compile` command and Python's `tessera.compile` use: a target names it by its `-compiler`
+/// value, the request compiles a zoo model with it, and it wins the partitions it should.
+#[test]
+fn a_registered_backend_compiles_through_the_library_entry_point() {
+    register_toy();
+    let dir = tempfile::tempdir().unwrap();
+    let mut request = tessera::request::CompileRequest::new(vec!["fixture:resnet18:b1".to_string()], dir.path().join("out"));
+    request.targets = vec!["cpu -compiler=toy".to_string()];
+    request.costs = CostMode::Analytical;
+    request.store.dir = Some(dir.path().join("store"));
+    let summary = request.compile().unwrap();
+    assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+    assert!(summary.targets.iter().any(|t| t == "cpu -compiler=toy"), "{:?}", summary.targets);
+    let by_backend = &summary.artifacts[0].partitions_by_backend;
+    assert!(by_backend.get(NAME).is_some_and(|n| *n > 0), "the toy won no partition of resnet18: {by_backend:?}");
+    assert!(dir.path().join("out/resnet18-b1.tsr").exists());
 }

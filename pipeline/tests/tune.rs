@@ -174,8 +174,8 @@ fn a_bigger_matmul_measures_slower() {
 struct NoCompiler(CBackend);
 
 impl Backend for NoCompiler {
-    fn name(&self) -> &'static str {
-        self.0.name()
+    fn spec(&self) -> &'static tessera_stages::target::BackendSpec {
+        self.0.spec()
     }
     fn version(&self) -> tessera_stages::code::CodeVersion {
         self.0.version()

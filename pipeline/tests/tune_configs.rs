@@ -19,7 +19,7 @@ use tessera_stages::context::CostMode;
 use tessera_stages::partition::stage::partition_and_plan;
 use tessera_stages::context::CostSource;
 use tessera_stages::tune::{measure_candidates, TuneOutcome, TuneRecord};
-use tessera_stages::target::{register_compiler, Target, TargetSet};
+use tessera_stages::target::{BackendSpec, Target, TargetSet};
 use tessera_store::{OpenOptions, Store};
 
 const NAME: &str = "reps";
@@ -28,14 +28,16 @@ const FAST: &str = "reps/v1/x1";
 
 struct Reps;
 
+static SPEC: BackendSpec = BackendSpec { name: NAME, device: "cpu", compiler: NAME, doc: "c's lowering, measured in two configurations (a test's backend)", options: &[], order: 100 };
+
 /// The `c` target the wrapped backend lowers and compiles for.
 fn c_target() -> Target {
     Target::parse("cpu -compiler=c").unwrap()
 }
 
 impl Backend for Reps {
-    fn name(&self) -> &'static str {
-        NAME
+    fn spec(&self) -> &'static BackendSpec {
+        &SPEC
     }
     fn version(&self) -> tessera_stages::code::CodeVersion {
         // A backend built outside tessera digests its own source the same way (here: this file).
@@ -90,9 +92,8 @@ impl Backend for Reps {
 
 fn setup() -> (Vec<Box<dyn Backend>>, TargetSet) {
     // Registering twice (tests of one process) is allowed for the same backend.
-    register_compiler("cpu", NAME, NAME).unwrap();
-    let mut backends = registry::all();
-    backends.push(Box::new(Reps));
+    registry::register(&SPEC, || Box::new(Reps)).unwrap();
+    let backends = registry::all();
     let targets = TargetSet::parse(&[format!("cpu -compiler={NAME}")]).unwrap();
     (backends, targets)
 }

@@ -1,5 +1,5 @@
-//! `tessera.compile(...)`: the compiler from Python, through the pipeline library function the `tessera
-//! compile` command runs (`tessera::cli::compile::compile`), in this process. Built only with the
+//! `tessera.compile(...)`: the compiler from Python, through the library's compile entry point that the
+//! `tessera compile` command uses too (`tessera::request::CompileRequest`), in this process. Built only with the
 //! `compiler` feature (on by default; see python/Cargo.toml for why it is a feature at all).
 
 use crate::Error;
@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use tessera::cli::build_options::BuildOptions;
+use tessera::request::{CompileRequest, StoreRequest};
 use tessera_stages::context::CostMode;
 
 /// One input path or a list of them (`str` or `os.PathLike`).
@@ -46,11 +46,15 @@ pub fn compile<'py>(
         Inputs::Many(ps) => ps.into_iter().map(path_string).collect::<PyResult<_>>()?,
     };
     let costs: CostMode = costs.parse().map_err(Error::new_err)?;
-    // The CLI's `--shape NAME=D0xD1` spelling, parsed by the same code as the CLI's.
-    let shapes = shapes.unwrap_or_default().into_iter().map(|(n, d)| format!("{n}={}", d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("x"))).collect();
-    // `None` resolves as the CLI's does (`tessera_store::resolve_dir`: $TESSERA_STORE, else `.tessera`).
-    let build = BuildOptions { targets: targets.unwrap_or_default(), shapes, store, wait, costs, frozen: false, measured_on: None, remote: None, remote_read_only: false, remote_signing_key: None, remote_trust: None };
-    let summary = py.detach(|| tessera::cli::compile::compile(&inputs, &build, &out)).map_err(|e| Error::new_err(format!("{e:#}")))?;
+    // A store of `None` resolves as the CLI's does (`tessera_store::resolve_dir`: $TESSERA_STORE, else `.tessera`).
+    let request = CompileRequest {
+        shapes: shapes.unwrap_or_default(),
+        targets: targets.unwrap_or_default(),
+        costs,
+        store: StoreRequest { dir: store, wait, remote: None },
+        ..CompileRequest::new(inputs, out)
+    };
+    let summary = py.detach(|| request.compile()).map_err(|e| Error::new_err(format!("{e:#}")))?;
     if !summary.failed.is_empty() {
         let why: Vec<String> = summary.failed.iter().map(|f| f.error.clone()).collect();
         return Err(Error::new_err(format!("{} of {} models failed to compile: {}", summary.failed.len(), summary.failed.len() + summary.models, why.join("; "))));

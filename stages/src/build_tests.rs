@@ -79,8 +79,8 @@ fn lower_key_has_every_ingredient() {
 struct SourceEdited<B>(B, crate::code::CodeVersion);
 
 impl<B: Backend> Backend for SourceEdited<B> {
-    fn name(&self) -> &'static str {
-        self.0.name()
+    fn spec(&self) -> &'static crate::target::BackendSpec {
+        self.0.spec()
     }
     fn version(&self) -> crate::code::CodeVersion {
         self.1

@@ -1,6 +1,8 @@
 //! The options every command that builds models shares (`compile`, `explain`, `baselines`): targets, input
-//! shapes, the store, and where partition costs come from. One definition, so the commands cannot drift apart.
+//! shapes, the store, and where partition costs come from. One definition, so the commands cannot drift apart;
+//! parsed into the library's [`CompileRequest`] (and its [`StoreRequest`]), which does the rest.
 
+use crate::request::{CompileRequest, RemoteRequest, StoreRequest};
 use tessera_stages::context::CostMode;
 use crate::zoo::resolve_targets;
 use anyhow::{bail, Context, Result};
@@ -10,8 +12,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tessera_stages::backend::Backend;
 use tessera_stages::target::TargetSet;
-use tessera_store::remote::keyfile::{load_signing_key, load_trust};
-use tessera_store::{OpenOptions, Remote, RemoteOptions, RemoteUrl, Signing, Store, Trust};
+use std::path::Path;
+use tessera_store::{RemoteOptions, RemoteUrl, Store};
 
 #[derive(Args, Debug)]
 pub struct BuildOptions {
@@ -73,12 +75,19 @@ impl BuildOptions {
             if mode != CostMode::Recorded {
                 bail!("--measured-on {} needs --frozen: measuring under another GPU's fingerprint would record this machine's times as its", file.display());
             }
-            let text = std::fs::read_to_string(file).with_context(|| format!("--measured-on: reading {}", file.display()))?;
-            let fp: GpuFingerprint = serde_json::from_str(&text)
-                .with_context(|| format!("--measured-on {}: not a GPU fingerprint as `tessera targets --gpu-fingerprint` prints it", file.display()))?;
+            let fp = self.measured_on()?.expect("given");
             assume_gpu(fp).map_err(|e| anyhow::anyhow!("--measured-on {}: {e}", file.display()))?;
         }
         Ok(mode)
+    }
+
+    /// The GPU fingerprint `--measured-on` names, read from its file.
+    pub fn measured_on(&self) -> Result<Option<GpuFingerprint>> {
+        let Some(file) = &self.measured_on else { return Ok(None) };
+        let text = std::fs::read_to_string(file).with_context(|| format!("--measured-on: reading {}", file.display()))?;
+        let fp: GpuFingerprint = serde_json::from_str(&text)
+            .with_context(|| format!("--measured-on {}: not a GPU fingerprint as `tessera targets --gpu-fingerprint` prints it", file.display()))?;
+        Ok(Some(fp))
     }
 
     /// The `--shape` arguments by input name; an input given twice is an error.
@@ -91,26 +100,37 @@ impl BuildOptions {
         resolve_targets(&self.targets, backends)
     }
 
+    /// The store these options name (`--store`, `--wait`, `--remote` and its keys).
+    pub fn store_request(&self) -> StoreRequest {
+        StoreRequest {
+            dir: self.store.clone(),
+            wait: self.wait,
+            remote: self.remote.as_ref().map(|url| RemoteRequest {
+                url: url.clone(),
+                options: RemoteOptions { read_only: self.remote_read_only },
+                signing_key: self.remote_signing_key.clone(),
+                trust: self.remote_trust.clone(),
+            }),
+        }
+    }
+
     /// Opens the store for writing, waiting for another holder if `--wait` was given, with the remote tier
     /// attached when `--remote` (or $TESSERA_REMOTE) names one.
     pub fn open_store(&self) -> Result<Store> {
-        let dir = tessera_store::resolve_dir(self.store.as_deref());
-        let store = Store::open(&dir, OpenOptions::writable().wait(self.wait))?;
-        Ok(match &self.remote {
-            Some(url) => store.with_remote(Remote::new(url, RemoteOptions { read_only: self.remote_read_only })?.with_signing(self.signing()?))?,
-            None => store,
-        })
+        self.store_request().open()
     }
 
-    /// The signing key and trusted keys `--remote-signing-key` and `--remote-trust` name (errors name the
-    /// file, never a key). Read only when a remote is configured.
-    pub fn signing(&self) -> Result<Signing> {
-        let signer = self.remote_signing_key.as_deref().map(load_signing_key).transpose().map_err(|e| anyhow::anyhow!("--remote-signing-key: {e}"))?;
-        let trust = match &self.remote_trust {
-            Some(file) => Trust::new(load_trust(file).map_err(|e| anyhow::anyhow!("--remote-trust: {e}"))?),
-            None => Trust::default(),
-        };
-        Ok(Signing { signer, trust })
+    /// The library request these options and the command's inputs and output folder make.
+    pub fn request(&self, inputs: &[String], out: &Path) -> Result<CompileRequest> {
+        Ok(CompileRequest {
+            inputs: inputs.to_vec(),
+            shapes: self.shapes()?,
+            targets: self.targets.clone(),
+            costs: self.cost_mode()?,
+            measured_on: self.measured_on()?,
+            store: self.store_request(),
+            out: out.to_path_buf(),
+        })
     }
 }
 

@@ -1,17 +1,14 @@
 //! `tessera compile INPUT... [--target T]... [--store DIR] [--out DIR] [--json] [--shard I/N] [--summary-out FILE]`
 
-use crate::build::{ModelJob, ModelResult};
-use crate::memo::Memo;
-use crate::explain::jobs_from_specs;
 use crate::shard::{self, report::ShardReport, Shard, ShardArg};
-use crate::zoo::{all_backends, compile_all, Summary};
+use crate::zoo::Summary;
 use anyhow::Result;
 use super::build_options::BuildOptions;
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 #[derive(Args, Debug)]
@@ -47,9 +44,9 @@ fn parse_shard(s: &str) -> Result<ShardArg, String> {
 const STAGES: [&str; 5] = ["load", "partition", "lower", "compile", "link"];
 
 pub fn run(args: CompileArgs) -> Result<()> {
-    let shapes = args.build.shapes()?;
+    let request = args.build.request(&args.inputs, &args.out)?;
     let shard = args.shard.map(|s| s.resolve(&|k| std::env::var(k).ok())).transpose()?;
-    let all_jobs = jobs_from_specs(&args.inputs, &shapes)?;
+    let all_jobs = request.jobs()?;
     // With --shard or --summary-out: every model's cost is estimated and the models assigned to shards
     // (an unsharded run is shard 0/1), and this run builds its own share.
     let sharding = (shard.is_some() || args.summary_out.is_some()).then(|| {
@@ -87,7 +84,7 @@ pub fn run(args: CompileArgs) -> Result<()> {
     };
     let total = jobs.len();
     let done = Mutex::new(0usize);
-    let summary = compile_jobs(&args.build, &jobs, &args.out, &on_stage, &|r| {
+    let summary = request.compile_jobs(&jobs, &on_stage, &|r| {
         let mut d = done.lock().expect("done");
         *d += 1;
         if !tty && !args.json {
@@ -128,33 +125,6 @@ pub fn run(args: CompileArgs) -> Result<()> {
         anyhow::bail!("{} of {} models failed to compile", summary.failed.len(), summary.failed.len() + summary.models);
     }
     Ok(())
-}
-
-/// `tessera compile INPUT... --out OUT` without the command line's sharding and reports: the models `inputs`
-/// name (ONNX files, zoo manifests, fixture specs; `build.shapes` fixes ONNX inputs' shapes), compiled for
-/// `build`'s targets through `build`'s store with its cost source, each artifact written to `OUT/<model>.tsr`.
-/// The Python API's `tessera.compile` calls this, so it builds exactly what the CLI builds. A model that fails
-/// does not stop the others: it is listed in [`Summary::failed`] with its error.
-pub fn compile(inputs: &[String], build: &BuildOptions, out: &Path) -> Result<Summary> {
-    let jobs = jobs_from_specs(inputs, &build.shapes()?)?;
-    compile_jobs(build, &jobs, out, &|_, _| {}, &|_| {})
-}
-
-/// Resolves `build`'s targets, opens its store and compiles `jobs` into `out`; `on_stage(stage, was_hit)`
-/// follows every memoized call and `on_model` every finished model (the CLI's progress).
-pub fn compile_jobs(
-    build: &BuildOptions,
-    jobs: &[ModelJob],
-    out: &Path,
-    on_stage: &(dyn Fn(&'static str, bool) + Send + Sync),
-    on_model: &(dyn Fn(&ModelResult) + Sync),
-) -> Result<Summary> {
-    let costs = build.cost_mode()?;
-    let backends = all_backends();
-    let targets = build.targets(&backends)?;
-    let store = build.open_store()?;
-    let memo = Memo::new(&store).with_observer(on_stage);
-    compile_all(&memo, &targets, &backends, jobs, out, costs, on_model)
 }
 
 /// The text report of a compile run (also of merged shards: `tessera summary`).

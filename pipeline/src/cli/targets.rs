@@ -42,8 +42,12 @@ pub fn run(args: TargetsArgs) -> Result<()> {
                     "attributes": k.attrs.iter().map(|a| serde_json::json!({
                         "name": a.name, "type": a.ty.describe(), "default": a.default, "doc": a.doc,
                     })).collect::<Vec<_>>(),
-                    "backends": k.compilers.iter().map(|(c, b)| serde_json::json!({
-                        "compiler": c, "backend": b, "status": status(b),
+                    "backends": k.backends().iter().map(|b| serde_json::json!({
+                        "compiler": b.compiler, "backend": b.name, "doc": b.doc, "status": status(b.name),
+                        "default": b.compiler == k.default_compiler,
+                        "options": b.options.iter().map(|a| serde_json::json!({
+                            "name": a.name, "type": a.ty.describe(), "default": a.default, "doc": a.doc,
+                        })).collect::<Vec<_>>(),
                     })).collect::<Vec<_>>(),
                     "default": Target::parse(k.name).map(|t| t.canonical()).unwrap_or_default(),
                 })
@@ -58,14 +62,18 @@ pub fn run(args: TargetsArgs) -> Result<()> {
         if let Ok(t) = Target::parse(k.name) {
             println!("  canonical default: {}", t.canonical());
         }
-        println!("  attributes:");
+        println!("  attributes of every backend of the device:");
         for a in k.attrs {
-            println!("    -{:<10} {:<32} default {:<9} {}", a.name, a.ty.describe(), a.default, a.doc);
+            println!("    -{:<12} {:<32} default {:<9} {}", a.name, a.ty.describe(), a.default, a.doc);
         }
-        println!("  backends:");
-        for (c, b) in k.compilers {
-            let default = if *c == k.compilers[0].0 { " (default: takes what no other backend claims)" } else { "" };
-            println!("    -compiler={:<8} backend {:<8} {}{}", c, b, status(b), default);
+        println!("  backends (-compiler), each with its own options:");
+        for b in k.backends() {
+            let default = if b.compiler == k.default_compiler { " (default: takes what no other backend claims)" } else { "" };
+            println!("    -compiler={:<8} backend {:<8} {}{}", b.compiler, b.name, status(b.name), default);
+            println!("      {}", b.doc);
+            for a in b.options {
+                println!("      -{:<12} {:<32} default {:<9} {}", a.name, a.ty.describe(), a.default, a.doc);
+            }
         }
     }
     Ok(())

@@ -16,13 +16,14 @@
 //!
 //! # Adding a backend
 //!
-//! A backend `foo` is one unit in three places:
-//! - **compile side**: a folder `stages/src/backend/foo/` with a type implementing [`Backend`] (its support
-//!   and rules, estimate, configs, colours, lowering and module compile), and one line in
-//!   [`registry::all`];
-//! - **target**: one `-compiler` value selecting it, in the target-kind registry
-//!   (`stages/src/target/registry.rs`: the kind's `compilers` and its `-compiler` enum); a backend built
-//!   outside this crate declares its value at run time with [`crate::target::register_compiler`] instead;
+//! A backend `foo` is one folder per side and one registration line in each:
+//! - **compile side**: a folder `stages/src/backend/foo/` with its description (a [`BackendSpec`]: name,
+//!   device kind, `-compiler` value, its own typed options with defaults and docs), a type implementing
+//!   [`Backend`] (support and rules, estimate, configs, colours, lowering and module compile), and the line
+//!   `crate::backend::registry::register_builtin!(SPEC, FooBackend);`, which adds the description to the
+//!   targets' registry and the constructor to [`registry::all`]. Its source digest enters its keys once its
+//!   folder is a unit in `stages/src/code/units.rs`. A backend built outside this crate calls
+//!   [`registry::register`] at run time instead, and every build through the library's entry point offers it.
 //! - **run side**: one module `kernels/src/runtime/foo.rs` (or folder) that loads its modules, and one line in
 //!   `kernels/src/runtime/registry.rs` mapping its [`ModuleFormat`] (a new variant of that enum) to its
 //!   loader; a loader built outside the runtime crate uses [`ModuleFormat::Named`] and is added to a
@@ -30,9 +31,9 @@
 //!
 //! `pipeline/tests/toy_backend.rs` is a complete backend written in one test file that way.
 
+pub mod registry;
 pub mod gemm;
 pub mod library;
-pub mod registry;
 
 #[cfg(test)]
 pub(crate) mod attention_cases;
@@ -46,7 +47,7 @@ pub mod cudnn;
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::{Kinds, Rule};
 pub use tessera_kernels::module::{FunctionInfo, Module, ModuleFormat};
-use crate::target::Target;
+use crate::target::{BackendSpec, Target};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use tessera_store::Digest;
@@ -54,6 +55,15 @@ use tessera_store::Digest;
 /// Constants with at most this many elements stay inside kernels (a backend may inline them into code);
 /// larger ones are lifted to kernel inputs, so compiled code never depends on weight values.
 pub const INLINE_CONST_MAX: usize = 64;
+
+/// The tuning budget, an option of every backend with a tuning space: the tune stage measures at most this many
+/// configurations of each kernel (`tune::configs_to_measure`: the default first, then the others in order).
+pub const TUNE_CONFIGS: crate::target::AttrSpec = crate::target::AttrSpec {
+    name: "tune-configs",
+    ty: crate::target::AttrType::Int { min: 1, max: 64 },
+    default: "16",
+    doc: "tuning budget: the tune stage measures at most this many configurations of each kernel (the default first, then the others in order); 1 measures only the default, 16 every one offered today",
+};
 
 /// One partition lowered by a backend, before its module is compiled.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,8 +129,12 @@ impl<S: Into<String>> FromIterator<S> for TunableSet {
 }
 
 pub trait Backend: Send + Sync {
+    /// The backend's description: name, device, `-compiler` value and its own options (registered with it).
+    fn spec(&self) -> &'static BackendSpec;
     /// The backend's name as targets select it (`Target::backend_name`).
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.spec().name
+    }
     /// Code version: part of every key of this backend's work. The declared number (bump it when the meaning
     /// of generated code changes; it names configurations) with the digest of the backend's source
     /// ([`crate::code`]), so any change to a generator changes its keys.

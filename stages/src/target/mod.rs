@@ -1,16 +1,17 @@
 //! Targets (stage 1): the one place for options.
 //!
 //! A target names a device kind and refines it with typed attributes, in the syntax of the seeds
-//! (`cuda -arch=sm_90 -compiler=cublas`, `cpu -compiler=gemm -opt-level=3`) or as JSON
+//! (`cuda -arch=sm_90 -compiler=cublas`, `cpu -compiler=c -opt-level=3`) or as JSON
 //! (`{"kind": "cpu", "compiler": "gemm"}`). A backend is a device kind plus its `-compiler`; every backend
 //! option is an attribute with a default and a validator. The canonical form fills every default and sorts
 //! attributes, so two spellings of one target have one digest; nothing outside the target (environment
-//! variables, globals) changes what a backend emits. The `-compiler` values are the registry's
-//! ([`KINDS`]), plus any a backend built outside this crate declares with [`register_compiler`].
+//! variables, globals) changes what a backend emits. A target's attributes are its kind's ([`KINDS`]: what
+//! every backend of the device shares) and the selected backend's own options ([`BackendSpec`]); the
+//! `-compiler` values are the registered backends' ([`registry::backend_specs`]).
 
 mod registry;
 
-pub use registry::{register_compiler, AttrSpec, AttrType, KindSpec, KINDS, REGISTRY_VERSION};
+pub use registry::{backend_specs, builtin_specs, register_spec, AttrSpec, AttrType, BackendSpec, KindSpec, SpecEntry, KINDS, REGISTRY_VERSION};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -108,25 +109,61 @@ impl Target {
         let Some(spec) = registry::kind(kind) else {
             return terr(format!("target '{shown}': unknown kind '{kind}'; valid kinds: {}", registry::kind_names()));
         };
-        let mut attrs: BTreeMap<String, AttrValue> = BTreeMap::new();
-        for (name, value) in given {
-            let Some(a) = spec.attrs.iter().find(|a| a.name == name) else {
-                return terr(format!("target '{shown}': unknown attribute '-{name}' for kind '{kind}'; valid attributes: {}", spec.attr_names()));
-            };
-            let parsed = match (name.as_str(), value.as_deref()) {
-                // A -compiler value a backend outside this crate registered (`register_compiler`).
-                ("compiler", Some(c)) if registry::compiler_backend(spec, c).is_some() => Ok(AttrValue::Str(c.to_string())),
-                _ => a.ty.parse(value.as_deref()),
-            };
-            let v = parsed.map_err(|why| TargetError(format!("target '{shown}': -{name}: {why}")))?;
-            if attrs.insert(name.clone(), v).is_some() {
+        for (i, (name, _)) in given.iter().enumerate() {
+            if given[..i].iter().any(|(n, _)| n == name) {
                 return terr(format!("target '{shown}': attribute '-{name}' given twice"));
             }
         }
-        for a in spec.attrs {
+        // The backend first: its options are the rest of the target's attributes.
+        let compiler = match given.iter().find(|(n, _)| n == "compiler") {
+            None => spec.default_compiler.to_string(),
+            Some((_, None)) => return terr(format!("target '{shown}': -compiler needs a value (one of {})", spec.compiler_names())),
+            Some((_, Some(c))) => c.clone(),
+        };
+        let Some(backend) = registry::compiler_backend(spec, &compiler) else {
+            return terr(format!("target '{shown}': -compiler: '{compiler}' is not one of: {}", spec.compiler_names()));
+        };
+        let mut attrs: BTreeMap<String, AttrValue> = BTreeMap::new();
+        attrs.insert("compiler".into(), AttrValue::Str(compiler.clone()));
+        for (name, value) in given {
+            if name == "compiler" {
+                continue;
+            }
+            let Some(a) = spec.attrs.iter().chain(backend.options).find(|a| a.name == name) else {
+                return terr(format!(
+                    "target '{shown}': unknown attribute '-{name}' for kind '{kind}' with -compiler={compiler} (backend {}); valid attributes: {}",
+                    backend.name,
+                    Self::attr_names(spec, backend)
+                ));
+            };
+            let v = a.ty.parse(value.as_deref()).map_err(|why| TargetError(format!("target '{shown}': -{name}: {why}")))?;
+            attrs.insert(name, v);
+        }
+        for a in spec.attrs.iter().chain(backend.options) {
             attrs.entry(a.name.to_string()).or_insert_with(|| a.default());
         }
         Ok(Target { kind: kind.to_string(), attrs })
+    }
+
+    fn attr_names(kind: &KindSpec, backend: &BackendSpec) -> String {
+        let mut names = vec!["-compiler".to_string()];
+        names.extend(kind.attrs.iter().chain(backend.options).map(|a| format!("-{}", a.name)));
+        names.join(", ")
+    }
+
+    /// The same device and kind attributes, on the backend `-compiler=<compiler>` selects (its options at
+    /// their defaults): how a set gains its device's fallback.
+    pub fn on_compiler(&self, compiler: &str) -> Result<Target, TargetError> {
+        let mut given: Vec<(String, Option<String>)> = vec![("compiler".into(), Some(compiler.to_string()))];
+        for a in self.spec().attrs {
+            given.push((a.name.to_string(), Some(self.attr(a.name).to_string())));
+        }
+        Self::build(&format!("{} -compiler={compiler}", self.kind), &self.kind, given)
+    }
+
+    /// The description of the backend this target selects.
+    pub fn backend_spec(&self) -> &'static BackendSpec {
+        registry::compiler_backend(self.spec(), self.compiler()).expect("validated compiler")
     }
 
     pub fn spec(&self) -> &'static KindSpec {
@@ -174,7 +211,7 @@ impl Target {
 
     /// The backend's name, as reports and the artifact show it (`c`, `gemm`, `cuda`, `cublas`, ...).
     pub fn backend_name(&self) -> &'static str {
-        registry::compiler_backend(self.spec(), self.compiler()).expect("validated compiler")
+        self.backend_spec().name
     }
 
     /// The device this target runs on (targets of one device can exchange buffers without copies).
@@ -269,8 +306,8 @@ impl TargetSet {
         let devices: Vec<String> = targets.iter().map(|t| t.kind.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
         for d in devices {
             if !targets.iter().any(|t| t.kind == d && t.is_least_specialized()) {
-                let mut fallback = targets.iter().find(|t| t.kind == d).expect("device present").clone();
-                fallback.attrs.insert("compiler".into(), AttrValue::Str(fallback.spec().default_compiler().to_string()));
+                let given = targets.iter().find(|t| t.kind == d).expect("device present");
+                let fallback = given.on_compiler(given.spec().default_compiler())?;
                 targets.push(fallback);
             }
         }

@@ -1,10 +1,17 @@
-//! The target-kind registry: every kind, its attributes, their types and defaults. Its version is part of
-//! every target digest, so changing a default invalidates what was compiled with the old one.
+//! The target registry: every device kind with its own attributes, and every backend's description (its
+//! `-compiler` value and its own typed options), each registered by the backend's folder. Its version is part
+//! of every target digest, so changing a default invalidates what was compiled with the old one.
+//!
+//! A target is a device kind, the `-compiler` that selects a backend on it, the kind's attributes (`-arch`,
+//! `-precision`: what every backend of the device shares, so every target of a set must agree on them) and the
+//! selected backend's own options (`-opt-level` for `c`, `-tune-configs` for `cuda`...). Nothing here names a
+//! backend: a backend of this crate submits its [`BackendSpec`] from its own folder (through
+//! `crate::backend::registry::register_builtin!`), one built elsewhere calls `backend::registry::register` at run time.
 
 use super::AttrValue;
 
-/// Bump whenever a kind, attribute, type or default changes.
-pub const REGISTRY_VERSION: u32 = 3;
+/// Bump whenever a kind, attribute, type or default changes (4: backend options belong to their backend).
+pub const REGISTRY_VERSION: u32 = 4;
 
 #[derive(Debug)]
 pub enum AttrType {
@@ -22,13 +29,42 @@ pub struct AttrSpec {
     pub doc: &'static str,
 }
 
+/// A device kind: its name, its own attributes, and the `-compiler` value of its default backend (the least
+/// specialized, which takes what no other backend claims).
 #[derive(Debug)]
 pub struct KindSpec {
     pub name: &'static str,
     pub doc: &'static str,
+    /// The kind's attributes, shared by every backend of the device (`-compiler` is not among them: its values
+    /// are the backends').
     pub attrs: &'static [AttrSpec],
-    /// `-compiler` values and the backend each selects; the first is the device's default (least specialized).
-    pub compilers: &'static [(&'static str, &'static str)],
+    pub default_compiler: &'static str,
+}
+
+/// A backend's description, as targets see it: registered once by the backend's folder.
+#[derive(Debug)]
+pub struct BackendSpec {
+    /// The backend's name (reports, artifacts, `Backend::name`).
+    pub name: &'static str,
+    /// The device kind it runs on.
+    pub device: &'static str,
+    /// The `-compiler` value that selects it.
+    pub compiler: &'static str,
+    pub doc: &'static str,
+    /// Its own typed options, with defaults and docs: part of its targets' canonical form.
+    pub options: &'static [AttrSpec],
+    /// Where it comes among the backends of the build (`tessera targets`, the search's candidate order).
+    pub order: u32,
+}
+
+/// A backend description of this build, as its folder submits it (`crate::backend::registry::register_builtin!`).
+pub struct SpecEntry(pub &'static BackendSpec);
+
+inventory::collect!(SpecEntry);
+
+/// The backend descriptions of this build, in no particular order ([`backend_specs`] orders them).
+pub fn builtin_specs() -> impl Iterator<Item = &'static BackendSpec> {
+    inventory::iter::<SpecEntry>.into_iter().map(|e| e.0)
 }
 
 impl AttrType {
@@ -76,78 +112,84 @@ impl KindSpec {
     }
 
     pub fn default_compiler(&self) -> &'static str {
-        self.compilers[0].0
+        self.default_compiler
+    }
+
+    /// The backends of this kind, in registry order: this build's, then those registered at run time.
+    pub fn backends(&self) -> Vec<&'static BackendSpec> {
+        backend_specs().into_iter().filter(|b| b.device == self.name).collect()
+    }
+
+    /// The `-compiler` values of this kind, the default first.
+    pub fn compiler_names(&self) -> String {
+        let mut names: Vec<&str> = vec![self.default_compiler];
+        names.extend(self.backends().iter().map(|b| b.compiler).filter(|c| *c != self.default_compiler));
+        names.join(", ")
     }
 }
 
-const CPU_COMPILERS: &[&str] = &["c", "gemm"];
-const CUDA_COMPILERS: &[&str] = &["nvrtc", "cublas", "cudnn", "cutlass"];
+impl BackendSpec {
+    pub fn option_names(&self) -> String {
+        self.options.iter().map(|a| format!("-{}", a.name)).collect::<Vec<_>>().join(", ")
+    }
+}
 
-/// Every target kind tessera knows.
+/// Every target kind tessera knows, with the attributes all of its backends share.
 pub static KINDS: &[KindSpec] = &[
-    KindSpec {
-        name: "cpu",
-        doc: "the host CPU",
-        compilers: &[("c", "c"), ("gemm", "gemm")],
-        attrs: &[
-            AttrSpec { name: "compiler", ty: AttrType::Enum(CPU_COMPILERS), default: "c", doc: "backend: c = generated C compiled to a shared object (runs everything); gemm = matmul and conv through the matrixmultiply crate" },
-            AttrSpec { name: "opt-level", ty: AttrType::Int { min: 0, max: 3 }, default: "2", doc: "C compiler optimization level (-O)" },
-            AttrSpec { name: "fast-math", ty: AttrType::Bool, default: "false", doc: "let the C compiler reassociate floating point (-ffast-math); results may differ in the last bits" },
-            AttrSpec { name: "march", ty: AttrType::Enum(&["generic", "x86-64-v2", "x86-64-v3", "native"]), default: "generic", doc: "instruction set for generated code; native ties artifacts to the build machine" },
-        ],
-    },
+    KindSpec { name: "cpu", doc: "the host CPU", attrs: &[], default_compiler: "c" },
     KindSpec {
         name: "cuda",
         doc: "an NVIDIA GPU",
-        compilers: &[("nvrtc", "cuda"), ("cublas", "cublas"), ("cudnn", "cudnn"), ("cutlass", "cutlass")],
         attrs: &[
-            AttrSpec { name: "compiler", ty: AttrType::Enum(CUDA_COMPILERS), default: "nvrtc", doc: "backend: nvrtc = tessera's CUDA codegen; cublas = cuBLASLt; cudnn = cuDNN; cutlass = CUTLASS templates" },
             AttrSpec { name: "arch", ty: AttrType::Enum(&["sm_80", "sm_86", "sm_89", "sm_90"]), default: "sm_90", doc: "GPU architecture to compile for" },
-            AttrSpec { name: "fast-math", ty: AttrType::Bool, default: "false", doc: "fast math intrinsics in generated kernels" },
             AttrSpec { name: "precision", ty: AttrType::Enum(&["fp32", "fp16"]), default: "fp32", doc: "storage precision of activations and weights: fp16 converts weights once at compile time and keeps fp32 accumulation (inputs and outputs stay fp32)" },
-            AttrSpec { name: "tune-configs", ty: AttrType::Int { min: 1, max: 64 }, default: "16", doc: "tuning budget: the tune stage measures at most this many configurations of each kernel (the backend's default first, then its others in order); 1 measures only the default, 16 every one offered today" },
         ],
+        default_compiler: "nvrtc",
     },
 ];
 
-/// A `-compiler` value declared at run time by a backend built outside this crate
-/// ([`register_compiler`]): (kind, compiler value, backend name).
-type Registered = (&'static str, &'static str, &'static str);
+/// Backends registered at run time by code outside this crate ([`register_spec`]).
+static REGISTERED: std::sync::RwLock<Vec<&'static BackendSpec>> = std::sync::RwLock::new(Vec::new());
 
-static REGISTERED: std::sync::RwLock<Vec<Registered>> = std::sync::RwLock::new(Vec::new());
-
-/// Declares that `-compiler=<compiler>` on targets of `kind` selects `backend`, for a backend built outside
-/// this crate (the backends of this build are listed in [`KINDS`]). It lasts for the process. Registering
-/// the same triple again is a no-op; a value the kind already has, or an unknown kind, is an error naming it.
-/// Registered values never change the digest of a target that does not use them.
-pub fn register_compiler(kind: &str, compiler: &'static str, backend: &'static str) -> Result<(), String> {
-    let Some(spec) = self::kind(kind) else {
-        return Err(format!("registering -compiler={compiler} (backend {backend}): unknown kind '{kind}'; valid kinds: {}", kind_names()));
-    };
-    if compiler.is_empty() || compiler.contains(char::is_whitespace) || compiler.contains('=') {
-        return Err(format!("registering backend {backend}: '{compiler}' is not a valid -compiler value"));
-    }
-    if let Some((_, b)) = spec.compilers.iter().find(|(c, _)| *c == compiler) {
-        return Err(format!("registering backend {backend}: kind '{kind}' already has -compiler={compiler} (backend {b})"));
-    }
-    let mut reg = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
-    match reg.iter().find(|(k, c, _)| *k == spec.name && *c == compiler) {
-        Some((_, _, b)) if *b == backend => Ok(()),
-        Some((_, _, b)) => Err(format!("registering backend {backend}: -compiler={compiler} of kind '{kind}' already selects backend {b}")),
-        None => {
-            reg.push((spec.name, compiler, backend));
-            Ok(())
-        }
-    }
+/// Every backend description: this build's in order, then those registered at run time in registration order.
+pub fn backend_specs() -> Vec<&'static BackendSpec> {
+    let mut all: Vec<&'static BackendSpec> = builtin_specs().collect();
+    all.sort_by_key(|b| (b.order, b.name));
+    all.extend(REGISTERED.read().unwrap_or_else(|e| e.into_inner()).iter().copied());
+    all
 }
 
-/// The backend that `-compiler=<compiler>` selects on `kind`: from [`KINDS`], else from [`register_compiler`].
-pub(crate) fn compiler_backend(kind: &KindSpec, compiler: &str) -> Option<&'static str> {
-    if let Some((_, b)) = kind.compilers.iter().find(|(c, _)| *c == compiler) {
-        return Some(b);
+/// Adds a backend description at run time (`backend::registry::register` calls it): it lasts for the process.
+/// Registering the same description again is a no-op; an unknown device kind, or a name or `-compiler` value
+/// another backend has, is an error naming both.
+pub fn register_spec(spec: &'static BackendSpec) -> Result<(), String> {
+    let Some(kind) = self::kind(spec.device) else {
+        return Err(format!("registering backend {}: unknown kind '{}'; valid kinds: {}", spec.name, spec.device, kind_names()));
+    };
+    if spec.compiler.is_empty() || spec.compiler.contains(char::is_whitespace) || spec.compiler.contains('=') {
+        return Err(format!("registering backend {}: '{}' is not a valid -compiler value", spec.name, spec.compiler));
     }
-    let reg = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
-    reg.iter().find(|(k, c, _)| *k == kind.name && *c == compiler).map(|(_, _, b)| *b)
+    let mut reg = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    let mut existing: Vec<&'static BackendSpec> = builtin_specs().collect();
+    existing.extend(reg.iter().copied());
+    for b in existing {
+        if std::ptr::eq(b, spec) {
+            return Ok(());
+        }
+        if b.name == spec.name {
+            return Err(format!("registering backend {}: a backend of that name is registered already (-compiler={} of kind '{}')", spec.name, b.compiler, b.device));
+        }
+        if b.device == spec.device && b.compiler == spec.compiler {
+            return Err(format!("registering backend {}: kind '{}' already has -compiler={} (backend {})", spec.name, kind.name, spec.compiler, b.name));
+        }
+    }
+    reg.push(spec);
+    Ok(())
+}
+
+/// The backend that `-compiler=<compiler>` selects on `kind`.
+pub fn compiler_backend(kind: &KindSpec, compiler: &str) -> Option<&'static BackendSpec> {
+    backend_specs().into_iter().find(|b| b.device == kind.name && b.compiler == compiler)
 }
 
 pub fn kind(name: &str) -> Option<&'static KindSpec> {

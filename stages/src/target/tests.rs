@@ -2,14 +2,20 @@ use super::*;
 
 #[test]
 fn canonical_form_fills_defaults_and_sorts() {
-    let a = Target::parse("cpu -opt-level=3 -compiler=gemm").unwrap();
-    let b = Target::parse(r#"{"kind": "cpu", "compiler": "gemm", "opt-level": 3}"#).unwrap();
+    let a = Target::parse("cpu -opt-level=3 -compiler=c").unwrap();
+    let b = Target::parse(r#"{"kind": "cpu", "compiler": "c", "opt-level": 3}"#).unwrap();
     assert_eq!(a, b);
     assert_eq!(a.digest(), b.digest());
-    assert_eq!(a.canonical(), "cpu -compiler=gemm -fast-math=false -march=generic -opt-level=3");
+    assert_eq!(a.canonical(), "cpu -compiler=c -fast-math=false -march=generic -opt-level=3");
     assert_eq!(Target::parse(&a.canonical()).unwrap(), a);
-    assert_eq!(a.backend_name(), "gemm");
-    assert!(!a.is_least_specialized());
+    assert_eq!(a.backend_name(), "c");
+    // A backend's target holds the kind's attributes and its own options only.
+    let g = Target::parse("cpu -compiler=gemm").unwrap();
+    assert_eq!(g.canonical(), "cpu -compiler=gemm");
+    assert_eq!(g.backend_name(), "gemm");
+    assert!(!g.is_least_specialized());
+    let n = Target::parse("cuda -compiler=cudnn -precision=fp16").unwrap();
+    assert_eq!(n.canonical(), "cuda -arch=sm_90 -compiler=cudnn -precision=fp16 -tune-configs=16");
 }
 
 #[test]
@@ -29,7 +35,12 @@ fn errors_list_what_is_valid() {
     let e = Target::parse("cpu -opt-level=7").unwrap_err().0;
     assert!(e.contains("out of range 0..=3"), "{e}");
     let e = Target::parse("cuda -compiler=tensorrt").unwrap_err().0;
-    assert!(e.contains("nvrtc, cublas, cudnn, cutlass"), "{e}");
+    assert!(e.contains("nvrtc, cublas, cudnn") && !e.contains("cutlass"), "only values with a backend behind them: {e}");
+    // Another backend's option is not this one's, and the message lists this one's.
+    let e = Target::parse("cpu -compiler=gemm -opt-level=3").unwrap_err().0;
+    assert!(e.contains("unknown attribute '-opt-level'") && e.contains("backend gemm") && e.contains("valid attributes: -compiler"), "{e}");
+    let e = Target::parse("cuda -compiler=cublas -fast-math").unwrap_err().0;
+    assert!(e.contains("'-fast-math'") && e.contains("-tune-configs"), "{e}");
     let e = Target::parse("cpu opt").unwrap_err().0;
     assert!(e.contains("expected '-key=value'"), "{e}");
     assert!(Target::parse("cpu -opt-level=1 -opt-level=2").is_err());
@@ -38,24 +49,32 @@ fn errors_list_what_is_valid() {
 
 #[test]
 fn every_attribute_changes_the_digest() {
-    let base = Target::parse("cpu").unwrap();
-    for a in base.spec().attrs {
-        let other = match &a.ty {
-            AttrType::Bool => format!("cpu -{}={}", a.name, !base.bool_attr(a.name)),
-            AttrType::Int { min, max } => format!("cpu -{}={}", a.name, if base.int_attr(a.name) == *max { min } else { max }),
-            AttrType::Enum(o) => format!("cpu -{}={}", a.name, o.iter().find(|v| **v != base.str_attr(a.name)).unwrap()),
-        };
-        assert_ne!(Target::parse(&other).unwrap().digest(), base.digest(), "{other}");
+    for text in ["cpu", "cuda", "cuda -compiler=cublas"] {
+        let base = Target::parse(text).unwrap();
+        let attrs: Vec<&AttrSpec> = base.spec().attrs.iter().chain(base.backend_spec().options).collect();
+        assert!(!attrs.is_empty(), "{text}");
+        for a in attrs {
+            let other = match &a.ty {
+                AttrType::Bool => format!("{text} -{}={}", a.name, !base.bool_attr(a.name)),
+                AttrType::Int { min, max } => format!("{text} -{}={}", a.name, if base.int_attr(a.name) == *max { min } else { max }),
+                AttrType::Enum(o) => format!("{text} -{}={}", a.name, o.iter().find(|v| **v != base.str_attr(a.name)).unwrap()),
+            };
+            assert_ne!(Target::parse(&other).unwrap().digest(), base.digest(), "{other}");
+        }
     }
 }
 
 #[test]
 fn target_sets_gain_the_fallback_and_reject_conflicts() {
-    let set = TargetSet::parse(&["cpu -compiler=gemm -opt-level=3".into()]).unwrap();
+    let set = TargetSet::parse(&["cpu -compiler=gemm".into()]).unwrap();
     assert_eq!(set.targets.len(), 2);
     let fb = set.fallback("cpu").unwrap();
     assert_eq!(fb.backend_name(), "c");
-    assert_eq!(fb.int_attr("opt-level"), 3);
+    assert_eq!(fb.int_attr("opt-level"), 2);
+    // The fallback inherits the device's attributes, not the other backend's options.
+    let set = TargetSet::parse(&["cuda -compiler=cublas -arch=sm_80 -tune-configs=3".into()]).unwrap();
+    let fb = set.fallback("cuda").unwrap();
+    assert_eq!((fb.backend_name(), fb.str_attr("arch"), fb.int_attr("tune-configs")), ("cuda", "sm_80", 16));
     // Order and spelling do not matter.
     let a = TargetSet::parse(&["cpu".into(), "cpu -compiler=gemm".into()]).unwrap();
     let b = TargetSet::parse(&[r#"[{"kind":"cpu","compiler":"gemm"},{"kind":"cpu"}]"#.into()]).unwrap();

@@ -36,13 +36,30 @@ mod tests;
 use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat};
 use crate::ir::{DType, Graph, NodeId};
 use crate::partition::collage::rules::Rule;
-use crate::target::Target;
+use crate::target::{AttrSpec, AttrType, BackendSpec, Target};
 
 /// Bump whenever the generated code (or the prelude, or the compile flags) changes.
 pub const VERSION: u32 = 5;
 
 /// The C helpers every module starts with.
 pub const PRELUDE: &str = include_str!("prelude.h");
+
+
+/// The backend's description: its `-compiler` value and its own options.
+pub static SPEC: BackendSpec = BackendSpec {
+    name: "c",
+    device: "cpu",
+    compiler: "c",
+    doc: "tessera's C codegen: generated C compiled to one shared object per module (runs everything on the host)",
+    options: &[
+        AttrSpec { name: "opt-level", ty: AttrType::Int { min: 0, max: 3 }, default: "2", doc: "C compiler optimization level (-O)" },
+        AttrSpec { name: "fast-math", ty: AttrType::Bool, default: "false", doc: "let the C compiler reassociate floating point (-ffast-math); results may differ in the last bits" },
+        AttrSpec { name: "march", ty: AttrType::Enum(&["generic", "x86-64-v2", "x86-64-v3", "native"]), default: "generic", doc: "instruction set for generated code; native ties artifacts to the build machine" },
+    ],
+    order: 0,
+};
+
+crate::backend::registry::register_builtin!(SPEC, CBackend);
 
 /// The `c` backend.
 #[derive(Clone, Copy, Debug, Default)]
@@ -113,8 +130,8 @@ fn compile_error(kernels: &[LoweredKernel], output: &str) -> BackendError {
 }
 
 impl Backend for CBackend {
-    fn name(&self) -> &'static str {
-        "c"
+    fn spec(&self) -> &'static BackendSpec {
+        &SPEC
     }
 
     fn version(&self) -> crate::code::CodeVersion {

@@ -20,7 +20,7 @@ use crate::backend::library::Ranks;
 use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat, TunableSet};
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::Rule;
-use crate::target::Target;
+use crate::target::{BackendSpec, Target};
 use tessera_kernels::runtime::cuda::blas::Matmul;
 
 /// The backend's name, as `cuda -compiler=cublas` selects it.
@@ -31,6 +31,19 @@ pub const VERSION: u32 = 2;
 
 /// The tuning space: the heuristic's first four answers for every matmul of a kernel.
 pub const RANKS: Ranks = Ranks { backend: NAME, version: VERSION, ranks: 4 };
+
+
+/// The backend's description: its `-compiler` value and its own options.
+pub static SPEC: BackendSpec = BackendSpec {
+    name: NAME,
+    device: "cuda",
+    compiler: "cublas",
+    doc: "cuBLASLt matmuls with fused bias and activation epilogues",
+    options: &[crate::backend::TUNE_CONFIGS],
+    order: 3,
+};
+
+crate::backend::registry::register_builtin!(SPEC, CublasBackend);
 
 /// The `cublas` backend (stateless).
 #[derive(Clone, Copy, Debug, Default)]
@@ -48,8 +61,8 @@ fn check_target(target: &Target) -> Result<(), BackendError> {
 }
 
 impl Backend for CublasBackend {
-    fn name(&self) -> &'static str {
-        NAME
+    fn spec(&self) -> &'static BackendSpec {
+        &SPEC
     }
 
     fn version(&self) -> crate::code::CodeVersion {

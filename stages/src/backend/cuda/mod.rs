@@ -33,7 +33,7 @@ mod tests;
 use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat, TunableSet};
 use crate::ir::{DType, Graph, NodeId};
 use crate::partition::collage::rules::Rule;
-use crate::target::Target;
+use crate::target::{AttrSpec, AttrType, BackendSpec, Target};
 use lower::CudaCode;
 use tessera_kernels::runtime::cuda::format::CubinModule;
 use tessera_kernels::runtime::cuda::libs;
@@ -54,6 +54,22 @@ pub const PRELUDE: &str = include_str!("prelude.cuh");
 
 /// What modules with f16 tensors start with (before [`PRELUDE`]): the toolkit's fp16 and WMMA headers.
 pub const HALF_PRELUDE: &str = include_str!("prelude_f16.cuh");
+
+
+/// The backend's description: its `-compiler` value and its own options.
+pub static SPEC: BackendSpec = BackendSpec {
+    name: NAME,
+    device: "cuda",
+    compiler: "nvrtc",
+    doc: "tessera's CUDA codegen, compiled to cubins by NVRTC (runs everything on the GPU)",
+    options: &[
+        AttrSpec { name: "fast-math", ty: AttrType::Bool, default: "false", doc: "fast math intrinsics in generated kernels" },
+        crate::backend::TUNE_CONFIGS,
+    ],
+    order: 2,
+};
+
+crate::backend::registry::register_builtin!(SPEC, CudaBackend);
 
 /// The `cuda` backend.
 #[derive(Clone, Copy, Debug, Default)]
@@ -114,8 +130,8 @@ fn compile_error(kernels: &[LoweredKernel], log: &str) -> BackendError {
 }
 
 impl Backend for CudaBackend {
-    fn name(&self) -> &'static str {
-        NAME
+    fn spec(&self) -> &'static BackendSpec {
+        &SPEC
     }
 
     fn version(&self) -> crate::code::CodeVersion {

@@ -20,7 +20,7 @@ use crate::backend::library::Ranks;
 use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat, TunableSet};
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::Rule;
-use crate::target::Target;
+use crate::target::{BackendSpec, Target};
 use tessera_kernels::runtime::cuda::dnn::Conv;
 
 /// The backend's name, as `cuda -compiler=cudnn` selects it.
@@ -32,6 +32,19 @@ pub const VERSION: u32 = 3;
 
 /// The tuning space: the heuristic's first four fitting algorithms for every convolution of a kernel.
 pub const RANKS: Ranks = Ranks { backend: NAME, version: VERSION, ranks: 4 };
+
+
+/// The backend's description: its `-compiler` value and its own options.
+pub static SPEC: BackendSpec = BackendSpec {
+    name: NAME,
+    device: "cuda",
+    compiler: "cudnn",
+    doc: "cuDNN convolutions with fused bias, residual and activation",
+    options: &[crate::backend::TUNE_CONFIGS],
+    order: 4,
+};
+
+crate::backend::registry::register_builtin!(SPEC, CudnnBackend);
 
 /// The `cudnn` backend (stateless).
 #[derive(Clone, Copy, Debug, Default)]
@@ -49,8 +62,8 @@ fn check_target(target: &Target) -> Result<(), BackendError> {
 }
 
 impl Backend for CudnnBackend {
-    fn name(&self) -> &'static str {
-        NAME
+    fn spec(&self) -> &'static BackendSpec {
+        &SPEC
     }
 
     fn version(&self) -> crate::code::CodeVersion {

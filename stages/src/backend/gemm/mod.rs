@@ -23,7 +23,7 @@ pub use tessera_kernels::runtime::gemm::{plan, validate};
 use super::{Backend, BackendError, FunctionInfo, LoweredKernel, Module, ModuleFormat};
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::Rule;
-use crate::target::Target;
+use crate::target::{BackendSpec, Target};
 use plan::{Plan, PlanFunction, PLAN_VERSION};
 use std::collections::BTreeSet;
 
@@ -33,6 +33,19 @@ pub const NAME: &str = "gemm";
 /// Code version: part of every key of this backend's work. Bump when lowering, the plan format, or what the
 /// runtime computes for a plan changes (2: GELU at a data-independent cost).
 pub const VERSION: u32 = 2;
+
+
+/// The backend's description: its `-compiler` value and its own options.
+pub static SPEC: BackendSpec = BackendSpec {
+    name: NAME,
+    device: "cpu",
+    compiler: "gemm",
+    doc: "matmul and convolution through the matrixmultiply crate (plans run by the runtime's GEMM kernels)",
+    options: &[],
+    order: 1,
+};
+
+crate::backend::registry::register_builtin!(SPEC, GemmBackend);
 
 /// The `gemm` backend (stateless).
 #[derive(Clone, Copy, Debug, Default)]
@@ -50,8 +63,8 @@ fn check_target(target: &Target) -> Result<(), BackendError> {
 }
 
 impl Backend for GemmBackend {
-    fn name(&self) -> &'static str {
-        NAME
+    fn spec(&self) -> &'static BackendSpec {
+        &SPEC
     }
 
     fn version(&self) -> crate::code::CodeVersion {

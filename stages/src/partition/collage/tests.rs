@@ -474,8 +474,11 @@ fn adjacent_winners_on_one_target_merge() {
 #[test]
 fn a_missing_backend_or_bad_limits_is_an_error() {
     let g = conv_chain();
-    let targets = TargetSet::parse(&["cuda -compiler=cutlass".into()]).unwrap();
-    let e = cands_of(&g, &targets, &Limits::default()).unwrap_err();
+    // A target whose backend the build does not hand the search (a lookup without cudnn).
+    let targets = TargetSet::parse(&["cuda -compiler=cudnn".into()]).unwrap();
+    let bs: Vec<_> = backends().into_iter().filter(|b| b.name() != "cudnn").collect();
+    let lookup = |t: &Target| bs.iter().find(|b| b.name() == t.backend_name()).map(|b| b.as_ref());
+    let e = candidates(&g, &targets, &lookup, &Limits::default()).unwrap_err();
     assert!(e.0.contains("no backend"), "{e}");
     let e = cands_of(&g, &cpu_targets(), &Limits { max_nodes: 0, ..Limits::default() }).unwrap_err();
     assert!(e.0.contains("limits"), "{e}");

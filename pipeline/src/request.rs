@@ -1,0 +1,131 @@
+//! The library's compile entry point: one typed [`CompileRequest`] that the `tessera compile` command, Python's
+//! `tessera.compile` and Rust programs all build. The CLI only parses its arguments into one
+//! (`cli::build_options`); every build goes through [`CompileRequest::compile`].
+
+use crate::build::{ModelJob, ModelResult};
+use crate::explain::jobs_from_specs;
+use crate::memo::Memo;
+use crate::zoo::{all_backends, compile_all_in, resolve_targets, Summary};
+use anyhow::{bail, Result};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use tessera_kernels::runtime::Registry;
+use tessera_stages::context::{CostMode, Ctx};
+use tessera_stages::device::{assume_gpu, GpuFingerprint};
+use tessera_store::remote::keyfile::{load_signing_key, load_trust};
+use tessera_store::{OpenOptions, Remote, RemoteOptions, RemoteUrl, Signing, Store, Trust};
+
+/// One compile: which models, for which targets, with which costs, through which store, into which folder.
+#[derive(Clone, Debug)]
+pub struct CompileRequest {
+    /// ONNX files (each named after its file stem), zoo manifests (`.toml`), or fixture specs
+    /// (`fixture:MODEL[:bN][:sN][:iN]`).
+    pub inputs: Vec<String>,
+    /// Fixed shapes of ONNX inputs given directly, by input name.
+    pub shapes: BTreeMap<String, Vec<usize>>,
+    /// Target strings or JSON texts; empty: every backend this machine can run.
+    pub targets: Vec<String>,
+    /// Where partition costs come from; [`CostMode::Recorded`] is a frozen build.
+    pub costs: CostMode,
+    /// A frozen build only: the GPU the records were measured on (`tessera targets --gpu-fingerprint` there),
+    /// so a machine without it builds that GPU's bytes.
+    pub measured_on: Option<GpuFingerprint>,
+    pub store: StoreRequest,
+    /// Where artifacts go, as `<model>.tsr`.
+    pub out: PathBuf,
+}
+
+/// The store a build reads and writes.
+#[derive(Clone, Debug, Default)]
+pub struct StoreRequest {
+    /// The store's folder; `None`: `$TESSERA_STORE`, else `.tessera` in the working directory.
+    pub dir: Option<PathBuf>,
+    /// Wait for another process holding the store instead of failing.
+    pub wait: bool,
+    /// A remote tier shared by many machines.
+    pub remote: Option<RemoteRequest>,
+}
+
+/// A remote tier: its URL, how to use it, and the key files that sign and check its entries.
+#[derive(Clone, Debug)]
+pub struct RemoteRequest {
+    pub url: RemoteUrl,
+    pub options: RemoteOptions,
+    /// An ed25519 secret key file: every memo entry written to the remote is signed with it.
+    pub signing_key: Option<PathBuf>,
+    /// A file of trusted public keys: a remote memo entry is used only when one of them signed it.
+    pub trust: Option<PathBuf>,
+}
+
+impl CompileRequest {
+    /// A request with the defaults: every backend of this machine, measured costs, the default store.
+    pub fn new(inputs: Vec<String>, out: impl Into<PathBuf>) -> CompileRequest {
+        CompileRequest {
+            inputs,
+            shapes: BTreeMap::new(),
+            targets: Vec::new(),
+            costs: CostMode::default(),
+            measured_on: None,
+            store: StoreRequest::default(),
+            out: out.into(),
+        }
+    }
+
+    /// The models the inputs name.
+    pub fn jobs(&self) -> Result<Vec<ModelJob>> {
+        jobs_from_specs(&self.inputs, &self.shapes)
+    }
+
+    /// Compiles every model of the request; each artifact is written to `out/<model>.tsr`. A model that
+    /// fails does not stop the others: it is listed in [`Summary::failed`] with its error.
+    pub fn compile(&self) -> Result<Summary> {
+        self.compile_jobs(&self.jobs()?, &|_, _| {}, &|_| {})
+    }
+
+    /// Compiles `jobs` (a share of [`jobs`](Self::jobs), for sharded builds) as the request says;
+    /// `on_stage(stage, was_hit)` follows every memoized call and `on_model` every finished model.
+    pub fn compile_jobs(&self, jobs: &[ModelJob], on_stage: &(dyn Fn(&'static str, bool) + Send + Sync), on_model: &(dyn Fn(&ModelResult) + Sync)) -> Result<Summary> {
+        self.assume_measured_gpu()?;
+        let backends = all_backends();
+        let targets = resolve_targets(&self.targets, &backends)?;
+        let store = self.store.open()?;
+        let memo = Memo::new(&store).with_observer(on_stage);
+        let ctx = Ctx::new(&memo, &targets, &backends).with_costs(self.costs).with_runtime(Registry::builtin());
+        compile_all_in(&memo, &ctx, jobs, &self.out, on_model)
+    }
+
+    /// With `measured_on`: the build assumes that GPU for the rest of the process (only a frozen build may).
+    pub fn assume_measured_gpu(&self) -> Result<()> {
+        if let Some(fp) = &self.measured_on {
+            if self.costs != CostMode::Recorded {
+                bail!("measured_on needs a frozen build (recorded costs): measuring under another GPU's fingerprint would record this machine's times as its");
+            }
+            assume_gpu(fp.clone()).map_err(anyhow::Error::msg)?;
+        }
+        Ok(())
+    }
+}
+
+impl StoreRequest {
+    /// Opens the store for writing (waiting for another holder if asked), with the remote tier attached.
+    pub fn open(&self) -> Result<Store> {
+        let dir = tessera_store::resolve_dir(self.dir.as_deref());
+        let store = Store::open(&dir, OpenOptions::writable().wait(self.wait))?;
+        Ok(match &self.remote {
+            Some(r) => store.with_remote(Remote::new(&r.url, r.options)?.with_signing(r.signing()?))?,
+            None => store,
+        })
+    }
+}
+
+impl RemoteRequest {
+    /// The signing key and trusted keys the request names (errors name the file, never a key).
+    pub fn signing(&self) -> Result<Signing> {
+        let signer = self.signing_key.as_deref().map(load_signing_key).transpose().map_err(|e| anyhow::anyhow!("remote signing key: {e}"))?;
+        let trust = match &self.trust {
+            Some(file) => Trust::new(load_trust(file).map_err(|e| anyhow::anyhow!("remote trust file: {e}"))?),
+            None => Trust::default(),
+        };
+        Ok(Signing { signer, trust })
+    }
+}
