@@ -49,7 +49,7 @@ pub fn compile<'py>(
     // The CLI's `--shape NAME=D0xD1` spelling, parsed by the same code as the CLI's.
     let shapes = shapes.unwrap_or_default().into_iter().map(|(n, d)| format!("{n}={}", d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("x"))).collect();
     // `None` resolves as the CLI's does (`tessera_store::resolve_dir`: $TESSERA_STORE, else `.tessera`).
-    let build = BuildOptions { targets: targets.unwrap_or_default(), shapes, store, wait, costs, frozen: false, measured_on: None, remote: None, remote_read_only: false, remote_signing_key: None, remote_trust: None };
+    let build = BuildOptions { targets: targets.unwrap_or_default(), shapes, store, wait, costs, frozen: false, measured_on: None, remote: None, remote_read_only: false, remote_timeout_ms: tessera::cli::build_options::DEFAULT_REMOTE_TIMEOUT_MS, remote_signing_key: None, remote_trust: None };
     let summary = py.detach(|| tessera::cli::compile::compile(&inputs, &build, &out)).map_err(|e| Error::new_err(format!("{e:#}")))?;
     if !summary.failed.is_empty() {
         let why: Vec<String> = summary.failed.iter().map(|f| f.error.clone()).collect();

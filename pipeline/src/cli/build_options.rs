@@ -36,6 +36,11 @@ pub struct BuildOptions {
     /// Never write to the remote tier (machines that must not; the same as `?ro` in the URL).
     #[arg(long)]
     pub remote_read_only: bool,
+    /// With `--remote`: how long connecting to the remote, and its answer to a first small request, may take
+    /// (milliseconds) before it counts as down; a remote found down is not asked again in this run (one
+    /// warning) and the build goes on with the local store.
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_REMOTE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub remote_timeout_ms: u64,
     /// With `--remote`: sign every memo entry written to the remote with this ed25519 secret key file
     /// (`tessera store keygen` makes one; mode 0600). Default: $TESSERA_REMOTE_SIGNING_KEY.
     #[arg(long, env = tessera_store::SIGNING_KEY_ENV, value_name = "FILE")]
@@ -97,9 +102,14 @@ impl BuildOptions {
         let dir = tessera_store::resolve_dir(self.store.as_deref());
         let store = Store::open(&dir, OpenOptions::writable().wait(self.wait))?;
         Ok(match &self.remote {
-            Some(url) => store.with_remote(Remote::new(url, RemoteOptions { read_only: self.remote_read_only })?.with_signing(self.signing()?))?,
+            Some(url) => store.with_remote(Remote::new(url, self.remote_options())?.with_signing(self.signing()?))?,
             None => store,
         })
+    }
+
+    /// How the remote tier is used: `--remote-read-only`, `--remote-timeout-ms`.
+    pub fn remote_options(&self) -> RemoteOptions {
+        RemoteOptions { read_only: self.remote_read_only, timeout: std::time::Duration::from_millis(self.remote_timeout_ms) }
     }
 
     /// The signing key and trusted keys `--remote-signing-key` and `--remote-trust` name (errors name the
@@ -113,6 +123,9 @@ impl BuildOptions {
         Ok(Signing { signer, trust })
     }
 }
+
+/// `--remote-timeout-ms`'s default: the store's [`tessera_store::DEFAULT_REMOTE_TIMEOUT`].
+pub const DEFAULT_REMOTE_TIMEOUT_MS: u64 = tessera_store::DEFAULT_REMOTE_TIMEOUT.as_millis() as u64;
 
 fn parse_remote(s: &str) -> Result<RemoteUrl, String> {
     s.parse::<RemoteUrl>().map_err(|e| e.to_string())
