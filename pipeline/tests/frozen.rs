@@ -33,8 +33,8 @@ fn executions(summary: &str, stage: &str) -> u64 {
     v["stages"][stage]["executions"].as_u64().unwrap_or(0)
 }
 
-/// Model name -> hex artifact digest, from a `compile --json` summary (the same digests
-/// scripts/gpu/record_frozen.sh writes into expected.json).
+/// Model name -> hex artifact digest, from a `compile --json` summary (digests are 64 hex characters in JSON,
+/// as scripts/gpu/record_frozen.sh copies them into expected.json).
 fn artifact_digests(summary: &str) -> std::collections::BTreeMap<String, String> {
     let v: Value = serde_json::from_str(summary).expect("a JSON summary");
     v["artifacts"]
@@ -42,8 +42,9 @@ fn artifact_digests(summary: &str) -> std::collections::BTreeMap<String, String>
         .expect("artifacts")
         .iter()
         .map(|a| {
-            let bytes: Vec<u8> = a["digest"].as_array().expect("digest bytes").iter().map(|b| b.as_u64().expect("a byte") as u8).collect();
-            (a["model"].as_str().expect("model").to_string(), bytes.iter().map(|b| format!("{b:02x}")).collect())
+            let digest = a["digest"].as_str().unwrap_or_else(|| panic!("a digest is a hex string in JSON: {}", a["digest"]));
+            assert!(digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()), "{digest}");
+            (a["model"].as_str().expect("model").to_string(), digest.to_string())
         })
         .collect()
 }

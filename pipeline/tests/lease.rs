@@ -33,6 +33,7 @@ fn compile_with(store: &Path, remote: Option<&str>, out: &Path, costs: CostMode)
         measured_on: None,
         remote: remote.map(|u| u.parse().unwrap()),
         remote_read_only: false,
+        remote_timeout_ms: tessera::cli::build_options::DEFAULT_REMOTE_TIMEOUT_MS,
         remote_signing_key: None,
         remote_trust: None,
     };

@@ -121,7 +121,7 @@ impl Store {
             .map_err(StoreError::io("creating temp file in", &parent))?;
         let mut builder = tar::Builder::new(BufWriter::new(tmp));
         let mbytes = postcard::to_allocvec(&manifest)
-            .map_err(|source| StoreError::Encode { what: "archive manifest".into(), source })?;
+            .map_err(|cause| StoreError::Encode { what: "archive manifest".into(), cause })?;
         append(&mut builder, MANIFEST_NAME, mbytes.len() as u64, &mbytes[..], file)?;
         for (d, size) in &manifest.objects {
             // Objects are verified as they are read: a corrupt object fails the export, never ships.

@@ -7,15 +7,20 @@ use std::path::PathBuf;
 /// Result alias for store operations.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// Every variant's message is complete: a cause (an OS error, an encoder's error) is written into it and is
+/// not also returned by `source()`. Errors are printed with anyhow's `{:#}`, which appends each `source()` in
+/// the chain, so a cause both in the message and in the chain would be printed twice ("...: No such file or
+/// directory (os error 2): No such file or directory (os error 2)"); a field named `source` (thiserror's
+/// implicit `#[source]`) is therefore called `cause` here.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// An I/O call failed; `what` says which step (e.g. "writing object temp file").
-    #[error("{what} {path}: {source}")]
+    /// An I/O call failed; `what` says which step (e.g. "writing object temp file"). The OS error is in the
+    /// message and deliberately not the error's `source()` (see the note on [`StoreError`]).
+    #[error("{what} {path}: {cause}")]
     Io {
         what: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
     /// An I/O call failed because the store's filesystem is full. Everything recorded before is intact
@@ -70,12 +75,8 @@ pub enum StoreError {
     Archive { path: PathBuf, detail: String },
 
     /// A value could not be encoded canonically (postcard).
-    #[error("cannot encode {what} canonically: {source}")]
-    Encode {
-        what: String,
-        #[source]
-        source: postcard::Error,
-    },
+    #[error("cannot encode {what} canonically: {cause}")]
+    Encode { what: String, cause: postcard::Error },
 
     /// The remote tier's server failed a request (refused, timed out, answered with an error). The store
     /// disables the tier for the rest of the process after the first one and goes on locally.
@@ -111,7 +112,7 @@ impl StoreError {
             if source.kind() == std::io::ErrorKind::StorageFull {
                 StoreError::NoSpace { what, path }
             } else {
-                StoreError::Io { what, path, source }
+                StoreError::Io { what, path, cause: source }
             }
         }
     }
@@ -131,5 +132,28 @@ mod tests {
         assert!(std::error::Error::source(&e).is_none());
         let other = StoreError::io("reading", "/s/x")(std::io::Error::from_raw_os_error(2));
         assert!(matches!(other, StoreError::Io { .. }));
+    }
+
+    /// What anyhow's `{:#}` prints (how `tessera` prints every error): the message, then each `source()`.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut s = e.to_string();
+        let mut next = e.source();
+        while let Some(c) = next {
+            s += &format!(": {c}");
+            next = c.source();
+        }
+        s
+    }
+
+    #[test]
+    fn causes_are_printed_once_in_the_error_chain() {
+        let io = StoreError::io("opening object", "/s/objects/ab/cd")(std::io::Error::from_raw_os_error(2));
+        let text = chain(&io);
+        assert_eq!(text.matches("No such file or directory").count(), 1, "{text}");
+        assert!(text.starts_with("opening object /s/objects/ab/cd: No such file or directory"), "{text}");
+        let postcard = postcard::to_slice(&[1u8; 8], &mut [0u8; 2]).unwrap_err();
+        let encode = StoreError::Encode { what: "index record".into(), cause: postcard.clone() };
+        let text = chain(&encode);
+        assert_eq!(text.matches(&postcard.to_string()).count(), 1, "{text}");
     }
 }

@@ -261,7 +261,7 @@ impl Index {
 }
 
 fn encode<T: serde::Serialize + ?Sized>(v: &T) -> Result<Vec<u8>> {
-    postcard::to_allocvec(v).map_err(|source| StoreError::Encode { what: "index record".into(), source })
+    postcard::to_allocvec(v).map_err(|cause| StoreError::Encode { what: "index record".into(), cause })
 }
 
 fn memo_key(stage: &str, key: &Digest) -> Result<Vec<u8>> {

@@ -226,7 +226,7 @@ fn checksum(len: &[u8; 4], payload: &[u8]) -> [u8; CHECK_LEN] {
 
 fn encode_frame(r: &JournalRecord, out: &mut Vec<u8>) -> Result<()> {
     let payload =
-        postcard::to_allocvec(r).map_err(|source| StoreError::Encode { what: "journal record".into(), source })?;
+        postcard::to_allocvec(r).map_err(|cause| StoreError::Encode { what: "journal record".into(), cause })?;
     let len = (payload.len() as u32).to_le_bytes();
     out.extend_from_slice(&len);
     out.extend_from_slice(&payload);

@@ -24,7 +24,7 @@ pub const KEY_FORMAT_VERSION: u32 = 1;
 /// Encodes a value canonically (postcard), the encoding used for everything that is hashed.
 pub fn canonical_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
     postcard::to_allocvec(value)
-        .map_err(|source| StoreError::Encode { what: std::any::type_name::<T>().to_string(), source })
+        .map_err(|cause| StoreError::Encode { what: std::any::type_name::<T>().to_string(), cause })
 }
 
 /// The digest of a value's canonical encoding.
@@ -167,7 +167,7 @@ impl Clone for KeyBuilder {
     fn clone(&self) -> Self {
         // Only name and encoding errors are ever deferred here, and both are plain data.
         let error = self.error.as_ref().map(|e| match e {
-            StoreError::Encode { what, source } => StoreError::Encode { what: what.clone(), source: source.clone() },
+            StoreError::Encode { what, cause } => StoreError::Encode { what: what.clone(), cause: cause.clone() },
             StoreError::InvalidName { what, value, reason } => {
                 StoreError::InvalidName { what, value: value.clone(), reason }
             }

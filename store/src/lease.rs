@@ -31,9 +31,6 @@ const RENEW: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.
 /// Deletes the lease if it still holds our token.
 const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
-/// How long one lease request may take before the server counts as failed.
-const TIMEOUT: Duration = Duration::from_secs(10);
-
 /// A lease client for one Redis server.
 pub struct Leases {
     /// The remote URL, as messages name it.
@@ -44,6 +41,9 @@ pub struct Leases {
     pub expiry: Duration,
     /// Makes tokens unique within the process.
     counter: AtomicU64,
+    /// How long connecting may take (the remote tier's timeout, `RemoteOptions::timeout`), and one request.
+    connect_timeout: Duration,
+    request_timeout: Duration,
 }
 
 impl std::fmt::Debug for Leases {
@@ -53,11 +53,12 @@ impl std::fmt::Debug for Leases {
 }
 
 impl Leases {
-    /// A client for the Redis at `endpoint` (`redis://host:port`), database `db`; nothing is sent yet.
-    pub fn new(url: &str, endpoint: &str, db: i64, expiry: Duration) -> Result<Leases> {
+    /// A client for the Redis at `endpoint` (`redis://host:port`), database `db`; nothing is sent yet. Connecting
+    /// may take `connect_timeout`, each request then `request_timeout`.
+    pub fn new(url: &str, endpoint: &str, db: i64, expiry: Duration, connect_timeout: Duration, request_timeout: Duration) -> Result<Leases> {
         let client = redis::Client::open(format!("{endpoint}/{db}"))
             .map_err(|e| StoreError::Remote { url: url.into(), what: "configuring the lease client".into(), detail: e.to_string() })?;
-        Ok(Leases { url: url.into(), client, conn: Mutex::new(None), expiry, counter: AtomicU64::new(0) })
+        Ok(Leases { url: url.into(), client, conn: Mutex::new(None), expiry, counter: AtomicU64::new(0), connect_timeout, request_timeout })
     }
 
     fn lease_key(stage: &str, key: &Digest) -> String {
@@ -74,9 +75,9 @@ impl Leases {
         let fail = |e: redis::RedisError| StoreError::Remote { url: self.url.clone(), what: format!("{what} lease {lease}"), detail: e.to_string() };
         let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         if guard.is_none() {
-            let c = self.client.get_connection_with_timeout(TIMEOUT).map_err(fail)?;
-            c.set_read_timeout(Some(TIMEOUT)).map_err(fail)?;
-            c.set_write_timeout(Some(TIMEOUT)).map_err(fail)?;
+            let c = self.client.get_connection_with_timeout(self.connect_timeout).map_err(fail)?;
+            c.set_read_timeout(Some(self.request_timeout)).map_err(fail)?;
+            c.set_write_timeout(Some(self.request_timeout)).map_err(fail)?;
             *guard = Some(c);
         }
         let conn = guard.as_mut().expect("connected above");

@@ -41,7 +41,7 @@ pub use objects::{LocalObjects, PutOutcome, VerifiedReader};
 pub use stats::{StageStats, Stats};
 pub use store::{OpenOptions, OpenReport, Store};
 pub use lease::{LeaseGuard, Leases};
-pub use remote::{Remote, RemoteOptions, RemoteStats, RemoteUrl, REMOTE_ENV};
+pub use remote::{Remote, RemoteOptions, RemoteStats, RemoteUrl, DEFAULT_REMOTE_TIMEOUT, REMOTE_ENV};
 pub use remote::keyfile::{KeyFileError, SIGNING_KEY_ENV, TRUST_ENV};
 pub use remote::sign::{MemoSigner, PublicKey, Signing, Trust};
 pub use tier::{MemoTier, ObjectTier};

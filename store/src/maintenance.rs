@@ -188,7 +188,7 @@ impl Store {
                         rep.bytes_checked += size;
                         Some(format!("content hashes to {actual} ({size} bytes)"))
                     }
-                    Err(StoreError::Io { source, .. }) => Some(format!("cannot be read: {source}")),
+                    Err(StoreError::Io { cause, .. }) => Some(format!("cannot be read: {cause}")),
                     Err(e) => Some(e.to_string()),
                 },
             };

@@ -142,7 +142,7 @@ impl LocalObjects {
         tmp.persist(&path).map_err(|e| StoreError::Io {
             what: "renaming object into place at",
             path: path.clone(),
-            source: e.error,
+            cause: e.error,
         })?;
         fsync_dir(&parent)?;
         Ok(PutOutcome { digest, size, already_present: false })
@@ -222,7 +222,7 @@ impl LocalObjects {
             if e.kind() == io::ErrorKind::NotFound {
                 StoreError::NotFound { digest: *d, path: path.clone() }
             } else {
-                StoreError::Io { what: "opening object", path: path.clone(), source: e }
+                StoreError::Io { what: "opening object", path: path.clone(), cause: e }
             }
         })
     }

@@ -13,6 +13,12 @@
 //! - **A failing server costs time, not the build.** The first error (refused connection, timeout, an
 //!   answer the client cannot parse) disables the tier for the rest of the process with one warning; the
 //!   build goes on with the local store alone.
+//! - **A server that is down costs at most its timeout, once.** Before its first request the client checks
+//!   that the server is there ([`Remote::probe`]): a TCP connection and one small request (`PING` on Redis,
+//!   `OPTIONS` on HTTP) that must be answered within [`RemoteOptions::timeout`] (default
+//!   [`DEFAULT_REMOTE_TIMEOUT`], `--remote-timeout-ms`). A refused connection fails at once, an unreachable
+//!   host or a server that never answers after the timeout; either way the tier is disabled before any client
+//!   library gets to retry (opendal's Redis pool retries a refused connection until its own request timeout).
 //!
 //! What it cannot guarantee: a memo entry maps a key to an output, so whoever can write the remote can
 //! choose what a key's output is (code included) — only trusted machines should have write access; the
@@ -49,8 +55,14 @@ pub const REMOTE_ENV: &str = "TESSERA_REMOTE";
 /// unsigned.)
 pub const REMOTE_MEMO_FORMAT: u32 = 1;
 
-/// How long one request may take before the server counts as failed.
-const TIMEOUT: Duration = Duration::from_secs(10);
+/// How long connecting to the server and its first answer may take before the server counts as down, when
+/// the caller does not say ([`RemoteOptions::timeout`]).
+pub const DEFAULT_REMOTE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long one whole request may take once the server answered the probe: a request carries a whole object
+/// (hundreds of MB for a large model's artifact), so this bounds a server that stops answering mid-run, not
+/// a server that is down (the probe's shorter timeout catches that). Never less than the probe's timeout.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Which service a remote URL names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,10 +154,21 @@ impl fmt::Display for RemoteUrl {
 }
 
 /// How to use a remote.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteOptions {
     /// Read only: nothing is ever written to the server (also set by `?ro` in the URL).
     pub read_only: bool,
+    /// How long connecting to the server, and its answer to the first (small) request, may take before the
+    /// server counts as down and the tier is disabled for the rest of the process (`--remote-timeout-ms`;
+    /// default [`DEFAULT_REMOTE_TIMEOUT`]). Also the lease client's connect timeout. Whole requests, which
+    /// carry objects, are bounded by the larger of this and 10 s.
+    pub timeout: Duration,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions { read_only: false, timeout: DEFAULT_REMOTE_TIMEOUT }
+    }
 }
 
 /// What the remote tier did in this process (reports and tests).
@@ -271,6 +294,10 @@ pub struct Remote {
     signing: sign::SigningState,
     /// The lease client: Redis only, writable clients only, unless `lease=off` ([`crate::lease`]).
     leases: Option<Arc<Leases>>,
+    /// The connect and first-answer timeout ([`RemoteOptions::timeout`]).
+    timeout: Duration,
+    /// The probe's verdict, made once, before the first request (`Err`: why the server counts as down).
+    probed: std::sync::OnceLock<std::result::Result<(), String>>,
 }
 
 impl fmt::Debug for Remote {
@@ -294,7 +321,8 @@ impl Remote {
             .enable_all()
             .build()
             .map_err(|e| StoreError::Remote { url: url.url.clone(), what: "starting the client's runtime".into(), detail: e.to_string() })?;
-        let timeout = opendal::layers::TimeoutLayer::new().with_timeout(TIMEOUT).with_io_timeout(TIMEOUT);
+        let request = REQUEST_TIMEOUT.max(opts.timeout);
+        let timeout = opendal::layers::TimeoutLayer::new().with_timeout(request).with_io_timeout(request);
         let op = match &url.kind {
             RemoteKind::Redis { endpoint, db } => {
                 let b = opendal::services::Redis::default().endpoint(endpoint).db(*db).root("/tessera/");
@@ -312,7 +340,7 @@ impl Remote {
         let read_only = opts.read_only || url.read_only;
         // Read-only clients never take leases: they write nothing, so no one could wait on their entry.
         let leases = match (&url.kind, url.lease) {
-            (RemoteKind::Redis { endpoint, db }, Some(expiry)) if !read_only => Some(Arc::new(Leases::new(&url.url, endpoint, *db, expiry)?)),
+            (RemoteKind::Redis { endpoint, db }, Some(expiry)) if !read_only => Some(Arc::new(Leases::new(&url.url, endpoint, *db, expiry, opts.timeout, request)?)),
             _ => None,
         };
         let stats = RemoteStats { url: url.url.clone(), read_only, ..Default::default() };
@@ -326,7 +354,30 @@ impl Remote {
             bad: Mutex::default(),
             signing: sign::SigningState::default(),
             leases,
+            timeout: opts.timeout,
+            probed: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Checks, once per process and before the first request, that the server is there: connects (within
+    /// the timeout) and sends one small request whose answer must start within the timeout. A server found
+    /// down disables the tier (one warning) and every request returns this error from then on. Concurrent
+    /// first requests wait for the one probe.
+    fn ready(&self) -> Result<()> {
+        match self.probed.get_or_init(|| probe(&self.url, self.timeout)) {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                let e = StoreError::Remote { url: self.url.url.clone(), what: "connecting".into(), detail: why.clone() };
+                self.disable(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Probes the server now (what the first request does): `Err` names why it counts as down. For tests
+    /// and diagnostics; the tier itself probes once on its own.
+    pub fn probe(&self) -> Result<()> {
+        self.ready()
     }
 
     pub fn url(&self) -> &RemoteUrl {
@@ -429,6 +480,7 @@ impl Remote {
 
     /// Whether the server holds an object (no content check: reads verify).
     pub fn has_object(&self, d: &Digest) -> Result<bool> {
+        self.ready()?;
         let path = Self::object_path(d);
         self.op.exists(&path).map_err(|e| self.failed(format!("checking for object {d} at {path}"), e))
     }
@@ -436,6 +488,7 @@ impl Remote {
     /// Reads an object and verifies it: `Ok(None)` when the server does not have it,
     /// [`StoreError::RemoteCorrupt`] when its content does not hash to `d`.
     pub fn get_object(&self, d: &Digest) -> Result<Option<Vec<u8>>> {
+        self.ready()?;
         let path = Self::object_path(d);
         let bytes = match self.op.read(&path) {
             Ok(b) => b.to_vec(),
@@ -452,6 +505,7 @@ impl Remote {
     /// Writes an object whose digest the caller computed (the store's put, which just hashed it).
     pub fn put_object(&self, d: &Digest, bytes: &[u8]) -> Result<()> {
         self.check_writable("put object")?;
+        self.ready()?;
         let path = Self::object_path(d);
         self.op.write(&path, bytes.to_vec()).map_err(|e| self.failed(format!("writing object {d} to {path}"), e))?;
         lock(&self.bad).remove(d);
@@ -474,6 +528,7 @@ impl Remote {
     /// cannot be trusted as an entry for this stage and key. [`StoreError::RemoteUntrustedEntry`]: trusted
     /// keys are configured and the record has no valid signature from one of them.
     pub fn get_memo(&self, stage: &str, key: &Digest) -> Result<Option<MemoEntry>> {
+        self.ready()?;
         let path = Self::memo_path(stage, key);
         let bytes = match self.op.read(&path) {
             Ok(b) => b.to_vec(),
@@ -497,6 +552,7 @@ impl Remote {
     /// Writes a memo entry (the caller wrote its output object first), signed when this client has a key.
     pub fn put_memo(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {
         self.check_writable("memo record")?;
+        self.ready()?;
         let path = Self::memo_path(stage, key);
         let rec = RemoteMemo {
             format: REMOTE_MEMO_FORMAT,
@@ -519,6 +575,59 @@ impl Remote {
             return Err(StoreError::RemoteReadOnly { url: self.url.url.clone(), op });
         }
         Ok(())
+    }
+}
+
+/// Whether the server `url` names is there: a TCP connection and the start of an answer to one small request
+/// (Redis: an inline `PING`, answered `+PONG`, or an error such as `-NOAUTH`: either way a live server; HTTP:
+/// `OPTIONS` on the root, any status line), all within `timeout` from the start. `Err` says why not, naming
+/// the address and, for a timeout, how long was waited.
+fn probe(url: &RemoteUrl, timeout: Duration) -> std::result::Result<(), String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let start = std::time::Instant::now();
+    let ms = timeout.as_millis();
+    let (endpoint, default_port) = match &url.kind {
+        RemoteKind::Redis { endpoint, .. } => (endpoint, 6379),
+        RemoteKind::Webdav { endpoint, .. } => (endpoint, 80),
+    };
+    let authority = endpoint.split_once("://").map_or(endpoint.as_str(), |(_, a)| a);
+    // `host`, `host:port`, `[v6]` or `[v6]:port`.
+    let has_port = authority.rsplit_once(':').is_some_and(|(h, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && (!h.starts_with('[') || h.ends_with(']')));
+    let addr = if has_port { authority.to_string() } else { format!("{authority}:{default_port}") };
+    let request = match &url.kind {
+        RemoteKind::Redis { .. } => "PING\r\n".to_string(),
+        RemoteKind::Webdav { root, .. } => format!("OPTIONS {root} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"),
+    };
+    let addrs: Vec<std::net::SocketAddr> = addr.to_socket_addrs().map_err(|e| format!("cannot resolve {addr}: {e}"))?.collect();
+    let left = || timeout.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
+    let mut last = format!("{addr} resolves to no address");
+    let mut conn = None;
+    for a in &addrs {
+        match TcpStream::connect_timeout(a, left()) {
+            Ok(s) => {
+                conn = Some((s, *a));
+                break;
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock) => {
+                last = format!("no connection to {a} within {ms} ms (the remote timeout)");
+            }
+            Err(e) => last = format!("cannot connect to {a}: {e}"),
+        }
+        if start.elapsed() >= timeout {
+            break;
+        }
+    }
+    let Some((mut s, a)) = conn else { return Err(last) };
+    let silent = || format!("{a} accepted the connection but did not answer within {ms} ms (the remote timeout)");
+    let timed_out = |e: &std::io::Error| matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock);
+    s.set_write_timeout(Some(left())).and_then(|()| s.write_all(request.as_bytes())).map_err(|e| if timed_out(&e) { silent() } else { format!("sending a probe to {a}: {e}") })?;
+    s.set_read_timeout(Some(left())).map_err(|e| format!("reading {a}'s answer: {e}"))?;
+    let mut answer = [0u8; 64];
+    match s.read(&mut answer) {
+        Ok(0) => Err(format!("{a} closed the connection without answering")),
+        Ok(_) => Ok(()),
+        Err(e) if timed_out(&e) => Err(silent()),
+        Err(e) => Err(format!("reading {a}'s answer: {e}")),
     }
 }
 
@@ -587,6 +696,83 @@ mod tests {
         ] {
             let e = bad.parse::<RemoteUrl>().unwrap_err().to_string();
             assert!(e.contains(bad) && e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    /// A port nothing listens on (bound, then closed) on 127.0.0.1.
+    fn closed_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    fn remote(url: &str, timeout_ms: u64) -> Remote {
+        Remote::new(&url.parse().unwrap(), RemoteOptions { timeout: Duration::from_millis(timeout_ms), ..Default::default() }).unwrap()
+    }
+
+    #[test]
+    fn a_closed_port_is_down_at_once_and_disables_the_tier() {
+        for scheme in ["redis", "http"] {
+            let url = format!("{scheme}://127.0.0.1:{}", closed_port());
+            let r = remote(&url, 1000);
+            let start = std::time::Instant::now();
+            let e = r.has_object(&Digest::of(b"x")).unwrap_err().to_string();
+            // Refused: no waiting for the timeout, and no retries (opendal's Redis pool retries a refused
+            // connection until its request timeout, 10 s before the probe).
+            assert!(start.elapsed() < Duration::from_millis(500), "{url}: {:?}", start.elapsed());
+            assert!(e.contains(&url) && e.contains("cannot connect to 127.0.0.1"), "{e}");
+            assert!(!r.is_enabled(), "{url}: a server found down disables the tier");
+            assert_eq!(r.stats().disabled.as_deref(), Some(e.as_str()));
+            assert_eq!(r.stats().warnings().len(), 1);
+            // The verdict is kept: later requests are refused at once with the same error, nothing is sent.
+            let start = std::time::Instant::now();
+            assert_eq!(r.get_memo("lower", &Digest::of(b"k")).unwrap_err().to_string(), e);
+            assert!(start.elapsed() < Duration::from_millis(50));
+        }
+    }
+
+    #[test]
+    fn a_server_that_accepts_but_never_answers_is_down_after_the_timeout() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // Accepts every connection and holds it open without a byte of answer.
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let h = held.clone();
+        std::thread::spawn(move || {
+            for s in listener.incoming().flatten() {
+                lock(&h).push(s);
+            }
+        });
+        for scheme in ["redis", "http"] {
+            let url = format!("{scheme}://127.0.0.1:{port}");
+            let r = remote(&url, 300);
+            let start = std::time::Instant::now();
+            let e = r.get_object(&Digest::of(b"x")).unwrap_err().to_string();
+            let took = start.elapsed();
+            assert!(took >= Duration::from_millis(290) && took < Duration::from_millis(900), "{url}: {took:?}");
+            assert!(e.contains("did not answer within 300 ms"), "{e}");
+            assert!(!r.is_enabled());
+        }
+        assert!(lock(&held).len() >= 2, "the probes connected");
+    }
+
+    #[test]
+    fn a_server_that_answers_passes_the_probe() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        std::thread::spawn(move || {
+            for mut s in listener.incoming().flatten() {
+                let mut buf = [0u8; 256];
+                let n = s.read(&mut buf).unwrap_or(0);
+                lock(&s2).push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                let _ = s.write_all(b"+PONG\r\n");
+            }
+        });
+        for (url, sent) in [(format!("redis://127.0.0.1:{port}/2"), "PING\r\n"), (format!("http://127.0.0.1:{port}/cache"), "OPTIONS /cache/ HTTP/1.1\r\n")] {
+            let r = remote(&url, 1000);
+            r.probe().unwrap();
+            assert!(r.is_enabled());
+            assert!(lock(&seen).last().unwrap().starts_with(sent), "{:?}", lock(&seen));
         }
     }
 

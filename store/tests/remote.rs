@@ -18,7 +18,7 @@ fn store_with(dir: &std::path::Path, url: &RemoteUrl) -> Store {
 
 /// A client that only looks (what is on the server).
 fn probe(url: &RemoteUrl) -> Remote {
-    Remote::new(url, RemoteOptions { read_only: true }).unwrap()
+    Remote::new(url, RemoteOptions { read_only: true, ..Default::default() }).unwrap()
 }
 
 #[test]
@@ -93,7 +93,7 @@ fn a_read_only_client_writes_nothing() {
         let u = url(&server);
         let t = tempfile::tempdir().unwrap();
         let key = Digest::of(b"key");
-        for (i, (u, opts)) in [(u.clone(), RemoteOptions { read_only: true }), (format!("{}?ro", server.url).parse().unwrap(), RemoteOptions::default())]
+        for (i, (u, opts)) in [(u.clone(), RemoteOptions { read_only: true, ..Default::default() }), (format!("{}?ro", server.url).parse().unwrap(), RemoteOptions::default())]
             .into_iter()
             .enumerate()
         {

@@ -193,11 +193,12 @@ impl Body {
     }
 }
 
-/// What is wrong with an artifact file.
+/// What is wrong with an artifact file. A cause (the OS error, postcard's) is in the message and not in
+/// `source()`: anyhow's `{:#}` prints every error of the chain, so a cause in both would be printed twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ArtifactErrorKind {
     #[error("cannot read: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     #[error("truncated: {len} bytes, shorter than the {HEADER_LEN}-byte header")]
     TooShort { len: usize },
     #[error("not a tessera artifact (bad magic)")]
@@ -214,6 +215,12 @@ pub enum ArtifactErrorKind {
     Decode(postcard::Error),
     #[error("invalid: {0}")]
     Invalid(String),
+}
+
+impl From<std::io::Error> for ArtifactErrorKind {
+    fn from(e: std::io::Error) -> Self {
+        ArtifactErrorKind::Io(e)
+    }
 }
 
 /// An artifact could not be read; names the file (or `<memory>`).
@@ -290,3 +297,30 @@ impl Artifact {
 /// Encoding and body validation are the linker's (stage 5, in the compiler), which writes artifacts.
 pub use header::encode;
 pub use validate::body as validate_body;
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+
+    /// What anyhow's `{:#}` prints (how `tessera` prints every error): the message, then each `source()`.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut s = e.to_string();
+        let mut next = e.source();
+        while let Some(c) = next {
+            s += &format!(": {c}");
+            next = c.source();
+        }
+        s
+    }
+
+    #[test]
+    fn a_missing_file_names_its_cause_once() {
+        let e = Artifact::open(std::path::Path::new("/no/such/model.tsr")).unwrap_err();
+        let text = chain(&e);
+        assert!(text.contains("/no/such/model.tsr") && text.contains("cannot read"), "{text}");
+        assert_eq!(text.matches("No such file or directory").count(), 1, "{text}");
+        // The kind alone (what `?` on an I/O error makes inside the reader) too.
+        let kind = ArtifactErrorKind::from(std::io::Error::from_raw_os_error(2));
+        assert_eq!(chain(&kind).matches("No such file or directory").count(), 1, "{}", chain(&kind));
+    }
+}

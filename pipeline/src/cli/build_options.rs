@@ -38,6 +38,11 @@ pub struct BuildOptions {
     /// Never write to the remote tier (machines that must not; the same as `?ro` in the URL).
     #[arg(long)]
     pub remote_read_only: bool,
+    /// With `--remote`: how long connecting to the remote, and its answer to a first small request, may take
+    /// (milliseconds) before it counts as down; a remote found down is not asked again in this run (one
+    /// warning) and the build goes on with the local store.
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_REMOTE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub remote_timeout_ms: u64,
     /// With `--remote`: sign every memo entry written to the remote with this ed25519 secret key file
     /// (`tessera store keygen` makes one; mode 0600). Default: $TESSERA_REMOTE_SIGNING_KEY.
     #[arg(long, env = tessera_store::SIGNING_KEY_ENV, value_name = "FILE")]
@@ -107,7 +112,7 @@ impl BuildOptions {
             wait: self.wait,
             remote: self.remote.as_ref().map(|url| RemoteRequest {
                 url: url.clone(),
-                options: RemoteOptions { read_only: self.remote_read_only },
+                options: self.remote_options(),
                 signing_key: self.remote_signing_key.clone(),
                 trust: self.remote_trust.clone(),
             }),
@@ -132,7 +137,15 @@ impl BuildOptions {
             out: out.to_path_buf(),
         })
     }
+
+    /// How the remote tier is used: `--remote-read-only`, `--remote-timeout-ms`.
+    pub fn remote_options(&self) -> RemoteOptions {
+        RemoteOptions { read_only: self.remote_read_only, timeout: std::time::Duration::from_millis(self.remote_timeout_ms) }
+    }
 }
+
+/// `--remote-timeout-ms`'s default: the store's [`tessera_store::DEFAULT_REMOTE_TIMEOUT`].
+pub const DEFAULT_REMOTE_TIMEOUT_MS: u64 = tessera_store::DEFAULT_REMOTE_TIMEOUT.as_millis() as u64;
 
 fn parse_remote(s: &str) -> Result<RemoteUrl, String> {
     s.parse::<RemoteUrl>().map_err(|e| e.to_string())

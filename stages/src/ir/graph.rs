@@ -70,14 +70,14 @@ pub struct Graph {
     pub outputs: Vec<ValueId>,
 }
 
-/// Building a node failed: shape or dtype inference rejected it.
+/// Building a node failed: shape or dtype inference rejected it. The inference error is in the message, not
+/// in `source()`: anyhow's `{:#}` would print it twice (the field is not named `source` for that reason).
 #[derive(Debug, thiserror::Error)]
-#[error("node '{node}' ({op}): {source}")]
+#[error("node '{node}' ({op}): {cause}")]
 pub struct BuildError {
     pub node: String,
     pub op: &'static str,
-    #[source]
-    pub source: InferError,
+    pub cause: InferError,
 }
 
 impl Graph {
@@ -152,12 +152,12 @@ impl Graph {
     ) -> Result<Vec<ValueId>, BuildError> {
         let name = name.into();
         let in_types: Vec<&TensorType> = inputs.iter().map(|&v| self.ty(v)).collect();
-        let out_types = infer_op(&op, &in_types).map_err(|source| BuildError { node: name.clone(), op: op.name(), source })?;
+        let out_types = infer_op(&op, &in_types).map_err(|cause| BuildError { node: name.clone(), op: op.name(), cause })?;
         if out_types.len() != output_names.len() {
             return Err(BuildError {
                 node: name,
                 op: op.name(),
-                source: InferError::new(format!("{} outputs named, op has {}", output_names.len(), out_types.len())),
+                cause: InferError::new(format!("{} outputs named, op has {}", output_names.len(), out_types.len())),
             });
         }
         let node = NodeId(self.nodes.len() as u32);

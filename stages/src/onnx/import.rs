@@ -191,7 +191,7 @@ impl<'a> Importer<'a> {
                 .map(|(i, t)| self.g.add_const(if i == 0 { name.clone() } else { format!("{name}:{i}") }, t))
                 .collect());
         }
-        self.g.add_node(name, op, inputs).map_err(|e| NodeError::invalid(e.source.to_string()))
+        self.g.add_node(name, op, inputs).map_err(|e| NodeError::invalid(e.cause.to_string()))
     }
 
     /// Emits a Reshape unless the shape already matches.

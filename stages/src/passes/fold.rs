@@ -17,12 +17,12 @@ pub const FOLD_MAX_GROWN_ELEMENTS: usize = 1 << 20;
 
 /// Folding failed: evaluating a node on its constant inputs is an error the graph would also hit at
 /// run time (an out-of-range Gather index, an integer division by zero...).
+/// The interpreter's error is in the message, not in `source()` (anyhow's `{:#}` would print it twice).
 #[derive(Debug, thiserror::Error)]
-#[error("constant folding in graph '{graph}': {source}")]
+#[error("constant folding in graph '{graph}': {cause}")]
 pub struct FoldError {
     pub graph: String,
-    #[source]
-    pub source: Box<InterpError>,
+    pub cause: Box<InterpError>,
 }
 
 /// Whether folding a node with these input and output element counts stays within the growth limit.
@@ -47,7 +47,7 @@ pub fn fold_constants(g: &mut Graph) -> Result<usize, FoldError> {
         }
         let results = eval_op(&node.op, &args).map_err(|e| FoldError {
             graph: g.name.clone(),
-            source: Box::new(match e {
+            cause: Box::new(match e {
                 InterpError::Op { op, msg } => InterpError::Node { node: node.name.clone(), op, msg },
                 other => other,
             }),
