@@ -112,5 +112,6 @@ fn the_timeout_must_be_positive() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--remote-timeout-ms"), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid value '0' for '--remote-timeout-ms"), "{stderr}");
 }
