@@ -349,21 +349,65 @@ fn the_toy_compiler_value_is_the_registered_one() {
     assert!(e.contains("other"), "{e}");
 }
 
+/// `x + r -> Relu -> MatMul(w) -> Softmax` as an ONNX file (the toy's elementwise head, then work for `c`).
+fn write_onnx(path: &std::path::Path) {
+    use prost::Message;
+    use tessera_stages::onnx::proto::{tensor_shape_proto, type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto};
+    let vi = |name: &str, dims: &[i64]| ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(1),
+                shape: Some(TensorShapeProto {
+                    dim: dims.iter().map(|&d| tensor_shape_proto::Dimension { value: Some(tensor_shape_proto::dimension::Value::DimValue(d)), ..Default::default() }).collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let node = |op: &str, inputs: &[&str], output: &str| NodeProto {
+        op_type: Some(op.into()),
+        name: Some(output.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.to_string()],
+        ..Default::default()
+    };
+    let w: Vec<f32> = (0..64 * 48).map(|i| ((i * 37 % 101) as f32 - 50.0) / 100.0).collect();
+    let model = ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        graph: Some(GraphProto {
+            name: Some("toy".into()),
+            node: vec![node("Add", &["x", "r"], "sum"), node("Relu", &["sum"], "relu"), node("MatMul", &["relu", "w"], "proj"), node("Softmax", &["proj"], "y")],
+            input: vec![vi("x", &[32, 64]), vi("r", &[32, 64])],
+            output: vec![vi("y", &[32, 48])],
+            initializer: vec![TensorProto { name: Some("w".into()), dims: vec![64, 48], data_type: Some(1), float_data: w, ..Default::default() }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    std::fs::write(path, model.encode_to_vec()).unwrap();
+}
+
 /// Registered once, the toy is a backend of every build through the library's compile entry point, the one
 /// the `tessera compile` command and Python's `tessera.compile` use: a target names it by its `-compiler`
-/// value, the request compiles a zoo model with it, and it wins the partitions it should.
+/// value, the request compiles an ONNX model with it, and it wins the elementwise head.
 #[test]
 fn a_registered_backend_compiles_through_the_library_entry_point() {
     register_toy();
     let dir = tempfile::tempdir().unwrap();
-    let mut request = tessera::request::CompileRequest::new(vec!["fixture:resnet18:b1".to_string()], dir.path().join("out"));
-    request.targets = vec!["cpu -compiler=toy".to_string()];
+    let model = dir.path().join("toy-head.onnx");
+    write_onnx(&model);
+    let mut request = tessera::request::CompileRequest::new(vec![model.display().to_string()], dir.path().join("out"));
+    request.targets = vec!["cpu -compiler=toy".to_string(), "cpu -compiler=gemm".to_string()];
     request.costs = CostMode::Analytical;
     request.store.dir = Some(dir.path().join("store"));
     let summary = request.compile().unwrap();
     assert!(summary.failed.is_empty(), "{:?}", summary.failed);
     assert!(summary.targets.iter().any(|t| t == "cpu -compiler=toy"), "{:?}", summary.targets);
     let by_backend = &summary.artifacts[0].partitions_by_backend;
-    assert!(by_backend.get(NAME).is_some_and(|n| *n > 0), "the toy won no partition of resnet18: {by_backend:?}");
-    assert!(dir.path().join("out/resnet18-b1.tsr").exists());
+    assert!(by_backend.get(NAME).is_some_and(|n| *n > 0), "the toy won no partition: {by_backend:?}");
+    let artifact = Artifact::read_owned(std::fs::read(dir.path().join("out/toy-head.tsr")).unwrap(), "toy-head.tsr").unwrap();
+    assert!(artifact.body.modules.iter().any(|m| m.format == ModuleFormat::Named(FORMAT.into())));
 }
