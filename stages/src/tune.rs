@@ -200,6 +200,8 @@ struct Keyed<'a> {
     target: &'a Target,
     backend: &'a dyn Backend,
     kernel: Digest,
+    /// The tune key's ingredients, and the key they hash to.
+    params: TuneKeyParams,
     key: Digest,
     /// Whether it can be measured here (else: analytical).
     measurable: bool,
@@ -280,7 +282,8 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
         // A build from records measures nothing, so it needs only the device's fingerprint (an assumed GPU's
         // on a machine without it), not a backend that can run here.
         let measurable = params.device.is_some() && (ctx.costs.frozen() || backend.available().is_ok());
-        planned.push(Keyed { target, backend, kernel, key: params.key()?, measurable, opts, default_config: backend.default_config(target) });
+        let key = params.key()?;
+        planned.push(Keyed { target, backend, kernel, params, key, measurable, opts, default_config: backend.default_config(target) });
     }
 
     // Misses, one per key, grouped by target (the store is only peeked at: the memo calls below count).
@@ -369,7 +372,7 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
             };
             Ok(TuneRecord { kernel: p.kernel, target: p.target.canonical(), backend: p.backend.name().to_string(), outcome })
         };
-        let (_, record) = run(ctx.driver, &Tune { key: p.key, measure: &measure })?;
+        let (_, record) = run(ctx.driver, &Tune { params: &p.params, measure: &measure })?;
         if record.kernel != p.kernel {
             bail!("tune record {} is for kernel {}, expected {}", p.key, record.kernel, p.kernel);
         }
@@ -554,8 +557,10 @@ pub fn symbol_in(backend: &dyn Backend, target: &Target, kernel: &Digest, config
 }
 
 /// Stage: tune one candidate kernel (see the module documentation); its key is [`TuneKeyParams::key`].
+/// Stage: measure one kernel on one target. Its key ingredients are [`TuneKeyParams`]; the measuring closure
+/// is the means (the kernel prepared in its target's batch, or prepared alone), not an ingredient.
 struct Tune<'a> {
-    key: Digest,
+    params: &'a TuneKeyParams,
     /// The one compute body: measure the prepared kernel (or prepare it alone).
     measure: &'a (dyn Fn() -> Result<TuneRecord> + Sync),
 }
@@ -569,7 +574,7 @@ impl Stage for Tune<'_> {
         code_version()
     }
     fn key(&self) -> Result<Digest> {
-        Ok(self.key)
+        self.params.key()
     }
     fn compute(&self) -> Result<TuneRecord> {
         (self.measure)()

@@ -27,7 +27,7 @@
 //! plan's [`Validation`], shown by `tessera explain`.
 
 use super::plan::{ExecPlan, Trial, Validation};
-use super::stage::{plan_for, CostedCandidates, Selection};
+use super::select::{plan_for, CostedCandidates, Selection};
 use crate::artifact::build_artifact;
 use crate::context::Ctx;
 use crate::device::exclusively;
