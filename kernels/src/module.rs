@@ -18,29 +18,37 @@ pub struct FunctionInfo {
     pub scratch_bytes: u64,
 }
 
-/// How a module's bytes are to be loaded by the runtime: the key of the runtime's loader
-/// [`Registry`](crate::runtime::registry::Registry). A format of this crate is one variant here and one line
-/// there; variants are only ever appended (artifacts encode the variant's index).
+/// How a module's bytes are to be loaded, and where its functions run: the name of a format a runtime loader
+/// is registered for ([`Registry`](crate::runtime::registry::Registry)) and its [`Place`]. Each backend's run
+/// side defines its format as a constant beside its loader (`runtime::c::FORMAT`, `runtime::cuda::FORMAT`...)
+/// and registers the loader with one line there; the compile side writes the same constant into its modules.
+/// A format from outside this crate is a [`ModuleFormat::host`] (or `gpu`) of its own name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum ModuleFormat {
-    /// An ELF shared object exporting each function as `void symbol(void* const* args)` (the `c` backend's;
-    /// loaded by `runtime::c`).
-    SharedObject,
-    /// A postcard-encoded [`gemm`-backend plan](crate::runtime::gemm::plan) executed by the runtime's built-in
-    /// GEMM kernels (loaded by `runtime::gemm`).
-    GemmPlan,
-    /// A format known by name to a loader added to a registry at run time by code outside this crate (a
-    /// backend developed out of tree, or a test's); the built-in registry has none.
-    Named(String),
-    /// A [`cubin module`](crate::runtime::cuda::format::CubinModule): one cubin and each function's kernel
-    /// launches (the `cuda` backend's; loaded by `runtime::cuda`, run on the GPU).
-    Cubin,
-    /// A [`cublaslt module`](crate::runtime::cuda::blas::BlasModule): each function's cuBLASLt matmuls (the
-    /// `cublas` backend's; loaded by `runtime::cuda::blas`, run on the GPU).
-    CublasLt,
-    /// A [`cudnn module`](crate::runtime::cuda::dnn::DnnModule): each function's fused cuDNN convolutions (the
-    /// `cudnn` backend's; loaded by `runtime::cuda::dnn`, run on the GPU).
-    Cudnn,
+pub struct ModuleFormat {
+    pub name: std::borrow::Cow<'static, str>,
+    pub place: Place,
+}
+
+impl ModuleFormat {
+    /// A format of host code named `name`.
+    pub const fn host(name: &'static str) -> ModuleFormat {
+        ModuleFormat { name: std::borrow::Cow::Borrowed(name), place: Place::Host }
+    }
+
+    /// A format of GPU code named `name`.
+    pub const fn gpu(name: &'static str) -> ModuleFormat {
+        ModuleFormat { name: std::borrow::Cow::Borrowed(name), place: Place::Gpu }
+    }
+
+    /// A format of host code named at run time (a loader added from outside this crate).
+    pub fn named(name: impl Into<String>) -> ModuleFormat {
+        ModuleFormat { name: std::borrow::Cow::Owned(name.into()), place: Place::Host }
+    }
+
+    /// Where functions of this format run.
+    pub fn place(&self) -> Place {
+        self.place
+    }
 }
 
 /// Where a module's functions run, and so where the buffers they read and write must be.
@@ -61,26 +69,9 @@ impl std::fmt::Display for Place {
     }
 }
 
-impl ModuleFormat {
-    /// Where functions of this format run. Formats loaded from outside this crate are host code.
-    pub fn place(&self) -> Place {
-        match self {
-            ModuleFormat::SharedObject | ModuleFormat::GemmPlan | ModuleFormat::Named(_) => Place::Host,
-            ModuleFormat::Cubin | ModuleFormat::CublasLt | ModuleFormat::Cudnn => Place::Gpu,
-        }
-    }
-}
-
 impl std::fmt::Display for ModuleFormat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ModuleFormat::SharedObject => f.write_str("shared-object"),
-            ModuleFormat::GemmPlan => f.write_str("gemm-plan"),
-            ModuleFormat::Named(name) => write!(f, "named '{name}'"),
-            ModuleFormat::Cubin => f.write_str("cubin"),
-            ModuleFormat::CublasLt => f.write_str("cublaslt"),
-            ModuleFormat::Cudnn => f.write_str("cudnn"),
-        }
+        write!(f, "{} ({})", self.name, self.place)
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use tessera_kernels::artifact::{plan::Lifetime, slot_bytes, Artifact, ArtifactErrorKind, Buf};
 use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
 use tessera_kernels::runtime::Executable;
-use tessera_stages::backend::{Module, ModuleFormat};
+use tessera_stages::backend::{Module};
 use tessera_stages::ir::{DType, Tensor, TensorType};
 
 /// The kernels' shared object, compiled once per test binary.
@@ -79,7 +79,7 @@ fn format_is_pinned() {
     input.input_int_bounds = vec![3];
     let bytes = link(&input).unwrap();
     assert_eq!(&bytes[..8], b"TESSERA\x1a");
-    assert_eq!(blake3::hash(&bytes).to_hex().as_str(), "92d327e4f2a6f94574390cf3d55a38ea5ef2d1946f87e1d576a3e8ff7e0da0e8");
+    assert_eq!(blake3::hash(&bytes).to_hex().as_str(), "51ea31a6b578153a1125c473813fea681e8a247bdff5e7a23036df12d81bd76d");
 }
 
 #[test]
@@ -256,7 +256,7 @@ fn errors_name_the_file() {
 
 /// A module for link-only tests: its functions are real signatures, its bytes are never loaded.
 fn fake_module(functions: Vec<tessera_stages::backend::FunctionInfo>) -> Module {
-    Module { backend: "fake".into(), target: "none".into(), format: ModuleFormat::SharedObject, functions, bytes: vec![] }
+    Module { backend: "fake".into(), target: "none".into(), format: tessera_kernels::runtime::c::FORMAT, functions, bytes: vec![] }
 }
 
 /// Re-encodes a corrupted body with a correct digest, so the decoder and validator (not the digest) see it.
@@ -447,7 +447,7 @@ fn mixed_plans_get_explicit_transfers() {
         use tessera_kernels::runtime::cuda::format::{CubinModule, FunctionLaunches};
         CubinModule { arch: "sm_90".into(), cubin: b"\x7fELF, not really a cubin".to_vec(), functions: vec![FunctionLaunches { launches: vec![] }] }.encode()
     };
-    let gpu = Module { backend: "cuda".into(), target: "cuda".into(), format: ModuleFormat::Cubin, functions: unary(), bytes: cubin_module_bytes() };
+    let gpu = Module { backend: "cuda".into(), target: "cuda".into(), format: tessera_kernels::runtime::cuda::FORMAT, functions: unary(), bytes: cubin_module_bytes() };
     let step = |module: u32, args: Vec<ValueRef>| LinkStep { module, function: if module == 0 { h } else { 0 }, args };
     let input = LinkInput {
         model: "mixed".into(),

@@ -5,7 +5,7 @@
 use std::time::Instant;
 use tessera_kernels::artifact::{slot_bytes, Artifact};
 use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
-use tessera_stages::backend::{FunctionInfo, Module, ModuleFormat};
+use tessera_stages::backend::{FunctionInfo, Module};
 use tessera_stages::ir::{Graph, ValueDef};
 
 /// A link input running `g` node by node. Module bytes are never loaded: this measures the plan only.
@@ -40,7 +40,7 @@ fn node_by_node(g: &Graph) -> LinkInput {
     for (i, &v) in g.outputs.iter().enumerate() {
         input.outputs.push((format!("out{i}"), refs[v.index()].expect("outputs are computed")));
     }
-    input.modules.push(Module { backend: "plan".into(), target: "none".into(), format: ModuleFormat::SharedObject, functions, bytes: vec![] });
+    input.modules.push(Module { backend: "plan".into(), target: "none".into(), format: tessera_kernels::runtime::c::FORMAT, functions, bytes: vec![] });
     input
 }
 

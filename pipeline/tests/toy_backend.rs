@@ -3,7 +3,7 @@
 //!
 //! `toy` runs same-shape f32 `Add` and `Relu` chains. Its compile side implements [`Backend`] (support,
 //! Collage rules, estimate, configs, colours, lowering to a tiny register plan it serializes, module compile
-//! into a [`ModuleFormat::Named`] module); its run side implements the runtime's [`ModuleLoader`]. It is
+//! into a [`ModuleFormat::named`] module); its run side implements the runtime's [`ModuleLoader`]. It is
 //! described by one [`BackendSpec`] and registered with one call (`registry::register`); `cpu -compiler=toy` selects it, competes with `c` and `gemm` in the Collage search
 //! on analytical costs, wins the elementwise head of `Add -> Relu -> MatMul -> Softmax`, and the artifact runs
 //! through a runtime [`Registry`] holding its loader and matches the reference interpreter.
@@ -149,7 +149,7 @@ impl Backend for ToyBackend {
         Ok(Module {
             backend: NAME.into(),
             target: target.canonical(),
-            format: ModuleFormat::Named(FORMAT.into()),
+            format: ModuleFormat::named(FORMAT),
             functions: kernels.iter().map(|k| k.info.clone()).collect(),
             bytes: postcard::to_stdvec(&functions).expect("plans encode"),
         })
@@ -284,13 +284,13 @@ fn a_backend_from_outside_the_crates_compiles_and_runs_its_partitions() {
     let built = build_artifact(&ctx, &plan_digest, &plan, &|| Ok(&g)).unwrap();
     let artifact = Artifact::read_owned(store.get(&built.artifact).unwrap(), "toy-mix.tsr").unwrap();
     let formats: Vec<&ModuleFormat> = artifact.body.modules.iter().map(|m| &m.format).collect();
-    assert!(formats.contains(&&ModuleFormat::Named(FORMAT.into())), "{formats:?}");
+    assert!(formats.contains(&&ModuleFormat::named(FORMAT)), "{formats:?}");
 
     // The built-in runtime cannot load it, and says which backend's module it cannot load.
     let e = Executable::load(&artifact).err().expect("no toy loader built in");
     assert!(e.0.contains("backend toy") && e.0.contains(FORMAT), "{e}");
 
-    let runtime = Registry::builtin().clone().with(ModuleFormat::Named(FORMAT.into()), ToyLoader).unwrap();
+    let runtime = Registry::builtin().clone().with(ModuleFormat::named(FORMAT), ToyLoader).unwrap();
     let mut exe = Executable::load_with(&artifact, &runtime).unwrap();
     let inputs: Vec<Tensor> = g.inputs.iter().enumerate().map(|(i, &v)| random_tensor(g.ty(v), 11, i as u64, 1)).collect();
     let before = CALLS.load(Ordering::Relaxed);
@@ -317,7 +317,7 @@ fn the_tune_stage_measures_a_backend_from_outside_through_the_context_registry()
     assert!(backends.iter().any(|b| b.name() == NAME), "registered backends are part of every build");
     let targets = TargetSet::parse(&["cpu -compiler=toy".to_string()]).unwrap();
     let toy = targets.targets.iter().find(|t| t.backend_name() == NAME).unwrap().clone();
-    let runtime = Registry::builtin().clone().with(ModuleFormat::Named(FORMAT.into()), ToyLoader).unwrap();
+    let runtime = Registry::builtin().clone().with(ModuleFormat::named(FORMAT), ToyLoader).unwrap();
     let ctx = Ctx::new(&memo, &targets, &backends).with_runtime(&runtime);
     let g = model();
     let toy_nodes: Vec<NodeId> = (0..g.nodes.len() as u32).map(NodeId).filter(|&n| ToyBackend.supports(&g, n, &toy)).collect();
@@ -409,5 +409,5 @@ fn a_registered_backend_compiles_through_the_library_entry_point() {
     let by_backend = &summary.artifacts[0].partitions_by_backend;
     assert!(by_backend.get(NAME).is_some_and(|n| *n > 0), "the toy won no partition: {by_backend:?}");
     let artifact = Artifact::read_owned(std::fs::read(dir.path().join("out/toy-head.tsr")).unwrap(), "toy-head.tsr").unwrap();
-    assert!(artifact.body.modules.iter().any(|m| m.format == ModuleFormat::Named(FORMAT.into())));
+    assert!(artifact.body.modules.iter().any(|m| m.format == ModuleFormat::named(FORMAT)));
 }

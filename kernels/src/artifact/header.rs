@@ -5,7 +5,7 @@ use super::{align_up, ArtifactErrorKind, Body};
 /// First 8 bytes of every artifact. The 0x1a (DOS end-of-file) stops `type`/`more` from dumping the binary.
 pub const MAGIC: [u8; 8] = *b"TESSERA\x1a";
 /// Version of the file layout and the body encoding; bump on any change to either.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Size of the header; the body starts here.
 pub const HEADER_LEN: usize = 64;
 

@@ -1,4 +1,4 @@
-//! The run side of the `c` backend: shared-object modules ([`ModuleFormat::SharedObject`](crate::module::ModuleFormat);
+//! The run side of the `c` backend: shared-object modules ([`FORMAT`];
 //! later CUTLASS's too), loaded straight from the module bytes, with no
 //! compiler and nothing written where other processes could see it.
 //!
@@ -35,7 +35,7 @@ pub struct SharedObject {
 }
 
 impl SharedObject {
-    /// Loads `m` (a [`ModuleFormat::SharedObject`](crate::module::ModuleFormat) module).
+    /// Loads `m` (a [`FORMAT`] module).
     pub fn load(m: &Module) -> Result<SharedObject, RuntimeError> {
         let fail = |msg: String| RuntimeError(format!("module of backend {} (target {}): {msg}", m.backend, m.target));
         if !m.bytes.starts_with(b"\x7fELF") {
@@ -59,7 +59,13 @@ impl SharedObject {
     }
 }
 
-/// The registry's loader of [`ModuleFormat::SharedObject`](crate::module::ModuleFormat) modules.
+/// The `c` backend's module format: an ELF shared object exporting each function as
+/// `void symbol(void* const* args)`.
+pub const FORMAT: crate::module::ModuleFormat = crate::module::ModuleFormat::host("shared-object");
+
+inventory::submit! { super::registry::Builtin { format: FORMAT, load: loader } }
+
+/// The registry's loader of [`FORMAT`] modules.
 pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
     Ok(Box::new(SharedObject::load(m)?))
 }
@@ -151,18 +157,17 @@ fn open_temp_file(bytes: &[u8]) -> Result<Library, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::module::ModuleFormat;
 
     #[test]
     fn non_elf_bytes_are_refused() {
-        let m = Module { backend: "c".into(), target: "llvm".into(), format: ModuleFormat::SharedObject, functions: vec![], bytes: b"hello".to_vec() };
+        let m = Module { backend: "c".into(), target: "llvm".into(), format: FORMAT, functions: vec![], bytes: b"hello".to_vec() };
         let e = SharedObject::load(&m).err().unwrap();
         assert!(e.0.contains("backend c") && e.0.contains("not an ELF"), "{e}");
     }
 
     #[test]
     fn truncated_elf_is_an_error() {
-        let m = Module { backend: "c".into(), target: "llvm".into(), format: ModuleFormat::SharedObject, functions: vec![], bytes: b"\x7fELF\x02\x01\x01".to_vec() };
+        let m = Module { backend: "c".into(), target: "llvm".into(), format: FORMAT, functions: vec![], bytes: b"\x7fELF\x02\x01\x01".to_vec() };
         let e = SharedObject::load(&m).err().unwrap();
         assert!(e.0.contains("dlopen failed"), "{e}");
     }

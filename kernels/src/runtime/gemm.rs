@@ -1,4 +1,4 @@
-//! The runtime of the `gemm` backend: loads a [`ModuleFormat::GemmPlan`] module and runs its functions with
+//! The runtime of the `gemm` backend: loads a [`FORMAT`] module and runs its functions with
 //! `matrixmultiply`'s packed SIMD GEMM, this crate's im2col and direct depthwise loops, and fused epilogues.
 //!
 //! Loading decodes the plan, checks its version and validates every function against its `FunctionInfo`
@@ -34,7 +34,7 @@ pub struct GemmModule {
 /// Decodes and validates a `gemm` module.
 pub fn load(m: &Module) -> Result<GemmModule, RuntimeError> {
     let fail = |msg: String| RuntimeError(format!("module of backend {}: {msg}", m.backend));
-    if m.format != ModuleFormat::GemmPlan {
+    if m.format != FORMAT {
         return Err(fail(format!("format {} is not a gemm plan", m.format)));
     }
     let plan = Plan::decode(&m.bytes).map_err(|e| fail(e.0))?;
@@ -49,7 +49,12 @@ pub fn load(m: &Module) -> Result<GemmModule, RuntimeError> {
     Ok(GemmModule { backend: m.backend.clone(), functions })
 }
 
-/// The registry's loader of [`ModuleFormat::GemmPlan`] modules.
+/// The `gemm` backend's module format: a postcard-encoded [`plan`] run by the runtime's GEMM kernels.
+pub const FORMAT: ModuleFormat = ModuleFormat::host("gemm-plan");
+
+inventory::submit! { super::registry::Builtin { format: FORMAT, load: loader } }
+
+/// The registry's loader of [`FORMAT`] modules.
 pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
     Ok(Box::new(load(m)?))
 }

@@ -1,15 +1,16 @@
 //! Module loading: every module format and the loader that turns a module of that format into a
-//! [`LoadedModule`]. Each backend's run side is one module of the runtime named after the backend; this file
-//! is the one list that connects them, so adding a module format is its runtime module, one
-//! [`ModuleFormat`] variant and one line of [`BUILTIN`].
+//! [`LoadedModule`]. Each backend's run side is one module of the runtime named after the backend, which
+//! defines its [`ModuleFormat`] and registers its loader with one line beside it
+//! (`inventory::submit! { Builtin { format: FORMAT, load: loader } }`, collected before `main`): no list here
+//! or elsewhere names it.
 //!
 //! A [`Registry`] is a value: [`Registry::builtin`] holds this crate's formats, and code outside the crate
-//! (a backend developed out of tree, a test) adds its own loader for a [`ModuleFormat::Named`] format to a
+//! (a backend developed out of tree, a test) adds its own loader for a [`ModuleFormat::named`] format to a
 //! copy with [`Registry::with`] and loads artifacts through it
 //! ([`Executable::load_with`](super::Executable::load_with)). Lookups scan a short vector in registration
 //! order; nothing is hashed.
 
-use super::{c, cuda, gemm, LoadedModule, RuntimeError};
+use super::{LoadedModule, RuntimeError};
 use crate::module::{Module, ModuleFormat};
 use std::sync::{Arc, OnceLock};
 
@@ -30,14 +31,13 @@ where
 
 type LoadFn = fn(&Module) -> Result<Box<dyn LoadedModule>, RuntimeError>;
 
-/// This crate's module formats and their loaders: one line per format.
-const BUILTIN: &[(ModuleFormat, LoadFn)] = &[
-    (ModuleFormat::SharedObject, c::loader),
-    (ModuleFormat::GemmPlan, gemm::loader),
-    (ModuleFormat::Cubin, cuda::loader),
-    (ModuleFormat::CublasLt, cuda::blas::loader),
-    (ModuleFormat::Cudnn, cuda::dnn::loader),
-];
+/// A module format of this crate and its loader, as a backend's run side registers them.
+pub struct Builtin {
+    pub format: ModuleFormat,
+    pub load: LoadFn,
+}
+
+inventory::collect!(Builtin);
 
 /// Module format -> loader, at most one loader per format.
 #[derive(Clone, Default)]
@@ -51,13 +51,15 @@ impl Registry {
         Registry::default()
     }
 
-    /// The formats of this crate ([`BUILTIN`]), built once.
+    /// The formats of this crate (each registered beside its loader), in the order of their names, built once.
     pub fn builtin() -> &'static Registry {
         static BUILT: OnceLock<Registry> = OnceLock::new();
         BUILT.get_or_init(|| {
+            let mut builtin: Vec<&Builtin> = inventory::iter::<Builtin>.into_iter().collect();
+            builtin.sort_by(|a, b| a.format.cmp(&b.format));
             let mut r = Registry::empty();
-            for (format, load) in BUILTIN {
-                r.add(format.clone(), Arc::new(*load)).expect("built-in formats are distinct");
+            for b in builtin {
+                r.add(b.format.clone(), Arc::new(b.load)).expect("built-in formats are distinct");
             }
             r
         })
@@ -120,22 +122,24 @@ mod tests {
     #[test]
     fn builtin_has_one_loader_per_format_of_this_crate() {
         let formats: Vec<&ModuleFormat> = Registry::builtin().formats().collect();
-        assert_eq!(formats, [&ModuleFormat::SharedObject, &ModuleFormat::GemmPlan, &ModuleFormat::Cubin, &ModuleFormat::CublasLt, &ModuleFormat::Cudnn]);
+        let names: Vec<&str> = formats.iter().map(|f| f.name.as_ref()).collect();
+        assert_eq!(names, ["cubin", "cublaslt", "cudnn", "gemm-plan", "shared-object"]);
+        assert!(formats.contains(&&crate::runtime::c::FORMAT) && formats.contains(&&crate::runtime::cuda::FORMAT));
     }
 
     #[test]
     fn an_unknown_format_is_an_error_naming_the_backend() {
-        let e = Registry::builtin().load(&module(ModuleFormat::Named("toy-plan".into()))).err().expect("no loader");
-        assert!(e.0.contains("backend toy") && e.0.contains("'toy-plan'") && e.0.contains("shared-object, gemm-plan, cubin"), "{e}");
+        let e = Registry::builtin().load(&module(ModuleFormat::named("toy-plan"))).err().expect("no loader");
+        assert!(e.0.contains("backend toy") && e.0.contains("toy-plan (host)") && e.0.contains("cubin (GPU), cublaslt (GPU), cudnn (GPU), gemm-plan (host), shared-object (host)"), "{e}");
     }
 
     #[test]
     fn an_added_loader_is_used_and_a_second_one_refused() {
         let load = |_: &Module| -> Result<Box<dyn LoadedModule>, RuntimeError> { Ok(Box::new(Fake)) };
-        let r = Registry::builtin().clone().with(ModuleFormat::Named("toy-plan".into()), load).unwrap();
-        assert!(r.load(&module(ModuleFormat::Named("toy-plan".into()))).is_ok());
-        assert!(r.load(&module(ModuleFormat::Named("other".into()))).is_err());
-        let e = r.with(ModuleFormat::GemmPlan, load).err().expect("duplicate");
+        let r = Registry::builtin().clone().with(ModuleFormat::named("toy-plan"), load).unwrap();
+        assert!(r.load(&module(ModuleFormat::named("toy-plan"))).is_ok());
+        assert!(r.load(&module(ModuleFormat::named("other"))).is_err());
+        let e = r.with(crate::runtime::gemm::FORMAT, load).err().expect("duplicate");
         assert!(e.0.contains("gemm-plan"), "{e}");
     }
 }

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 use tessera_stages::link::{LinkInput, LinkStep, ValueRef};
-use tessera_stages::backend::{FunctionInfo, Module, ModuleFormat};
+use tessera_stages::backend::{FunctionInfo, Module};
 use tessera_stages::ir::{DType, Tensor, TensorType};
 
 /// Compiles C source into a shared object and returns its bytes.
@@ -74,7 +74,7 @@ pub fn kernels_module(bytes: Vec<u8>) -> Module {
     Module {
         backend: "c".into(),
         target: "llvm".into(),
-        format: ModuleFormat::SharedObject,
+        format: tessera_kernels::runtime::c::FORMAT,
         functions: vec![
             f("t_add", vec![t22(), t22()], vec![t22()], 0),
             f("t_relu", vec![t22()], vec![t22()], 0),

@@ -114,7 +114,7 @@ mod tests {
     use super::*;
     use std::path::Path;
     use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
-    use tessera_stages::backend::{FunctionInfo, Module, ModuleFormat};
+    use tessera_stages::backend::{FunctionInfo, Module};
     use tessera_stages::ir::TensorType;
 
     /// An artifact whose one step spins for about `n` iterations per element, so timings are non-trivial.
@@ -138,7 +138,7 @@ mod tests {
             modules: vec![Module {
                 backend: "c".into(),
                 target: "llvm".into(),
-                format: ModuleFormat::SharedObject,
+                format: tessera_kernels::runtime::c::FORMAT,
                 functions: vec![FunctionInfo { symbol: "spin".into(), inputs: vec![t.clone()], outputs: vec![t], scratch_bytes: 0 }],
                 bytes: std::fs::read(&so).unwrap(),
             }],

@@ -80,7 +80,7 @@ pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Pat
 mod tests {
     use super::*;
     use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
-    use tessera_stages::backend::{FunctionInfo, Module, ModuleFormat};
+    use tessera_stages::backend::{FunctionInfo, Module};
     use tessera_stages::interp::random_inputs;
     use tessera_stages::ir::{BinaryOp, DType, Graph, Op, TensorType};
 
@@ -103,7 +103,7 @@ mod tests {
             modules: vec![Module {
                 backend: "c".into(),
                 target: "llvm".into(),
-                format: ModuleFormat::SharedObject,
+                format: tessera_kernels::runtime::c::FORMAT,
                 functions: vec![FunctionInfo { symbol: "dbl".into(), inputs: vec![x.clone()], outputs: vec![x], scratch_bytes: 0 }],
                 bytes: std::fs::read(&so).unwrap(),
             }],

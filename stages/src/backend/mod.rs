@@ -24,10 +24,11 @@
 //!   targets' registry and the constructor to [`registry::all`]. Its source digest enters its keys once its
 //!   folder is a unit in `stages/src/code/units.rs`. A backend built outside this crate calls
 //!   [`registry::register`] at run time instead, and every build through the library's entry point offers it.
-//! - **run side**: one module `kernels/src/runtime/foo.rs` (or folder) that loads its modules, and one line in
-//!   `kernels/src/runtime/registry.rs` mapping its [`ModuleFormat`] (a new variant of that enum) to its
-//!   loader; a loader built outside the runtime crate uses [`ModuleFormat::Named`] and is added to a
-//!   `Registry` value with `Registry::with` (see `Executable::load_with`).
+//! - **run side**: one module `kernels/src/runtime/foo.rs` (or folder) with its [`ModuleFormat`] constant
+//!   (`FORMAT`, a name and where its functions run) and its loader, registered by one line beside them
+//!   (`inventory::submit! { registry::Builtin { format: FORMAT, load: loader } }`); the compile side writes that
+//!   constant into its modules. A loader built outside the runtime crate uses a [`ModuleFormat::named`] format
+//!   and is added to a `Registry` value with `Registry::with` (see `Executable::load_with`).
 //!
 //! `pipeline/tests/toy_backend.rs` is a complete backend written in one test file that way.
 

@@ -58,7 +58,7 @@ pub struct Matmul {
 /// Ranks a matmul may ask for: the heuristic's first few answers are the ones worth measuring.
 pub const MAX_RANK: u8 = 8;
 
-/// The bytes of a module of format [`crate::module::ModuleFormat::CublasLt`]: per function, its matmuls.
+/// The bytes of a module of format [`FORMAT`]: per function, its matmuls.
 pub type BlasModule = LibraryModule<Matmul>;
 
 /// Bytes an operand spans: `(batch - 1) * stride + rows * cols` elements.
@@ -348,7 +348,12 @@ impl Drop for PreparedMatmul {
     }
 }
 
-/// The loader of [`crate::module::ModuleFormat::CublasLt`] modules.
+/// The `cublas` backend's module format: a [`BlasModule`], each function's cuBLASLt matmuls.
+pub const FORMAT: crate::module::ModuleFormat = crate::module::ModuleFormat::gpu("cublaslt");
+
+inventory::submit! { crate::runtime::registry::Builtin { format: FORMAT, load: loader } }
+
+/// The loader of [`FORMAT`] modules.
 pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
     Ok(Box::new(LoadedBlas::load(m)?))
 }

@@ -81,7 +81,7 @@ pub struct Conv {
 /// Ranks a convolution may ask for (the heuristic is asked for this many answers).
 pub const MAX_RANK: u8 = 8;
 
-/// The bytes of a module of format [`crate::module::ModuleFormat::Cudnn`]: per function, its convolutions.
+/// The bytes of a module of format [`FORMAT`]: per function, its convolutions.
 pub type DnnModule = LibraryModule<Conv>;
 
 impl CallDesc for Conv {
@@ -389,7 +389,12 @@ impl Drop for PreparedConv {
     }
 }
 
-/// The loader of [`crate::module::ModuleFormat::Cudnn`] modules.
+/// The `cudnn` backend's module format: a [`DnnModule`], each function's fused convolutions.
+pub const FORMAT: crate::module::ModuleFormat = crate::module::ModuleFormat::gpu("cudnn");
+
+inventory::submit! { crate::runtime::registry::Builtin { format: FORMAT, load: loader } }
+
+/// The loader of [`FORMAT`] modules.
 pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
     Ok(Box::new(LoadedDnn::load(m)?))
 }

@@ -36,7 +36,7 @@ pub struct FunctionLaunches {
     pub launches: Vec<Launch>,
 }
 
-/// The bytes of a module of format [`crate::module::ModuleFormat::Cubin`].
+/// The bytes of a module of format [`super::FORMAT`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CubinModule {
     /// The architecture the cubin is for (`sm_90`).

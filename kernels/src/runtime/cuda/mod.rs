@@ -28,7 +28,12 @@ pub use module::LoadedCubin;
 use crate::module::Module;
 use crate::runtime::{LoadedModule, RuntimeError};
 
-/// The loader of [`crate::module::ModuleFormat::Cubin`] modules.
+/// The `cuda` backend's module format: a [`format::CubinModule`], one cubin and each function's launches.
+pub const FORMAT: crate::module::ModuleFormat = crate::module::ModuleFormat::gpu("cubin");
+
+inventory::submit! { crate::runtime::registry::Builtin { format: FORMAT, load: loader } }
+
+/// The loader of [`FORMAT`] modules.
 pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
     Ok(Box::new(LoadedCubin::load(m)?))
 }

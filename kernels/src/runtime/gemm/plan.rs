@@ -1,4 +1,4 @@
-//! The `gemm` backend's plan format: what a [`ModuleFormat::GemmPlan`](crate::module::ModuleFormat) module's
+//! The `gemm` backend's plan format: what a [`gemm::FORMAT`](crate::runtime::gemm::FORMAT) module's
 //! bytes hold, as postcard.
 //!
 //! A plan is a list of functions (one per partition, in the module's function order); a function is a list of

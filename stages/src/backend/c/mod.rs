@@ -33,7 +33,7 @@ pub mod toolchain;
 #[cfg(test)]
 mod tests;
 
-use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat};
+use crate::backend::{Backend, BackendError, LoweredKernel, Module};
 use crate::ir::{DType, Graph, NodeId};
 use crate::partition::collage::rules::Rule;
 use crate::target::{AttrSpec, AttrType, BackendSpec, Target};
@@ -193,7 +193,7 @@ impl Backend for CBackend {
         Ok(Module {
             backend: "c".into(),
             target: target.canonical(),
-            format: ModuleFormat::SharedObject,
+            format: tessera_kernels::runtime::c::FORMAT,
             functions: kernels.iter().map(|k| k.info.clone()).collect(),
             bytes,
         })

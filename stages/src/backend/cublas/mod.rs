@@ -17,7 +17,7 @@ pub mod lower;
 pub mod support;
 
 use crate::backend::library::Ranks;
-use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat, TunableSet};
+use crate::backend::{Backend, BackendError, LoweredKernel, Module, TunableSet};
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::Rule;
 use crate::target::{BackendSpec, Target};
@@ -124,7 +124,7 @@ impl Backend for CublasBackend {
 
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
-        crate::backend::library::compile_module::<Matmul>(NAME, target, ModuleFormat::CublasLt, kernels)
+        crate::backend::library::compile_module::<Matmul>(NAME, target, tessera_kernels::runtime::cuda::blas::FORMAT, kernels)
     }
 }
 

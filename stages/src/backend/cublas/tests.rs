@@ -104,7 +104,7 @@ fn a_merged_partition_lowers_to_one_call_per_chain_with_its_intermediate_in_scra
     assert_eq!(c1.workspace.offset, 256);
     assert_eq!(k.info.scratch_bytes, 256 + tessera_kernels::runtime::cuda::blas::WORKSPACE_BYTES);
     let m = CublasBackend.compile_module(&cublas(), &[k]).unwrap();
-    assert_eq!(m.format, ModuleFormat::CublasLt);
+    assert_eq!(m.format, tessera_kernels::runtime::cuda::blas::FORMAT);
     assert_eq!(tessera_kernels::runtime::cuda::blas::BlasModule::decode(&m).unwrap().functions[0], calls);
 }
 

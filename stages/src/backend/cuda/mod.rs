@@ -30,7 +30,7 @@ pub mod toolchain;
 #[cfg(test)]
 mod tests;
 
-use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat, TunableSet};
+use crate::backend::{Backend, BackendError, LoweredKernel, Module, TunableSet};
 use crate::ir::{DType, Graph, NodeId};
 use crate::partition::collage::rules::Rule;
 use crate::target::{AttrSpec, AttrType, BackendSpec, Target};
@@ -213,6 +213,6 @@ impl Backend for CudaBackend {
         let cubin = toolchain::compile(target, "module.cu", &src).map_err(|log| compile_error(kernels, &log))?;
         let functions = kernels.iter().map(|k| decode(k).map(|c| c.launches)).collect::<Result<Vec<_>, _>>()?;
         let bytes = CubinModule { arch: toolchain::arch(target), cubin, functions }.encode();
-        Ok(Module { backend: "cuda".into(), target: target.canonical(), format: ModuleFormat::Cubin, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes })
+        Ok(Module { backend: "cuda".into(), target: target.canonical(), format: tessera_kernels::runtime::cuda::FORMAT, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes })
     }
 }

@@ -76,7 +76,7 @@ fn a_module_compiles_to_an_sm90_cubin() {
     let g = zoo_of_ops();
     let k = CudaBackend.lower(&target(), &g, "ops").unwrap();
     let m = CudaBackend.compile_module(&target(), &[k]).unwrap();
-    assert_eq!(m.format, ModuleFormat::Cubin);
+    assert_eq!(m.format, tessera_kernels::runtime::cuda::FORMAT);
     let c = CubinModule::decode(&m).unwrap();
     assert_eq!(c.arch, "sm_90");
     assert_eq!(&c.cubin[..4], b"\x7fELF");

@@ -17,7 +17,7 @@ pub mod lower;
 pub mod support;
 
 use crate::backend::library::Ranks;
-use crate::backend::{Backend, BackendError, LoweredKernel, Module, ModuleFormat, TunableSet};
+use crate::backend::{Backend, BackendError, LoweredKernel, Module, TunableSet};
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::Rule;
 use crate::target::{BackendSpec, Target};
@@ -132,7 +132,7 @@ impl Backend for CudnnBackend {
 
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
-        crate::backend::library::compile_module::<Conv>(NAME, target, ModuleFormat::Cudnn, kernels)
+        crate::backend::library::compile_module::<Conv>(NAME, target, tessera_kernels::runtime::cuda::dnn::FORMAT, kernels)
     }
 }
 

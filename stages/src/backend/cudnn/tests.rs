@@ -43,7 +43,7 @@ fn a_residual_block_is_two_fused_convolutions_in_both_precisions() {
         assert_eq!((c1.y.arg, c1.y.offset, c2.x.arg), (6, 0, 6));
         assert_eq!((c2.residual.map(|z| z.arg), c2.relu, c2.y.arg, c2.bias.arg), (Some(0), true, 5, 4));
         let m = CudnnBackend.compile_module(&cudnn(), &[k]).unwrap();
-        assert_eq!(m.format, ModuleFormat::Cudnn);
+        assert_eq!(m.format, tessera_kernels::runtime::cuda::dnn::FORMAT);
         assert_eq!(DnnModule::decode(&m).unwrap().functions[0], convs);
     }
 }

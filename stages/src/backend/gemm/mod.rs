@@ -4,7 +4,7 @@
 //!
 //! A partition lowers to a [plan] function: a list of GEMM, im2col and direct depthwise steps over the
 //! function's arguments and scratch, every shape static; a model's functions make one plan, postcard-encoded
-//! into one [`Module`] of format [`ModuleFormat::GemmPlan`]. The runtime (kernels/src/runtime/gemm.rs)
+//! into one [`Module`] of format [`tessera_kernels::runtime::gemm::FORMAT`]. The runtime (kernels/src/runtime/gemm.rs)
 //! validates a plan with [`validate::validate`] when loading it and then executes it. There is no code
 //! generation, so the backend is always available and ignores the C-compiler attributes of the `cpu` target
 //! (`-opt-level`, `-fast-math`, `-march`).
@@ -20,7 +20,7 @@ pub mod support;
 // The plan format and its validation are the runtime's (it executes plans); lowering writes them.
 pub use tessera_kernels::runtime::gemm::{plan, validate};
 
-use super::{Backend, BackendError, FunctionInfo, LoweredKernel, Module, ModuleFormat};
+use super::{Backend, BackendError, FunctionInfo, LoweredKernel, Module};
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::Rule;
 use crate::target::{BackendSpec, Target};
@@ -116,7 +116,7 @@ impl Backend for GemmBackend {
         Ok(Module {
             backend: NAME.to_string(),
             target: target.canonical(),
-            format: ModuleFormat::GemmPlan,
+            format: tessera_kernels::runtime::gemm::FORMAT,
             functions: kernels.iter().map(|k| k.info.clone()).collect::<Vec<FunctionInfo>>(),
             bytes: plan.encode(),
         })

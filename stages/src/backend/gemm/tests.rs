@@ -149,7 +149,7 @@ fn modules_are_deterministic_and_refuse_duplicate_symbols() {
     let m1 = be.compile_module(&target(), &[l1.clone(), l2.clone()]).unwrap();
     let m2 = be.compile_module(&target(), &[l1.clone(), l2]).unwrap();
     assert_eq!(m1, m2);
-    assert_eq!(m1.format, ModuleFormat::GemmPlan);
+    assert_eq!(m1.format, tessera_kernels::runtime::gemm::FORMAT);
     assert_eq!(m1.functions.iter().map(|f| f.symbol.as_str()).collect::<Vec<_>>(), ["a", "b"]);
     assert_eq!(Plan::decode(&m1.bytes).unwrap().functions.len(), 2);
     let e = be.compile_module(&target(), &[l1.clone(), l1.clone()]).unwrap_err().to_string();
