@@ -3,6 +3,7 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     restore_sigpipe();
     let cli = tessera::cli::Cli::parse();
+    tessera::cli::init_logging(cli.log_filter());
     match tessera::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

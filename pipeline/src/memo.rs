@@ -80,6 +80,7 @@ impl<'s> Memo<'s> {
     fn lookup_or_compute(&self, stage: &'static str, key: Digest, policy: DevicePolicy, compute: &mut dyn FnMut() -> Result<Vec<u8>>) -> Result<Digest> {
         if let Some(entry) = self.store.memo_lookup(stage, &key).with_context(|| format!("stage {stage}: memo lookup"))? {
             if self.store.contains(&entry.output) {
+                tracing::debug!(stage, key = %key.short(), "cached");
                 self.count(stage, true, 0);
                 return Ok(entry.output);
             }
@@ -103,6 +104,7 @@ impl<'s> Memo<'s> {
         self.store
             .memo_record(stage, &key, &MemoEntry::new(output, bytes.len() as u64, elapsed))
             .with_context(|| format!("stage {stage}: recording memo entry"))?;
+        tracing::info!(stage, key = %key.short(), bytes = bytes.len(), "executed in {:.1} ms", elapsed.as_secs_f64() * 1e3);
         self.count(stage, false, elapsed.as_micros() as u64);
         Ok(output)
     }

@@ -439,14 +439,14 @@ impl Remote {
     pub fn disable(&self, e: &StoreError) {
         if !self.disabled.swap(true, Ordering::AcqRel) {
             let msg = e.to_string();
-            tracing::warn!(remote = %self.url.url, error = %msg, "remote tier disabled for the rest of this run");
+            tracing::info!(remote = %self.url.url, error = %msg, "remote tier disabled for the rest of this run");
             lock(&self.stats).disabled = Some(msg);
         }
     }
 
     /// Counts (and warns about) an object the server returned corrupt, so the next put overwrites it.
     pub fn reject_object(&self, e: &StoreError) {
-        tracing::warn!(remote = %self.url.url, error = %e, "remote object failed verification; recomputing it");
+        tracing::info!(remote = %self.url.url, error = %e, "remote object failed verification; recomputing it");
         if let StoreError::RemoteCorrupt { digest, .. } = e {
             lock(&self.bad).insert(*digest);
         }
@@ -455,7 +455,7 @@ impl Remote {
 
     /// Counts (and warns about) a memo entry that is not trusted.
     pub fn reject_memo(&self, stage: &str, key: &Digest, why: &str) {
-        tracing::warn!(remote = %self.url.url, stage, key = %key, why, "remote memo entry not trusted; recomputing");
+        tracing::info!(remote = %self.url.url, stage, key = %key, why, "remote memo entry not trusted; recomputing");
         lock(&self.stats).memo_rejected += 1;
     }
 

@@ -57,11 +57,11 @@ pub fn run(args: CompileArgs) -> Result<()> {
         Some((s, assignment)) => shard::select(&all_jobs, assignment, s.index),
         None => all_jobs.clone(),
     };
-    if let Some(s) = shard {
+    if let Some(s) = shard.filter(|_| !super::quiet()) {
         let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
         eprintln!("shard {s}: {} of {} models{}{}", jobs.len(), all_jobs.len(), if names.is_empty() { "" } else { ": " }, names.join(", "));
     }
-    let tty = std::io::stderr().is_terminal() && !args.json;
+    let tty = std::io::stderr().is_terminal() && !args.json && !super::quiet();
     let multi = MultiProgress::with_draw_target(if tty { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() });
     let style = ProgressStyle::with_template("{prefix:>10} {spinner} {msg}").expect("valid template");
     let bars: BTreeMap<&str, ProgressBar> = STAGES
@@ -87,7 +87,7 @@ pub fn run(args: CompileArgs) -> Result<()> {
     let summary = request.compile_jobs(&jobs, &on_stage, &|r| {
         let mut d = done.lock().expect("done");
         *d += 1;
-        if !tty && !args.json {
+        if !tty && !args.json && !super::quiet() {
             eprintln!("[{}/{}] {}: {} partitions, artifact {}", *d, total, r.name, r.partitions, r.artifact.short());
         }
     })?;
@@ -113,7 +113,7 @@ pub fn run(args: CompileArgs) -> Result<()> {
     } else {
         print_summary(&summary);
     }
-    if let Some(r) = &summary.remote {
+    if let Some(r) = summary.remote.as_ref().filter(|_| !super::quiet()) {
         for w in r.warnings() {
             eprintln!("warning: {w}");
         }

@@ -18,6 +18,36 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// More log output on stderr: -v each stage executed, -vv cache hits too, -vvv everything
+    /// ($TESSERA_LOG, a tracing filter such as `info` or `tessera_store=debug`, overrides).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Errors only on stderr: no warnings, no progress.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+}
+
+impl Cli {
+    /// The log filter the flags ask for (warnings by default).
+    pub fn log_filter(&self) -> &'static str {
+        match (self.quiet, self.verbose) {
+            (true, _) => "error",
+            (false, 0) => "warn",
+            (false, 1) => "info",
+            (false, 2) => "debug",
+            (false, _) => "trace",
+        }
+    }
+}
+
+/// Installs the one log subscriber: events at or above `default` (or as $TESSERA_LOG says) to stderr.
+pub fn init_logging(default: &str) {
+    let filter = std::env::var("TESSERA_LOG")
+        .ok()
+        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).without_time().with_target(false).try_init();
 }
 
 #[derive(Subcommand, Debug)]
@@ -40,10 +70,24 @@ pub enum Command {
     Baselines(baselines::BaselinesArgs),
     /// Merge the summaries of a sharded build (`compile --shard I/N`) into one report; checks every shard is there.
     Summary(summary::SummaryArgs),
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell) to stdout, e.g.
+    /// `tessera completions bash > ~/.local/share/bash-completion/completions/tessera`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether `-q` was given: commands print no progress and no warnings (errors still).
+pub fn quiet() -> bool {
+    QUIET.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Store(cmd) => store::run(cmd),
@@ -53,5 +97,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Explain(args) => explain::run(args),
         Command::Baselines(args) => baselines::run(args),
         Command::Summary(args) => summary::run(args),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "tessera", &mut std::io::stdout());
+            Ok(())
+        }
     }
 }

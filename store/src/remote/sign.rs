@@ -216,7 +216,7 @@ impl Remote {
             s.memo_signature_rejected += 1;
         }
         if !self.signing.warned.swap(true, Ordering::AcqRel) {
-            tracing::warn!(remote = %self.url.url, error = %e, "remote memo entry rejected for its signature; recomputing (further ones are counted in the build's remote summary)");
+            tracing::info!(remote = %self.url.url, error = %e, "remote memo entry rejected for its signature; recomputing (the build's remote summary counts them)");
         } else {
             tracing::debug!(remote = %self.url.url, error = %e, "remote memo entry rejected for its signature");
         }
