@@ -25,6 +25,10 @@ pub struct CompileArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Compile nothing: list every unsupported op and attribute of the ONNX inputs at once, each with its
+    /// node, and fail if there is any (a model that imports prints nothing).
+    #[arg(long)]
+    pub check: bool,
     /// Build only shard I of N (I from 0): a deterministic share of the models, balanced by estimated
     /// build cost, the same in every shard. `auto/N` takes I from JOB_COMPLETION_INDEX (a Kubernetes
     /// Indexed Job), else SLURM_ARRAY_TASK_ID (minus SLURM_ARRAY_TASK_MIN when set). `tessera summary`
@@ -45,6 +49,9 @@ const STAGES: [&str; 5] = ["load", "partition", "lower", "compile", "link"];
 
 pub fn run(args: CompileArgs) -> Result<()> {
     let request = args.build.request(&args.inputs, &args.out)?;
+    if args.check {
+        return check(&request.jobs()?, args.json);
+    }
     let shard = args.shard.map(|s| s.resolve(&|k| std::env::var(k).ok())).transpose()?;
     let all_jobs = request.jobs()?;
     // With --shard or --summary-out: every model's cost is estimated and the models assigned to shards
@@ -123,6 +130,42 @@ pub fn run(args: CompileArgs) -> Result<()> {
             eprintln!("error: {}", f.error);
         }
         anyhow::bail!("{} of {} models failed to compile", summary.failed.len(), summary.failed.len() + summary.models);
+    }
+    Ok(())
+}
+
+/// `compile --check`: every unsupported op and attribute of every ONNX input, one line (or JSON object) each.
+fn check(jobs: &[crate::build::ModelJob], json: bool) -> Result<()> {
+    let mut rows = Vec::new();
+    for job in jobs {
+        let crate::build::ModelSource::Onnx { path, shapes } = &job.source else { continue };
+        let opts = tessera_stages::onnx::ImportOptions { shapes: shapes.clone() };
+        for e in tessera_stages::onnx::check_file(path, &opts)? {
+            let loc = e.location.clone();
+            rows.push(serde_json::json!({
+                "model": job.name,
+                "file": e.file,
+                "node": loc.as_ref().map(|l| l.node.clone()),
+                "op": loc.as_ref().map(|l| l.op.clone()),
+                "attribute": loc.as_ref().and_then(|l| l.attribute.clone()),
+                "unsupported": e.unsupported_key(),
+                "message": e.to_string(),
+            }));
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        for r in &rows {
+            println!("{}", r["message"].as_str().unwrap_or_default());
+        }
+    }
+    let models: std::collections::BTreeSet<&str> = rows.iter().filter_map(|r| r["model"].as_str()).collect();
+    if !rows.is_empty() {
+        anyhow::bail!("{} unsupported op(s) or attribute(s) in {} model(s)", rows.len(), models.len());
+    }
+    if !json && !super::quiet() {
+        eprintln!("every op and attribute of {} ONNX model(s) is supported", jobs.iter().filter(|j| matches!(j.source, crate::build::ModelSource::Onnx { .. })).count());
     }
     Ok(())
 }

@@ -244,6 +244,30 @@ fn op_label(n: &NodeProto) -> String {
 }
 
 pub fn import(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &ImportOptions) -> Result<Graph, ImportError> {
+    match import_or_check(bytes, base_dir, file, opts, false)? {
+        Imported::Graph(g) => Ok(g),
+        Imported::Unsupported(mut found) => Err(found.remove(0)),
+    }
+}
+
+/// Every unsupported op and attribute of a model at once, each with its node (an empty list: the model
+/// imports). Where a node cannot be imported, the nodes that read what it would have written are checked for
+/// their op only (their attributes may depend on values that do not exist), so one unsupported node is not
+/// reported again through everything downstream. A model that is not valid ONNX is still an error.
+pub fn check(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &ImportOptions) -> Result<Vec<ImportError>, ImportError> {
+    match import_or_check(bytes, base_dir, file, opts, true)? {
+        Imported::Graph(_) => Ok(Vec::new()),
+        Imported::Unsupported(found) => Ok(found),
+    }
+}
+
+enum Imported {
+    Graph(Graph),
+    /// At least one; in import mode only the first.
+    Unsupported(Vec<ImportError>),
+}
+
+fn import_or_check(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &ImportOptions, check: bool) -> Result<Imported, ImportError> {
     let model = ModelProto::decode(bytes).map_err(|e| err(file, ImportErrorKind::Decode(e)))?;
     let opset = default_opset(&model).map_err(|k| err(file, k))?;
     let Some(graph) = model.graph.as_ref() else {
@@ -261,18 +285,41 @@ pub fn import(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &ImportOp
     declare_values(&mut im, graph, base_dir, opts).map_err(|k| err(file, k))?;
     let data: usize = im.g.values.iter().map(|v| if let ValueDef::Const(t) = &v.def { t.bytes().len() } else { 0 }).sum();
     im.fold_limit = MIN_FOLD_LIMIT.max(bytes.len().saturating_add(data).saturating_mul(2));
+    // Check mode: what the nodes that could not be imported would have written.
+    let mut blocked: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut unsupported: Vec<ImportError> = Vec::new();
     for (index, node) in graph.node.iter().enumerate() {
-        convert_node(&mut im, node, index).map_err(|e| ImportError {
+        let located = |e: NodeError| ImportError {
             file: file.to_string(),
             location: Some(NodeLocation { node: node_label(node, index), op: op_label(node), attribute: e.attribute }),
             kind: e.kind,
-        })?;
+        };
+        if check && node.input.iter().any(|i| blocked.contains(i)) {
+            // Downstream of an unsupported node: only the op itself can be judged.
+            let known_domain = matches!(node.domain.as_deref(), None | Some("") | Some("ai.onnx"));
+            if !known_domain || ops::converter(node.op_type.as_deref().unwrap_or("")).is_none() {
+                unsupported.push(located(NodeError { attribute: None, kind: ImportErrorKind::UnsupportedOp { op: op_label(node) } }));
+            }
+            blocked.extend(node.output.iter().filter(|o| !o.is_empty()).cloned());
+            continue;
+        }
+        match convert_node(&mut im, node, index).map_err(located) {
+            Ok(()) => {}
+            Err(e) if check && e.is_unsupported() => {
+                unsupported.push(e);
+                blocked.extend(node.output.iter().filter(|o| !o.is_empty()).cloned());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if !unsupported.is_empty() {
+        return Ok(Imported::Unsupported(unsupported));
     }
     bind_outputs(&mut im, graph).map_err(|k| err(file, k))?;
     let mut g = im.g;
     crate::passes::simplify::simplify(&mut g)
         .map_err(|e| err(file, ImportErrorKind::Invalid(format!("internal error: the imported graph does not verify: {e}"))))?;
-    Ok(g)
+    Ok(Imported::Graph(g))
 }
 
 /// The default-domain opset version; 0 when the model imports none (it may use only other domains, whose

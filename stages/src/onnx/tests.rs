@@ -634,3 +634,35 @@ fn cumsum_gather_nd_scatter_nd_import_and_their_errors_name_the_node() {
     assert_eq!(e.unsupported_key().as_deref(), Some("ScatterND reduction add"));
     assert!(s.contains("node 'sn' (ScatterND), attribute 'reduction'"), "{s}");
 }
+
+#[test]
+fn check_lists_every_unsupported_op_once_with_its_node() {
+    let b = model(
+        17,
+        vec![
+            node("Hardmax", "h1", &["x"], &["a"], vec![]),
+            node("Relu", "r", &["a"], &["b"], vec![]),
+            node("FrobnicateXYZ", "custom", &["b"], &["c"], vec![]),
+            node("Relu", "fine", &["x"], &["d"], vec![]),
+            node("Hardmax", "h2", &["d"], &["e"], vec![]),
+        ],
+        vec![f32s("x", &[3])],
+        &["c", "e"],
+        vec![],
+    );
+    let found = super::import::check(&b, None, "models/m.onnx", &ImportOptions::default()).unwrap();
+    let nodes: Vec<(String, String)> = found.iter().map(|e| {
+        let l = e.location.as_ref().unwrap();
+        (l.node.clone(), l.op.clone())
+    }).collect();
+    // The Relu downstream of h1 is not reported (it would import); the unknown op downstream is.
+    assert_eq!(nodes, [("h1".to_string(), "Hardmax".to_string()), ("custom".into(), "FrobnicateXYZ".into()), ("h2".into(), "Hardmax".into())]);
+    assert!(found.iter().all(|e| e.is_unsupported() && e.to_string().contains("models/m.onnx")));
+    // Import stops at the first, as before.
+    let (e, _) = err_of(&b);
+    assert_eq!(e.location.unwrap().node, "h1");
+    // A model that imports has nothing to report; an invalid one is an error.
+    let ok = model(17, vec![node("Relu", "r", &["x"], &["y"], vec![])], vec![f32s("x", &[3])], &["y"], vec![]);
+    assert!(super::import::check(&ok, None, "ok.onnx", &ImportOptions::default()).unwrap().is_empty());
+    assert!(super::import::check(b"not onnx", None, "bad.onnx", &ImportOptions::default()).is_err());
+}
