@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use tessera::request::{CompileRequest, StoreRequest};
+use tessera::request::{CompileRequest, RemoteRequest, StoreRequest};
 use tessera_stages::context::CostMode;
 
 /// One input path or a list of them (`str` or `os.PathLike`).
@@ -25,11 +25,14 @@ pub enum Inputs {
 /// means every backend this machine can run. `shapes`: `{onnx input name: (dims...)}` (the CLI's
 /// `--shape`). `store`: the content-addressed store (default `$TESSERA_STORE`, else `.tessera` in the
 /// working directory); `wait`: wait for another writer of it instead of failing. `costs`: `"measured"`,
-/// `"analytical"` or `"recorded"` (the store's recorded measurements only, as the CLI's `--frozen`). The GIL is released while compiling. Raises `tessera.Error` with the compiler's message
+/// `"analytical"` or `"recorded"` (the store's recorded measurements only, as the CLI's `--frozen`). `remote`: a
+/// remote tier URL as the CLI's `--remote` takes it (default `$TESSERA_REMOTE`; signing and trust key files from
+/// `$TESSERA_REMOTE_SIGNING_KEY` and `$TESSERA_REMOTE_TRUST`, as the CLI reads them); `remote_read_only`: never
+/// write to it. The GIL is released while compiling. Raises `tessera.Error` with the compiler's message
 /// (which names the file or model at fault); when some models fail, the others' artifacts are still
 /// written and the error lists every failure.
 #[pyfunction]
-#[pyo3(signature = (inputs, out, *, targets=None, shapes=None, store=None, costs="measured", wait=false))]
+#[pyo3(signature = (inputs, out, *, targets=None, shapes=None, store=None, costs="measured", wait=false, remote=None, remote_read_only=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn compile<'py>(
     py: Python<'py>,
@@ -40,6 +43,8 @@ pub fn compile<'py>(
     store: Option<PathBuf>,
     costs: &str,
     wait: bool,
+    remote: Option<String>,
+    remote_read_only: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let inputs: Vec<String> = match inputs {
         Inputs::One(p) => vec![path_string(p)?],
@@ -51,7 +56,7 @@ pub fn compile<'py>(
         shapes: shapes.unwrap_or_default(),
         targets: targets.unwrap_or_default(),
         costs,
-        store: StoreRequest { dir: store, wait, remote: None },
+        store: StoreRequest { dir: store, wait, remote: remote_request(remote, remote_read_only)? },
         ..CompileRequest::new(inputs, out)
     };
     let summary = py.detach(|| request.compile()).map_err(|e| Error::new_err(format!("{e:#}")))?;
@@ -64,6 +69,20 @@ pub fn compile<'py>(
         result.set_item(&a.model, a.path.to_string_lossy().as_ref())?;
     }
     Ok(result)
+}
+
+/// The remote tier `remote` (or `$TESSERA_REMOTE`) names, with the key files of the environment, as the CLI
+/// reads them.
+fn remote_request(remote: Option<String>, read_only: bool) -> PyResult<Option<RemoteRequest>> {
+    let Some(url) = remote.or_else(|| std::env::var("TESSERA_REMOTE").ok()).filter(|u| !u.is_empty()) else { return Ok(None) };
+    let url: tessera_store::RemoteUrl = url.parse().map_err(|e| Error::new_err(format!("remote: {e}")))?;
+    let env_path = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    Ok(Some(RemoteRequest {
+        url,
+        options: tessera_store::RemoteOptions { read_only, ..Default::default() },
+        signing_key: env_path(tessera_store::SIGNING_KEY_ENV),
+        trust: env_path(tessera_store::TRUST_ENV),
+    }))
 }
 
 /// The pipeline takes inputs as strings (a `fixture:` spec is not a path); a path that is not UTF-8 cannot

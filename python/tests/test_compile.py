@@ -75,3 +75,19 @@ def test_errors_name_what_is_at_fault(tmp_path):
         tessera.compile(ONNX, tmp_path / "out", targets=["cpu"], store=store, costs="guessed")
     with pytest.raises(tessera.Error, match=r"tpu"):
         tessera.compile(ONNX, tmp_path / "out", targets=["tpu"], store=store, costs="analytical")
+
+
+def test_a_remote_is_taken_as_the_cli_takes_it(tmp_path, monkeypatch):
+    # A remote that is down (a closed port) costs nothing and changes nothing: the same bytes as without one.
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    plain = tessera.compile(ONNX, tmp_path / "plain", targets=["cpu"], store=tmp_path / "s1", costs="analytical")
+    down = tessera.compile(ONNX, tmp_path / "down", targets=["cpu"], store=tmp_path / "s2", costs="analytical", remote=f"redis://127.0.0.1:{port}")
+    assert Path(plain["bert_tiny_opset17"]).read_bytes() == Path(down["bert_tiny_opset17"]).read_bytes()
+    # $TESSERA_REMOTE is read when no remote is given, and a bad URL names itself.
+    monkeypatch.setenv("TESSERA_REMOTE", "ftp://example.invalid/cache")
+    with pytest.raises(tessera.Error, match=r"remote: .*ftp"):
+        tessera.compile(ONNX, tmp_path / "out", targets=["cpu"], store=tmp_path / "s3", costs="analytical")
+
