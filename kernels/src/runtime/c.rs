@@ -63,7 +63,6 @@ impl SharedObject {
 /// `void symbol(void* const* args)`.
 pub const FORMAT: crate::module::ModuleFormat = crate::module::ModuleFormat::host("shared-object");
 
-inventory::submit! { super::registry::Builtin { format: FORMAT, load: loader } }
 
 /// The registry's loader of [`FORMAT`] modules.
 pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {

@@ -52,7 +52,6 @@ pub fn load(m: &Module) -> Result<GemmModule, RuntimeError> {
 /// The `gemm` backend's module format: a postcard-encoded [`plan`] run by the runtime's GEMM kernels.
 pub const FORMAT: ModuleFormat = ModuleFormat::host("gemm-plan");
 
-inventory::submit! { super::registry::Builtin { format: FORMAT, load: loader } }
 
 /// The registry's loader of [`FORMAT`] modules.
 pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {

@@ -1,8 +1,10 @@
 //! Module loading: every module format and the loader that turns a module of that format into a
 //! [`LoadedModule`]. Each backend's run side is one module of the runtime named after the backend, which
-//! defines its [`ModuleFormat`] and registers its loader with one line beside it
-//! (`inventory::submit! { Builtin { format: FORMAT, load: loader } }`, collected before `main`): no list here
-//! or elsewhere names it.
+//! defines its [`ModuleFormat`] (`FORMAT`: a name and a place) beside its loader; [`BUILTIN`] is the one line
+//! per format that registers them. An explicit list, not one collected before `main` as the compiler's
+//! backends are: this crate is linked into C programs as a static library, and a C linker pulls from an
+//! archive only the objects whose symbols it needs, so a registration no code refers to would be dropped
+//! (runtime-c's static test caught exactly that).
 //!
 //! A [`Registry`] is a value: [`Registry::builtin`] holds this crate's formats, and code outside the crate
 //! (a backend developed out of tree, a test) adds its own loader for a [`ModuleFormat::named`] format to a
@@ -10,7 +12,7 @@
 //! ([`Executable::load_with`](super::Executable::load_with)). Lookups scan a short vector in registration
 //! order; nothing is hashed.
 
-use super::{LoadedModule, RuntimeError};
+use super::{c, cuda, gemm, LoadedModule, RuntimeError};
 use crate::module::{Module, ModuleFormat};
 use std::sync::{Arc, OnceLock};
 
@@ -31,13 +33,14 @@ where
 
 type LoadFn = fn(&Module) -> Result<Box<dyn LoadedModule>, RuntimeError>;
 
-/// A module format of this crate and its loader, as a backend's run side registers them.
-pub struct Builtin {
-    pub format: ModuleFormat,
-    pub load: LoadFn,
-}
-
-inventory::collect!(Builtin);
+/// This crate's module formats and their loaders: one line per format.
+const BUILTIN: &[(&ModuleFormat, LoadFn)] = &[
+    (&c::FORMAT, c::loader),
+    (&gemm::FORMAT, gemm::loader),
+    (&cuda::FORMAT, cuda::loader),
+    (&cuda::blas::FORMAT, cuda::blas::loader),
+    (&cuda::dnn::FORMAT, cuda::dnn::loader),
+];
 
 /// Module format -> loader, at most one loader per format.
 #[derive(Clone, Default)]
@@ -51,15 +54,13 @@ impl Registry {
         Registry::default()
     }
 
-    /// The formats of this crate (each registered beside its loader), in the order of their names, built once.
+    /// The formats of this crate ([`BUILTIN`]), built once.
     pub fn builtin() -> &'static Registry {
         static BUILT: OnceLock<Registry> = OnceLock::new();
         BUILT.get_or_init(|| {
-            let mut builtin: Vec<&Builtin> = inventory::iter::<Builtin>.into_iter().collect();
-            builtin.sort_by(|a, b| a.format.cmp(&b.format));
             let mut r = Registry::empty();
-            for b in builtin {
-                r.add(b.format.clone(), Arc::new(b.load)).expect("built-in formats are distinct");
+            for (format, load) in BUILTIN {
+                r.add((*format).clone(), Arc::new(*load)).expect("built-in formats are distinct");
             }
             r
         })
@@ -123,14 +124,14 @@ mod tests {
     fn builtin_has_one_loader_per_format_of_this_crate() {
         let formats: Vec<&ModuleFormat> = Registry::builtin().formats().collect();
         let names: Vec<&str> = formats.iter().map(|f| f.name.as_ref()).collect();
-        assert_eq!(names, ["cubin", "cublaslt", "cudnn", "gemm-plan", "shared-object"]);
+        assert_eq!(names, ["shared-object", "gemm-plan", "cubin", "cublaslt", "cudnn"]);
         assert!(formats.contains(&&crate::runtime::c::FORMAT) && formats.contains(&&crate::runtime::cuda::FORMAT));
     }
 
     #[test]
     fn an_unknown_format_is_an_error_naming_the_backend() {
         let e = Registry::builtin().load(&module(ModuleFormat::named("toy-plan"))).err().expect("no loader");
-        assert!(e.0.contains("backend toy") && e.0.contains("toy-plan (host)") && e.0.contains("cubin (GPU), cublaslt (GPU), cudnn (GPU), gemm-plan (host), shared-object (host)"), "{e}");
+        assert!(e.0.contains("backend toy") && e.0.contains("toy-plan (host)") && e.0.contains("shared-object (host), gemm-plan (host), cubin (GPU), cublaslt (GPU), cudnn (GPU)"), "{e}");
     }
 
     #[test]

@@ -25,9 +25,9 @@
 //!   folder is a unit in `stages/src/code/units.rs`. A backend built outside this crate calls
 //!   [`registry::register`] at run time instead, and every build through the library's entry point offers it.
 //! - **run side**: one module `kernels/src/runtime/foo.rs` (or folder) with its [`ModuleFormat`] constant
-//!   (`FORMAT`, a name and where its functions run) and its loader, registered by one line beside them
-//!   (`inventory::submit! { registry::Builtin { format: FORMAT, load: loader } }`); the compile side writes that
-//!   constant into its modules. A loader built outside the runtime crate uses a [`ModuleFormat::named`] format
+//!   (`FORMAT`, a name and where its functions run) beside its loader, and one line in
+//!   `kernels/src/runtime/registry.rs`'s `BUILTIN` (explicit: C programs link the runtime statically, and
+//!   drop registrations nothing refers to); the compile side writes that constant into its modules. A loader built outside the runtime crate uses a [`ModuleFormat::named`] format
 //!   and is added to a `Registry` value with `Registry::with` (see `Executable::load_with`).
 //!
 //! `pipeline/tests/toy_backend.rs` is a complete backend written in one test file that way.

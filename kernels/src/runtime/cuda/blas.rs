@@ -351,7 +351,6 @@ impl Drop for PreparedMatmul {
 /// The `cublas` backend's module format: a [`BlasModule`], each function's cuBLASLt matmuls.
 pub const FORMAT: crate::module::ModuleFormat = crate::module::ModuleFormat::gpu("cublaslt");
 
-inventory::submit! { crate::runtime::registry::Builtin { format: FORMAT, load: loader } }
 
 /// The loader of [`FORMAT`] modules.
 pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {

@@ -392,7 +392,6 @@ impl Drop for PreparedConv {
 /// The `cudnn` backend's module format: a [`DnnModule`], each function's fused convolutions.
 pub const FORMAT: crate::module::ModuleFormat = crate::module::ModuleFormat::gpu("cudnn");
 
-inventory::submit! { crate::runtime::registry::Builtin { format: FORMAT, load: loader } }
 
 /// The loader of [`FORMAT`] modules.
 pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {

@@ -31,7 +31,6 @@ use crate::runtime::{LoadedModule, RuntimeError};
 /// The `cuda` backend's module format: a [`format::CubinModule`], one cubin and each function's launches.
 pub const FORMAT: crate::module::ModuleFormat = crate::module::ModuleFormat::gpu("cubin");
 
-inventory::submit! { crate::runtime::registry::Builtin { format: FORMAT, load: loader } }
 
 /// The loader of [`FORMAT`] modules.
 pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
