@@ -62,7 +62,7 @@ pub fn run(args: TargetsArgs) -> Result<()> {
         if let Ok(t) = Target::parse(k.name) {
             println!("  canonical default: {}", t.canonical());
         }
-        println!("  attributes of every backend of the device:");
+        println!("  attributes of every backend of the device:{}", if k.attrs.is_empty() { " none" } else { "" });
         for a in k.attrs {
             println!("    -{:<12} {:<32} default {:<9} {}", a.name, a.ty.describe(), a.default, a.doc);
         }
