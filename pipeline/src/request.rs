@@ -16,7 +16,7 @@ use tessera_store::remote::keyfile::{load_signing_key, load_trust};
 use tessera_store::{OpenOptions, Remote, RemoteOptions, RemoteUrl, Signing, Store, Trust};
 
 /// One compile: which models, for which targets, with which costs, through which store, into which folder.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct CompileRequest {
     /// ONNX files (each named after its file stem), zoo manifests (`.toml`), or fixture specs
     /// (`fixture:MODEL[:bN][:sN][:iN]`).
@@ -33,6 +33,24 @@ pub struct CompileRequest {
     pub store: StoreRequest,
     /// Where artifacts go, as `<model>.tsr`.
     pub out: PathBuf,
+    /// How the compiler's measurements load modules: the runtime's built-in formats, plus the loaders of
+    /// backends registered from outside (`Registry::with`), whose candidates are then measured, not refused.
+    pub runtime: Registry,
+}
+
+impl std::fmt::Debug for CompileRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompileRequest")
+            .field("inputs", &self.inputs)
+            .field("shapes", &self.shapes)
+            .field("targets", &self.targets)
+            .field("costs", &self.costs)
+            .field("measured_on", &self.measured_on)
+            .field("store", &self.store)
+            .field("out", &self.out)
+            .field("runtime", &self.runtime.formats().map(|f| f.to_string()).collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// The store a build reads and writes.
@@ -68,6 +86,7 @@ impl CompileRequest {
             measured_on: None,
             store: StoreRequest::default(),
             out: out.into(),
+            runtime: Registry::builtin().clone(),
         }
     }
 
@@ -90,7 +109,7 @@ impl CompileRequest {
         let targets = resolve_targets(&self.targets, &backends)?;
         let store = self.store.open()?;
         let memo = Memo::new(&store).with_observer(on_stage);
-        let ctx = Ctx::new(&memo, &targets, &backends).with_costs(self.costs).with_runtime(Registry::builtin());
+        let ctx = Ctx::new(&memo, &targets, &backends).with_costs(self.costs).with_runtime(&self.runtime);
         compile_all_in(&memo, &ctx, jobs, &self.out, on_model)
     }
 

@@ -410,4 +410,15 @@ fn a_registered_backend_compiles_through_the_library_entry_point() {
     assert!(by_backend.get(NAME).is_some_and(|n| *n > 0), "the toy won no partition: {by_backend:?}");
     let artifact = Artifact::read_owned(std::fs::read(dir.path().join("out/toy-head.tsr")).unwrap(), "toy-head.tsr").unwrap();
     assert!(artifact.body.modules.iter().any(|m| m.format == ModuleFormat::named(FORMAT)));
+
+    // Measured costs: the request carries the toy's loader, so its candidates are measured, not refused.
+    request.costs = CostMode::Measured;
+    request.runtime = Registry::builtin().clone().with(ModuleFormat::named(FORMAT), ToyLoader).unwrap();
+    request.store.dir = Some(dir.path().join("store-measured"));
+    request.out = dir.path().join("out-measured");
+    let before = CALLS.load(Ordering::Relaxed);
+    let summary = request.compile().unwrap();
+    assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+    assert_eq!(summary.cost_source, "measured");
+    assert!(CALLS.load(Ordering::Relaxed) > before, "the toy's kernels were never measured");
 }

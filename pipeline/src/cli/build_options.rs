@@ -135,6 +135,7 @@ impl BuildOptions {
             measured_on: self.measured_on()?,
             store: self.store_request(),
             out: out.to_path_buf(),
+            runtime: tessera_kernels::runtime::Registry::builtin().clone(),
         })
     }
 
