@@ -1,0 +1,46 @@
+"""Type stubs of the Rust extension (python/src/lib.rs, python/src/compile.rs); python/tests/test_stubs.py
+checks that they name exactly what the extension exports."""
+
+import os
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+__version__: str
+
+class Error(Exception):
+    """Raised with a message naming the file, model, input or output at fault."""
+
+TensorDesc = Tuple[str, str, List[int]]
+"""(name, numpy dtype name, shape)"""
+
+class Model:
+    """A loaded artifact: its digest checked and its code loaded; run it from any number of threads."""
+
+    @staticmethod
+    def from_bytes(data: bytes) -> "Model": ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def inputs(self) -> List[TensorDesc]: ...
+    @property
+    def outputs(self) -> List[TensorDesc]: ...
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]: ...
+
+def load(path: Union[str, os.PathLike]) -> Model: ...
+
+_Path = Union[str, os.PathLike]
+
+def compile(
+    inputs: Union[_Path, Sequence[_Path]],
+    out: _Path,
+    *,
+    targets: Optional[Sequence[str]] = None,
+    shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    store: Optional[_Path] = None,
+    costs: str = "measured",
+    wait: bool = False,
+    remote: Optional[str] = None,
+    remote_read_only: bool = False,
+) -> Dict[str, str]:
+    """Compiles models into `out/<model>.tsr` (absent from a runtime-only build)."""
