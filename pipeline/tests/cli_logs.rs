@@ -75,3 +75,25 @@ fn completions_are_printed_for_each_shell() {
         assert!(script.contains("tessera") && script.contains("compile") && script.contains("target"), "{shell}: {script:.200}");
     }
 }
+
+/// `--json` on the store commands that report (gc, export, import; stats and verify had it): one JSON object
+/// each, with the report's counts.
+#[test]
+fn store_reports_are_json_on_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let mut a: Vec<&str> = COMPILE.to_vec();
+    a.push("o");
+    tessera(&a, t, &[]);
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = tessera(args, t, &[]);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    let export = json(&["store", "export", "--store", "s", "x.tar", "--json"]);
+    assert!(export["objects"].as_u64().unwrap() > 0 && export["roots"].as_u64().unwrap() == 1, "{export}");
+    let import = json(&["store", "import", "--store", "s2", "x.tar", "--json"]);
+    assert_eq!(import["objects_added"], export["objects"], "{import}");
+    let gc = json(&["store", "gc", "--store", "s2", "--dry-run", "--json"]);
+    assert_eq!((gc["dry_run"].as_bool(), gc["roots"].as_u64()), (Some(true), Some(1)), "{gc}");
+    assert_eq!(gc["objects_kept"], export["objects"], "{gc}");
+}

@@ -50,6 +50,9 @@ pub enum StoreCommand {
         /// Only report what would be removed.
         #[arg(long)]
         dry_run: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Write a build's closure (objects a root lists, their memo entries, the root) to one archive file.
     Export {
@@ -65,6 +68,9 @@ pub enum StoreCommand {
         /// `--root`, only those records.
         #[arg(long = "stage", value_name = "STAGE")]
         stages: Vec<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Read an archive written by `export`, verifying every object.
     Import {
@@ -72,6 +78,9 @@ pub enum StoreCommand {
         store: StoreArgs,
         /// The archive to read.
         file: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Make an ed25519 key pair for signing remote memo entries: `remote-signing.key` (the secret key,
     /// mode 0600; for writers' `--remote-signing-key`) and `remote-signing.pub` (for clients'
@@ -108,13 +117,20 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        StoreCommand::Gc { store, dry_run } => {
+        StoreCommand::Gc { store, dry_run, json } => {
             let mut s = open(&store, OpenOptions::writable(), false)?;
-            say_lines(&s.gc(dry_run)?.lines())
+            let r = s.gc(dry_run)?;
+            if json {
+                return say(&format!("{}\n", json_report(&r, "gc")?));
+            }
+            say_lines(&r.lines())
         }
-        StoreCommand::Export { store, file, root, stages } => {
+        StoreCommand::Export { store, file, root, stages, json } => {
             let s = open(&store, OpenOptions::read_only(), false)?;
             let r = s.export_with(&file, root.as_deref(), &stages)?;
+            if json {
+                return say(&format!("{}\n", json_report(&r, "export")?));
+            }
             say(&format!(
                 "exported {} root(s), {} object(s) ({}), {} memo entr(ies) to {}\n",
                 r.roots,
@@ -124,9 +140,12 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
                 file.display()
             ))
         }
-        StoreCommand::Import { store, file } => {
+        StoreCommand::Import { store, file, json } => {
             let s = open(&store, OpenOptions::writable(), false)?;
             let r = s.import(&file)?;
+            if json {
+                return say(&format!("{}\n", json_report(&r, "import")?));
+            }
             say(&format!(
                 "imported {} root(s), {} memo entr(ies); {} new object(s) ({}), {} already present\n",
                 r.roots,
@@ -187,7 +206,12 @@ fn show(p: &Path) -> String {
 }
 
 fn serde_json_report(r: &tessera_store::VerifyReport) -> anyhow::Result<String> {
-    tessera_store::stats::to_json(r).context("encoding the verify report")
+    json_report(r, "verify")
+}
+
+/// A report of a store command as pretty JSON (digests as hex, as everywhere).
+fn json_report<T: serde::Serialize>(r: &T, what: &str) -> anyhow::Result<String> {
+    serde_json::to_string_pretty(r).with_context(|| format!("encoding the {what} report"))
 }
 
 #[cfg(test)]
