@@ -1,41 +1,17 @@
 //! `tessera compile --check`: every unsupported op and attribute of a model at once, with its node, and
 //! nothing compiled.
 
-use prost::Message;
-use std::path::Path;
-use std::process::Command;
-use tessera_stages::onnx::proto::{tensor_shape_proto, type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto};
-
-fn f32_input(name: &str, dims: &[i64]) -> ValueInfoProto {
-    let dim = dims.iter().map(|&d| tensor_shape_proto::Dimension { value: Some(tensor_shape_proto::dimension::Value::DimValue(d)), ..Default::default() }).collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto { value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type: Some(1), shape: Some(TensorShapeProto { dim }) })), ..Default::default() }),
-        ..Default::default()
-    }
+mod common {
+    pub mod onnx;
 }
 
+use common::onnx::{f32_value, node, untyped_value, write};
+use std::path::Path;
+use std::process::Command;
+
 fn write_model(path: &Path, nodes: &[(&str, &str, &str, &str)], outputs: &[&str]) {
-    let node = |&(op, name, input, output): &(&str, &str, &str, &str)| NodeProto {
-        op_type: Some(op.into()),
-        name: Some(name.into()),
-        input: vec![input.into()],
-        output: vec![output.into()],
-        ..Default::default()
-    };
-    let m = ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
-        graph: Some(GraphProto {
-            name: Some("g".into()),
-            node: nodes.iter().map(node).collect(),
-            input: vec![f32_input("x", &[2, 3])],
-            output: outputs.iter().map(|o| ValueInfoProto { name: Some(o.to_string()), ..Default::default() }).collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    std::fs::write(path, m.encode_to_vec()).unwrap();
+    let nodes = nodes.iter().map(|&(op, name, input, output)| node(op, name, &[input], output)).collect();
+    write(path, nodes, vec![f32_value("x", &[2, 3])], outputs.iter().map(|o| untyped_value(o)).collect(), vec![]);
 }
 
 #[test]

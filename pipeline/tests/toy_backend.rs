@@ -8,6 +8,10 @@
 //! on analytical costs, wins the elementwise head of `Add -> Relu -> MatMul -> Softmax`, and the artifact runs
 //! through a runtime [`Registry`] holding its loader and matches the reference interpreter.
 
+mod common {
+    pub mod onnx;
+}
+
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera::build::Ctx;
@@ -351,43 +355,15 @@ fn the_toy_compiler_value_is_the_registered_one() {
 
 /// `x + r -> Relu -> MatMul(w) -> Softmax` as an ONNX file (the toy's elementwise head, then work for `c`).
 fn write_onnx(path: &std::path::Path) {
-    use prost::Message;
-    use tessera_stages::onnx::proto::{tensor_shape_proto, type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto};
-    let vi = |name: &str, dims: &[i64]| ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(TensorShapeProto {
-                    dim: dims.iter().map(|&d| tensor_shape_proto::Dimension { value: Some(tensor_shape_proto::dimension::Value::DimValue(d)), ..Default::default() }).collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let node = |op: &str, inputs: &[&str], output: &str| NodeProto {
-        op_type: Some(op.into()),
-        name: Some(output.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: vec![output.to_string()],
-        ..Default::default()
-    };
+    use common::onnx::{f32_initializer, f32_value, node, write};
     let w: Vec<f32> = (0..64 * 48).map(|i| ((i * 37 % 101) as f32 - 50.0) / 100.0).collect();
-    let model = ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
-        graph: Some(GraphProto {
-            name: Some("toy".into()),
-            node: vec![node("Add", &["x", "r"], "sum"), node("Relu", &["sum"], "relu"), node("MatMul", &["relu", "w"], "proj"), node("Softmax", &["proj"], "y")],
-            input: vec![vi("x", &[32, 64]), vi("r", &[32, 64])],
-            output: vec![vi("y", &[32, 48])],
-            initializer: vec![TensorProto { name: Some("w".into()), dims: vec![64, 48], data_type: Some(1), float_data: w, ..Default::default() }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    std::fs::write(path, model.encode_to_vec()).unwrap();
+    write(
+        path,
+        vec![node("Add", "sum", &["x", "r"], "sum"), node("Relu", "relu", &["sum"], "relu"), node("MatMul", "proj", &["relu", "w"], "proj"), node("Softmax", "y", &["proj"], "y")],
+        vec![f32_value("x", &[32, 64]), f32_value("r", &[32, 64])],
+        vec![f32_value("y", &[32, 48])],
+        vec![f32_initializer("w", &[64, 48], w)],
+    );
 }
 
 /// Registered once, the toy is a backend of every build through the library's compile entry point, the one
