@@ -71,17 +71,23 @@ impl BuildOptions {
     /// Where partition costs come from, `--frozen` applied; with `--measured-on`, the build assumes that GPU
     /// for the rest of the process ([`tessera_stages::device::assume_gpu`]).
     pub fn cost_mode(&self) -> Result<CostMode> {
+        let mode = self.costs()?;
+        if let Some(fp) = self.measured_on()? {
+            let file = self.measured_on.as_ref().expect("read from it");
+            assume_gpu(fp).map_err(|e| anyhow::anyhow!("--measured-on {}: {e}", file.display()))?;
+        }
+        Ok(mode)
+    }
+
+    /// Where partition costs come from, `--frozen` applied and checked against `--costs` and `--measured-on`.
+    fn costs(&self) -> Result<CostMode> {
         let mode = match (self.frozen, self.costs) {
             (false, c) => c,
             (true, CostMode::Measured | CostMode::Recorded) => CostMode::Recorded,
             (true, c) => bail!("--frozen builds from recorded measurements; it cannot be combined with --costs {}", c.name()),
         };
-        if let Some(file) = &self.measured_on {
-            if mode != CostMode::Recorded {
-                bail!("--measured-on {} needs --frozen: measuring under another GPU's fingerprint would record this machine's times as its", file.display());
-            }
-            let fp = self.measured_on()?.expect("given");
-            assume_gpu(fp).map_err(|e| anyhow::anyhow!("--measured-on {}: {e}", file.display()))?;
+        if let (Some(file), false) = (&self.measured_on, mode == CostMode::Recorded) {
+            bail!("--measured-on {} needs --frozen: measuring under another GPU's fingerprint would record this machine's times as its", file.display());
         }
         Ok(mode)
     }
@@ -131,7 +137,8 @@ impl BuildOptions {
             inputs: inputs.to_vec(),
             shapes: self.shapes()?,
             targets: self.targets.clone(),
-            costs: self.cost_mode()?,
+            // The request assumes the measured GPU when it compiles.
+            costs: self.costs()?,
             measured_on: self.measured_on()?,
             store: self.store_request(),
             out: out.to_path_buf(),
