@@ -110,13 +110,14 @@ impl<B: Backend> Backend for SourceEdited<B> {
 #[test]
 fn backend_versions_follow_their_source_units() {
     use crate::code::{digests, runtime_digests, CodeVersion};
-    use crate::backend::{cublas, cuda, cudnn, gemm};
+    use crate::backend::{cublas, cuda, cudnn, cutlass, gemm};
     let expected = [
         ("c", CodeVersion::new(c::VERSION, &[digests::BACKEND_C])),
         ("gemm", CodeVersion::new(gemm::VERSION, &[digests::BACKEND_GEMM, runtime_digests::RUNTIME])),
         ("cuda", CodeVersion::new(cuda::VERSION, &[digests::BACKEND_CUDA])),
         ("cublas", CodeVersion::new(cublas::VERSION, &[digests::BACKEND_CUBLAS, runtime_digests::RUNTIME])),
         ("cudnn", CodeVersion::new(cudnn::VERSION, &[digests::BACKEND_CUDNN, runtime_digests::RUNTIME])),
+        ("cutlass", CodeVersion::new(cutlass::VERSION, &[digests::BACKEND_CUTLASS])),
     ];
     for b in crate::backend::registry::all() {
         let (_, v) = expected.iter().find(|(n, _)| *n == b.name()).unwrap_or_else(|| panic!("backend {} has no expectation here", b.name()));

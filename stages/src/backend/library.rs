@@ -40,6 +40,52 @@ pub fn chain_ends(g: &Graph, is_anchor: impl Fn(&Op) -> bool, check_anchor: impl
     Ok(lasts)
 }
 
+/// The strided-batch form of a MatMul, as the GPU GEMM libraries (`cublas`, `cutlass`) run it: `(batch, m, n, k,
+/// a_stride, b_stride)` in elements (a stride of 0: the same matrix for every batch), or why it has none.
+pub fn matmul_shape(g: &Graph, n: NodeId) -> Result<(u64, u64, u64, u64, u64, u64), String> {
+    let node = g.node(n);
+    if node.op != Op::MatMul {
+        return Err(format!("a GEMM library runs MatMul, not {}", node.op.name()));
+    }
+    let dt = g.ty(node.outputs[0]).dtype;
+    if let Some(&v) = node.inputs.iter().find(|&&v| g.ty(v).dtype != dt) {
+        return Err(format!("MatMul of mixed types ({} and {})", g.ty(v), g.ty(node.outputs[0])));
+    }
+    if !matches!(dt, crate::ir::DType::F32 | crate::ir::DType::F16) {
+        return Err(format!("GEMM libraries run f32 and f16 MatMuls, got {dt:?}"));
+    }
+    let (sa, sb) = (&g.ty(node.inputs[0]).shape, &g.ty(node.inputs[1]).shape);
+    if sa.len() < 2 || sb.len() < 2 {
+        return Err("GEMM libraries take MatMul operands of rank 2 or more".into());
+    }
+    let u = |x: usize| x as u64;
+    let (m, k, nn) = (u(sa[sa.len() - 2]), u(sa[sa.len() - 1]), u(sb[sb.len() - 1]));
+    let (ba, bb) = (&sa[..sa.len() - 2], &sb[..sb.len() - 2]);
+    let batch = crate::ir::broadcast_shapes(ba, bb).map_err(|e| e.to_string())?;
+    let count: u64 = batch.iter().map(|&d| u(d)).product();
+    // An operand is shared (all its batch dims 1) or dense over the whole batch (its batch dims equal it, after
+    // right-aligning): anything in between needs more than one stride.
+    let stride = |x: &[usize], mat: u64| -> Result<u64, String> {
+        let numel: u64 = x.iter().map(|&d| u(d)).product();
+        if numel == 1 {
+            Ok(0)
+        } else if numel == count {
+            Ok(mat)
+        } else {
+            Err(format!("MatMul batch {x:?} broadcast to {batch:?} is not one strided batch"))
+        }
+    };
+    let (sa_b, sb_b) = (stride(ba, m * k)?, stride(bb, k * nn)?);
+    if [m, k, nn].iter().any(|&d| d == 0 || d > i32::MAX as u64) || count == 0 {
+        return Err(format!("MatMul of {m}x{k} by {k}x{nn}: empty or too large for a 32-bit GEMM"));
+    }
+    if sb_b == 0 && count > 1 {
+        // A's batches stacked into one tall GEMM (C is dense in the same order).
+        return Ok((1, m * count, nn, k, 0, 0));
+    }
+    Ok((count.max(1), m, nn, k, sa_b, sb_b))
+}
+
 fn align256(x: u64) -> u64 {
     x.div_ceil(256) * 256
 }

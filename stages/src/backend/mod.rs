@@ -44,6 +44,7 @@ pub mod c;
 pub mod cublas;
 pub mod cuda;
 pub mod cudnn;
+pub mod cutlass;
 
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::{Kinds, Rule};
@@ -226,7 +227,7 @@ mod tests {
         assert_eq!(rules[0], rules[2]);
         assert!(rules[3..].iter().all(|r| *r == rules[1]), "{rules:?}");
         let uses: Vec<(&str, bool)> = all.iter().map(|b| (b.name(), b.rules().uses_gemm_epilogue())).collect();
-        assert_eq!(uses, [("c", false), ("gemm", true), ("cuda", false), ("cublas", true), ("cudnn", true)]);
+        assert_eq!(uses, [("c", false), ("gemm", true), ("cuda", false), ("cublas", true), ("cudnn", true), ("cutlass", true)]);
         let colors: std::collections::BTreeSet<_> = all.iter().map(|b| b.colors()).collect();
         assert_eq!(colors.len(), all.len());
     }

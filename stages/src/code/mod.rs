@@ -70,6 +70,7 @@ mod tests {
             "BACKEND_CUDA" => digests::BACKEND_CUDA,
             "BACKEND_CUBLAS" => digests::BACKEND_CUBLAS,
             "BACKEND_CUDNN" => digests::BACKEND_CUDNN,
+            "BACKEND_CUTLASS" => digests::BACKEND_CUTLASS,
             other => panic!("unit {other} has no constant in this test"),
         }
     }

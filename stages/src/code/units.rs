@@ -25,4 +25,5 @@ pub const UNITS: &[Unit] = &[
     Unit { name: "BACKEND_CUDA", paths: &["src/backend/cuda", "src/backend/c"] },
     Unit { name: "BACKEND_CUBLAS", paths: &["src/backend/cublas", "src/backend/library.rs", "src/backend/gemm", "src/backend/c"] },
     Unit { name: "BACKEND_CUDNN", paths: &["src/backend/cudnn", "src/backend/library.rs", "src/backend/gemm", "src/backend/c"] },
+    Unit { name: "BACKEND_CUTLASS", paths: &["src/backend/cutlass", "src/backend/library.rs", "src/backend/gemm", "src/backend/c"] },
 ];

@@ -35,7 +35,7 @@ fn errors_list_what_is_valid() {
     let e = Target::parse("cpu -opt-level=7").unwrap_err().0;
     assert!(e.contains("out of range 0..=3"), "{e}");
     let e = Target::parse("cuda -compiler=tensorrt").unwrap_err().0;
-    assert!(e.contains("nvrtc, cublas, cudnn") && !e.contains("cutlass"), "only values with a backend behind them: {e}");
+    assert!(e.contains("nvrtc, cublas, cudnn, cutlass") && !e.contains("tensorrt,"), "only values with a backend behind them: {e}");
     // Another backend's option is not this one's, and the message lists this one's.
     let e = Target::parse("cpu -compiler=gemm -opt-level=3").unwrap_err().0;
     assert!(e.contains("unknown attribute '-opt-level'") && e.contains("backend gemm") && e.contains("valid attributes: -compiler"), "{e}");

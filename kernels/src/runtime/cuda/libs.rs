@@ -28,24 +28,40 @@ pub struct Toolkit {
     pub nvrtc_version: String,
 }
 
-fn candidate_homes() -> Vec<PathBuf> {
+/// The site-packages folders of the Python on PATH (asked once: a fixed, cheap query whose answer only
+/// chooses where to look for NVIDIA's and CUTLASS's PyPI wheels; the versions found are what keys depend on).
+pub fn python_site_dirs() -> &'static [PathBuf] {
+    static DIRS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    DIRS.get_or_init(|| {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        if let Ok(out) = std::process::Command::new("python3")
+            .args(["-c", "import sysconfig, site; print('\\n'.join([sysconfig.get_paths()['purelib']] + site.getsitepackages() + [site.getusersitepackages()]))"])
+            .stderr(std::process::Stdio::null())
+            .output()
+        {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                let p = PathBuf::from(line.trim());
+                if !line.trim().is_empty() && !dirs.contains(&p) {
+                    dirs.push(p);
+                }
+            }
+        }
+        dirs
+    })
+}
+
+/// Where a CUDA toolkit may live, in the order they are tried: `$TESSERA_CUDA_HOME`, `/usr/local/cuda`, and
+/// the PyPI wheels' `site-packages/nvidia/cu13`.
+pub fn candidate_homes() -> Vec<PathBuf> {
     let mut homes = Vec::new();
     if let Some(h) = std::env::var_os("TESSERA_CUDA_HOME") {
         homes.push(PathBuf::from(h));
     }
     homes.push(PathBuf::from("/usr/local/cuda"));
-    // The PyPI wheels: ask the Python that is on PATH where its packages live (a fixed, cheap query; the
-    // result only chooses where to look, and the NVRTC version found is what keys depend on).
-    if let Ok(out) = std::process::Command::new("python3")
-        .args(["-c", "import sysconfig, site; print('\\n'.join([sysconfig.get_paths()['purelib']] + site.getsitepackages() + [site.getusersitepackages()]))"])
-        .stderr(std::process::Stdio::null())
-        .output()
-    {
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let p = Path::new(line.trim()).join("nvidia").join(format!("cu{CUDA_MAJOR}"));
-            if !homes.contains(&p) {
-                homes.push(p);
-            }
+    for site in python_site_dirs() {
+        let p = site.join("nvidia").join(format!("cu{CUDA_MAJOR}"));
+        if !homes.contains(&p) {
+            homes.push(p);
         }
     }
     homes

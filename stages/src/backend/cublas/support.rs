@@ -12,7 +12,7 @@
 //! ([`crate::backend::Backend::inline_const_max`] is 0).
 
 use crate::backend::gemm::support::{self as chain, Fusion, Unary};
-use crate::ir::{broadcast_shapes, Graph, NodeId, Op, ValueId};
+use crate::ir::{Graph, NodeId, Op, ValueId};
 
 /// One epilogue of a cuBLASLt chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,51 +22,8 @@ pub enum Epilogue {
     Relu,
 }
 
-/// The strided-batch form of a MatMul: `(batch, m, n, k, a_stride, b_stride)` in elements (a stride of 0: the
-/// same matrix for every batch), or why cuBLASLt cannot take it.
-pub fn matmul_shape(g: &Graph, n: NodeId) -> Result<(u64, u64, u64, u64, u64, u64), String> {
-    let node = g.node(n);
-    if node.op != Op::MatMul {
-        return Err(format!("cublas runs MatMul, not {}", node.op.name()));
-    }
-    let dt = g.ty(node.outputs[0]).dtype;
-    if let Some(&v) = node.inputs.iter().find(|&&v| g.ty(v).dtype != dt) {
-        return Err(format!("MatMul of mixed types ({} and {})", g.ty(v), g.ty(node.outputs[0])));
-    }
-    if !matches!(dt, crate::ir::DType::F32 | crate::ir::DType::F16) {
-        return Err(format!("cublas runs f32 and f16 MatMuls, got {dt:?}"));
-    }
-    let (sa, sb) = (&g.ty(node.inputs[0]).shape, &g.ty(node.inputs[1]).shape);
-    if sa.len() < 2 || sb.len() < 2 {
-        return Err("cublas takes MatMul operands of rank 2 or more".into());
-    }
-    let u = |x: usize| x as u64;
-    let (m, k, nn) = (u(sa[sa.len() - 2]), u(sa[sa.len() - 1]), u(sb[sb.len() - 1]));
-    let (ba, bb) = (&sa[..sa.len() - 2], &sb[..sb.len() - 2]);
-    let batch = broadcast_shapes(ba, bb).map_err(|e| e.to_string())?;
-    let count: u64 = batch.iter().map(|&d| u(d)).product();
-    // An operand is shared (all its batch dims 1) or dense over the whole batch (its batch dims equal it, after
-    // right-aligning): anything in between needs more than one stride.
-    let stride = |x: &[usize], mat: u64| -> Result<u64, String> {
-        let numel: u64 = x.iter().map(|&d| u(d)).product();
-        if numel == 1 {
-            Ok(0)
-        } else if numel == count {
-            Ok(mat)
-        } else {
-            Err(format!("MatMul batch {x:?} broadcast to {batch:?} is not one strided batch"))
-        }
-    };
-    let (sa_b, sb_b) = (stride(ba, m * k)?, stride(bb, k * nn)?);
-    if [m, k, nn].iter().any(|&d| d == 0 || d > i32::MAX as u64) || count == 0 {
-        return Err(format!("MatMul of {m}x{k} by {k}x{nn}: empty or too large for cuBLASLt"));
-    }
-    if sb_b == 0 && count > 1 {
-        // A's batches stacked into one tall GEMM (C is dense in the same order).
-        return Ok((1, m * count, nn, k, 0, 0));
-    }
-    Ok((count.max(1), m, nn, k, sa_b, sb_b))
-}
+/// The strided-batch form of a MatMul (shared with `cutlass`: [`crate::backend::library::matmul_shape`]).
+pub use crate::backend::library::matmul_shape;
 
 /// Whether `n` is a MatMul cuBLASLt runs from device operands.
 pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {

@@ -28,7 +28,7 @@ mod scan;
 pub mod toolchain;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use crate::backend::{Backend, BackendError, LoweredKernel, Module, TunableSet};
 use crate::ir::{DType, Graph, NodeId};

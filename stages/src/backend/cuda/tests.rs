@@ -333,7 +333,7 @@ fn fp16_attention_runs_on_tensor_cores_in_every_tile() {
 
 /// `got` against the fp32 reference `want`: NaN exactly where it has NaN, elsewhere within `tol` of the
 /// largest finite reference magnitude (the relative error the GPU zoo test uses).
-fn compare_to_reference(got: &Tensor, want: &Tensor, tol: f64) -> Result<f64, String> {
+pub(crate) fn compare_to_reference(got: &Tensor, want: &Tensor, tol: f64) -> Result<f64, String> {
     if got.ty != want.ty {
         return Err(format!("type {} instead of {}", got.ty, want.ty));
     }

@@ -1,0 +1,119 @@
+//! Lowering of one kernel graph (a partition) to CUTLASS GEMM kernels: one `extern "C" __global__` function per
+//! chain (a MatMul and the epilogue fused into it, by the rule of [`super::support`]), each instantiating the
+//! prelude's `tessera::gemm` template for its problem, with the instantiation's type declared once per module.
+//! Chains are placed by [`crate::backend::library::Places`] (arguments, or scratch for a chain result that
+//! feeds the next chain of a merged partition), so a function is a list of launches as the `cuda` backend's.
+
+use super::instance::{alignment, Element, Gemm, Tile};
+use super::support::{self, Addend};
+use crate::backend::library::{chain_ends, Places};
+use tessera_kernels::runtime::cuda::library::Operand;
+use crate::backend::FunctionInfo;
+use crate::ir::{Graph, NodeId, Op, ValueId};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write;
+use tessera_kernels::runtime::cuda::format::{FunctionLaunches, Launch, LaunchArg};
+
+/// A lowered kernel: the C++ type declarations it needs, its functions' source, and its launches.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CutlassCode {
+    /// `(type name, declaration)` of each instantiation, declared once per module.
+    pub types: Vec<(String, String)>,
+    pub source: String,
+    pub launches: FunctionLaunches,
+}
+
+/// The element type of a kernel graph's GEMMs (every MatMul of one kernel has the same: the chain rule and
+/// a target's precision agree), or why there is none.
+pub fn element_of(g: &Graph) -> Result<Element, String> {
+    let mut found = None;
+    for node in g.nodes.iter().filter(|n| n.op == Op::MatMul) {
+        let dt = g.ty(node.outputs[0]).dtype;
+        let e = Element::of(dt).ok_or_else(|| format!("cutlass runs f32 and f16 GEMMs, got {dt:?}"))?;
+        if found.is_some_and(|f| f != e) {
+            return Err("one kernel mixes f16 and f32 GEMMs".into());
+        }
+        found = Some(e);
+    }
+    found.ok_or_else(|| "a cutlass kernel needs a MatMul".into())
+}
+
+fn arg(o: Operand) -> LaunchArg {
+    LaunchArg { index: o.arg, offset: o.offset }
+}
+
+/// Lowers `g` with `tile` into functions named `symbol_k<i>`.
+pub fn lower_kernel(g: &Graph, symbol: &str, tile: Tile) -> Result<(CutlassCode, FunctionInfo), String> {
+    let element = element_of(g)?;
+    let lasts = chain_ends(g, |op| *op == Op::MatMul, |n| support::anchor(g, n))?;
+    let uses = g.use_counts();
+    let use_of = |v: ValueId| uses[v.index()];
+    let node_err = |n: NodeId, msg: String| format!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name());
+    let mut places = Places::new(g)?;
+    let mut code = CutlassCode { types: Vec::new(), source: String::new(), launches: FunctionLaunches::default() };
+    for (i, &last) in lasts.iter().enumerate() {
+        let chain = support::chain_of(g, last, &use_of).map_err(|e| node_err(last, e))?;
+        let (batch, m, n, k, a_stride, b_stride) = crate::backend::library::matmul_shape(g, chain.anchor).map_err(|e| node_err(chain.anchor, e))?;
+        let node = g.node(chain.anchor);
+        let e = |msg: String| node_err(chain.anchor, msg);
+        let d_stride = if batch > 1 { m * n } else { 0 };
+        let a = places.read(g, node.inputs[0], a_stride).map_err(e)?;
+        let b = places.read(g, node.inputs[1], b_stride).map_err(e)?;
+        // C: the epilogue's source, as (operand, leading dimension, batch stride).
+        let c = match chain.addend {
+            None => None,
+            Some(Addend::Bias(v)) => Some((places.read(g, v, 0).map_err(|m| node_err(last, m))?, 0, 0)),
+            Some(Addend::Residual(v)) => Some((places.read(g, v, d_stride).map_err(|m| node_err(last, m))?, n, d_stride)),
+        };
+        let d = places.result(g, g.node(last).outputs[0], d_stride);
+        let unaligned = || e(format!("extents K={k}, N={n} are not a multiple of any access width of {element:?}"));
+        let gemm = Gemm {
+            element,
+            tile,
+            align_a: alignment(element, k).ok_or_else(unaligned)?,
+            align_b: alignment(element, n).ok_or_else(unaligned)?,
+            align_c: alignment(element, n).ok_or_else(unaligned)?,
+            activation: chain.activation,
+        };
+        let [tm, tn, _] = tile.threadblock;
+        let grid = [m.div_ceil(tm as u64), n.div_ceil(tn as u64), batch.min(65535)];
+        if grid[0] > i32::MAX as u64 || grid[1] > 65535 {
+            return Err(e(format!("a {m}x{n} result needs a grid of {grid:?} tiles of {tm}x{tn}")));
+        }
+        let type_name = gemm.type_name();
+        if !code.types.iter().any(|(t, _)| *t == type_name) {
+            code.types.push((type_name.clone(), gemm.declaration()));
+        }
+        let entry = format!("{symbol}_k{i}");
+        let (ld_c, c_stride) = c.map(|(_, ld, s)| (ld, s)).unwrap_or((0, 0));
+        let c_param = if c.is_some() { "c" } else { "nullptr" };
+        let c_decl = if c.is_some() { " const void* c," } else { "" };
+        let _ = writeln!(
+            code.source,
+            "// node '{}': {batch} x ({m}x{k} by {k}x{n}){}, {:?}\n\
+             extern \"C\" __global__ void __launch_bounds__({threads}) {entry}(const void* a, const void* b,{c_decl} void* d) {{\n  \
+             tessera::gemm<{type_name}, {m}, {n}, {k}, {batch}, {a_stride}LL, {b_stride}LL, {ld_c}, {c_stride}LL>(a, b, {c_param}, d);\n}}",
+            node.name,
+            match chain.addend {
+                None => "",
+                Some(Addend::Bias(_)) => " + bias",
+                Some(Addend::Residual(_)) => " + residual",
+            },
+            chain.activation,
+            threads = tile.threads(),
+        );
+        let mut args = vec![arg(a), arg(b)];
+        if let Some((o, _, _)) = c {
+            args.push(arg(o));
+        }
+        args.push(arg(d));
+        code.launches.launches.push(Launch {
+            entry,
+            grid: [grid[0] as u32, grid[1] as u32, grid[2] as u32],
+            block: [tile.threads(), 1, 1],
+            shared_bytes: tile.shared_bytes(element),
+            args,
+        });
+    }
+    Ok((code, places.info(g, symbol, 0)))
+}

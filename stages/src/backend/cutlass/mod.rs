@@ -1,0 +1,205 @@
+//! The `cutlass` backend (`cuda -compiler=cutlass`): MatMuls (batched, broadcast batch) with their fused
+//! epilogues (a bias or a residual, then ReLU, GELU, Sigmoid or HardSwish) as CUTLASS kernels, fp16 on tensor
+//! cores with fp32 accumulation and fp32 on the SIMT cores, compiled by nvcc into one cubin per model.
+//!
+//! CUTLASS is used as a template library: [`lower`] writes, per chain, an `extern "C" __global__` function that
+//! instantiates the prelude's `tessera::gemm` template (`gemm.cuh`) for its fixed problem, with the
+//! instantiation's type ([`instance::Gemm`]: element, tile configuration, alignments, activation) declared
+//! once per module; [`toolchain`] runs nvcc with the CUTLASS headers (on any machine: the PyPI wheels of
+//! nvcc and CUTLASS serve a machine without a GPU). The module is a `cubin` module like the `cuda`
+//! backend's, so the runtime loads and launches it with no code of its own.
+//!
+//! Tuning space: the tile configuration ([`instance::tiles`]: threadblock and warp tiles, stages) of the
+//! target's precision, `cutlass/v<version>/<tile>`; the tune stage measures each on the GPU and the plan
+//! records the fastest.
+
+pub mod cost;
+pub mod instance;
+pub mod lower;
+pub mod support;
+pub mod toolchain;
+
+#[cfg(test)]
+mod tests;
+
+use crate::backend::{Backend, BackendError, LoweredKernel, Module, TunableSet};
+use crate::ir::{Graph, NodeId};
+use crate::partition::collage::rules::Rule;
+use crate::target::{AttrValue, BackendSpec, Target};
+use instance::{tiles, Element, Tile};
+use lower::CutlassCode;
+use tessera_kernels::runtime::cuda::format::CubinModule;
+
+/// The backend's name, as `cuda -compiler=cutlass` selects it.
+pub const NAME: &str = "cutlass";
+
+/// Bump whenever the meaning of generated code changes (it names configurations).
+pub const VERSION: u32 = 1;
+
+/// The GEMM template every module starts with.
+pub const PRELUDE: &str = include_str!("gemm.cuh");
+
+/// The backend's description: its `-compiler` value and its own options.
+pub static SPEC: BackendSpec = BackendSpec {
+    name: NAME,
+    device: "cuda",
+    compiler: "cutlass",
+    doc: "CUTLASS GEMM templates with fused bias, residual and activation epilogues, compiled by nvcc",
+    options: &[crate::backend::TUNE_CONFIGS],
+    order: 5,
+};
+
+crate::backend::registry::register_builtin!(SPEC, CutlassBackend);
+
+/// The `cutlass` backend (stateless).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CutlassBackend;
+
+fn err(msg: impl Into<String>) -> BackendError {
+    BackendError { backend: NAME.into(), msg: msg.into() }
+}
+
+fn check_target(target: &Target) -> Result<(), BackendError> {
+    if target.backend_name() != NAME {
+        return Err(err(format!("target '{target}' selects backend '{}', not '{NAME}'", target.backend_name())));
+    }
+    Ok(())
+}
+
+/// The element type a target's kernels compute in.
+fn target_element(target: &Target) -> Element {
+    match target.attrs.get("precision") {
+        Some(AttrValue::Str(p)) if p == "fp16" => Element::F16,
+        _ => Element::F32,
+    }
+}
+
+fn config_name(tile: &Tile) -> String {
+    format!("{NAME}/v{VERSION}/{}", tile.name())
+}
+
+/// The tile a configuration names, among those of `element`.
+fn tile_of(element: Element, config: &str) -> Result<Tile, BackendError> {
+    tiles(element).iter().find(|t| config_name(t) == config).copied().ok_or_else(|| {
+        let names: Vec<String> = tiles(element).iter().map(config_name).collect();
+        err(format!("no {element:?} configuration '{config}' (it has {})", names.join(", ")))
+    })
+}
+
+fn decode(k: &LoweredKernel) -> Result<CutlassCode, BackendError> {
+    postcard::from_bytes(&k.code).map_err(|e| err(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol)))
+}
+
+/// The whole CUDA C++ source of a module: the prelude, each instantiation's type once, then each kernel's
+/// functions, in order.
+pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> {
+    let mut types: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    let mut body = String::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for k in kernels {
+        if !seen.insert(k.info.symbol.as_str()) {
+            return Err(err(format!("two kernels of one module are named '{}'", k.info.symbol)));
+        }
+        let code = decode(k)?;
+        for (name, decl) in code.types {
+            types.entry(name).or_insert(decl);
+        }
+        body.push('\n');
+        body.push_str(&code.source);
+    }
+    let mut src = String::from("/* tessera cutlass module */\n");
+    src.push_str(PRELUDE);
+    src.push('\n');
+    for decl in types.values() {
+        src.push_str(decl);
+    }
+    src.push_str(&body);
+    Ok(src)
+}
+
+impl Backend for CutlassBackend {
+    fn spec(&self) -> &'static BackendSpec {
+        &SPEC
+    }
+
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_CUTLASS])
+    }
+
+    /// Compiling needs nvcc and the CUTLASS headers; running needs a GPU (the runtime says so).
+    fn available(&self) -> Result<(), String> {
+        toolchain::toolchain().map(|_| ())
+    }
+
+    fn environment(&self, target: &Target) -> Vec<(String, String)> {
+        match toolchain::toolchain() {
+            Ok(t) => t.environment(target),
+            Err(why) => vec![("cutlass.toolchain".into(), format!("unavailable: {why}"))],
+        }
+    }
+
+    fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool {
+        target.backend_name() == NAME && support::supports(g, n)
+    }
+
+    /// MatMuls alone and with their epilogue chains.
+    fn rules(&self) -> Rule {
+        Rule::anchors_with_epilogues()
+    }
+
+    fn colors(&self) -> (&'static str, &'static str) {
+        ("#fdd0a2", "#e6550d")
+    }
+
+    fn estimate_us(&self, g: &Graph, nodes: &[NodeId], _target: &Target) -> f64 {
+        cost::estimate_us(g, nodes)
+    }
+
+    /// Every constant is an argument: the kernels read operands from device memory.
+    fn inline_const_max(&self) -> usize {
+        0
+    }
+
+    fn configs(&self, target: &Target) -> TunableSet {
+        tiles(target_element(target)).iter().map(config_name).collect()
+    }
+
+    fn default_config(&self, target: &Target) -> String {
+        config_name(&tiles(target_element(target))[0])
+    }
+
+    /// Every tile of the kernel's element type, the default first.
+    fn configs_for(&self, target: &Target, kernel: &Graph) -> Vec<String> {
+        match lower::element_of(kernel) {
+            Ok(e) if e == target_element(target) => tiles(e).iter().map(config_name).collect(),
+            _ => vec![self.default_config(target)],
+        }
+    }
+
+    fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
+        self.lower_config(target, kernel, symbol, &self.default_config(target))
+    }
+
+    fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
+        check_target(target)?;
+        let fail = |e: String| err(format!("kernel '{symbol}' ({}): {e}", kernel.name));
+        let tile = tile_of(lower::element_of(kernel).map_err(fail)?, config)?;
+        let (code, info) = lower::lower_kernel(kernel, symbol, tile).map_err(fail)?;
+        Ok(LoweredKernel { info, code: postcard::to_stdvec(&code).expect("cutlass code encodes") })
+    }
+
+    fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
+        check_target(target)?;
+        let tools = toolchain::toolchain().map_err(err)?;
+        let src = module_source(kernels)?;
+        let cubin = tools.compile(target, &src).map_err(|log| {
+            let all: Vec<&str> = kernels.iter().map(|k| k.info.symbol.as_str()).collect();
+            err(format!("module of [{}]: {log}", all.join(", ")))
+        })?;
+        let functions = kernels.iter().map(|k| decode(k).map(|c| c.launches)).collect::<Result<Vec<_>, _>>()?;
+        let bytes = CubinModule { arch: toolchain::arch(target), cubin, functions }.encode();
+        let module = Module { backend: NAME.into(), target: target.canonical(), format: tessera_kernels::runtime::cuda::FORMAT, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes };
+        CubinModule::decode(&module).map_err(err)?;
+        Ok(module)
+    }
+}

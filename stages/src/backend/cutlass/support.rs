@@ -1,0 +1,108 @@
+//! The `cutlass` backend's pattern rule: which MatMuls its GEMM template runs, and which epilogues fuse.
+//!
+//! Anchors: MatMuls of the strided-batch form the GEMM libraries share
+//! ([`crate::backend::library::matmul_shape`]), f32 or f16, whose extents the sm80 mainloop can read: fp16
+//! needs K and N even (cp.async copies at least 4 bytes), and every extent must fit the template's `int`s.
+//!
+//! Epilogues follow the chain rule of the `gemm` backend ([`crate::backend::gemm::support`]), restricted to
+//! what the template's epilogue computes, `act(A*B + C)`: at most one `Add` (a bias along the last axis, or a
+//! residual of the result's shape), then at most one activation (ReLU, GELU erf or tanh, Sigmoid,
+//! HardSwish), last.
+
+use super::instance::{alignment, Activation, Element};
+use crate::backend::gemm::support::{self as chain, Fusion, Unary};
+use crate::backend::library::matmul_shape;
+use crate::ir::{GeluApprox, Graph, NodeId, Op, ValueId};
+
+/// What the epilogue adds before its activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Addend {
+    /// A vector along the last axis, the same for every row.
+    Bias(ValueId),
+    /// A tensor of the result's shape.
+    Residual(ValueId),
+}
+
+/// One chain: the anchor, what its epilogue adds and applies, and the chain's last node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chain {
+    pub anchor: NodeId,
+    pub addend: Option<Addend>,
+    pub activation: Activation,
+    pub last: NodeId,
+}
+
+/// Whether `n` is a MatMul the template runs: its strided-batch form, an element type, and extents the
+/// mainloop can read.
+pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {
+    let (batch, m, nn, k, _, _) = matmul_shape(g, n)?;
+    let e = Element::of(g.ty(g.node(n).outputs[0]).dtype).ok_or("cutlass runs f32 and f16 GEMMs")?;
+    if alignment(e, k).is_none() || alignment(e, nn).is_none() {
+        return Err(format!("a {m}x{k} by {k}x{nn} fp16 GEMM with odd K or N: the sm80 mainloop copies at least two halves"));
+    }
+    if [batch, m, nn, k, m * k * batch, k * nn * batch, m * nn * batch].iter().any(|&d| d > i32::MAX as u64) {
+        return Err(format!("a GEMM of {batch}x{m}x{nn}x{k} does not fit 32-bit extents"));
+    }
+    Ok(())
+}
+
+fn activation(op: Unary) -> Result<Activation, String> {
+    Ok(match op {
+        Unary::Relu => Activation::Relu,
+        Unary::Gelu(GeluApprox::Erf) => Activation::Gelu,
+        Unary::Gelu(GeluApprox::Tanh) => Activation::GeluTanh,
+        Unary::Sigmoid => Activation::Sigmoid,
+        Unary::HardSwish => Activation::HardSwish,
+        Unary::Clip { .. } => return Err("the cutlass epilogue has no Clip".into()),
+    })
+}
+
+/// The chain ending at node `n` (a MatMul alone, or an epilogue node), if the template's epilogue computes
+/// it; `uses` counts the uses of a value.
+pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result<Chain, String> {
+    let mut steps = Vec::new();
+    let mut at = n;
+    let anchor_node = loop {
+        if g.node(at).op == Op::MatMul {
+            break at;
+        }
+        let f = chain::fusion(g, at, uses)?;
+        steps.push(f);
+        at = g.producer(f.input()).ok_or("a fused value has a producer")?;
+    };
+    anchor(g, anchor_node)?;
+    steps.reverse();
+    let mut chain = Chain { anchor: anchor_node, addend: None, activation: Activation::Identity, last: n };
+    for f in steps {
+        if chain.activation != Activation::Identity {
+            return Err("the cutlass epilogue applies its activation last".into());
+        }
+        match f {
+            Fusion::Unary { op, .. } => chain.activation = activation(op)?,
+            Fusion::Add { input, other, inner, count } => {
+                if chain.addend.is_some() {
+                    return Err("the cutlass epilogue adds one bias or one residual".into());
+                }
+                let s = &g.ty(input).shape;
+                chain.addend = Some(if g.ty(other).shape == *s {
+                    Addend::Residual(other)
+                } else if inner == 1 && count == *s.last().unwrap_or(&1) as u64 {
+                    Addend::Bias(other)
+                } else {
+                    return Err("only a bias along the last axis or a same-shaped residual is added".into());
+                });
+            }
+        }
+    }
+    Ok(chain)
+}
+
+/// The pattern rule on a model graph.
+pub fn supports(g: &Graph, n: NodeId) -> bool {
+    let uses = g.use_counts();
+    let count = |v: ValueId| uses[v.index()];
+    match g.node(n).op {
+        Op::MatMul => anchor(g, n).is_ok(),
+        _ => chain_of(g, n, &count).is_ok(),
+    }
+}

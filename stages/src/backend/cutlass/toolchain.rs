@@ -1,0 +1,177 @@
+//! nvcc and the CUTLASS headers: a module's CUDA C++ to one cubin for the target's architecture, on a machine
+//! with or without a GPU.
+//!
+//! nvcc is looked for where the CUDA toolkit is (`$TESSERA_CUDA_HOME/bin`, `/usr/local/cuda/bin`, the
+//! `nvidia-cuda-nvcc` PyPI wheel's `site-packages/nvidia/cu13/bin`); the CUTLASS headers in
+//! `$TESSERA_CUTLASS_HOME` (a folder holding `cutlass/version.h`, or its `include/`) and in the
+//! `nvidia-cutlass` PyPI wheel (`site-packages/cutlass_library/source/include`). Where they live is a fact of
+//! the machine, not of the code; their versions (nvcc's release, CUTLASS's version.h) and the options are
+//! what the compile key holds ([`Toolchain::environment`]).
+
+use crate::target::{AttrValue, Target};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use tessera_kernels::runtime::cuda::libs;
+
+/// Where modules are compiled: a fixed path on every machine (see [`Toolchain::compile`]).
+const BUILD_ROOT: &str = "/tmp/tessera-cutlass";
+
+/// The tools found on this machine.
+#[derive(Clone, Debug)]
+pub struct Toolchain {
+    pub nvcc: PathBuf,
+    /// `release 13.0, V13.0.88`
+    pub nvcc_version: String,
+    /// The folder holding `cutlass/` and `cute/`.
+    pub cutlass_include: PathBuf,
+    /// `4.2.0`
+    pub cutlass_version: String,
+}
+
+fn find_nvcc() -> Result<(PathBuf, String), String> {
+    let homes = libs::candidate_homes();
+    let nvcc = homes.iter().map(|h| h.join("bin").join("nvcc")).find(|p| p.is_file()).ok_or_else(|| {
+        let looked: Vec<String> = homes.iter().map(|h| h.join("bin").display().to_string()).collect();
+        format!(
+            "no nvcc found (looked in {}); install the CUDA toolkit, or `pip install nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88`, or set TESSERA_CUDA_HOME",
+            looked.join(", ")
+        )
+    })?;
+    let out = std::process::Command::new(&nvcc).arg("--version").output().map_err(|e| format!("cannot run {}: {e}", nvcc.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text
+        .lines()
+        .find_map(|l| l.split_once("compilation tools, ").map(|(_, v)| v.trim().to_string()))
+        .ok_or_else(|| format!("{} --version does not say its release: {text}", nvcc.display()))?;
+    Ok((nvcc, version))
+}
+
+fn cutlass_in(dir: &Path) -> Option<PathBuf> {
+    [dir.to_path_buf(), dir.join("include")].into_iter().find(|d| d.join("cutlass").join("version.h").is_file())
+}
+
+/// `major.minor.patch` from CUTLASS's version.h.
+pub fn cutlass_version(include: &Path) -> Result<String, String> {
+    let path = include.join("cutlass").join("version.h");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("#define ").and_then(|r| r.strip_prefix(name)).map(|v| v.trim().to_string()))
+            .filter(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()))
+            .ok_or_else(|| format!("{} defines no {name}", path.display()))
+    };
+    Ok(format!("{}.{}.{}", field("CUTLASS_MAJOR")?, field("CUTLASS_MINOR")?, field("CUTLASS_PATCH")?))
+}
+
+fn find_cutlass() -> Result<PathBuf, String> {
+    let mut looked = Vec::new();
+    if let Some(h) = std::env::var_os("TESSERA_CUTLASS_HOME") {
+        let h = PathBuf::from(h);
+        if let Some(d) = cutlass_in(&h) {
+            return Ok(d);
+        }
+        looked.push(h.display().to_string());
+    }
+    for site in libs::python_site_dirs() {
+        let d = site.join("cutlass_library").join("source").join("include");
+        if let Some(d) = cutlass_in(&d) {
+            return Ok(d);
+        }
+        looked.push(d.display().to_string());
+    }
+    Err(format!(
+        "no CUTLASS headers found (looked for cutlass/version.h in: {}); `pip install nvidia-cutlass==4.2.0.0`, or set TESSERA_CUTLASS_HOME",
+        looked.join(", ")
+    ))
+}
+
+fn find() -> Result<Toolchain, String> {
+    let (nvcc, nvcc_version) = find_nvcc()?;
+    let cutlass_include = find_cutlass()?;
+    let cutlass_version = cutlass_version(&cutlass_include)?;
+    Ok(Toolchain { nvcc, nvcc_version, cutlass_include, cutlass_version })
+}
+
+/// The toolchain of this machine (found once), or why there is none.
+pub fn toolchain() -> Result<&'static Toolchain, String> {
+    static FOUND: OnceLock<Result<Toolchain, String>> = OnceLock::new();
+    FOUND.get_or_init(find).as_ref().map_err(Clone::clone)
+}
+
+/// The `-arch` of a cuda target (`sm_90`).
+pub fn arch(target: &Target) -> String {
+    match target.attr("arch") {
+        AttrValue::Str(s) => s.clone(),
+        _ => "sm_90".to_string(),
+    }
+}
+
+/// nvcc's options for `target` (the include folders, which say where this machine keeps the headers, are
+/// added at the call: the versions stand for them in keys).
+pub fn options(target: &Target) -> Vec<String> {
+    [
+        "-cubin".to_string(),
+        format!("-arch={}", arch(target)),
+        "-std=c++17".into(),
+        "-O3".into(),
+        "--expt-relaxed-constexpr".into(),
+        // CUTLASS's conv3d headers, pulled in by the GEMM headers, call std::get from host-device code.
+        "-diag-suppress=20013,20015".into(),
+    ]
+    .into()
+}
+
+impl Toolchain {
+    /// The facts a compiled module depends on, as sorted name/value pairs.
+    pub fn environment(&self, target: &Target) -> Vec<(String, String)> {
+        vec![
+            ("cutlass.version".into(), self.cutlass_version.clone()),
+            ("nvcc.options".into(), options(target).join(" ")),
+            ("nvcc.version".into(), self.nvcc_version.clone()),
+        ]
+    }
+
+    /// Compiles `source` to a cubin; `Err` holds nvcc's diagnostics.
+    ///
+    /// nvcc names internal-linkage symbols (libcu++'s customization-point objects, which CUTLASS pulls in)
+    /// after a hash of the source file's absolute path, so the same source compiled in two temporary folders
+    /// gives two cubins. To keep builds byte for byte reproducible across runs and machines, the source is
+    /// compiled at a path that depends on its content only, `/tmp/tessera-cutlass/<digest>/module.cu`
+    /// (include folders and the working machine do not enter the cubin: checked), under a lock held by the
+    /// one compile of that content at a time.
+    pub fn compile(&self, target: &Target, source: &str) -> Result<Vec<u8>, String> {
+        let options = options(target);
+        let digest = blake3::hash(format!("{}\0{source}", options.join(" ")).as_bytes()).to_hex();
+        let dir = Path::new(BUILD_ROOT).join(&digest.as_str()[..32]);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        let lock = std::fs::File::create(dir.join("lock")).map_err(|e| format!("cannot open {}: {e}", dir.join("lock").display()))?;
+        lock.lock().map_err(|e| format!("cannot lock {}: {e}", dir.join("lock").display()))?;
+        let (src, out) = (dir.join("module.cu"), dir.join("module.cubin"));
+        let _ = std::fs::remove_file(&out);
+        std::fs::write(&src, source).map_err(|e| format!("cannot write {}: {e}", src.display()))?;
+        let result = self.run_nvcc(options, &dir).and_then(|()| std::fs::read(&out).map_err(|e| format!("nvcc wrote no cubin ({}): {e}", out.display())));
+        let _ = std::fs::remove_file(&src);
+        let _ = std::fs::remove_file(&out);
+        result
+    }
+
+    fn run_nvcc(&self, options: Vec<String>, dir: &Path) -> Result<(), String> {
+        let mut cmd = std::process::Command::new(&self.nvcc);
+        cmd.args(options).arg(format!("-I{}", self.cutlass_include.display()));
+        if let Ok(t) = libs::toolkit() {
+            cmd.arg(format!("-I{}", t.include_dir.display()));
+            let cccl = t.include_dir.join("cccl");
+            if cccl.is_dir() {
+                cmd.arg(format!("-I{}", cccl.display()));
+            }
+        }
+        cmd.current_dir(dir).arg("-o").arg("module.cubin").arg("module.cu");
+        let run = cmd.output().map_err(|e| format!("cannot run {}: {e}", self.nvcc.display()))?;
+        if !run.status.success() {
+            let log = String::from_utf8_lossy(&run.stderr);
+            let errors: Vec<&str> = log.lines().filter(|l| l.contains("error")).take(12).collect();
+            return Err(format!("nvcc failed ({}):\n{}", run.status, if errors.is_empty() { log.lines().take(12).collect::<Vec<_>>().join("\n") } else { errors.join("\n") }));
+        }
+        Ok(())
+    }
+}
