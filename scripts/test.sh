@@ -18,6 +18,12 @@ python3 -m pip install --quiet --disable-pip-version-check nvidia-cuda-nvrtc==13
     nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85
 export TESSERA_REQUIRE_NVRTC=1
 
+# nvcc and the CUTLASS headers (the `cutlass` backend compiles CUTLASS templates with nvcc to sm_90 cubins, GPU or
+# not), from the same release's PyPI wheels. nvidia-nvvm is pinned: unpinned, pip takes a newer one whose PTX the
+# 13.0 ptxas rejects. TESSERA_REQUIRE_CUTLASS makes a missing toolchain a test failure rather than a skip.
+python3 -m pip install --quiet --disable-pip-version-check nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cutlass==4.2.0.0
+export TESSERA_REQUIRE_CUTLASS=1
+
 # A C compiler: the `c` backend compiles with it, and runtime-c/tests/c_program.rs builds examples/c/run.c
 # against the C API's header and libraries (cbindgen, which checks the header, is a dev-dependency).
 command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc; }

@@ -27,12 +27,19 @@ use tessera_store::{OpenOptions, Store};
 
 /// The target sets checked: `cuda` alone, and the default GPU set, `cuda` with the libraries (`cublas` and
 /// `cudnn` taking the MatMuls and convolutions the search gives them), each in fp32 and in fp16 storage with
-/// fp32 accumulation; and their tolerances.
-const TARGETS: [(&[&str], f64); 4] = [
+/// fp32 accumulation; `cutlass` with `cuda` (the rest) in both precisions, and the four GPU backends together;
+/// and their tolerances.
+const TARGETS: [(&[&str], f64); 7] = [
     (&["cuda -compiler=nvrtc"], 1e-4),
     (&["cuda -compiler=nvrtc -precision=fp16"], 1e-2),
     (&["cuda -compiler=nvrtc", "cuda -compiler=cublas", "cuda -compiler=cudnn"], 1e-4),
     (&["cuda -compiler=nvrtc -precision=fp16", "cuda -compiler=cublas -precision=fp16", "cuda -compiler=cudnn -precision=fp16"], 1e-2),
+    (&["cuda -compiler=nvrtc", "cuda -compiler=cutlass"], 1e-4),
+    (&["cuda -compiler=nvrtc -precision=fp16", "cuda -compiler=cutlass -precision=fp16"], 1e-2),
+    (
+        &["cuda -compiler=nvrtc -precision=fp16", "cuda -compiler=cublas -precision=fp16", "cuda -compiler=cudnn -precision=fp16", "cuda -compiler=cutlass -precision=fp16"],
+        1e-2,
+    ),
 ];
 
 fn repo() -> PathBuf {
@@ -83,7 +90,7 @@ fn the_zoo_compiles_to_cubins_without_a_gpu() {
             *library_modules.entry(backend).or_insert(0) += n;
         }
     }
-    assert_eq!(library_modules.keys().copied().collect::<Vec<_>>(), ["cublas", "cudnn"], "the search gave a library nothing: {library_modules:?}");
+    assert_eq!(library_modules.keys().copied().collect::<Vec<_>>(), ["cublas", "cudnn", "cutlass"], "the search gave a library nothing: {library_modules:?}");
 }
 
 /// Compiles the zoo for `target`, checks every module, and returns how many modules of each library backend
@@ -97,8 +104,16 @@ fn zoo_compiles_for(target: &[&str]) -> std::collections::BTreeMap<&'static str,
     assert_eq!(s.models, jobs.len());
     for job in &jobs {
         let a = Artifact::open(&tmp.path().join("out").join(format!("{}.tsr", job.name))).unwrap();
-        assert!(!a.body.modules.is_empty() && a.body.modules.iter().all(|m| ["cuda", "cublas", "cudnn"].contains(&m.backend.as_str())), "{}", job.name);
+        assert!(!a.body.modules.is_empty() && a.body.modules.iter().all(|m| ["cuda", "cublas", "cudnn", "cutlass"].contains(&m.backend.as_str())), "{}", job.name);
         for m in &a.body.modules {
+            if m.backend == "cutlass" {
+                // Compiled by nvcc from CUTLASS templates into the same cubin format as `cuda`'s.
+                let c = tessera_kernels::runtime::cuda::format::CubinModule::decode(m).unwrap();
+                assert_eq!(c.arch, "sm_90");
+                eprintln!("{} ({}): {} cutlass kernels", job.name, target.join(" + "), c.functions.iter().map(|f| f.launches.len()).sum::<usize>());
+                *library_modules.entry("cutlass").or_insert(0) += 1;
+                continue;
+            }
             if m.backend != "cuda" {
                 assert!(target.len() > 1, "{}: {} modules without its target", job.name, m.backend);
                 let calls = if m.backend == "cublas" {
