@@ -1,7 +1,8 @@
 //! Elementwise ops: unary and binary arithmetic, comparisons, activations and Cast.
 //!
 //! Floats compute in f32 where IEEE arithmetic is already correctly rounded (+, -, *, /, sqrt, min, max)
-//! and in f64 rounded once to f32 for transcendental functions (exp, log, tanh, erf, pow, sigmoid, GELU),
+//! and in f64 rounded once to f32 for transcendental functions (exp, log, tanh, erf, pow, sigmoid, GELU,
+//! the trigonometric and hyperbolic functions and their inverses, softplus, mish),
 //! so results are as close to exact as an f32 can hold. NaN propagates through Min, Max, Relu, Clip and
 //! the activations, as in ONNX Runtime. Integers use wrapping two's-complement arithmetic; integer
 //! division or modulo by zero is an error rather than undefined behaviour.
