@@ -28,6 +28,9 @@
 //! A case is *unsupported* only when the importer rejects it as valid ONNX it does not support (an op, a
 //! dtype, an attribute value: `ImportError::is_unsupported`); every other error or mismatch is a failure and
 //! fails the test. Without data the test fails under `CI` and is skipped loudly elsewhere.
+//!
+//! With `ONNX_BACKEND_REPORT=FILE` the test also writes every case's outcome, and the op types the importer
+//! claims, as JSON to FILE: `scripts/onnx-coverage.py` turns that into bench/onnx_coverage.md.
 
 use prost::Message;
 use std::collections::BTreeMap;
@@ -444,6 +447,9 @@ fn onnx_backend_suite() {
     });
     let mut results = results.into_inner().unwrap();
     results.sort_by_key(|r| r.0);
+    if let Some(path) = std::env::var_os("ONNX_BACKEND_REPORT") {
+        write_report(Path::new(&path), &cases, &results);
+    }
     let mut per_kind: BTreeMap<&str, Tally> = BTreeMap::new();
     // The suites the issue names, and the node cases, are counted apart.
     let mut total = Tally::default();
@@ -522,6 +528,29 @@ fn onnx_backend_suite() {
     let failed = total.failed.len() + node_total.failed.len();
     assert!(failed == 0, "{failed} ONNX backend cases failed (listed above)");
     assert!(total.passed > 0, "no ONNX backend case passed");
+}
+
+/// The per-case report `ONNX_BACKEND_REPORT` asks for: `{"supported_ops": [..], "cases": [{kind, name, model,
+/// outcome ("passed" | "failed" | "unsupported"), detail (the failure, or the unsupported key), frozen}]}`.
+fn write_report(path: &Path, cases: &[Case], results: &[(usize, Outcome, f64)]) {
+    let rows: Vec<serde_json::Value> = results
+        .iter()
+        .map(|(i, outcome, _)| {
+            let case = &cases[*i];
+            let (what, detail, frozen) = match outcome {
+                Outcome::Passed { frozen } => ("passed", String::new(), *frozen),
+                Outcome::Failed(m) => ("failed", m.clone(), false),
+                Outcome::Unsupported(k) => ("unsupported", k.clone(), false),
+            };
+            serde_json::json!({
+                "kind": case.kind, "name": case.name, "model": case.model.display().to_string(),
+                "outcome": what, "detail": detail, "frozen": frozen,
+            })
+        })
+        .collect();
+    let report = serde_json::json!({ "supported_ops": tessera_stages::onnx::ops::supported_ops(), "cases": rows });
+    std::fs::write(path, serde_json::to_string_pretty(&report).unwrap())
+        .unwrap_or_else(|e| panic!("ONNX_BACKEND_REPORT={}: {e}", path.display()));
 }
 
 #[test]

@@ -40,6 +40,8 @@ pub mod library;
 pub(crate) mod attention_cases;
 #[cfg(test)]
 pub(crate) mod scan_nd_cases;
+#[cfg(test)]
+pub(crate) mod unary_cases;
 pub mod c;
 pub mod cublas;
 pub mod cuda;

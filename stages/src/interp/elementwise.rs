@@ -1,7 +1,8 @@
 //! Elementwise ops: unary and binary arithmetic, comparisons, activations and Cast.
 //!
 //! Floats compute in f32 where IEEE arithmetic is already correctly rounded (+, -, *, /, sqrt, min, max)
-//! and in f64 rounded once to f32 for transcendental functions (exp, log, tanh, erf, pow, sigmoid, GELU),
+//! and in f64 rounded once to f32 for transcendental functions (exp, log, tanh, erf, pow, sigmoid, GELU,
+//! the trigonometric and hyperbolic functions and their inverses, softplus, mish),
 //! so results are as close to exact as an f32 can hold. NaN propagates through Min, Max, Relu, Clip and
 //! the activations, as in ONNX Runtime. Integers use wrapping two's-complement arithmetic; integer
 //! division or modulo by zero is an error rather than undefined behaviour.
@@ -79,6 +80,11 @@ pub(super) fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// log(1 + exp(x)) without overflow for large x (NaN stays NaN).
+pub(super) fn softplus(x: f64) -> f64 {
+    x.max(0.0) + (-x.abs()).exp().ln_1p()
+}
+
 pub(super) fn unary(u: UnaryOp, x: &Tensor) -> Result<Tensor, OpError> {
     if x.dtype().is_int() {
         return match u {
@@ -106,6 +112,21 @@ pub(super) fn unary(u: UnaryOp, x: &Tensor) -> Result<Tensor, OpError> {
         UnaryOp::HardSwish => map_f64(x, |a| if a.is_nan() { a } else { a * (a / 6.0 + 0.5).clamp(0.0, 1.0) }),
         UnaryOp::Not => from_bools(x.shape(), &bools(x).iter().map(|&b| !b).collect::<Vec<_>>()),
         UnaryOp::IsNaN => from_bools(x.shape(), &floats(x).iter().map(|a| a.is_nan()).collect::<Vec<_>>()),
+        UnaryOp::Cos => map_f64(x, f64::cos),
+        UnaryOp::Sin => map_f64(x, f64::sin),
+        UnaryOp::Tan => map_f64(x, f64::tan),
+        UnaryOp::Acos => map_f64(x, f64::acos),
+        UnaryOp::Asin => map_f64(x, f64::asin),
+        UnaryOp::Atan => map_f64(x, f64::atan),
+        UnaryOp::Cosh => map_f64(x, f64::cosh),
+        UnaryOp::Sinh => map_f64(x, f64::sinh),
+        UnaryOp::Asinh => map_f64(x, f64::asinh),
+        UnaryOp::Acosh => map_f64(x, f64::acosh),
+        UnaryOp::Atanh => map_f64(x, f64::atanh),
+        // Exact in f32: ties go to the even neighbour.
+        UnaryOp::Round => map_floats(x, f32::round_ties_even),
+        UnaryOp::Softplus => map_f64(x, softplus),
+        UnaryOp::Mish => map_f64(x, |a| a * softplus(a).tanh()),
     }
 }
 

@@ -235,6 +235,40 @@ fn unary_activations() {
     assert_eq!(eval1(Op::Unary(UnaryOp::Relu), &[&i(&[2], &[-2, 2])]).to_i64_vec(), vec![0, 2]);
 }
 
+/// The trigonometric and hyperbolic functions, Round, Softplus and Mish against values from the definitions
+/// (NumPy / Python's math in double), rounded to f32.
+#[test]
+fn trigonometric_hyperbolic_round_softplus_mish() {
+    let x = f(&[4], &[-0.75, 0.0, 0.5, 1.25]);
+    let u = |op, x: &Tensor| fv(&eval1(Op::Unary(op), &[x]));
+    assert_close(&u(UnaryOp::Cos, &x), &[0.7316889, 1.0, 0.87758255, 0.31532236], 1e-7);
+    assert_close(&u(UnaryOp::Sin, &x), &[-0.6816388, 0.0, 0.47942555, 0.9489846], 1e-7);
+    assert_close(&u(UnaryOp::Tan, &x), &[-0.9315965, 0.0, 0.5463025, 3.0095696], 1e-6);
+    assert_close(&u(UnaryOp::Atan, &x), &[-0.6435011, 0.0, 0.4636476, 0.8960554], 1e-7);
+    assert_close(&u(UnaryOp::Cosh, &x), &[1.2946833, 1.0, 1.127626, 1.8884239], 1e-6);
+    assert_close(&u(UnaryOp::Sinh, &x), &[-0.8223167, 0.0, 0.5210953, 1.601919], 1e-6);
+    assert_close(&u(UnaryOp::Asinh, &x), &[-std::f32::consts::LN_2, 0.0, 0.4812118, 1.047593], 1e-7);
+    let unit = f(&[3], &[-0.5, 0.0, 0.75]);
+    assert_close(&u(UnaryOp::Asin, &unit), &[-std::f32::consts::FRAC_PI_6, 0.0, 0.8480621], 1e-7);
+    assert_close(&u(UnaryOp::Acos, &unit), &[2.0943951, 1.5707964, 0.7227342], 1e-7);
+    assert_close(&u(UnaryOp::Atanh, &unit), &[-0.54930615, 0.0, 0.9729551], 1e-7);
+    assert_close(&u(UnaryOp::Acosh, &f(&[3], &[1.0, 1.5, 10.0])), &[0.0, 0.9624237, 2.9932227], 1e-7);
+    // Outside the domain: NaN; at the poles of atanh: ±inf.
+    assert!(u(UnaryOp::Asin, &f(&[1], &[1.5]))[0].is_nan());
+    assert!(u(UnaryOp::Acosh, &f(&[1], &[0.5]))[0].is_nan());
+    assert_eq!(u(UnaryOp::Atanh, &f(&[2], &[-1.0, 1.0])), vec![f32::NEG_INFINITY, f32::INFINITY]);
+    // Round: half to even, exact.
+    let r = f(&[9], &[0.5, 1.5, 2.5, -0.5, -1.5, 2.4999998, -2.6, 8388609.0, f32::INFINITY]);
+    assert_eq!(u(UnaryOp::Round, &r), vec![0.0, 2.0, 2.0, -0.0, -2.0, 2.0, -3.0, 8388609.0, f32::INFINITY]);
+    // Softplus without overflow (log(1 + exp(100)) is 100, not inf) and Mish.
+    let s = f(&[5], &[-100.0, -1.0, 0.0, 1.0, 100.0]);
+    assert_close(&u(UnaryOp::Softplus, &s), &[3.72e-44, 0.31326166, std::f32::consts::LN_2, 1.3132616, 100.0], 1e-7);
+    assert_close(&u(UnaryOp::Mish, &s), &[-3.72e-42, -0.30340144, 0.0, 0.86509836, 100.0], 1e-7);
+    for op in [UnaryOp::Cos, UnaryOp::Round, UnaryOp::Softplus, UnaryOp::Mish] {
+        assert!(u(op, &f(&[1], &[f32::NAN]))[0].is_nan(), "{op:?}");
+    }
+}
+
 #[test]
 fn gelu_erf_and_tanh() {
     let x = f(&[3], &[-1.0, 0.0, 1.0]);

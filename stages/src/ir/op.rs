@@ -29,6 +29,27 @@ pub enum UnaryOp {
     Not,
     /// float -> bool
     IsNaN,
+    // The variants below were added after the ones above had been hashed and stored: new variants go last so
+    // the encodings (and structural hashes) of every older op stay as they were.
+    Cos,
+    Sin,
+    Tan,
+    Acos,
+    Asin,
+    Atan,
+    Cosh,
+    Sinh,
+    Asinh,
+    /// Defined on [1, inf); NaN below.
+    Acosh,
+    /// Defined on [-1, 1]; ±inf at ±1, NaN beyond.
+    Atanh,
+    /// Round half to even (ONNX Round, NumPy's `round`).
+    Round,
+    /// log(1 + exp(x)), evaluated without overflow: max(x, 0) + log1p(exp(-|x|)).
+    Softplus,
+    /// x * tanh(softplus(x)).
+    Mish,
 }
 
 /// Elementwise operators of two inputs, with NumPy broadcasting.
@@ -256,6 +277,20 @@ impl Op {
                 UnaryOp::HardSwish => "HardSwish",
                 UnaryOp::Not => "Not",
                 UnaryOp::IsNaN => "IsNaN",
+                UnaryOp::Cos => "Cos",
+                UnaryOp::Sin => "Sin",
+                UnaryOp::Tan => "Tan",
+                UnaryOp::Acos => "Acos",
+                UnaryOp::Asin => "Asin",
+                UnaryOp::Atan => "Atan",
+                UnaryOp::Cosh => "Cosh",
+                UnaryOp::Sinh => "Sinh",
+                UnaryOp::Asinh => "Asinh",
+                UnaryOp::Acosh => "Acosh",
+                UnaryOp::Atanh => "Atanh",
+                UnaryOp::Round => "Round",
+                UnaryOp::Softplus => "Softplus",
+                UnaryOp::Mish => "Mish",
             },
             Op::LeakyRelu { .. } => "LeakyRelu",
             Op::HardSigmoid { .. } => "HardSigmoid",

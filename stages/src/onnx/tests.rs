@@ -165,7 +165,7 @@ fn bad_attributes_are_named() {
 
 #[test]
 fn opsets_outside_the_range_are_rejected() {
-    for v in [5, 22] {
+    for v in [super::MIN_OPSET - 1, super::MAX_OPSET + 1] {
         let b = model(v, vec![node("Relu", "r", &["x"], &["y"], vec![])], vec![f32s("x", &[3])], &["y"], vec![]);
         let (e, s) = err_of(&b);
         assert!(matches!(e.kind, ImportErrorKind::UnsupportedOpset { version, .. } if version == v), "{s}");
@@ -665,4 +665,325 @@ fn check_lists_every_unsupported_op_once_with_its_node() {
     let ok = model(17, vec![node("Relu", "r", &["x"], &["y"], vec![])], vec![f32s("x", &[3])], &["y"], vec![]);
     assert!(super::import::check(&ok, None, "ok.onnx", &ImportOptions::default()).unwrap().is_empty());
     assert!(super::import::check(b"not onnx", None, "bad.onnx", &ImportOptions::default()).is_err());
+}
+
+// ---- math ops and Einsum ----------------------------------------------------------------------------------
+
+/// One single-node model of `op` on an f32 input `x` of `shape`, imported.
+fn unary_model(opset: i64, op: &str, attrs: Vec<AttributeProto>, shape: &[usize]) -> crate::ir::Graph {
+    let b = model(opset, vec![node(op, "u", &["x"], &["y"], attrs)], vec![f32s("x", shape)], &["y"], vec![]);
+    import(&b).unwrap_or_else(|e| panic!("{op}: {e}"))
+}
+
+#[test]
+fn trigonometric_and_other_math_ops_import_as_one_node_and_compute_their_definition() {
+    let x = [-0.75f32, -0.25, 0.0, 0.5, 0.9];
+    let t = Tensor::from_f32([5], &x);
+    type F = fn(f64) -> f64;
+    let cases: [(&str, F); 13] = [
+        ("Cos", f64::cos),
+        ("Sin", f64::sin),
+        ("Tan", f64::tan),
+        ("Acos", f64::acos),
+        ("Asin", f64::asin),
+        ("Atan", f64::atan),
+        ("Cosh", f64::cosh),
+        ("Sinh", f64::sinh),
+        ("Asinh", f64::asinh),
+        ("Atanh", f64::atanh),
+        ("Round", f64::round_ties_even),
+        ("Softplus", |v| (1.0 + v.exp()).ln()),
+        ("Mish", |v| v * (1.0 + v.exp()).ln().tanh()),
+    ];
+    // Opset 13 (the target range) and 22 (the backend suite's, which only added bfloat16 to these ops).
+    for opset in [13, 22] {
+        for (op, f) in cases {
+            let g = unary_model(opset, op, vec![], &[5]);
+            assert_eq!(g.nodes.len(), 1, "{op}");
+            assert_eq!(g.nodes[0].op.name(), op);
+            let got = run1(&g, std::slice::from_ref(&t));
+            for (k, (&a, &v)) in got.iter().zip(&x).enumerate() {
+                let want = f(v as f64) as f32;
+                assert!((a - want).abs() <= 1e-6 * (1.0 + want.abs()), "{op} at {k}: got {a}, want {want}");
+            }
+        }
+    }
+    let g = unary_model(17, "Acosh", vec![], &[3]);
+    assert_close_f(&run1(&g, &[Tensor::from_f32([3], &[1.0, 2.0, 10.0])]), &[0.0, 1.316958, 2.993223]);
+    // Celu: max(0, x) + min(0, alpha (exp(x / alpha) - 1)); alpha 0 is refused by name.
+    let g = unary_model(17, "Celu", vec![a_float("alpha", 2.0)], &[3]);
+    assert_close_f(&run1(&g, &[Tensor::from_f32([3], &[-1.0, 0.0, 3.0])]), &[2.0 * ((-0.5f64).exp() - 1.0) as f32, 0.0, 3.0]);
+    let b = model(17, vec![node("Celu", "c", &["x"], &["y"], vec![a_float("alpha", 0.0)])], vec![f32s("x", &[3])], &["y"], vec![]);
+    let s = err_of(&b).1;
+    assert!(s.contains("node 'c' (Celu)") && s.contains("attribute 'alpha'"), "{s}");
+    // The ops need floats: an integer input is an error naming the node.
+    let b = model(17, vec![node("Cos", "c", &["x"], &["y"], vec![])], vec![vi("x", 7, &[D::N(2)])], &["y"], vec![]);
+    let s = err_of(&b).1;
+    assert!(s.contains("node 'c' (Cos)"), "{s}");
+}
+
+fn assert_close_f(got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len());
+    for (k, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "element {k}: got {a}, want {b} ({got:?})");
+    }
+}
+
+/// NumPy's einsum, directly: every assignment of every label is visited and the product of the operands'
+/// elements added to the output element it names. Broadcasting (a size-1 dimension) reads index 0.
+fn einsum_reference(equation: &str, inputs: &[(Vec<usize>, Vec<f64>)]) -> (Vec<usize>, Vec<f64>) {
+    let eq: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
+    let (lhs, rhs) = match eq.split_once("->") {
+        Some((l, r)) => (l.to_string(), Some(r.to_string())),
+        None => (eq.clone(), None),
+    };
+    let terms: Vec<&str> = lhs.split(',').collect();
+    assert_eq!(terms.len(), inputs.len());
+    // Ellipsis dimension k (from the left of the widest) is label char ('0' + k).
+    let widths: Vec<usize> = terms.iter().zip(inputs).map(|(t, (s, _))| s.len() - t.replace("...", "").len()).collect();
+    let width = widths.iter().copied().max().unwrap_or(0);
+    let expand = |t: &str, w: usize| -> Vec<char> {
+        let mut v = Vec::new();
+        let (pre, post) = t.split_once("...").map_or((t, None), |(a, b)| (a, Some(b)));
+        v.extend(pre.chars());
+        if let Some(post) = post {
+            v.extend((width - w..width).map(|k| (b'0' + k as u8) as char));
+            v.extend(post.chars());
+        }
+        v
+    };
+    let labels: Vec<Vec<char>> = terms.iter().zip(&widths).map(|(t, &w)| expand(t, w)).collect();
+    let out: Vec<char> = match rhs {
+        Some(r) => expand(&r, width),
+        None => {
+            let mut letters: Vec<char> = labels.iter().flatten().copied().filter(|c| c.is_ascii_alphabetic()).collect();
+            letters.sort();
+            let once: Vec<char> = letters.iter().copied().filter(|c| letters.iter().filter(|x| *x == c).count() == 1).collect();
+            (0..width).map(|k| (b'0' + k as u8) as char).chain(once).collect()
+        }
+    };
+    let mut all: Vec<char> = labels.iter().flatten().copied().collect();
+    all.sort();
+    all.dedup();
+    let size = |c: char| labels.iter().zip(inputs).flat_map(|(ls, (s, _))| ls.iter().zip(s).filter(move |(l, _)| **l == c).map(|(_, &d)| d)).max().unwrap();
+    let sizes: Vec<usize> = all.iter().map(|&c| size(c)).collect();
+    let out_shape: Vec<usize> = out.iter().map(|&c| size(c)).collect();
+    let mut result = vec![0.0; out_shape.iter().product()];
+    let total: usize = sizes.iter().product();
+    let mut idx = vec![0usize; all.len()];
+    let at = |c: char, idx: &[usize]| idx[all.iter().position(|&x| x == c).unwrap()];
+    for _ in 0..total {
+        let mut prod = 1.0;
+        for (ls, (shape, data)) in labels.iter().zip(inputs) {
+            let mut flat = 0;
+            for (&l, &d) in ls.iter().zip(shape) {
+                flat = flat * d + if d == 1 { 0 } else { at(l, &idx) };
+            }
+            prod *= data[flat];
+        }
+        let mut o = 0;
+        for (&l, &d) in out.iter().zip(&out_shape) {
+            o = o * d + at(l, &idx);
+        }
+        result[o] += prod;
+        // Next assignment (the last label fastest).
+        for k in (0..idx.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < sizes[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    (out_shape, result)
+}
+
+/// Imports a one-Einsum model over f32 inputs of these shapes and runs it on `data`.
+fn einsum_run(equation: &str, shapes: &[Vec<usize>], data: &[Vec<f32>]) -> Result<(crate::ir::Graph, Tensor), ImportError> {
+    let names: Vec<String> = (0..shapes.len()).map(|i| format!("x{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+    let b = model(
+        21,
+        vec![node("Einsum", "es", &refs, &["y"], vec![a_str("equation", equation)])],
+        names.iter().zip(shapes).map(|(n, s)| f32s(n, s)).collect(),
+        &["y"],
+        vec![],
+    );
+    let g = import(&b)?;
+    let inputs: Vec<Tensor> = shapes.iter().zip(data).map(|(s, d)| Tensor::from_f32(s.clone(), d)).collect();
+    let y = run_graph(&g, &inputs).unwrap_or_else(|e| panic!("{equation}: {e}")).remove(0);
+    Ok((g, y))
+}
+
+fn check_einsum(equation: &str, shapes: &[Vec<usize>], seed: u64) -> Result<(), String> {
+    let mut state = seed | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    };
+    let data: Vec<Vec<f32>> = shapes.iter().map(|s| (0..s.iter().product::<usize>()).map(|_| next()).collect()).collect();
+    let (g, got) = einsum_run(equation, shapes, &data).map_err(|e| format!("{equation} {shapes:?}: {e}"))?;
+    let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
+    for op in &ops {
+        if !["Transpose", "Reshape", "Slice", "MatMul", "ReduceSum", "Mul", "Identity"].contains(op) {
+            return Err(format!("{equation}: lowered to {op} ({ops:?})"));
+        }
+    }
+    let inputs: Vec<(Vec<usize>, Vec<f64>)> = shapes.iter().zip(&data).map(|(s, d)| (s.clone(), d.iter().map(|&v| v as f64).collect())).collect();
+    let (shape, want) = einsum_reference(equation, &inputs);
+    if got.shape() != shape.as_slice() {
+        return Err(format!("{equation} {shapes:?}: shape {:?}, expected {shape:?}", got.shape()));
+    }
+    for (k, (a, b)) in got.to_f64_vec().iter().zip(&want).enumerate() {
+        if (a - b).abs() > 1e-5 * (1.0 + b.abs()) {
+            return Err(format!("{equation} {shapes:?}: element {k} is {a}, expected {b} (ops {ops:?})"));
+        }
+    }
+    Ok(())
+}
+
+/// The equations of ONNX's backend node tests for Einsum (which ship float64 and bfloat16 data only) and
+/// other common forms, in f32, against the direct reference.
+#[test]
+fn einsum_forms_match_the_reference() {
+    let s = |v: &[usize]| v.to_vec();
+    let cases: Vec<(&str, Vec<Vec<usize>>)> = vec![
+        ("...ii ->...i", vec![s(&[3, 5, 5])]),
+        ("bij, bjk -> bik", vec![s(&[5, 2, 3]), s(&[5, 3, 4])]),
+        ("i,i", vec![s(&[5]), s(&[5])]),
+        ("->", vec![s(&[])]),
+        ("ij->i", vec![s(&[3, 4])]),
+        ("ij->ji", vec![s(&[3, 4])]),
+        ("ij->ij", vec![s(&[3, 4])]),
+        ("ii", vec![s(&[4, 4])]),
+        ("ii->i", vec![s(&[4, 4])]),
+        ("iii->i", vec![s(&[3, 3, 3])]),
+        ("ij,jk", vec![s(&[2, 3]), s(&[3, 4])]),
+        ("ij,jk,kl->il", vec![s(&[2, 3]), s(&[3, 4]), s(&[4, 5])]),
+        ("i,j->ij", vec![s(&[3]), s(&[4])]),
+        ("bhqd,bhkd->bhqk", vec![s(&[2, 3, 4, 5]), s(&[2, 3, 6, 5])]),
+        ("...ij,...jk->...ik", vec![s(&[2, 1, 3, 4]), s(&[5, 4, 2])]),
+        ("ij,ij->ij", vec![s(&[1, 3]), s(&[2, 3])]),
+        ("bA", vec![s(&[2, 3])]),
+        ("ab,cd,bc->", vec![s(&[2, 3]), s(&[4, 5]), s(&[3, 4])]),
+        ("i,->i", vec![s(&[3]), s(&[])]),
+        ("ij,j->i", vec![s(&[3, 0]), s(&[0])]),
+    ];
+    for (i, (eq, shapes)) in cases.iter().enumerate() {
+        check_einsum(eq, shapes, 7 + i as u64).unwrap_or_else(|e| panic!("{e}"));
+    }
+    // A transpose-only equation is one Transpose; a matrix product one MatMul.
+    let (g, _) = einsum_run("ij->ji", &[vec![3, 4]], &[vec![0.0; 12]]).unwrap();
+    assert_eq!(g.nodes.iter().map(|n| n.op.name()).collect::<Vec<_>>(), ["Transpose"]);
+    let (g, _) = einsum_run("ij,jk->ik", &[vec![2, 3], vec![3, 4]], &[vec![0.0; 6], vec![0.0; 12]]).unwrap();
+    assert_eq!(g.nodes.iter().map(|n| n.op.name()).collect::<Vec<_>>(), ["MatMul"]);
+}
+
+#[test]
+fn einsum_errors_name_the_node_and_the_equation() {
+    let err = |eq: &str, shapes: &[Vec<usize>]| {
+        let data: Vec<Vec<f32>> = shapes.iter().map(|s| vec![0.0; s.iter().product()]).collect();
+        let e = einsum_run(eq, shapes, &data).map(|_| ()).expect_err(eq);
+        let s = e.to_string();
+        assert!(s.contains("node 'es' (Einsum)") && s.contains(&format!("'{eq}'")), "{s}");
+        s
+    };
+    assert!(err("ij,jk", &[vec![2, 3]]).contains("2 terms for 1 inputs"));
+    assert!(err("ijk", &[vec![2, 3]]).contains("rank 2"));
+    assert!(err("ij,jk->ik", &[vec![2, 3], vec![4, 5]]).contains("label 'j' has size 3 in input 0 and 4 in input 1"));
+    assert!(err("ii->i", &[vec![2, 3]]).contains("label 'i' has size 2 in input 0 and 3 in input 0"));
+    assert!(err("ii->i", &[vec![1, 3]]).contains("label 'i' repeats in input 0 over dimensions of sizes 1 and 3"));
+    assert!(err("ij->iz", &[vec![2, 3]]).contains("'z' is in no input"));
+    assert!(err("ij->ii", &[vec![2, 3]]).contains("repeats 'i'"));
+    assert!(err("...i->i", &[vec![2, 3]]).contains("no '...'"));
+    assert!(err("i$j", &[vec![2, 3]]).contains("'$' at position 1"));
+    assert!(err("i.j", &[vec![2, 3]]).contains("'...'"));
+    let b = model(21, vec![node("Einsum", "es", &["x"], &["y"], vec![])], vec![f32s("x", &[2])], &["y"], vec![]);
+    let s = err_of(&b).1;
+    assert!(s.contains("node 'es' (Einsum)") && s.contains("attribute 'equation'"), "{s}");
+}
+
+mod einsum_props {
+    use super::check_einsum;
+    use proptest::prelude::*;
+
+    /// One operand: letter subscripts (indices into the pool), an optional ellipsis (position in the term,
+    /// width), and per letter whether this operand broadcasts it (size 1).
+    type OperandSpec = (Vec<usize>, Option<(usize, usize)>, Vec<bool>);
+
+    const POOL: &[u8] = b"abCde";
+
+    fn operand() -> impl Strategy<Value = OperandSpec> {
+        (
+            proptest::collection::vec(0usize..POOL.len(), 0..=3),
+            proptest::option::weighted(0.3, (0usize..=3, 0usize..=2)),
+            proptest::collection::vec(proptest::bool::weighted(0.15), POOL.len()),
+        )
+    }
+
+    /// An equation and its operands' shapes from the drawn specs.
+    fn build(ops: &[OperandSpec], sizes: &[usize], ell: &[usize], out: &Option<(Vec<usize>, bool, usize)>, spaces: bool) -> (String, Vec<Vec<usize>>) {
+        let width = ops.iter().filter_map(|o| o.1.map(|e| e.1)).max().unwrap_or(0);
+        let any_ell = ops.iter().any(|o| o.1.is_some());
+        let sp = if spaces { " " } else { "" };
+        let mut terms = Vec::new();
+        let mut shapes = Vec::new();
+        for (letters, e, bcast) in ops {
+            let mut term = String::new();
+            let mut shape = Vec::new();
+            let at = e.map_or(usize::MAX, |(p, _)| p.min(letters.len()));
+            for k in 0..=letters.len() {
+                if k == at {
+                    let w = e.unwrap().1;
+                    term.push_str("...");
+                    // Ellipsis dims align right; every other one of an operand broadcasts when its letter flag says.
+                    shape.extend((width - w..width).enumerate().map(|(j, d)| if bcast[j % bcast.len()] { 1 } else { ell[d] }));
+                }
+                if let Some(&l) = letters.get(k) {
+                    term.push(POOL[l] as char);
+                    shape.push(if bcast[l] { 1 } else { sizes[l] });
+                }
+            }
+            terms.push(term);
+            shapes.push(shape);
+        }
+        let mut eq = terms.join(&format!("{sp},{sp}"));
+        if let Some((letters, with_ell, pos)) = out {
+            let used: Vec<usize> = ops.iter().flat_map(|o| o.0.iter().copied()).collect();
+            let mut o: Vec<usize> = Vec::new();
+            for &l in letters {
+                if used.contains(&l) && !o.contains(&l) {
+                    o.push(l);
+                }
+            }
+            let mut rhs: String = o.iter().map(|&l| POOL[l] as char).collect();
+            if width > 0 || (any_ell && *with_ell) {
+                rhs.insert_str((*pos).min(rhs.len()), "...");
+            }
+            eq = format!("{eq}{sp}->{sp}{rhs}");
+        }
+        (eq, shapes)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+        /// Random equations (1 to 3 operands, diagonals, sums, broadcasting, ellipses, explicit and implicit
+        /// outputs) through the importer's lowering and the reference interpreter, against the direct reference.
+        #[test]
+        fn einsum_lowering_matches_a_direct_reference(
+            ops in proptest::collection::vec(operand(), 1..=3),
+            sizes in proptest::collection::vec(1usize..=3, POOL.len()),
+            ell in proptest::collection::vec(1usize..=3, 2),
+            out in proptest::option::of((proptest::collection::vec(0usize..POOL.len(), 0..=5), any::<bool>(), 0usize..=3)),
+            spaces in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let (eq, shapes) = build(&ops, &sizes, &ell, &out, spaces);
+            if let Err(e) = check_einsum(&eq, &shapes, seed) {
+                return Err(TestCaseError::fail(e));
+            }
+        }
+    }
 }

@@ -55,7 +55,27 @@ pub fn flops(g: &Graph, n: NodeId) -> (f64, f64) {
         Op::Softmax { .. } | Op::LogSoftmax { .. } => (0.0, in0 * (TRANSCENDENTAL + 3.0)),
         Op::LayerNorm { .. } | Op::BatchNorm { .. } => (0.0, in0 * 6.0),
         Op::Reduce { .. } | Op::GlobalAveragePool => (0.0, in0),
-        Op::Unary(UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Erf | UnaryOp::Exp | UnaryOp::Log) | Op::Gelu { .. } => (0.0, out * TRANSCENDENTAL),
+        Op::Unary(
+            UnaryOp::Sigmoid
+            | UnaryOp::Tanh
+            | UnaryOp::Erf
+            | UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Cos
+            | UnaryOp::Sin
+            | UnaryOp::Tan
+            | UnaryOp::Acos
+            | UnaryOp::Asin
+            | UnaryOp::Atan
+            | UnaryOp::Cosh
+            | UnaryOp::Sinh
+            | UnaryOp::Asinh
+            | UnaryOp::Acosh
+            | UnaryOp::Atanh
+            | UnaryOp::Softplus
+            | UnaryOp::Mish,
+        )
+        | Op::Gelu { .. } => (0.0, out * TRANSCENDENTAL),
         Op::Binary(crate::ir::BinaryOp::Pow) => (0.0, out * TRANSCENDENTAL),
         op if op.is_elementwise() => (0.0, out),
         // Data movement: its cost is the bytes it moves.

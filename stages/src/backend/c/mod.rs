@@ -39,7 +39,7 @@ use crate::partition::collage::rules::Rule;
 use crate::target::{AttrSpec, AttrType, BackendSpec, Target};
 
 /// Bump whenever the generated code (or the prelude, or the compile flags) changes.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 /// The C helpers every module starts with.
 pub const PRELUDE: &str = include_str!("prelude.h");

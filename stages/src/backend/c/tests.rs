@@ -1042,6 +1042,12 @@ fn attention_matches_the_reference() {
 
 // ---- CumSum, GatherND, ScatterND -----------------------------------------------------------------------
 
+/// Cos, Sin, ... Round, Softplus, Mish (`backend/unary_cases.rs`, shared with the cuda backend's tests).
+#[test]
+fn math_unary_ops_match_the_reference() {
+    run(crate::backend::unary_cases::cases().into_iter().map(|(name, g)| case(&format!("math_{name}"), g)).collect());
+}
+
 #[test]
 fn scan_and_nd_ops_match_the_reference() {
     run(crate::backend::scan_nd_cases::cases().into_iter().map(|(name, g)| case(name, g)).collect());

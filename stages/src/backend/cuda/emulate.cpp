@@ -51,6 +51,19 @@ static inline float __int_as_float(int i) {
 }
 using std::min;
 using std::max;
+/* What the float helpers of prelude.cuh (which emulate.rs appends after this harness) need from CUDA. */
+#define TSR_DEV static inline
+#define TSR_NAN __int_as_float(0x7fc00000)
+static inline long long __double_as_longlong(double d) {
+    long long i;
+    memcpy(&i, &d, 8);
+    return i;
+}
+static inline double __longlong_as_double(long long i) {
+    double d;
+    memcpy(&d, &i, 8);
+    return d;
+}
 
 enum { TSR_RUN, TSR_WAIT_BLOCK, TSR_WAIT_WARP, TSR_DONE };
 struct TsrFiber {

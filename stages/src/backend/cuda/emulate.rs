@@ -20,6 +20,16 @@ pub struct Job<'a> {
     pub inputs: &'a [Tensor],
 }
 
+/// The float helpers of the prelude (sigmoid, erf, GELU, softplus, ...): plain C++ once the harness defines
+/// `TSR_DEV` and the bit casts they use. The rest of the prelude (its fixed-width typedefs, which clash with
+/// <cstdint>, and the warp reductions) stays out.
+fn float_helpers() -> &'static str {
+    let p = super::PRELUDE;
+    let start = p.find("/* ---- float helpers").expect("the prelude's float helpers");
+    let end = p.find("/* ---- integer helpers").expect("the prelude's integer helpers");
+    &p[start..end]
+}
+
 /// The C++ driver of job `j`: `tsr_run_<j>(args, reverse)` runs its launches in order.
 fn driver(j: usize, code: &CudaCode) -> String {
     let mut s = format!("extern \"C\" void tsr_run_{j}(void** args, int reverse) {{\n");
@@ -36,6 +46,7 @@ fn driver(j: usize, code: &CudaCode) -> String {
 /// Runs every job (compiled together, once) in both thread orders; per job, per order, its outputs' bytes.
 pub fn run(jobs: &[Job]) -> Vec<[Vec<Vec<u8>>; 2]> {
     let mut src = String::from(HARNESS);
+    src.push_str(float_helpers());
     for (j, job) in jobs.iter().enumerate() {
         // Dynamic shared memory is the harness's array (see emulate.cpp's `__shared__`).
         src.push_str(&job.code.source.replace("extern __shared__", "extern"));
@@ -256,6 +267,12 @@ mod tests {
     #[test]
     fn scan_and_nd_kernels_match_the_reference() {
         check(crate::backend::scan_nd_cases::cases().into_iter().map(|(n, g)| (n.to_string(), g)).collect());
+    }
+
+    /// Cos, Sin, ... Round, Softplus, Mish on the shared cases, emulated.
+    #[test]
+    fn math_unary_kernels_match_the_reference() {
+        check(crate::backend::unary_cases::cases().into_iter().map(|(n, g)| (n.to_string(), g)).collect());
     }
 
     /// The attention kernel on every shared case (the default tile for each shape), emulated.

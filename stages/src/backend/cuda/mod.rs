@@ -39,7 +39,7 @@ use tessera_kernels::runtime::cuda::format::CubinModule;
 use tessera_kernels::runtime::cuda::libs;
 
 /// Bump whenever the generated code (or the prelude, or the NVRTC options) changes.
-pub const VERSION: u32 = 9;
+pub const VERSION: u32 = 10;
 
 /// The backend's name, as `cuda -compiler=nvrtc` selects it.
 pub const NAME: &str = "cuda";

@@ -43,6 +43,12 @@ TSR_DEV float tsr_modf_py(float a, float b) {
 
 TSR_DEV float tsr_sigmoid(float a) { return (float)(1.0 / (1.0 + exp(-(double)a))); }
 
+/* Softplus log(1 + exp(x)) and Mish x tanh(softplus(x)) in double, without overflow for large x (as the
+ * reference interpreter's `softplus`); NaN propagates (fmax drops it, the log1p term keeps it). */
+TSR_DEV double tsr_softplus(double x) { return fmax(x, 0.0) + log1p(exp(-fabs(x))); }
+TSR_DEV float tsr_softplusf(float a) { return (float)tsr_softplus((double)a); }
+TSR_DEV float tsr_mishf(float a) { return (float)((double)a * tanh(tsr_softplus((double)a))); }
+
 TSR_DEV float tsr_hardswish(float a) {
     double x = a;
     if (x != x) return a;

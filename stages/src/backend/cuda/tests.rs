@@ -287,6 +287,30 @@ fn scan_and_nd_kernels_lower_and_compile() {
     assert_eq!(&CubinModule::decode(&m).unwrap().cubin[..4], b"\x7fELF");
 }
 
+/// Cos, Sin, ... Round, Softplus, Mish (`backend/unary_cases.rs`) lower deterministically and compile, in fp32
+/// and in fp16 (which computes in fp32 between `__half` loads and stores); fp32 kernels are also run by the
+/// emulation (`emulate.rs`).
+#[test]
+fn math_unary_kernels_lower_and_compile() {
+    let mut lowered = Vec::new();
+    for (name, g) in crate::backend::unary_cases::cases() {
+        let half = crate::passes::precision::to_half(&g).unwrap();
+        for (suffix, g) in [("", g), ("_f16", half)] {
+            let sym = format!("math_{name}{suffix}");
+            let k = CudaBackend.lower(&target(), &g, &sym).unwrap_or_else(|e| panic!("{sym}: {e}"));
+            assert_eq!(k, CudaBackend.lower(&target(), &g, &sym).unwrap(), "{sym}: lowering is deterministic");
+            lowered.push(k);
+        }
+    }
+    let code: CudaCode = postcard::from_bytes(&lowered[0].code).unwrap();
+    assert!(code.source.contains("cos((double)"), "{}", code.source);
+    if !nvrtc_or_skip("the math unary NVRTC compile test") {
+        return;
+    }
+    let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&CubinModule::decode(&m).unwrap().cubin[..4], b"\x7fELF");
+}
+
 /// The Attention node of `g` (a case graph, perhaps rewritten to fp16 with casts around it).
 fn attention_node(g: &Graph) -> (NodeId, AttentionAttrs) {
     g.nodes

@@ -13,13 +13,15 @@ pub const OPS: &[&str] = &[
     "Not", "IsNaN", "LeakyRelu", "HardSigmoid", "Gelu", "Clip", "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal",
     "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Min", "Max", "Sum", "Mean", "Where", "Cast",
     "CastLike", "Elu", "Selu", "PRelu", "Softplus", "Softsign", "Sign", "Shrink", "ThresholdedRelu",
-    "Xor", "IsInf",
+    "Xor", "IsInf", "Cos", "Sin", "Tan", "Acos", "Asin", "Atan", "Cosh", "Sinh", "Asinh", "Acosh", "Atanh", "Round",
+    "Mish", "Celu",
 ];
 
 pub fn converter(op: &str) -> Option<Converter> {
     Some(match op {
         "Relu" | "Sigmoid" | "Tanh" | "Erf" | "Sqrt" | "Exp" | "Log" | "Neg" | "Reciprocal" | "Abs" | "Floor" | "Ceil"
-        | "HardSwish" | "Not" | "IsNaN" => unary,
+        | "HardSwish" | "Not" | "IsNaN" | "Cos" | "Sin" | "Tan" | "Acos" | "Asin" | "Atan" | "Cosh" | "Sinh" | "Asinh"
+        | "Acosh" | "Atanh" | "Round" | "Softplus" | "Mish" => unary,
         "LeakyRelu" => leaky_relu,
         "HardSigmoid" => hard_sigmoid,
         "Gelu" => gelu,
@@ -35,7 +37,7 @@ pub fn converter(op: &str) -> Option<Converter> {
         "Elu" => elu,
         "Selu" => selu,
         "PRelu" => prelu,
-        "Softplus" => softplus,
+        "Celu" => celu,
         "Softsign" => softsign,
         "Sign" => sign,
         "Shrink" => shrink,
@@ -63,6 +65,20 @@ fn unary_op(op: &str) -> UnaryOp {
         "HardSwish" => UnaryOp::HardSwish,
         "Not" => UnaryOp::Not,
         "IsNaN" => UnaryOp::IsNaN,
+        "Cos" => UnaryOp::Cos,
+        "Sin" => UnaryOp::Sin,
+        "Tan" => UnaryOp::Tan,
+        "Acos" => UnaryOp::Acos,
+        "Asin" => UnaryOp::Asin,
+        "Atan" => UnaryOp::Atan,
+        "Cosh" => UnaryOp::Cosh,
+        "Sinh" => UnaryOp::Sinh,
+        "Asinh" => UnaryOp::Asinh,
+        "Acosh" => UnaryOp::Acosh,
+        "Atanh" => UnaryOp::Atanh,
+        "Round" => UnaryOp::Round,
+        "Softplus" => UnaryOp::Softplus,
+        "Mish" => UnaryOp::Mish,
         _ => unreachable!("unary_op called for {op}"),
     }
 }
@@ -299,13 +315,25 @@ fn prelu(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
     one(y)
 }
 
-/// `log(exp(x) + 1)`, as ONNX defines it.
-fn softplus(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
+/// `max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`, as ONNX defines Celu (alpha must not be 0).
+fn celu(im: &mut Importer, n: &NodeCx) -> NResult<Vec<ValueId>> {
     let x = im.input(n, 0)?;
-    let onev = im.scalar(n, im.dtype(x), 1.0);
-    let e = im.emit(n, Op::Unary(UnaryOp::Exp), &[x])?;
-    let s = im.emit(n, Op::Binary(BinaryOp::Add), &[e, onev])?;
-    one(im.emit(n, Op::Unary(UnaryOp::Log), &[s])?)
+    let alpha = n.attrs.float_or("alpha", 1.0)?;
+    if alpha == 0.0 || !alpha.is_finite() {
+        return Err(NodeError::attr("alpha", format!("must be finite and non-zero, got {alpha}")));
+    }
+    let dt = im.dtype(x);
+    if !dt.is_float() {
+        return Err(NodeError::invalid(format!("Celu needs a float input, got {dt}")));
+    }
+    let (zero, onev, a) = (im.scalar(n, dt, 0.0), im.scalar(n, dt, 1.0), im.scalar(n, dt, alpha as f64));
+    let pos = im.emit(n, Op::Binary(BinaryOp::Max), &[x, zero])?;
+    let xa = im.emit(n, Op::Binary(BinaryOp::Div), &[x, a])?;
+    let e = im.emit(n, Op::Unary(UnaryOp::Exp), &[xa])?;
+    let em1 = im.emit(n, Op::Binary(BinaryOp::Sub), &[e, onev])?;
+    let scaled = im.emit(n, Op::Binary(BinaryOp::Mul), &[em1, a])?;
+    let neg = im.emit(n, Op::Binary(BinaryOp::Min), &[scaled, zero])?;
+    one(im.emit(n, Op::Binary(BinaryOp::Add), &[pos, neg])?)
 }
 
 /// `x / (1 + |x|)`.

@@ -3,9 +3,11 @@
 //! IR values of the node's outputs in order (fewer when trailing optional outputs are not produced).
 //!
 //! Ops the IR has no variant for are decomposed into ones it has, each decomposition exact in real arithmetic
-//! (documented at its converter): Elu, Selu, PRelu, Softplus, Softsign-free Sign, Shrink, LRN (through an
-//! AveragePool over channels), InstanceNormalization, Mean, Sum, GlobalMaxPool.
+//! (documented at its converter): Elu, Selu, Celu, PRelu, Softsign, Sign, Shrink, LRN (through an
+//! AveragePool over channels), InstanceNormalization, Mean, Sum, GlobalMaxPool, Einsum (Transpose, Reshape,
+//! Slice for diagonals, MatMul, ReduceSum and Mul; see `einsum.rs`).
 
+mod einsum;
 mod elementwise;
 mod nd;
 mod nn;
@@ -26,11 +28,12 @@ pub fn converter(op_type: &str) -> Option<Converter> {
         .or_else(|| shape::converter(op_type))
         .or_else(|| scan::converter(op_type))
         .or_else(|| nd::converter(op_type))
+        .or_else(|| einsum::converter(op_type))
 }
 
 /// Every supported default-domain op type, sorted (for reports and docs).
 pub fn supported_ops() -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = elementwise::OPS.iter().chain(nn::OPS).chain(shape::OPS).chain(scan::OPS).chain(nd::OPS).copied().collect();
+    let mut v: Vec<&'static str> = elementwise::OPS.iter().chain(nn::OPS).chain(shape::OPS).chain(scan::OPS).chain(nd::OPS).chain(einsum::OPS).copied().collect();
     v.sort_unstable();
     v
 }
