@@ -6,7 +6,7 @@ use crate::build::{ModelJob, ModelResult};
 use crate::explain::jobs_from_specs;
 use crate::memo::Memo;
 use crate::zoo::{all_backends, compile_all_in, resolve_targets, Summary};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tessera_kernels::runtime::Registry;
@@ -107,10 +107,20 @@ impl CompileRequest {
         self.assume_measured_gpu()?;
         let backends = all_backends();
         let targets = resolve_targets(&self.targets, &backends)?;
-        let store = self.store.open()?;
-        let memo = Memo::new(&store).with_observer(on_stage);
-        let ctx = Ctx::new(&memo, &targets, &backends).with_costs(self.costs).with_runtime(&self.runtime);
-        compile_all_in(&memo, &ctx, jobs, &self.out, on_model)
+        let mut store = self.store.open()?;
+        let mut summary = {
+            let memo = Memo::new(&store).with_observer(on_stage);
+            let ctx = Ctx::new(&memo, &targets, &backends).with_costs(self.costs).with_runtime(&self.runtime);
+            compile_all_in(&memo, &ctx, jobs, &self.out, on_model)?
+        };
+        // A capped store (`tessera store config --max-size`) is brought back under its cap once the build is
+        // done and its roots are set, still under this process's lock, so nothing it just built is evicted
+        // that a root needs.
+        summary.evicted = store.enforce_max_size().context("enforcing the store's size cap (tessera store config)")?;
+        if let Some(r) = summary.evicted.as_ref().filter(|r| !r.within_cap) {
+            tracing::warn!("{}", r.lines().join("; "));
+        }
+        Ok(summary)
     }
 
     /// With `measured_on`: the build assumes that GPU for the rest of the process (only a frozen build may).

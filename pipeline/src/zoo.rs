@@ -122,7 +122,9 @@ pub struct Summary {
     /// What the remote tier did (objects fetched, rejected, uploaded; whether it was disabled), when one
     /// was configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote: Option<tessera_store::RemoteStats>,
+    pub remote: Option<tessera_store::RemoteStats>,    /// What enforcing the store's size cap evicted after the build, when the store has a cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evicted: Option<tessera_store::EvictReport>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -213,6 +215,7 @@ pub fn compile_all_in(memo: &Memo, ctx: &Ctx, jobs: &[ModelJob], out: &Path, on_
         artifacts: rows,
         failed,
         remote: store.remote_stats(),
+        evicted: None,
     })
 }
 

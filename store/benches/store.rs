@@ -3,9 +3,12 @@
 //!
 //! Measures: durable put and verified get of 1 KiB and 64 MiB objects (both the in-memory and the
 //! streaming API), memo record latency, memo lookups per second on a store with 100k entries, and the
-//! open of that store from a fresh handle (sled recovery + journal check + first lookup).
+//! open of that store from a fresh handle (sled recovery + journal check + first lookup), and eviction to a
+//! size cap (`Store::evict_to`, what `tessera store gc --max-size` runs) on a store of 20k entries.
 //! `TESSERA_BENCH_DIR` picks the directory the stores are made in (default: the system temp dir);
-//! fsync cost depends on its filesystem, so the table names it.
+//! fsync cost depends on its filesystem, so the table names it. `TESSERA_BENCH_ONLY=evict` runs only the
+//! eviction part; `TESSERA_BENCH_KEEP=1` keeps the stores (the eviction store's untouched copy is
+//! `evict-copy`, for timing `tessera store gc --max-size` on it).
 
 use std::hint::black_box;
 use std::io::{self, Write};
@@ -170,19 +173,87 @@ fn memo(dir: &Path, rows: &mut Vec<Row>) {
     rows.push(row("KeyBuilder: build one key (2 ingredients)", entries, t, None));
 }
 
+/// Eviction: `n` entries of 1 KiB each with its own object (half recorded in one session, half in the next,
+/// so least recently used means the first half), plus a root of 100 objects with their entries.
+fn evict(dir: &Path, rows: &mut Vec<Row>) {
+    let n = 20_000u64;
+    let stages = ["partition", "compile", "tune", "link"];
+    let key = |i: u64| KeyBuilder::new(stages[(i % 4) as usize], 1).input("i", &i).finish().unwrap();
+    for half in 0..2u64 {
+        let s = Store::open(dir, OpenOptions::writable()).unwrap();
+        let range = half * n / 2..(half + 1) * n / 2;
+        let recs: Vec<MemoRecord> = range
+            .map(|i| MemoRecord {
+                stage: stages[(i % 4) as usize].into(),
+                key: key(i),
+                entry: MemoEntry::new(s.put(&content(i, KIB)).unwrap(), KIB as u64, Duration::from_millis(1)),
+            })
+            .collect();
+        s.memo_record_batch(&recs).unwrap();
+    }
+    {
+        let s = Store::open(dir, OpenOptions::writable()).unwrap();
+        let rooted: Vec<Digest> = (0..100u64)
+            .map(|i| {
+                let d = s.put(&content(1_000_000 + i, KIB)).unwrap();
+                s.memo_record("link", &key(1_000_000 + i), &MemoEntry::new(d, KIB as u64, Duration::ZERO)).unwrap();
+                d
+            })
+            .collect();
+        s.set_root("model:kept", &rooted).unwrap();
+    }
+    copy_dir(dir, &dir.with_file_name("evict-copy"));
+    // The copy's dirty pages would otherwise be written back inside the eviction's first fsyncs (ext4
+    // commits them together) and be timed as eviction.
+    let _ = std::process::Command::new("sync").status();
+    let mut s = Store::open(dir, OpenOptions::writable()).unwrap();
+    let total = s.stats().unwrap().object_bytes;
+    let (r, t) = timed(|| s.evict_to(total, false).unwrap());
+    assert_eq!(r.entries_evicted, 0);
+    rows.push(row(&format!("evict_to, {} entries, within the cap (scan only)", n + 100), 1, t, None));
+    let (r, t) = timed(|| s.evict_to(total / 2, false).unwrap());
+    assert!(r.within_cap && r.entries_evicted >= n / 2 - 1, "{r:?}");
+    rows.push(Row {
+        what: format!("evict_to, {} entries, evict {} (LRU half) + journal compaction", n + 100, r.entries_evicted),
+        n: 1,
+        per_op: t,
+        throughput: format!("{:.1} µs per evicted entry", t.as_secs_f64() * 1e6 / r.entries_evicted as f64),
+    });
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is accepted.
     let base = std::env::var_os("TESSERA_BENCH_DIR").map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&base).unwrap();
     let tmp = tempfile::tempdir_in(&base).unwrap();
     let mut rows = Vec::new();
-    eprintln!("small objects...");
-    small_objects(&tmp.path().join("small"), &mut rows);
-    eprintln!("large objects...");
-    large_objects(&tmp.path().join("large"), &mut rows);
-    eprintln!("memo table...");
-    memo(&tmp.path().join("memo"), &mut rows);
+    if std::env::var("TESSERA_BENCH_ONLY").as_deref() != Ok("evict") {
+        eprintln!("small objects...");
+        small_objects(&tmp.path().join("small"), &mut rows);
+        eprintln!("large objects...");
+        large_objects(&tmp.path().join("large"), &mut rows);
+        eprintln!("memo table...");
+        memo(&tmp.path().join("memo"), &mut rows);
+    }
+    eprintln!("eviction...");
+    evict(&tmp.path().join("evict"), &mut rows);
     println!("stores in {}", tmp.path().display());
+    if std::env::var_os("TESSERA_BENCH_KEEP").is_some() {
+        let _ = tmp.keep();
+    }
     println!();
     println!("| operation | n | time per op | throughput |");
     println!("|---|---:|---:|---:|");

@@ -100,6 +100,10 @@ pub enum StoreError {
     #[error("remote tier {url} is read-only; '{op}' is not sent to it")]
     RemoteReadOnly { url: String, op: &'static str },
 
+    /// A configuration file in the store directory (`MAX_SIZE`, the size cap) does not hold what it should.
+    #[error("the store's configuration file {path} is not valid: {detail}; write it again with `tessera store config --max-size SIZE` (`none` removes the cap)")]
+    BadConfig { path: PathBuf, detail: String },
+
     /// A name given by the caller is unusable (empty stage or root name, ...).
     #[error("invalid {what} '{value}': {reason}")]
     InvalidName { what: &'static str, value: String, reason: &'static str },

@@ -14,6 +14,12 @@
 //! | `c` + stage name (UTF-8)            | postcard(StageCounts)          |
 //! | `d`                                 | postcard(DedupeCounts)         |
 //! | `x`                                 | postcard(JournalMeta)          |
+//! | `u` + postcard((stage, key digest)) | postcard(u64): last-use tick   |
+//! | `t`                                 | postcard(u64): last tick given |
+//!
+//! `u` and `t` are eviction's bookkeeping (evict.rs), metadata like the counters: not journaled, so an
+//! index rebuilt from the journal starts without them (every entry then counts as unused, oldest
+//! recorded first). Stores written before they existed simply lack them; older builds ignore them.
 
 use crate::error::{Result, StoreError};
 use crate::journal::{JournalMeta, JournalRecord};
@@ -31,6 +37,8 @@ const ROOT: u8 = b'r';
 const COUNT: u8 = b'c';
 const DEDUPE: &[u8] = b"d";
 const META: &[u8] = b"x";
+const USE: u8 = b'u';
+const TICK: &[u8] = b"t";
 
 /// Root name -> the digests it lists.
 pub(crate) type Roots = BTreeMap<String, Vec<Digest>>;
@@ -136,19 +144,27 @@ impl Index {
             .map_err(|e| self.damaged(format!("{what} record {} does not decode: {e}", show_key(key))))
     }
 
-    /// Applies changes, counter deltas and the new journal position in one atomic batch, then flushes
-    /// (fsync) so the change is durable when this returns.
+    /// Applies changes, counter deltas, last-use ticks and the new journal position in one atomic batch,
+    /// then flushes (fsync) so the change is durable when this returns.
     pub fn apply(&self, ops: &[JournalRecord], counters: &Counters, meta: Option<JournalMeta>) -> Result<()> {
         let mut batch = sled::Batch::default();
+        // Last-use ticks first: a removal of the same entry later in this batch wins over them (a later
+        // operation on a key replaces an earlier one in a sled batch), so no tick outlives its entry.
+        for ((stage, key), tick) in &counters.last_use {
+            batch.insert(use_key(stage, key)?, encode(tick)?);
+        }
         for op in ops {
             match op {
                 JournalRecord::MemoSet(r) => batch.insert(memo_key(&r.stage, &r.key)?, encode(&r.entry)?),
-                JournalRecord::MemoRemove { stage, key } => batch.remove(memo_key(stage, key)?),
+                JournalRecord::MemoRemove { stage, key } => {
+                    batch.remove(memo_key(stage, key)?);
+                    batch.remove(use_key(stage, key)?);
+                }
                 JournalRecord::RootSet { name, digests } => batch.insert(root_key(name), encode(digests)?),
                 JournalRecord::RootRemove { name } => batch.remove(root_key(name)),
             }
         }
-        if !counters.is_zero() {
+        if counters.has_counts() {
             let current = self.counters()?;
             for (stage, delta) in &counters.stages {
                 let mut c = current.stages.get(stage).copied().unwrap_or_default();
@@ -193,6 +209,34 @@ impl Index {
             }
         }
         Ok((good, bad))
+    }
+
+    /// The last-use tick of every memo entry that has one (see evict.rs). A record that does not decode
+    /// is left out: it is metadata, and an entry without a tick is merely evicted earlier.
+    pub fn last_uses(&self) -> Result<BTreeMap<(String, Digest), u64>> {
+        let mut out = BTreeMap::new();
+        for item in self.tree.scan_prefix([USE]) {
+            let (k, v) = item.map_err(|e| self.damaged(e))?;
+            if let (Ok(id), Ok(tick)) =
+                (postcard::from_bytes::<(String, Digest)>(&k[1..]), postcard::from_bytes::<u64>(&v))
+            {
+                out.insert(id, tick);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Hands out the next last-use tick (one per writable open: a "session"). Not flushed here: it goes
+    /// to disk with the next flushed write; a crash before that only means the next session may reuse
+    /// the tick, which makes two sessions' uses look simultaneous to eviction, nothing worse.
+    pub fn next_tick(&self) -> Result<u64> {
+        let last = match self.tree.get(TICK).map_err(|e| self.damaged(e))? {
+            Some(v) => postcard::from_bytes::<u64>(&v).unwrap_or(0),
+            None => 0,
+        };
+        let next = last.saturating_add(1);
+        self.tree.insert(TICK, encode(&next)?).map_err(|e| self.damaged(e))?;
+        Ok(next)
     }
 
     pub fn root_get(&self, name: &str) -> Result<Option<Vec<Digest>>> {
@@ -266,6 +310,12 @@ fn encode<T: serde::Serialize + ?Sized>(v: &T) -> Result<Vec<u8>> {
 
 fn memo_key(stage: &str, key: &Digest) -> Result<Vec<u8>> {
     let mut k = vec![MEMO];
+    k.extend(encode(&(stage, key))?);
+    Ok(k)
+}
+
+fn use_key(stage: &str, key: &Digest) -> Result<Vec<u8>> {
+    let mut k = vec![USE];
     k.extend(encode(&(stage, key))?);
     Ok(k)
 }

@@ -92,6 +92,14 @@ impl Layout {
     pub fn quarantine(&self) -> PathBuf {
         self.dir.join("quarantine")
     }
+    /// The store's size cap, if one is configured (`tessera store config --max-size`; see evict.rs).
+    pub fn max_size_file(&self) -> PathBuf {
+        self.dir.join("MAX_SIZE")
+    }
+    /// The objects an eviction in progress deletes (present only while one runs, or after a crash in one).
+    pub fn evict_intent(&self) -> PathBuf {
+        self.dir.join("EVICTING")
+    }
 
     /// Whether the directory holds a store already; errors if it holds something else.
     pub fn check_existing(&self) -> Result<bool> {
@@ -113,7 +121,7 @@ impl Layout {
                 if let Ok(rd) = fs::read_dir(&self.dir) {
                     for ent in rd.flatten() {
                         let name = ent.file_name();
-                        let known = ["LOCK", "objects", "tmp", "index", "INDEX", "journal", "quarantine"];
+                        let known = ["LOCK", "objects", "tmp", "index", "INDEX", "journal", "quarantine", "MAX_SIZE", "EVICTING"];
                         if !known.iter().any(|k| name == *k) {
                             return Err(StoreError::NotAStore {
                                 path: self.dir.clone(),

@@ -6,14 +6,15 @@
 //! - [`objects`]: verified, atomically written blobs (the local object tier).
 //! - `index` (sled, private), `journal` (private): the memo table, roots and counters, and the log
 //!   that lets the index be rebuilt.
-//! - [`store`]: the `Store` handle the pipeline uses; `maintenance` (verify, gc) and [`archive`]
-//!   (export, import) add methods to it.
+//! - [`store`]: the `Store` handle the pipeline uses; `maintenance` (verify, gc), [`evict`] (the size cap:
+//!   least-recently-used eviction) and [`archive`] (export, import) add methods to it.
 //! - [`tier`]: the narrow interfaces a tier implements; [`remote`]: the remote tier (Redis, WebDAV)
 //!   behind them, which `Store::with_remote` composes with the local one.
 
 pub mod archive;
 pub mod digest;
 pub mod error;
+pub mod evict;
 mod index;
 mod journal;
 pub mod key;
@@ -31,6 +32,7 @@ pub mod tier;
 pub use archive::{ExportReport, ImportReport, Manifest};
 pub use digest::Digest;
 pub use error::{Result, StoreError};
+pub use evict::{parse_size, EvictReport};
 pub use key::{
     canonical_bytes, canonical_digest, Ingredient, IngredientKind, KeyBuilder, KeyExplained, KEY_FORMAT_VERSION,
 };

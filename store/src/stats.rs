@@ -49,11 +49,20 @@ impl DedupeCounts {
 pub struct Counters {
     pub stages: BTreeMap<String, StageCounts>,
     pub dedupe: DedupeCounts,
+    /// Pending only: the last-use tick of each memo entry used (hit or recorded) since the last index
+    /// write, by (stage, key). Written with the counters, one small index record per entry, never an
+    /// object or journal write (see evict.rs); never read back into a `Counters`.
+    pub last_use: BTreeMap<(String, crate::Digest), u64>,
 }
 
 impl Counters {
     pub fn is_zero(&self) -> bool {
-        self.stages.values().all(|c| c.hits == 0 && c.misses == 0) && self.dedupe == DedupeCounts::default()
+        !self.has_counts() && self.last_use.is_empty()
+    }
+
+    /// Whether any hit, miss or put is counted (last-use ticks aside).
+    pub fn has_counts(&self) -> bool {
+        !(self.stages.values().all(|c| c.hits == 0 && c.misses == 0) && self.dedupe == DedupeCounts::default())
     }
 
     pub fn add(&mut self, o: &Counters) {
@@ -61,6 +70,10 @@ impl Counters {
             self.stages.entry(s.clone()).or_default().add(c);
         }
         self.dedupe.add(&o.dedupe);
+        for (id, tick) in &o.last_use {
+            let t = self.last_use.entry(id.clone()).or_default();
+            *t = (*t).max(*tick);
+        }
     }
 }
 

@@ -62,6 +62,8 @@ pub struct OpenReport {
     pub journal_rewritten: Option<String>,
     /// Where the damaged index was moved, if the index was rebuilt from the journal.
     pub index_rebuilt: Option<PathBuf>,
+    /// Objects removed to finish an eviction a crash interrupted (see evict.rs), if one was.
+    pub eviction_finished: Option<usize>,
 }
 
 impl OpenReport {
@@ -83,6 +85,9 @@ impl OpenReport {
         if let Some(p) = &self.index_rebuilt {
             v.push(format!("rebuilt the index from the journal; the damaged index was moved to {}", p.display()));
         }
+        if let Some(n) = self.eviction_finished {
+            v.push(format!("finished an eviction a crash interrupted: removed {n} object(s) no entry or root names"));
+        }
         v
     }
 }
@@ -95,8 +100,10 @@ pub struct Store {
     pub(crate) index: Index,
     /// The journal; its mutex also serializes every index write, so journal offsets stay in order.
     pub(crate) journal: Mutex<Journal>,
-    /// Counter increments not yet written to the index.
+    /// Counter increments and last-use ticks not yet written to the index.
     pub(crate) pending: Mutex<Counters>,
+    /// This session's last-use tick (evict.rs): one per writable open; 0 when read-only.
+    pub(crate) tick: u64,
     open_report: OpenReport,
     /// The remote tier, if one is attached ([`Store::with_remote`]).
     remote: Option<Remote>,
@@ -173,8 +180,12 @@ impl Store {
             }
         };
         let mut journal = Journal::open(&layout.journal(), !opts.read_only)?;
+        let mut tick = 0;
         if !opts.read_only {
             reconcile(&layout, &index, &mut journal, &mut report)?;
+            // After the replay, so the index it reads names every entry the journal holds.
+            report.eviction_finished = crate::evict::finish_interrupted(&layout, &index, &objects)?;
+            tick = index.next_tick()?;
         }
         Ok(Store {
             layout,
@@ -183,6 +194,7 @@ impl Store {
             index,
             journal: Mutex::new(journal),
             pending: Mutex::new(Counters::default()),
+            tick,
             open_report: report,
             remote: None,
             _lock: lock,
@@ -374,6 +386,7 @@ impl Store {
             let c = p.stages.entry(stage.to_string()).or_default();
             if found.is_some() {
                 c.hits += 1;
+                p.last_use.insert((stage.to_string(), *key), self.tick);
             } else {
                 c.misses += 1;
             }
@@ -437,6 +450,7 @@ impl Store {
         self.check_writable("memo record")?;
         check_name("stage name", stage)?;
         self.check_output(stage, key, entry)?;
+        self.mark_used(stage, key);
         self.write(vec![JournalRecord::MemoSet(MemoRecord { stage: stage.into(), key: *key, entry: *entry })])
     }
 
@@ -453,7 +467,16 @@ impl Store {
         if ops.is_empty() {
             return Ok(());
         }
+        for r in records {
+            self.mark_used(&r.stage, &r.key);
+        }
         self.write(ops)
+    }
+
+    /// Notes that an entry was used in this session, for eviction's least-recently-used order. Costs a
+    /// map insert; written with the next index write (see evict.rs).
+    fn mark_used(&self, stage: &str, key: &Digest) {
+        lock(&self.pending).last_use.insert((stage.to_string(), *key), self.tick);
     }
 
     fn check_output(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {

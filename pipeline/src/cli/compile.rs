@@ -204,6 +204,9 @@ pub fn print_summary(s: &Summary) {
             );
         }
     }
+    if let Some(r) = &s.evicted {
+        println!("store size cap: {}", r.lines().join("; "));
+    }
     println!("{:<28} {:>6} {:<22} {:>12}  artifact", "model", "parts", "backends", "bytes");
     for a in &s.artifacts {
         let backends: Vec<String> = a.partitions_by_backend.iter().map(|(b, n)| format!("{b}:{n}")).collect();

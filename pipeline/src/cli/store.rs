@@ -43,16 +43,31 @@ pub enum StoreCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Remove every object no root lists, and the memo entries that point at them.
+    /// Remove every object no root lists, and the memo entries that point at them; with --max-size, evict
+    /// least recently used memo entries (and the objects only they name) down to a size instead.
     Gc {
         #[command(flatten)]
         store: StoreArgs,
         /// Only report what would be removed.
         #[arg(long)]
         dry_run: bool,
+        /// Evict least recently used memo entries, and the objects only they name, until the objects take at
+        /// most SIZE (bytes, or with K, M, G, T: 500M, 2G); objects a root lists are never evicted. Nothing
+        /// else is removed.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
+        max_size: Option<u64>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Show or set the store's configuration: its size cap, which every `tessera compile` into the store
+    /// enforces when it is done (as `gc --max-size` does).
+    Config {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The cap: bytes, or with K, M, G, T (500M, 2G); `none` removes it.
+        #[arg(long, value_name = "SIZE", value_parser = parse_cap_arg)]
+        max_size: Option<Cap>,
     },
     /// Write a build's closure (objects a root lists, their memo entries, the root) to one archive file.
     Export {
@@ -117,7 +132,27 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        StoreCommand::Gc { store, dry_run, json } => {
+        StoreCommand::Gc { store, dry_run, max_size: Some(max), json } => {
+            let mut s = open(&store, OpenOptions::writable(), false)?;
+            let r = s.evict_to(max, dry_run)?;
+            if json {
+                return say(&format!("{}\n", json_report(&r, "gc")?));
+            }
+            say_lines(&r.lines())
+        }
+        StoreCommand::Config { store, max_size } => {
+            let opts = if max_size.is_some() { OpenOptions::writable() } else { OpenOptions::read_only() };
+            let s = open(&store, opts, false)?;
+            if let Some(cap) = max_size {
+                s.set_max_size(cap.0)?;
+            }
+            let line = match s.max_size()? {
+                Some(n) => format!("max-size {n} ({}): every compile into this store evicts down to it\n", tessera_store::stats::human_bytes(n)),
+                None => "max-size none: the store is not capped\n".to_string(),
+            };
+            say(&line)
+        }
+        StoreCommand::Gc { store, dry_run, max_size: None, json } => {
             let mut s = open(&store, OpenOptions::writable(), false)?;
             let r = s.gc(dry_run)?;
             if json {
@@ -163,6 +198,22 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
                 public.display()
             ))
         }
+    }
+}
+
+/// `--max-size` of `store config`: a size, or `none` (no cap).
+#[derive(Clone, Copy, Debug)]
+pub struct Cap(pub Option<u64>);
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    tessera_store::parse_size(s)
+}
+
+fn parse_cap_arg(s: &str) -> Result<Cap, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        Ok(Cap(None))
+    } else {
+        tessera_store::parse_size(s).map(|n| Cap(Some(n)))
     }
 }
 

@@ -240,6 +240,8 @@ fn combine(count: usize, assignment: &[Assigned], shards: &BTreeMap<usize, (&Pat
             t.add(r);
             Some(t)
         }),
+        // Each shard capped its own store; the merged report does not add their evictions up.
+        evicted: None,
     };
     let lines = shards
         .iter()
@@ -304,6 +306,7 @@ mod tests {
             artifacts,
             failed,
             remote: None,
+            evicted: None,
         };
         ShardReport::new(Shard { index, count }, assignment, summary)
     }
