@@ -167,7 +167,7 @@ fn the_zoo_matches_the_reference_on_the_gpu() {
         return;
     }
     let which = std::env::var("TESSERA_GPU_PRECISION").unwrap_or_else(|_| "both".into());
-    // `cuda` alone, `cuda` with the libraries, or both (default).
+    // `cuda` alone, `cuda` with the libraries, the sets with `cutlass`, or all (default).
     let sets = std::env::var("TESSERA_GPU_SETS").unwrap_or_else(|_| "both".into());
     let mut tables = Vec::new();
     let mut failures = Vec::new();
@@ -177,7 +177,8 @@ fn the_zoo_matches_the_reference_on_the_gpu() {
             continue;
         }
         let with_libraries = target.len() > 1;
-        if (sets == "cuda" && with_libraries) || (sets == "libraries" && !with_libraries) {
+        let with_cutlass = target.iter().any(|t| t.contains("cutlass"));
+        if (sets == "cuda" && with_libraries) || (sets == "libraries" && !with_libraries) || (sets == "cutlass" && !with_cutlass) {
             continue;
         }
         let (table, fails) = zoo_on_the_gpu(target, tol);

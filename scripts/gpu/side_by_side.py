@@ -14,7 +14,9 @@ some layers at zero or identity). For each model:
   4. the floor: FLOPs (torch.utils.flop_counter) over the dense matmul rate measured now, and bytes
      (weights + inputs + outputs) over the device copy bandwidth measured now; tessera's distance from it.
 
-TESSERA_TARGETS (default "nvrtc"): the cuda compilers tessera compiles for, e.g. "nvrtc cublas".
+TESSERA_TARGETS (default "nvrtc"): the cuda compilers tessera compiles for, e.g. "nvrtc cublas"; several sets
+separated by ";" (e.g. "nvrtc cublas cudnn;nvrtc cublas cudnn cutlass") compile and time each set in the same run,
+against the same PyTorch measurements (one tessera column per set).
 TESSERA_COSTS (default "measured"): `measured` or `analytical` partition costs.
 Usage: python3 scripts/gpu/side_by_side.py [--precision fp16|fp32] TESSERA_BINARY WORKDIR REPORT.md [model ...]
 Models: resnet50-b1 resnet50-b32 mobilenetv2-b1 bert-base-s128-b1 bert-base-s128-b8 gpt2-s256-b1 vit-b16-b1.
@@ -35,7 +37,8 @@ TARGET = "cuda -compiler=nvrtc"
 # this GPU during the cold compile (the tune stage), so the cold compile time includes tuning.
 COSTS = os.environ.get("TESSERA_COSTS", "measured")
 # TESSERA_TARGETS="nvrtc cublas" compiles for several cuda compilers at once (the search places each partition).
-COMPILERS = os.environ.get("TESSERA_TARGETS", "nvrtc").split()
+COMPILER_SETS = [s.split() for s in os.environ.get("TESSERA_TARGETS", "nvrtc").split(";") if s.strip()]
+COMPILERS = COMPILER_SETS[0]
 PRECISION = "fp16"
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
@@ -175,18 +178,24 @@ def torch_side(model, args, torch, row):
     torch.cuda.empty_cache()
 
 
-def tessera_side(tessera, path, shapes, workdir, name, row):
-    store = os.path.join(workdir, f"store-{name}")
-    out = os.path.join(workdir, f"out-{name}")
+def tessera_side(tessera, path, shapes, workdir, name, row, index=0, compilers=None):
+    """Compiles and times the model for one set of compilers; set 0's figures under the plain keys, set i's
+    with the suffix `_i` as well."""
+    compilers = compilers or COMPILERS
+    store = os.path.join(workdir, f"store-{name}-{index}")
+    out = os.path.join(workdir, f"out-{name}-{index}")
     shape_args = sum((["--shape", f"{k}={'x'.join(map(str, v))}"] for k, v in shapes.items()), [])
-    cmd = [tessera, "compile", path] + [a for t in targets() for a in ("--target", t)] + ["--store", store, "--out", out, "--costs", COSTS] + shape_args
-    row["tessera_cold_s"], _ = timed(cmd)
-    row["tessera_warm_s"], _ = timed(cmd)
+    cmd = [tessera, "compile", path] + [a for t in targets(compilers) for a in ("--target", t)] + ["--store", store, "--out", out, "--costs", COSTS] + shape_args
+    cold, _ = timed(cmd)
+    warm, _ = timed(cmd)
     artifacts = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".tsr")]
     _, js = timed([tessera, "bench", artifacts[0], "--json", "--iters", str(ITERS * 4), "--warmup", str(WARMUP)])
     r = json.loads(js)["results"][0]
-    row["tessera_ms"] = r["median_ms"]
-    row["tessera_kernels"] = r.get("kernels")
+    for suffix in ([""] if index == 0 else []) + [f"_{index}"]:
+        row["tessera_cold_s" + suffix], row["tessera_warm_s" + suffix] = cold, warm
+        row["tessera_ms" + suffix] = r["median_ms"]
+        row["tessera_kernels" + suffix] = r.get("kernels")
+    name = name if index == 0 else f"{name}-set{index}"
     # Where the time goes: each kernel timed on its own (TESSERA_PROFILE_DIR set), kept beside the report.
     prof_dir = os.environ.get("TESSERA_PROFILE_DIR")
     if prof_dir:
@@ -196,12 +205,12 @@ def tessera_side(tessera, path, shapes, workdir, name, row):
             f.write(text)
 
 
-def targets():
-    return [f"cuda -compiler={c}" + (" -precision=fp16" if PRECISION == "fp16" else "") for c in COMPILERS]
+def targets(compilers=None):
+    return [f"cuda -compiler={c}" + (" -precision=fp16" if PRECISION == "fp16" else "") for c in (compilers or COMPILERS)]
 
 
-def target():
-    return " + ".join(targets())
+def target(compilers=None):
+    return " + ".join(targets(compilers))
 
 
 def fmt(v, unit=""):
@@ -232,10 +241,11 @@ def main():
             model, args, in_names = build(name, torch)
             path = os.path.join(workdir, f"{name}.onnx")
             row["exporter"] = export(model, args, in_names, path, torch)
-            try:
-                tessera_side(tessera, path, {n: list(a.shape) for n, a in zip(in_names, args)}, workdir, name, row)
-            except Exception as e:
-                row["tessera_error"] = str(e)[:200]
+            for i, compilers in enumerate(COMPILER_SETS):
+                try:
+                    tessera_side(tessera, path, {n: list(a.shape) for n, a in zip(in_names, args)}, workdir, name, row, i, compilers)
+                except Exception as e:
+                    row[f"tessera_error_{i}"] = str(e)[:200]
             torch_side(model, args, torch, row)
         except Exception as e:
             row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
@@ -269,9 +279,24 @@ def main():
             f"{fmt(ratio(r.get('torch_compile_ms'), t))} | {fmt(r.get('tessera_kernels'))} | {fmt(r.get('tessera_cold_s'))} / {fmt(r.get('tessera_warm_s'))} | "
             f"{fmt(r.get('torch_compile_s'))} | {fmt(r.get('floor_ms'))} | {fmt(ratio(t, r.get('floor_ms')))} |"
         )
-        for k in ("error", "tessera_error", "torch_compile_error", "cuda_graph_error"):
+        for k in ["error", "torch_compile_error", "cuda_graph_error"] + [f"tessera_error_{i}" for i in range(len(COMPILER_SETS))]:
             if k in r:
                 logs.append(f"- {r['model']}: {k}: {r[k]}")
+    if len(COMPILER_SETS) > 1:
+        lines += ["", "Each target set, in the same run (torch.compile / tessera per set; cold / warm compile s):", "",
+                  "| model | " + " | ".join(f"`{target(c)}` ms | ratio | cold / warm s" for c in COMPILER_SETS) + " |",
+                  "|---|" + "---|---|---|" * len(COMPILER_SETS)]
+        for r in rows:
+            cells = []
+            for i in range(len(COMPILER_SETS)):
+                t = r.get(f"tessera_ms_{i}")
+                cells += [fmt(t), fmt(ratio(r.get("torch_compile_ms"), t)), f"{fmt(r.get(f'tessera_cold_s_{i}'))} / {fmt(r.get(f'tessera_warm_s_{i}'))}"]
+            lines.append(f"| {r['model']} | " + " | ".join(cells) + " |")
+        for i in range(len(COMPILER_SETS)):
+            g = [ratio(r.get("torch_compile_ms"), r.get(f"tessera_ms_{i}")) for r in rows]
+            g = [x for x in g if x]
+            if g:
+                lines.append(f"\nSet {i} (`{target(COMPILER_SETS[i])}`): geometric mean of torch.compile / tessera over {len(g)} models: {math.exp(sum(map(math.log, g)) / len(g)):.3f}.")
     both = [ratio(r.get("torch_compile_ms"), r.get("tessera_ms")) for r in rows]
     both = [b for b in both if b]
     if both:

@@ -109,23 +109,26 @@ TSR_DEV float tsr_erff(float a) { return (float)tsr_erf((double)a); }
 
 /* GELU, erf form, x * Phi(x), at a cost that does not depend on x: Phi(x) = erfc(|x|/sqrt2)/2 below 0 and
  * 1 - erfc(|x|/sqrt2)/2 above, with erfc(z) = t * exp(-z^2 - 1.26551223 + t * P(t)), t = 1/(1 + z/2) (the
- * Chebyshev fit of Numerical Recipes, 6.2: fractional error below 1.2e-7 for every z >= 0), in double, one
- * exp and no branch. tsr_erf takes a rational-only path below |x| = 0.84 and two exp() above, so a GELU
- * kernel measured on uniform [-1, 1) inputs ran at half its cost on BERT's activations (350 vs 720 us) and
- * the partitioner's measurements misled it; this form costs the same on any data. */
-TSR_DEV float tsr_gelu_erf(float a) {
-    double x = a;
-    double z = fabs(x) * 0.70710678118654752440;
-    double t = 1.0 / (1.0 + 0.5 * z);
-    double p = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
-    double half_erfc = 0.5 * t * exp(p - z * z);
-    return (float)(x * (x >= 0.0 ? 1.0 - half_erfc : half_erfc));
+ * Chebyshev fit of Numerical Recipes, 6.2: fractional error below 1.2e-7 for every z >= 0), one exp and no
+ * branch. tsr_erf takes a rational-only path below |x| = 0.84 and two exp() above, so a GELU kernel measured
+ * on uniform [-1, 1) inputs ran at half its cost on BERT's activations (350 vs 720 us) and the partitioner's
+ * measurements misled it; this form costs the same on any data.
+ *
+ * In float, not double: Hopper's double-precision rate made the double form the whole cost of a GELU kernel
+ * (BERT-base b8's 1024x3072 GELU took 16.9 us on an H200, ten times its memory floor; 2026-11-26). The fit's
+ * error and float rounding stay near 1e-6 of the largest value, far inside fp32's 1e-4 tolerance. */
+TSR_DEV float tsr_gelu_erf(float x) {
+    float z = fabsf(x) * 0.70710678118654752440f;
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float p = -1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f + t * (-0.18628806f + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+    float half_erfc = 0.5f * t * expf(p - z * z);
+    return x * (x >= 0.0f ? 1.0f - half_erfc : half_erfc);
 }
 
-TSR_DEV float tsr_gelu_tanh(float a) {
-    double x = a;
-    double k = sqrt(2.0 / 3.14159265358979323846);
-    return (float)(0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x))));
+/* GELU, tanh form, in float (as the erf form, for the same reason). */
+TSR_DEV float tsr_gelu_tanh(float x) {
+    const float k = 0.79788456080286535588f; /* sqrt(2 / pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
 /* ---- integer helpers (i64 domain; i32 results are narrowed by the caller) ----------------------------- */

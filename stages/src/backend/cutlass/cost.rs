@@ -1,24 +1,68 @@
 //! Analytical cost of a partition on the `cutlass` backend, for the partitioner while nothing is measured on a
-//! GPU: `GEMM flops / TFLOPS + boundary bytes / BANDWIDTH + LAUNCH_US` per kernel.
+//! GPU: per GEMM, its padded tile work at the occupied share of the rate, plus boundary bytes / BANDWIDTH and a
+//! launch per kernel.
 //!
 //! Nominal figures for an H100-class GPU (not measured; the tune stage replaces them): the sm80 multistage
-//! mainloop (mma.sync, no wgmma) reaches less of Hopper's dense rate than cuBLASLt's own kernels, fp16 about
-//! 200 TFLOP/s on mid-sized GEMMs and SIMT fp32 about 25; what it gains is the epilogue fused into the same
-//! kernel (bias, activation, residual), which the boundary bytes count: a chain's intermediates never reach
-//! memory. A launch of one kernel costs less than a library call (`LAUNCH_US = 2`).
+//! mainloop (mma.sync, no wgmma) reaches about 200 TFLOP/s in fp16 on mid-sized GEMMs (measured 211 on BERT-base
+//! b8's 1024x3072x768 with its GELU, H200, 2026-11-26) and SIMT fp32 about 25. A GEMM runs whole tiles of the
+//! default configuration (128x128), so a thin one (batch-1 rows) pays for the rows it pads, and a grid of fewer
+//! tiles than the GPU has SMs runs at that fraction of the rate: without this the estimate would hand
+//! `cutlass` the GEMV-like MatMuls our own kernels run far faster. What it gains is the epilogue fused into the
+//! same kernel, which the boundary bytes count. A launch of one kernel costs less than a library call.
 
+use super::instance::{tiles, Element};
 use crate::backend::c::cost::{boundary_bytes, partition_flops};
-use crate::ir::{DType, Graph, NodeId, Op};
+use crate::backend::library::matmul_shape;
+use crate::ir::{Graph, NodeId, Op};
 
 pub const F32_TFLOPS: f64 = 25.0;
 pub const F16_TFLOPS: f64 = 200.0;
 pub const BANDWIDTH_GBS: f64 = 2000.0;
 pub const LAUNCH_US: f64 = 2.0;
+/// Streaming multiprocessors of the GPU the figures are for (H100 SXM: 132).
+pub const SMS: f64 = 132.0;
+
+/// Microseconds of one GEMM's tiles: padded FLOPs at the rate the occupied SMs give.
+fn gemm_us(g: &Graph, n: NodeId) -> Option<f64> {
+    let (batch, m, nn, k, _, _) = matmul_shape(g, n).ok()?;
+    let e = Element::of(g.ty(g.node(n).outputs[0]).dtype)?;
+    let [tm, tn, _] = tiles(e)[0].threadblock;
+    let (rows, cols) = (m.div_ceil(tm as u64), nn.div_ceil(tn as u64));
+    let ctas = (rows * cols * batch) as f64;
+    let padded = 2.0 * (rows * tm as u64) as f64 * (cols * tn as u64) as f64 * k as f64 * batch as f64;
+    let rate = if e == Element::F16 { F16_TFLOPS } else { F32_TFLOPS } * (ctas / SMS).min(1.0);
+    Some(padded / (rate * 1e6))
+}
 
 pub fn estimate_us(g: &Graph, nodes: &[NodeId]) -> f64 {
-    let (gemm, other) = partition_flops(g, nodes);
-    let half = nodes.iter().any(|&n| g.ty(g.node(n).outputs[0]).dtype == DType::F16);
-    let tflops = if half { F16_TFLOPS } else { F32_TFLOPS };
-    let kernels = nodes.iter().filter(|&&n| g.node(n).op == Op::MatMul).count().max(1) as f64;
-    (gemm + other) / (tflops * 1e6) + boundary_bytes(g, nodes) as f64 / (BANDWIDTH_GBS * 1e3) + LAUNCH_US * kernels
+    let (_, other) = partition_flops(g, nodes);
+    let matmuls: Vec<NodeId> = nodes.iter().copied().filter(|&n| g.node(n).op == Op::MatMul).collect();
+    let gemm: f64 = matmuls.iter().map(|&n| gemm_us(g, n).unwrap_or(f64::INFINITY)).sum();
+    gemm + other / (F16_TFLOPS * 1e6) + boundary_bytes(g, nodes) as f64 / (BANDWIDTH_GBS * 1e3) + LAUNCH_US * matmuls.len().max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{DType, TensorType};
+
+    fn matmul(dt: DType, m: usize, n: usize, k: usize) -> Graph {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", TensorType::new(dt, vec![m, k]));
+        let w = g.add_input("w", TensorType::new(dt, vec![k, n]));
+        let y = g.add("mm", Op::MatMul, &[x, w]).unwrap();
+        g.outputs.push(y);
+        g
+    }
+
+    #[test]
+    fn thin_and_small_gemms_pay_for_their_padding_and_idle_sms() {
+        let big = matmul(DType::F16, 1024, 3072, 768);
+        let thin = matmul(DType::F16, 1, 3072, 768);
+        let (b, t) = (estimate_us(&big, &[NodeId(0)]), estimate_us(&thin, &[NodeId(0)]));
+        // 4.8 GFLOP over 192 tiles: the full rate, about 24 us of math; the thin one pads 1 row to 128 on 24 SMs.
+        assert!((20.0..40.0).contains(&b), "{b}");
+        assert!(t > 10.0, "a batch-1 row is not 1/1024 of the work here: {t}");
+        assert!(estimate_us(&matmul(DType::F32, 1024, 3072, 768), &[NodeId(0)]) > 5.0 * b, "SIMT fp32 is slower");
+    }
 }

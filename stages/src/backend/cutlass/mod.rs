@@ -148,7 +148,7 @@ impl Backend for CutlassBackend {
     }
 
     fn colors(&self) -> (&'static str, &'static str) {
-        ("#fdd0a2", "#e6550d")
+        ("#fde0ef", "#c51b7d")
     }
 
     fn estimate_us(&self, g: &Graph, nodes: &[NodeId], _target: &Target) -> f64 {
