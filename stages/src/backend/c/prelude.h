@@ -32,6 +32,11 @@ TSR_INLINE float tsr_modf_py(float a, float b) {
     return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
 }
 
+/* exp, tanh and log of a float through double, rounded once: the reference's own results. (The cuda
+ * prelude computes them in float: a GPU's double rate is a fraction of its float rate.) */
+TSR_INLINE float tsr_expf(float a) { return (float)exp((double)a); }
+TSR_INLINE float tsr_tanhf(float a) { return (float)tanh((double)a); }
+TSR_INLINE float tsr_logf(float a) { return (float)log((double)a); }
 TSR_INLINE float tsr_sigmoid(float a) { return (float)(1.0 / (1.0 + exp(-(double)a))); }
 
 /* Softplus log(1 + exp(x)) and Mish x tanh(softplus(x)) in double, without overflow for large x (as the
