@@ -168,12 +168,34 @@ impl Backend for CutlassBackend {
         config_name(&tiles(target_element(target))[0])
     }
 
-    /// Every tile of the kernel's element type, the default first.
+    /// The default tile, then the other tiles of the kernel's element type whose grids fill at least half the
+    /// GPU ([`cost::SMS`]) for every GEMM of the kernel: a tile that leaves most SMs idle loses to a smaller
+    /// one, and each configuration measured is one more nvcc compile. When none fills it, the tile with the
+    /// most threadblocks (the smallest of those) is measured beside the default.
     fn configs_for(&self, target: &Target, kernel: &Graph) -> Vec<String> {
-        match lower::element_of(kernel) {
-            Ok(e) if e == target_element(target) => tiles(e).iter().map(config_name).collect(),
-            _ => vec![self.default_config(target)],
+        let e = match lower::element_of(kernel) {
+            Ok(e) if e == target_element(target) => e,
+            _ => return vec![self.default_config(target)],
+        };
+        let problems: Vec<(u64, u64, u64)> = kernel
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.op == crate::ir::Op::MatMul)
+            .filter_map(|(i, _)| crate::backend::library::matmul_shape(kernel, NodeId(i as u32)).ok())
+            .map(|(batch, m, n, _, _, _)| (batch, m, n))
+            .collect();
+        let ctas = |t: &Tile| problems.iter().map(|&(b, m, n)| b * m.div_ceil(t.threadblock[0] as u64) * n.div_ceil(t.threadblock[1] as u64)).min().unwrap_or(0);
+        let all = tiles(e);
+        let mut out = vec![all[0]];
+        out.extend(all[1..].iter().filter(|t| ctas(t) as f64 >= cost::SMS / 2.0));
+        if out.len() == 1 {
+            // Most threadblocks, then the least padding (the smallest tile).
+            if let Some(best) = all[1..].iter().min_by_key(|t| (std::cmp::Reverse(ctas(t)), t.threadblock[0] * t.threadblock[1])) {
+                out.push(*best);
+            }
         }
+        out.iter().map(config_name).collect()
     }
 
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {

@@ -147,7 +147,23 @@ fn lowering_writes_one_launch_per_chain_with_its_tile() {
     assert!(code.source.contains("tessera::gemm<gemm_f16_128x128x32_64x64x32_s4_a888_sigmoid, 40, 48, 32, 1, 0LL, 0LL, 0, 0LL>(a, b, c, d);"), "{}", code.source);
     // Another tile is another configuration; an fp32 tile on an fp16 kernel is refused.
     let other = format!("cutlass/v{VERSION}/{}", F16_TILES[3].name());
-    assert!(CutlassBackend.configs_for(&target("fp16"), &g).contains(&other));
+    // A 40x48 problem fills one threadblock of every tile: the default and the 64x64 tile (the most blocks).
+    let small = CutlassBackend.configs_for(&target("fp16"), &g);
+    assert_eq!(small, [F16_TILES[0], F16_TILES[5]].iter().map(|t| format!("cutlass/v{VERSION}/{}", t.name())).collect::<Vec<_>>());
+    // BERT-base's FFN GEMM (rows x 3072): at batch 8 (1024 rows) every tile fills half the GPU (128x256: 96
+    // blocks); at batch 1 (128 rows) only 64x64 does (96 blocks), beside the default.
+    let ffn = |rows: usize| {
+        let mut g = Graph::new("ffn");
+        let x = g.add_input("x", t(DType::F16, &[rows, 768]));
+        let w = g.add_input("w", t(DType::F16, &[768, 3072]));
+        let m = g.add("mm", Op::MatMul, &[x, w]).unwrap();
+        g.outputs.push(m);
+        g
+    };
+    let configs = CutlassBackend.configs_for(&target("fp16"), &ffn(1024));
+    assert_eq!(configs.len(), F16_TILES.len(), "{configs:?}");
+    assert_eq!(CutlassBackend.configs_for(&target("fp16"), &ffn(128)), small);
+    assert!(configs.contains(&other));
     let l2 = CutlassBackend.lower_config(&target("fp16"), &g, "k", &other).unwrap();
     assert_ne!(l2.code, l.code);
     let wrong = format!("cutlass/v{VERSION}/{}", F32_TILES[0].name());
