@@ -174,7 +174,11 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs) -> Result<boo
     let batch: usize = dims.batch.iter().product();
     // fp16 operands run on tensor cores (an empty output or key axis keeps the trivial kernels below).
     if super::attention_mma::applies([types[0].dtype, types[1].dtype, types[2].dtype], dims.d, dims.dv) && dims.sk > 0 && batch * dims.sq * dims.dv > 0 {
-        super::attention_mma::attention(k, node, a, super::attention_mma::MmaTiles::for_problem(batch, dims.sq))?;
+        let tiles = match k.knobs.attention {
+            super::gemm::AttentionChoice::Auto => super::attention_mma::MmaTiles::for_problem(batch, dims.sq),
+            super::gemm::AttentionChoice::Warps(warps) => super::attention_mma::MmaTiles { warps, bk: 64 },
+        };
+        super::attention_mma::attention(k, node, a, tiles)?;
         return Ok(true);
     }
     let tiles = AttnTiles::for_problem(batch, dims.sq);

@@ -80,20 +80,36 @@ pub enum SplitChoice {
     Double,
 }
 
-/// The knobs of every GEMM of a kernel: what the `cuda` backend's configurations set.
+/// How many warps a block of the tensor-core attention kernel has (each 16 query rows; they share each K/V tile).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionChoice {
+    /// The per-problem default (`MmaTiles::for_problem`: the most warps whose blocks still fill the GPU).
+    #[default]
+    Auto,
+    /// This many warps, 64 keys per tile.
+    Warps(u32),
+}
+
+/// The knobs of every GEMM (and tensor-core attention) of a kernel: what the `cuda` backend's configurations set.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Knobs {
     pub tiles: TileChoice,
     pub split: SplitChoice,
+    pub attention: AttentionChoice,
 }
 
 /// The knob settings the tune stage measures, by the name their configuration ends in; `default` first.
-pub const KNOB_SETTINGS: [(&str, Knobs); 5] = [
-    ("default", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Auto }),
-    ("tiles-large", Knobs { tiles: TileChoice::Large, split: SplitChoice::Auto }),
-    ("tiles-small", Knobs { tiles: TileChoice::Small, split: SplitChoice::Auto }),
-    ("split-none", Knobs { tiles: TileChoice::Auto, split: SplitChoice::None }),
-    ("split-double", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Double }),
+/// The attention settings change only kernels with a tensor-core attention (`configs_for` measures a setting only
+/// where it changes the code): the default's one warp per block for ViT-B/16's 197 tokens took 34 us a layer on an
+/// H200 (2026-11-26), the measurement decides whether blocks sharing K/V tiles do better.
+pub const KNOB_SETTINGS: [(&str, Knobs); 7] = [
+    ("default", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Auto, attention: AttentionChoice::Auto }),
+    ("tiles-large", Knobs { tiles: TileChoice::Large, split: SplitChoice::Auto, attention: AttentionChoice::Auto }),
+    ("tiles-small", Knobs { tiles: TileChoice::Small, split: SplitChoice::Auto, attention: AttentionChoice::Auto }),
+    ("split-none", Knobs { tiles: TileChoice::Auto, split: SplitChoice::None, attention: AttentionChoice::Auto }),
+    ("split-double", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Double, attention: AttentionChoice::Auto }),
+    ("attention-2warps", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Auto, attention: AttentionChoice::Warps(2) }),
+    ("attention-4warps", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Auto, attention: AttentionChoice::Warps(4) }),
 ];
 
 /// The tile `choice` picks between `big` and `small` for `blocks` (the big tile's block count).

@@ -103,6 +103,7 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs:
                 // No kernel when the output is empty.
                 Op::Attention(attrs) => {
                     let mut k = Kernel::new(g, p, symbol);
+                    k.knobs = knobs;
                     attention::attention(&mut k, *n, attrs).map(|needed| if needed { vec![k] } else { Vec::new() })
                 }
                 Op::Transpose { perm } => one(&mut |k| {

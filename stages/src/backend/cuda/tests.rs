@@ -421,7 +421,7 @@ fn attention_matches_the_reference_on_the_gpu() {
         // (label, graph, tile of the tensor-core kernel or the default lowering, tolerance)
         let mut runs: Vec<(String, &Graph, Option<MmaTiles>, f64)> = vec![("fp32".into(), &g32, None, 1e-4), ("fp16".into(), &g16, None, 1e-2)];
         if c.sk > 0 && c.sq > 0 {
-            for t in [MmaTiles { warps: 1, bk: 16 }, MmaTiles { warps: 2, bk: 32 }, MmaTiles { warps: 4, bk: 128 }] {
+            for t in [MmaTiles { warps: 1, bk: 16 }, MmaTiles { warps: 2, bk: 32 }, MmaTiles { warps: 2, bk: 64 }, MmaTiles { warps: 4, bk: 64 }, MmaTiles { warps: 4, bk: 128 }] {
                 runs.push((format!("fp16 {t:?}"), &g16, Some(t), 1e-2));
             }
         }
@@ -483,4 +483,19 @@ fn a_bottleneck_gathers_its_3x3_input_per_column_and_streams_its_1x1_inputs() {
     if nvrtc_or_skip("the bottleneck's module") {
         CudaBackend.compile_module(&target(), &[k]).unwrap();
     }
+}
+
+/// The attention settings are measured only where a tensor-core attention makes them change the code: an fp16
+/// attention kernel gets both, its fp32 form (SIMT attention) and a plain GEMM kernel neither.
+#[test]
+fn attention_settings_are_configurations_of_tensor_core_attention_kernels_only() {
+    let c = crate::backend::attention_cases::cases().into_iter().find(|c| c.sk > 0 && c.sq > 0).unwrap();
+    let g32 = c.graph();
+    let g16 = crate::passes::precision::to_half(&g32).unwrap();
+    let has = |g: &Graph, s: &str| CudaBackend.configs_for(&target(), g).iter().any(|c| c.ends_with(s));
+    assert!(has(&g16, "/attention-2warps") && has(&g16, "/attention-4warps"), "{:?}", CudaBackend.configs_for(&target(), &g16));
+    assert!(!has(&g32, "/attention-2warps") && !has(&g32, "/attention-4warps"), "{:?}", CudaBackend.configs_for(&target(), &g32));
+    let l = CudaBackend.lower_config(&target(), &g16, "att", &format!("cuda/v{VERSION}/attention-4warps")).unwrap();
+    let code: crate::backend::cuda::lower::CudaCode = postcard::from_bytes(&l.code).unwrap();
+    assert!(code.launches.launches.iter().any(|l| l.block == [128, 1, 1]), "four warps a block: {:?}", code.launches.launches);
 }
