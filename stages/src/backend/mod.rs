@@ -85,6 +85,19 @@ pub struct BackendError {
     pub msg: String,
 }
 
+/// A [`BackendError`] of the backend `spec` describes.
+pub fn error(spec: &BackendSpec, msg: impl Into<String>) -> BackendError {
+    BackendError { backend: spec.name.into(), msg: msg.into() }
+}
+
+/// That `target` selects the backend `spec` describes: a backend's lowering and module compile check it first.
+pub fn check_target(spec: &BackendSpec, target: &Target) -> Result<(), BackendError> {
+    if target.backend_name() != spec.name {
+        return Err(error(spec, format!("target '{target}' selects backend '{}', not '{}'", target.backend_name(), spec.name)));
+    }
+    Ok(())
+}
+
 /// The configurations the tune stage measures for one kernel, as a set of names (CubeCL's `TunableSet`). Its
 /// [`checksum`](TunableSet::checksum) is part of every tune key, so a new configuration invalidates old winners;
 /// it depends on the set only, not on the order configurations were added in.

@@ -56,14 +56,11 @@ crate::backend::registry::register_builtin!(SPEC, CutlassBackend);
 pub struct CutlassBackend;
 
 fn err(msg: impl Into<String>) -> BackendError {
-    BackendError { backend: NAME.into(), msg: msg.into() }
+    crate::backend::error(&SPEC, msg)
 }
 
 fn check_target(target: &Target) -> Result<(), BackendError> {
-    if target.backend_name() != NAME {
-        return Err(err(format!("target '{target}' selects backend '{}', not '{NAME}'", target.backend_name())));
-    }
-    Ok(())
+    crate::backend::check_target(&SPEC, target)
 }
 
 /// The element type a target's kernels compute in.
