@@ -4,6 +4,7 @@ pub mod baselines;
 pub mod bench;
 pub mod build_options;
 pub mod explain;
+pub mod inspect;
 pub mod compile;
 pub mod run;
 pub mod run_artifact;
@@ -68,6 +69,8 @@ pub enum Command {
     Explain(explain::ExplainArgs),
     /// The searched mix of backends against each backend alone, compiled and benchmarked in one run.
     Baselines(baselines::BaselinesArgs),
+    /// What a compiled artifact holds: inputs and outputs, memory, modules by backend and target, steps, digest.
+    Inspect(inspect::InspectArgs),
     /// Merge the summaries of a sharded build (`compile --shard I/N`) into one report; checks every shard is there.
     Summary(summary::SummaryArgs),
     /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell) to stdout, e.g.
@@ -97,6 +100,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Explain(args) => explain::run(args),
         Command::Baselines(args) => baselines::run(args),
         Command::Summary(args) => summary::run(args),
+        Command::Inspect(args) => inspect::run(args),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "tessera", &mut std::io::stdout());
