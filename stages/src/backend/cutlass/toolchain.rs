@@ -139,17 +139,45 @@ impl Toolchain {
     /// compiled at a path that depends on its content only, `/tmp/tessera-cutlass/<digest>/module.cu`
     /// (include folders and the working machine do not enter the cubin: checked), under a lock held by the
     /// one compile of that content at a time.
+    ///
+    /// Where that folder cannot be used (another user's `/tmp/tessera-cutlass`, a read-only `/tmp`), the module
+    /// is compiled in a private temporary folder instead, with a warning: it works, but its cubin is not the one
+    /// another machine builds.
     pub fn compile(&self, target: &Target, source: &str) -> Result<Vec<u8>, String> {
+        self.compile_under(Path::new(BUILD_ROOT), target, source)
+    }
+
+    fn compile_under(&self, root: &Path, target: &Target, source: &str) -> Result<Vec<u8>, String> {
         let options = options(target);
         let digest = blake3::hash(format!("{}\0{source}", options.join(" ")).as_bytes()).to_hex();
-        let dir = Path::new(BUILD_ROOT).join(&digest.as_str()[..32]);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        let dir = root.join(&digest.as_str()[..32]);
+        match Self::claim(&dir) {
+            Ok(lock) => {
+                let result = self.compile_in(&dir, options, source);
+                drop(lock);
+                result
+            }
+            Err(why) => {
+                tracing::warn!("cutlass: {why}; compiling in a private folder (the cubin will not match other machines' byte for byte)");
+                let private = tempfile::Builder::new().prefix("tessera-cutlass-").tempdir().map_err(|e| format!("cannot make a temporary folder: {e}"))?;
+                self.compile_in(private.path(), options, source)
+            }
+        }
+    }
+
+    /// Makes the content's folder and takes its lock (held until the returned file is dropped).
+    fn claim(dir: &Path) -> Result<std::fs::File, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
         let lock = std::fs::File::create(dir.join("lock")).map_err(|e| format!("cannot open {}: {e}", dir.join("lock").display()))?;
         lock.lock().map_err(|e| format!("cannot lock {}: {e}", dir.join("lock").display()))?;
+        Ok(lock)
+    }
+
+    fn compile_in(&self, dir: &Path, options: Vec<String>, source: &str) -> Result<Vec<u8>, String> {
         let (src, out) = (dir.join("module.cu"), dir.join("module.cubin"));
         let _ = std::fs::remove_file(&out);
         std::fs::write(&src, source).map_err(|e| format!("cannot write {}: {e}", src.display()))?;
-        let result = self.run_nvcc(options, &dir).and_then(|()| std::fs::read(&out).map_err(|e| format!("nvcc wrote no cubin ({}): {e}", out.display())));
+        let result = self.run_nvcc(options, dir).and_then(|()| std::fs::read(&out).map_err(|e| format!("nvcc wrote no cubin ({}): {e}", out.display())));
         let _ = std::fs::remove_file(&src);
         let _ = std::fs::remove_file(&out);
         result
@@ -173,5 +201,26 @@ impl Toolchain {
             return Err(format!("nvcc failed ({}):\n{}", run.status, if errors.is_empty() { log.lines().take(12).collect::<Vec<_>>().join("\n") } else { errors.join("\n") }));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A build root that cannot hold folders (here a file) falls back to a private folder: the compile works.
+    #[test]
+    fn an_unusable_build_root_falls_back_to_a_private_folder() {
+        let Ok(tools) = toolchain() else {
+            assert!(std::env::var_os("TESSERA_REQUIRE_CUTLASS").is_none(), "TESSERA_REQUIRE_CUTLASS is set but the toolchain is missing");
+            eprintln!("skipping: no nvcc and CUTLASS here");
+            return;
+        };
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("a-file");
+        std::fs::write(&root, b"").unwrap();
+        let target = Target::parse("cuda -compiler=cutlass").unwrap();
+        let cubin = tools.compile_under(&root, &target, "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] = 1.0f; }\n").unwrap();
+        assert_eq!(&cubin[..4], b"\x7fELF");
     }
 }
