@@ -7,25 +7,13 @@
 //! fixture (fixtures/frozen/, recorded by scripts/gpu/record_frozen.sh), and this machine, which has no GPU,
 //! rebuilds the same bytes from them.
 
+mod common {
+    pub mod cli;
+}
+
+use common::cli::{failure, ok, tessera};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn tessera(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).current_dir(cwd).output().expect("tessera runs")
-}
-
-fn ok(args: &[&str], cwd: &Path) -> String {
-    let out = tessera(args, cwd);
-    assert!(out.status.success(), "tessera {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
-fn failure(args: &[&str], cwd: &Path) -> String {
-    let out = tessera(args, cwd);
-    assert!(!out.status.success(), "tessera {args:?} succeeded; it must fail");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// Executions of `stage` in a `compile --json` summary.
 fn executions(summary: &str, stage: &str) -> u64 {

@@ -3,27 +3,17 @@
 //! lists; a rebuild recomputes exactly what was evicted; several processes filling a capped store leave it
 //! within the cap and intact; an eviction killed midway loses nothing and is finished by the next open.
 
+mod common {
+    pub mod cli;
+}
+
+use common::cli::{json, ok, tessera};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use tessera_store::{Digest, MemoEntry, MemoRecord, OpenOptions, Store};
-
-fn tessera(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).current_dir(cwd).output().expect("tessera runs")
-}
-
-fn ok(args: &[&str], cwd: &Path) -> String {
-    let out = tessera(args, cwd);
-    assert!(out.status.success(), "tessera {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
-fn json(args: &[&str], cwd: &Path) -> Value {
-    let text = ok(args, cwd);
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("tessera {args:?} printed no JSON ({e}):\n{text}"))
-}
 
 /// Compiles fixture mlp3 (model `mlp3-b1`, so every build replaces the same root) for one target with
 /// analytical costs; returns the stages it executed (not the hits), by name.
