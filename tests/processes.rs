@@ -55,7 +55,7 @@ fn manifest(dir: &Path, name: &str, entries: &[&str]) -> PathBuf {
 
 fn compile_cmd(manifest: &Path, store: &Path, out: &Path) -> Command {
     let mut c = Command::new(tessera_bin());
-    c.arg("compile").arg(manifest).args(["--costs", "analytical", "--wait", "--store"]).arg(store).arg("--out").arg(out);
+    c.arg("compile").arg(manifest).args(["--costs", "analytical", "--store"]).arg(store).arg("--out").arg(out);
     c.env_remove("TESSERA_STORE").stdin(Stdio::null());
     c
 }
@@ -88,9 +88,11 @@ fn artifacts(out: &Path) -> BTreeMap<String, Vec<u8>> {
     m
 }
 
-/// Eight `tessera compile --wait` processes started at once on one store, with zoos that overlap: all
-/// succeed, each model's artifact is byte-identical whichever process wrote it, the store verifies, and a
-/// compile of the union afterwards finds every stage cached (no process lost another's work).
+/// Eight `tessera compile` processes started at once on one store (no `--wait`: they share it), with zoos
+/// that overlap: all succeed, each distinct stage output is computed once across all of them (the local
+/// leases' single flight), each model's artifact is byte-identical whichever process wrote it, readers
+/// (`store stats`) run meanwhile without waiting, the store verifies, and a compile of the union afterwards
+/// finds every stage cached (no process lost another's work).
 #[test]
 fn eight_processes_compile_overlapping_zoos_on_one_store() {
     let tmp = tempfile::tempdir().unwrap();
@@ -111,13 +113,39 @@ fn eight_processes_compile_overlapping_zoos_on_one_store() {
         .enumerate()
         .map(|(i, z)| {
             let m = manifest(t, &format!("zoo{i}.toml"), z);
-            let child = compile_cmd(&m, &store, &t.join(format!("out{i}"))).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+            let child = compile_cmd(&m, &store, &t.join(format!("out{i}")))
+                .arg("--json")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
             (i, child)
         })
         .collect();
+    // A reader while the writers write: never refused, never queued behind them.
+    let mut reader_runs = Vec::new();
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let start = Instant::now();
+        let out = Command::new(tessera_bin()).args(["store", "stats", "--json", "--store"]).arg(&store).env_remove("TESSERA_STORE").output().unwrap();
+        // The store may not exist yet in the first moments.
+        if out.status.success() {
+            reader_runs.push(start.elapsed());
+        } else {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("no store here yet"), "a reader failed while compiles ran: {err}");
+        }
+    }
+    eprintln!("store stats while eight compiles write: {reader_runs:?}");
+    assert!(!reader_runs.is_empty(), "no reader ran while the compiles wrote");
     let mut seen: BTreeMap<String, (usize, Vec<u8>)> = BTreeMap::new();
+    let mut executions: BTreeMap<String, u64> = BTreeMap::new();
     for (i, child) in children {
-        ok(&format!("compile process {i}"), child.wait_with_output().unwrap());
+        let json = ok(&format!("compile process {i}"), child.wait_with_output().unwrap());
+        let summary: serde_json::Value = serde_json::from_str(&json).unwrap();
+        for (stage, st) in summary["stages"].as_object().unwrap() {
+            *executions.entry(stage.clone()).or_default() += st["executions"].as_u64().unwrap();
+        }
         let arts = artifacts(&t.join(format!("out{i}")));
         assert_eq!(arts.len(), zoos[i].len(), "process {i} wrote {:?}", arts.keys());
         for (name, bytes) in arts {
@@ -131,6 +159,11 @@ fn eight_processes_compile_overlapping_zoos_on_one_store() {
     }
     assert_eq!(seen.len(), 3);
     ok("store verify", store_verify(&store));
+    // Each distinct output once in total: as many executions per stage as the store holds entries.
+    let entries = memo_entries(&store);
+    for (stage, n) in &executions {
+        assert_eq!(Some(n), entries.get(stage), "stage {stage}: {n} executions across the processes for {:?} entries", entries.get(stage));
+    }
     let all = manifest(t, "all.toml", &[MLP_B1, MLP_B2, BERT_S16]);
     let json = ok("the union compile", compile_cmd(&all, &store, &t.join("out-all")).arg("--json").output().unwrap());
     let summary: serde_json::Value = serde_json::from_str(&json).unwrap();

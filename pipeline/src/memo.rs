@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 use tessera_stages::stage::{guarded, DevicePolicy, Driver, SharedFailure};
 use tessera_store::lease::Claim;
+use tessera_store::LocalClaim;
 use tessera_store::{Digest, MemoEntry, Store};
 
 /// Executions, hits and time of one stage in one run.
@@ -96,6 +97,16 @@ impl<'s> Memo<'s> {
             }
             Claim::Held(guard) => Some(guard),
             Claim::Served(_) | Claim::Unleased => None,
+        };
+        // The processes sharing this store do the same through a local lease: concurrent compiles on one
+        // machine execute each output once in total (remote lease first, then local: one order for all).
+        let _local_lease = match self.store.claim_local(stage, &key).with_context(|| format!("stage {stage}: lease"))? {
+            LocalClaim::Served(entry) => {
+                self.count(stage, true, 0);
+                return Ok(entry.output);
+            }
+            LocalClaim::Held(lease) => Some(lease),
+            LocalClaim::Unleased => None,
         };
         let start = Instant::now();
         let bytes = guarded(policy, compute)?;

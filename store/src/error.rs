@@ -45,9 +45,14 @@ pub enum StoreError {
     #[error("memo entry for stage '{stage}' key {key} says its output {output} has {claimed} bytes, but the object has {actual}")]
     OutputSizeMismatch { stage: String, key: Digest, output: Digest, claimed: u64, actual: u64 },
 
-    /// Another process holds the store's writer lock.
+    /// Another process holds the store in a way this open cannot share: alone (gc, eviction, repair),
+    /// or, for an open that needs it alone, at all.
     #[error("the store {dir} is in use by another process ({holder}); wait for it to finish, or pass --wait")]
     Locked { dir: PathBuf, holder: String },
+
+    /// An operation that deletes (gc, eviction, repair) was asked of a handle that shares the store.
+    #[error("'{op}' needs the store {dir} to itself, and other processes use it ({holders}); wait for them to finish")]
+    NotAlone { dir: PathBuf, op: &'static str, holders: String },
 
     /// The store was opened read-only and a write was attempted.
     #[error("the store {dir} was opened read-only; '{op}' needs a writable store")]

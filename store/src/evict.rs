@@ -95,6 +95,11 @@ pub struct EvictReport {
     pub loose_bytes: u64,
     /// Whether the store is now within the cap (false when roots and loose objects alone exceed it).
     pub within_cap: bool,
+    /// Set when a compile could not enforce the cap because other processes kept using the store (the
+    /// eviction would pull objects from under them): who they were. The report is then what the
+    /// eviction would do; the last of them to finish enforces it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub deferred_for: Option<String>,
 }
 
 impl EvictReport {
@@ -102,6 +107,11 @@ impl EvictReport {
     pub fn lines(&self) -> Vec<String> {
         let verb = if self.dry_run { "would evict" } else { "evicted" };
         let mut v = Vec::new();
+        if let Some(others) = &self.deferred_for {
+            v.push(format!(
+                "not enforced yet: other processes use the store ({others}); the last compile to finish, or `tessera store gc --max-size`, enforces it"
+            ));
+        }
         if self.entries_evicted == 0 && self.bytes_before <= self.max_size {
             v.push(format!(
                 "store holds {}, within the cap of {}: nothing to evict",
@@ -168,11 +178,25 @@ impl Store {
     }
 
     /// Evicts down to the configured cap, if one is configured: what a compile runs when it is done.
+    ///
+    /// Eviction deletes, so it needs the store alone: this waits up to [`CAP_WAIT`] for the other
+    /// processes using the store to close it (compiles finishing together release it within
+    /// milliseconds of each other). If they keep it, the report says what would go and who is in the way
+    /// ([`EvictReport::deferred_for`]), and nothing is deleted: each of them enforces the cap in turn when
+    /// it finishes, so the last one out leaves the store within it.
     pub fn enforce_max_size(&mut self) -> Result<Option<EvictReport>> {
-        match self.max_size()? {
-            Some(max) => self.evict_to(max, false).map(Some),
-            None => Ok(None),
+        let Some(max) = self.max_size()? else { return Ok(None) };
+        if self.lock.is_exclusive() {
+            return self.evict_to(max, false).map(Some);
         }
+        if !self.lock.upgrade(CAP_WAIT)? {
+            let mut rep = self.evict_to(max, true)?;
+            rep.deferred_for = Some(self.other_holders());
+            return Ok(Some(rep));
+        }
+        let rep = self.evict_to(max, false);
+        self.lock.downgrade()?;
+        rep.map(Some)
     }
 
     /// Evicts least recently used memo entries, and the objects only they name, until the object bytes
@@ -180,6 +204,14 @@ impl Store {
     /// reports. Takes `&mut self`: no other thread of the process is using the store meanwhile.
     pub fn evict_to(&mut self, max: u64, dry_run: bool) -> Result<EvictReport> {
         self.check_writable("evict")?;
+        if dry_run {
+            self.evict_inner(max, true)
+        } else {
+            self.alone("evict", |s| s.evict_inner(max, false))
+        }
+    }
+
+    fn evict_inner(&mut self, max: u64, dry_run: bool) -> Result<EvictReport> {
         // This session's hits become last-use ticks in the index before the order is read.
         self.flush()?;
         let sizes: BTreeMap<Digest, u64> =
@@ -245,10 +277,13 @@ impl Store {
         clear_intent(&self.layout)?;
         // Compact the journal, as gc does: the removed entries' history is no longer needed.
         let mut j = lock(&self.journal);
-        rewrite_journal(&self.layout, &self.index, &mut j)?;
+        self.index.write(|w| rewrite_journal(&self.layout, w, &mut j))?;
         Ok(rep)
     }
 }
+
+/// How long a compile's eviction waits for the other processes using the store to close it.
+pub const CAP_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Finishes an eviction a crash interrupted: deletes the objects `EVICTING` lists that no memo entry and
 /// no root names now, then the file. Called by a writable open after the journal replay; returns how many

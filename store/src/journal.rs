@@ -186,6 +186,17 @@ impl Journal {
         Ok(())
     }
 
+    /// After a scan up to `valid_end` of a file `file_len` long: cuts a torn tail, or (nothing torn) moves
+    /// the append position to the end, past what other processes appended.
+    pub fn truncate_to(&mut self, valid_end: u64, file_len: u64) -> Result<()> {
+        if valid_end < file_len {
+            self.truncate(valid_end)
+        } else {
+            self.end = valid_end;
+            Ok(())
+        }
+    }
+
     /// Appends records and fsyncs; returns the new end offset. On a failed write the file is cut back,
     /// so a later append does not land after a half-written frame.
     pub fn append(&mut self, records: &[JournalRecord]) -> Result<u64> {

@@ -4,8 +4,10 @@
 //! case loses. Module map, one job each:
 //! - [`digest`], [`key`]: how things are named; the one key builder every stage uses.
 //! - [`objects`]: verified, atomically written blobs (the local object tier).
-//! - `index` (sled, private), `journal` (private): the memo table, roots and counters, and the log
+//! - `index` (SQLite, private), `journal` (private): the memo table, roots and counters, and the log
 //!   that lets the index be rebuilt.
+//! - `lock` (private): many processes share a store; what deletes holds it alone. [`local_lease`]: one
+//!   process computes each output, the others sharing the store wait for its entry.
 //! - [`store`]: the `Store` handle the pipeline uses; `maintenance` (verify, gc), [`evict`] (the size cap:
 //!   least-recently-used eviction) and [`archive`] (export, import) add methods to it.
 //! - [`tier`]: the narrow interfaces a tier implements; [`remote`]: the remote tier (Redis, WebDAV)
@@ -19,6 +21,7 @@ mod index;
 mod journal;
 pub mod key;
 pub mod lease;
+pub mod local_lease;
 mod layout;
 mod lock;
 pub mod maintenance;
@@ -43,6 +46,7 @@ pub use objects::{LocalObjects, PutOutcome, VerifiedReader};
 pub use stats::{StageStats, Stats};
 pub use store::{OpenOptions, OpenReport, Store};
 pub use lease::{LeaseGuard, Leases};
+pub use local_lease::{LocalClaim, LocalLease};
 pub use remote::{Remote, RemoteOptions, RemoteStats, RemoteUrl, DEFAULT_REMOTE_TIMEOUT, REMOTE_ENV};
 pub use remote::keyfile::{KeyFileError, SIGNING_KEY_ENV, TRUST_ENV};
 pub use remote::sign::{MemoSigner, PublicKey, Signing, Trust};

@@ -121,6 +121,14 @@ impl Store {
     /// from the journal what it holds), and rewrites a damaged journal from the index.
     pub fn verify(&mut self, repair: bool) -> Result<VerifyReport> {
         self.check_writable("verify")?;
+        if repair {
+            self.alone("verify --repair", |s| s.verify_inner(true))
+        } else {
+            self.verify_inner(false)
+        }
+    }
+
+    fn verify_inner(&mut self, repair: bool) -> Result<VerifyReport> {
         let mut rep = VerifyReport::default();
         self.verify_objects(&mut rep)?;
         let (memo, bad_memo) = self.index.memo_all()?;
@@ -166,7 +174,7 @@ impl Store {
             }
             if !journal_clean || !rep.repairs.is_empty() {
                 let mut j = lock(&self.journal);
-                rewrite_journal(&self.layout, &self.index, &mut j)?;
+                self.index.write(|w| rewrite_journal(&self.layout, w, &mut j))?;
                 rep.repairs.push("rewrote the journal from the index".into());
             }
         }
@@ -259,6 +267,10 @@ impl Store {
     /// old index can still read them.
     pub fn rebuild_index(&mut self) -> Result<()> {
         self.check_writable("rebuild index")?;
+        self.alone("rebuild the index", |s| s.rebuild_index_inner())
+    }
+
+    fn rebuild_index_inner(&mut self) -> Result<()> {
         let mut carried = self.index.counters().unwrap_or_default();
         carried.add(&std::mem::take(&mut *lock(&self.pending)));
         let (fresh, old_name) = switch_to_new_index(&self.layout)?;
@@ -280,6 +292,14 @@ impl Store {
     /// builds, not during one.
     pub fn gc(&mut self, dry_run: bool) -> Result<GcReport> {
         self.check_writable("gc")?;
+        if dry_run {
+            self.gc_inner(true)
+        } else {
+            self.alone("gc", |s| s.gc_inner(false))
+        }
+    }
+
+    fn gc_inner(&mut self, dry_run: bool) -> Result<GcReport> {
         let roots = self.roots()?;
         let live: BTreeSet<Digest> = roots.values().flatten().copied().collect();
         let mut rep = GcReport { dry_run, roots: roots.len(), ..Default::default() };
@@ -320,7 +340,7 @@ impl Store {
         self.objects.clean_tmp()?;
         // Compact the journal: history of removed entries is no longer needed.
         let mut j = lock(&self.journal);
-        rewrite_journal(&self.layout, &self.index, &mut j)?;
+        self.index.write(|w| rewrite_journal(&self.layout, w, &mut j))?;
         Ok(rep)
     }
 }

@@ -4,17 +4,24 @@
 //! Order of writes, which is what makes a crash safe:
 //! 1. an output object is written (atomically) before any memo entry or root may name it
 //!    (`memo_record` and `set_root` check);
-//! 2. a memo or root change is appended to the journal and fsynced, then applied to sled and flushed;
-//!    the call returns only after both.
+//! 2. a memo or root change is appended to the journal and fsynced, then applied to the index and
+//!    committed; the call returns only after both.
 //!
-//! So after a crash at any moment, every entry whose call returned is in the journal, and in sled too
-//! unless sled lost it — in which case the next open replays it from the journal.
+//! So after a crash at any moment, every entry whose call returned is in the journal, and in the index
+//! too unless the index lost it — in which case the next write section replays it from the journal.
+//!
+//! Many processes share one store (lock.rs): each write runs in the index's write section (SQLite's write
+//! lock, index.rs), which also makes the journal append exclusive across processes. Inside it the
+//! journal is first brought into agreement with the index ([`sync_journal`]): another process may have
+//! appended (its frames are applied already; only our end offset moves), crashed between its append
+//! and its commit (its frames are replayed), left a torn tail (cut), or compacted the journal into a
+//! new file (reopened).
 
 use crate::error::{Result, StoreError};
-use crate::index::Index;
+use crate::index::{Index, Writer};
 use crate::journal::{Journal, JournalMeta, JournalRecord, HEADER_LEN};
 use crate::layout::Layout;
-use crate::lock::WriterLock;
+use crate::lock::{Access, StoreLock};
 use crate::memo::{MemoEntry, MemoRecord};
 use crate::objects::{LocalObjects, PutOutcome, VerifiedReader};
 use crate::remote::{Remote, RemoteStats};
@@ -32,8 +39,10 @@ pub struct OpenOptions {
     /// Wait for another process holding the store instead of failing with [`StoreError::Locked`].
     pub wait: bool,
     /// Open without changing anything: no creation, no crash recovery, writes fail with
-    /// [`StoreError::ReadOnly`], lookups are not counted. (The lock is still exclusive: see lock.rs.)
+    /// [`StoreError::ReadOnly`], lookups are not counted.
     pub read_only: bool,
+    /// Hold the store alone (gc, eviction, repair: what deletes). Other opens share it.
+    pub exclusive: bool,
 }
 
 impl OpenOptions {
@@ -45,6 +54,10 @@ impl OpenOptions {
     }
     pub fn wait(mut self, wait: bool) -> Self {
         self.wait = wait;
+        self
+    }
+    pub fn exclusive(mut self, exclusive: bool) -> Self {
+        self.exclusive = exclusive;
         self
     }
 }
@@ -107,7 +120,7 @@ pub struct Store {
     open_report: OpenReport,
     /// The remote tier, if one is attached ([`Store::with_remote`]).
     remote: Option<Remote>,
-    _lock: WriterLock,
+    pub(crate) lock: StoreLock,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -122,7 +135,7 @@ impl Store {
         Store::open_inner(dir, opts, false)
     }
 
-    /// As [`open`](Self::open), but if the index is damaged (sled cannot open it), moves it aside and
+    /// As [`open`](Self::open), but if the index is damaged (SQLite cannot open it), moves it aside and
     /// rebuilds it from the journal. What `tessera store verify --repair` uses.
     pub fn open_repairing(dir: &Path, opts: OpenOptions) -> Result<Store> {
         match Store::open_inner(dir, opts, false) {
@@ -143,35 +156,55 @@ impl Store {
             }
             fs::create_dir_all(dir).map_err(StoreError::io("creating store directory", dir))?;
         }
-        let lock = WriterLock::acquire(dir, &layout.lock_file(), opts.wait)?;
+        // Alone (nobody else has the store open): this open may also clean up after crashed holders, which
+        // deletes files others could be using; otherwise it shares the store and leaves that for later.
+        let (lock, alone) = if opts.exclusive {
+            (StoreLock::acquire(dir, &layout.lock_file(), Access::Exclusive, opts.wait)?, true)
+        } else {
+            StoreLock::acquire_alone_or_shared(dir, &layout.lock_file(), opts.wait)?
+        };
+        let recover = alone && !opts.read_only;
         let mut report = OpenReport::default();
         if !opts.read_only {
             // Idempotent: also finishes a creation that a crash interrupted.
             layout.create()?;
         }
         let objects = LocalObjects::new(&layout);
-        if !opts.read_only {
+        if recover {
             report.tmp_files_removed = objects.clean_tmp()?;
-        }
-        if !opts.read_only {
             remove_stale_indexes(&layout, &layout.index_name()?)?;
         }
+        let index_dir = layout.dir.join(layout.index_name()?);
         let index = if rebuild {
+            if !alone {
+                return Err(StoreError::Locked { dir: dir.to_path_buf(), holder: lock.others() });
+            }
             let (index, old_name) = switch_to_new_index(&layout)?;
             report.index_rebuilt = Some(retire_index(&layout, &old_name)?);
             index
+        } else if opts.read_only && !Index::exists(&index_dir) {
+            // A store whose index was never written by this version (sled's files, or none): read it from
+            // the journal into memory, changing nothing on disk.
+            let index = Index::in_memory(&index_dir)?;
+            let mut journal = Journal::open(&layout.journal(), false)?;
+            let scan = journal.scan_from(HEADER_LEN)?;
+            let records: Vec<JournalRecord> = scan.records.into_iter().map(|(_, r)| r).collect();
+            index.apply(&records, &Counters::default(), None)?;
+            index
         } else {
-            let opened = Index::open(&layout.dir.join(layout.index_name()?)).and_then(|index| {
+            if recover {
+                remove_sled_files(&index_dir);
+            }
+            let opened = Index::open(&index_dir).and_then(|index| {
                 // Reading the journal position also proves the index's records decode.
                 index.meta()?;
                 Ok(index)
             });
             match opened {
-                // The previous holder was killed mid-write and sled did not recover its own files (seen in
-                // the SIGKILL crash test: "Read corrupted data"). The journal holds every promised change,
-                // so a crash costs a rebuild, never data. A damaged index after a clean close is not a
-                // crash's doing: that stays an error for `store verify --repair` to answer.
-                Err(StoreError::IndexDamaged { .. }) if lock.previous_holder_died && !opts.read_only => {
+                // A holder died mid-write and the index did not survive it. The journal holds every
+                // promised change, so a crash costs a rebuild, never data. A damaged index after clean
+                // closes is not a crash's doing: that stays an error for `store verify --repair`.
+                Err(StoreError::IndexDamaged { .. }) if lock.previous_holder_died && recover => {
                     let (index, old_name) = switch_to_new_index(&layout)?;
                     report.index_rebuilt = Some(retire_index(&layout, &old_name)?);
                     index
@@ -182,10 +215,17 @@ impl Store {
         let mut journal = Journal::open(&layout.journal(), !opts.read_only)?;
         let mut tick = 0;
         if !opts.read_only {
-            reconcile(&layout, &index, &mut journal, &mut report)?;
-            // After the replay, so the index it reads names every entry the journal holds.
-            report.eviction_finished = crate::evict::finish_interrupted(&layout, &index, &objects)?;
-            tick = index.next_tick()?;
+            tick = index.write(|w| {
+                sync_journal(&layout, w, &mut journal, &mut report)?;
+                w.next_tick()
+            })?;
+            if recover {
+                // After the replay, so the index it reads names every entry the journal holds.
+                report.eviction_finished = crate::evict::finish_interrupted(&layout, &index, &objects)?;
+            }
+        }
+        if alone && !opts.exclusive {
+            lock.downgrade()?;
         }
         Ok(Store {
             layout,
@@ -197,7 +237,7 @@ impl Store {
             tick,
             open_report: report,
             remote: None,
-            _lock: lock,
+            lock,
         })
     }
 
@@ -475,7 +515,7 @@ impl Store {
 
     /// Notes that an entry was used in this session, for eviction's least-recently-used order. Costs a
     /// map insert; written with the next index write (see evict.rs).
-    fn mark_used(&self, stage: &str, key: &Digest) {
+    pub(crate) fn mark_used(&self, stage: &str, key: &Digest) {
         lock(&self.pending).last_use.insert((stage.to_string(), *key), self.tick);
     }
 
@@ -541,17 +581,55 @@ impl Store {
 
     // ---- writes ----------------------------------------------------------------------------------
 
-    /// Journal first (fsync), then the index (flush), with the pending counters.
+    /// In one write section: the journal brought up to date, the records appended to it (fsync), then
+    /// applied to the index with the pending counters and committed.
     pub(crate) fn write(&self, records: Vec<JournalRecord>) -> Result<()> {
         let mut j = lock(&self.journal);
-        let end = j.append(&records)?;
-        let meta = JournalMeta { generation: j.generation(), applied: end };
         let counters = std::mem::take(&mut *lock(&self.pending));
-        if let Err(e) = self.index.apply(&records, &counters, Some(meta)) {
+        let res = self.index.write(|w| {
+            sync_journal(&self.layout, w, &mut j, &mut OpenReport::default())?;
+            let end = j.append(&records)?;
+            w.apply(&records, &counters, Some(JournalMeta { generation: j.generation(), applied: end }))
+        });
+        if res.is_err() {
             lock(&self.pending).add(&counters);
-            return Err(e);
         }
-        Ok(())
+        res
+    }
+
+    /// Runs `f` holding the store alone, waiting up to `bound` for the other processes using it to close
+    /// it (see [`StoreLock::upgrade`]); then shares it again. None: others kept it for longer, `f` did
+    /// not run. A store opened exclusively runs `f` at once.
+    pub fn with_store_alone<T>(&self, bound: std::time::Duration, f: impl FnOnce() -> Result<T>) -> Result<Option<T>> {
+        let was_exclusive = self.lock.is_exclusive();
+        if !self.lock.upgrade(bound)? {
+            return Ok(None);
+        }
+        let out = f();
+        if !was_exclusive {
+            self.lock.downgrade()?;
+        }
+        out.map(Some)
+    }
+
+    /// Runs `op` (gc, eviction, repair: what deletes) holding the store alone: at once if this handle
+    /// was opened exclusively or nobody else has the store open now (then shared again afterwards), else
+    /// fails with [`StoreError::NotAlone`] naming the processes in the way.
+    pub(crate) fn alone<T>(&mut self, op: &'static str, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
+        let was_exclusive = self.lock.is_exclusive();
+        if !self.lock.upgrade(std::time::Duration::ZERO)? {
+            return Err(StoreError::NotAlone { dir: self.layout.dir.clone(), op, holders: self.lock.others() });
+        }
+        let out = f(self);
+        if !was_exclusive {
+            self.lock.downgrade()?;
+        }
+        out
+    }
+
+    /// The other processes using the store now, for messages.
+    pub fn other_holders(&self) -> String {
+        self.lock.others()
     }
 
     /// Writes pending counters to the index (they are also written with every memo or root change and
@@ -627,14 +705,21 @@ pub(crate) fn check_name(what: &'static str, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Brings the index and the journal into agreement after open (see journal.rs for the rules).
-fn reconcile(layout: &Layout, index: &Index, journal: &mut Journal, report: &mut OpenReport) -> Result<()> {
-    let meta = index.meta()?;
+/// Brings the journal and the index into agreement, inside a write section (see journal.rs for the
+/// rules): frames the index has not applied are replayed, a torn tail is cut, a journal another process
+/// replaced is reopened, and one that is shorter than what the index applied is rewritten from the
+/// index. Afterwards `journal` appends at the end of its valid part.
+pub(crate) fn sync_journal(layout: &Layout, w: &Writer, journal: &mut Journal, report: &mut OpenReport) -> Result<()> {
+    let meta = w.meta()?;
+    if meta.is_some_and(|m| m.generation != journal.generation()) {
+        // Compacted or rewritten by another process since this one opened it: follow the file.
+        *journal = Journal::open(&layout.journal(), true)?;
+    }
     let from = match meta {
         Some(m) if m.generation == journal.generation() => m.applied.max(HEADER_LEN),
         Some(_) => {
             report.journal_rewritten = Some("its generation differs from the one the index applied".into());
-            return rewrite_journal(layout, index, journal);
+            return rewrite_journal(layout, w, journal);
         }
         // The index never applied this journal: a new store, or an index rebuilt or lost. Replay it all.
         None => HEADER_LEN,
@@ -643,12 +728,12 @@ fn reconcile(layout: &Layout, index: &Index, journal: &mut Journal, report: &mut
     if from > scan.file_len {
         report.journal_rewritten =
             Some(format!("it is {} bytes long but the index applied up to byte {from}", scan.file_len));
-        return rewrite_journal(layout, index, journal);
+        return rewrite_journal(layout, w, journal);
     }
     if !scan.records.is_empty() || meta.is_none() {
         let records: Vec<JournalRecord> = scan.records.iter().map(|(_, r)| r.clone()).collect();
         report.journal_frames_replayed = records.len();
-        index.apply(
+        w.apply(
             &records,
             &Counters::default(),
             Some(JournalMeta { generation: journal.generation(), applied: scan.valid_end }),
@@ -656,15 +741,15 @@ fn reconcile(layout: &Layout, index: &Index, journal: &mut Journal, report: &mut
     }
     if scan.valid_end < scan.file_len {
         report.journal_torn_bytes = scan.file_len - scan.valid_end;
-        journal.truncate(scan.valid_end)?;
     }
-    Ok(())
+    // Also moves the append position past frames other processes appended.
+    journal.truncate_to(scan.valid_end, scan.file_len)
 }
 
 /// Replaces the journal by one holding the index's current memo entries and roots.
-pub(crate) fn rewrite_journal(layout: &Layout, index: &Index, journal: &mut Journal) -> Result<()> {
-    let (memo, bad_memo) = index.memo_all()?;
-    let (roots, bad_roots) = index.roots()?;
+pub(crate) fn rewrite_journal(layout: &Layout, w: &Writer, journal: &mut Journal) -> Result<()> {
+    let (memo, bad_memo) = w.memo_all()?;
+    let (roots, bad_roots) = w.roots()?;
     if let Some(b) = bad_memo.first().or(bad_roots.first()) {
         return Err(StoreError::IndexDamaged { path: layout.dir.clone(), detail: b.detail.clone() });
     }
@@ -672,7 +757,23 @@ pub(crate) fn rewrite_journal(layout: &Layout, index: &Index, journal: &mut Jour
     records.extend(roots.into_iter().map(|(name, digests)| JournalRecord::RootSet { name, digests }));
     let generation = journal.generation().wrapping_add(1).max(1);
     *journal = Journal::create_fresh(&layout.journal(), generation, &records)?;
-    index.apply(&[], &Counters::default(), Some(JournalMeta { generation, applied: journal.end() }))
+    w.apply(&[], &Counters::default(), Some(JournalMeta { generation, applied: journal.end() }))
+}
+
+/// Removes what sled 0.34 (the index before SQLite) left in an index directory; the journal rebuilds
+/// its content. Best effort: leftovers only take space.
+fn remove_sled_files(index_dir: &Path) {
+    for name in ["conf", "db", "blobs", "snap.0000000000000000"] {
+        let p = index_dir.join(name);
+        let _ = if p.is_dir() { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
+    }
+    if let Ok(rd) = fs::read_dir(index_dir) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with("snap.") {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
 }
 
 /// Opens a fresh, empty index directory `index-N` and points INDEX at it; returns it with the name of
@@ -763,14 +864,35 @@ mod tests {
         assert_eq!(s.stats().unwrap().misses, 2);
     }
 
+    /// Many processes (here: handles) use one store at once; what deletes needs it alone, and is told who
+    /// is in the way.
     #[test]
-    fn second_open_names_the_holder() {
+    fn handles_share_the_store_and_gc_needs_it_alone() {
         let t = tempfile::tempdir().unwrap();
-        let _s = Store::open(t.path(), OpenOptions::writable()).unwrap();
-        let err = Store::open(t.path(), OpenOptions::read_only()).err().expect("second open must fail");
-        let msg = err.to_string();
+        let a = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        let b = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        let reader = Store::open(t.path(), OpenOptions::read_only()).unwrap();
+        let key = Digest::of(b"key");
+        let out = a.put(b"out").unwrap();
+        a.memo_record("tune", &key, &MemoEntry::new(out, 3, Duration::ZERO)).unwrap();
+        // The other handles see the entry at once, and can write too (journal appends interleave).
+        assert_eq!(reader.memo_lookup("tune", &key).unwrap().map(|e| e.output), Some(out));
+        let out2 = b.put(b"out2").unwrap();
+        b.memo_record("tune", &Digest::of(b"key2"), &MemoEntry::new(out2, 4, Duration::ZERO)).unwrap();
+        a.memo_record("lower", &key, &MemoEntry::new(out, 3, Duration::ZERO)).unwrap();
+        assert_eq!(reader.memo_entries().unwrap().len(), 3);
+        let err = Store::open(t.path(), OpenOptions::writable().exclusive(true)).err().expect("gc's open must wait");
         assert!(matches!(err, StoreError::Locked { .. }));
-        assert!(msg.contains(&format!("pid {}", std::process::id())), "{msg}");
+        assert!(err.to_string().contains(&format!("pid {}", std::process::id())), "{err}");
+        let mut a = a;
+        let err = a.gc(false).unwrap_err();
+        assert!(matches!(err, StoreError::NotAlone { .. }), "{err}");
+        drop((a, b, reader));
+        // The journal holds all three changes in order: the index rebuilt from it agrees.
+        fs::remove_dir_all(t.path().join("index")).unwrap();
+        let s = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        assert_eq!(s.open_report().journal_frames_replayed, 3);
+        assert_eq!(s.memo_entries().unwrap().len(), 3);
     }
 
     #[test]
@@ -831,7 +953,7 @@ mod tests {
 
     /// After a holder died without closing (its pid still in the lock file), a damaged index is rebuilt
     /// from the journal by a plain open: a crash costs time, never data (the SIGKILL crash test once saw
-    /// sled fail to reopen its own files).
+    /// sled, the index before SQLite, fail to reopen its own files).
     #[test]
     fn damaged_index_after_a_crash_is_rebuilt_on_open() {
         let t = tempfile::tempdir().unwrap();
@@ -843,10 +965,10 @@ mod tests {
             s.memo_record("partition", &key, &e).unwrap();
             e
         };
-        let layout = Layout::new(t.path());
-        // What a killed holder leaves: its pid in the lock file, and (here, forced) an index sled cannot open.
-        fs::write(layout.lock_file(), b"pid 4242: tessera compile zoo.toml\n").unwrap();
-        fs::write(t.path().join("index").join("conf"), b"\xff\xfe not a sled config").unwrap();
+        // What a killed holder leaves: its session record, unlocked, and (here, forced) an index SQLite cannot open.
+        fs::create_dir_all(t.path().join("sessions")).unwrap();
+        fs::write(t.path().join("sessions").join("4242-0"), b"pid 4242: tessera compile zoo.toml\n").unwrap();
+        fs::write(t.path().join("index").join(crate::index::DB_FILE), vec![0xab; 8192]).unwrap();
         let s = Store::open(t.path(), OpenOptions::writable()).expect("a crash's damage is repaired on open");
         assert!(s.open_report().index_rebuilt.is_some());
         assert_eq!(s.memo_lookup("partition", &key).unwrap(), Some(e));
@@ -863,10 +985,13 @@ mod tests {
             s.memo_record("partition", &key, &e).unwrap();
             e
         };
-        // Replace sled's config file by garbage: sled refuses to open.
-        let conf = t.path().join("index").join("conf");
-        assert!(conf.exists());
-        fs::write(&conf, b"\xff\xfe not a sled config").unwrap();
+        // Replace the database by garbage: SQLite refuses it.
+        let db = t.path().join("index").join(crate::index::DB_FILE);
+        assert!(db.exists());
+        for wal in ["-wal", "-shm"] {
+            let _ = fs::remove_file(t.path().join("index").join(format!("{}{wal}", crate::index::DB_FILE)));
+        }
+        fs::write(&db, vec![0xab; 8192]).unwrap();
         let err = Store::open(t.path(), OpenOptions::writable()).err().expect("damaged index must not open");
         assert!(matches!(err, StoreError::IndexDamaged { .. }), "{err}");
         assert!(err.to_string().contains("verify --repair"));

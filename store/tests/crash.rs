@@ -1,5 +1,5 @@
-//! Crash test: a writer process (src/bin/tessera-store-crash-writer.rs) is SIGKILLed at random moments,
-//! again and again on the same store; after each kill the store must open, verify clean, and hold
+//! Crash test: two writer processes (src/bin/tessera-store-crash-writer.rs) sharing the store are
+//! SIGKILLed at random moments, again and again on the same store; after each kill the store must open, verify clean, and hold
 //! every object, memo entry and root whose write call returned before the kill (the writer prints a
 //! line after each return; whatever reached the pipe before the kill is a promise kept).
 //!
@@ -104,34 +104,44 @@ fn sigkilled_writer_loses_nothing_it_promised() {
         let ctx = format!("seed {seed:#x} iteration {i}");
         // Mostly mid-stream kills, some very early ones that land while the store is being opened
         // (and so during crash recovery of the previous kill).
-        let delay = if rng.below(5) == 0 { rng.below(15) } else { 15 + rng.below(120) };
-        let writer_seed = seed.wrapping_mul(1_000_003).wrapping_add(i);
-        let mut child = Command::new(exe)
-            .arg(&dir)
-            .arg(writer_seed.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{ctx}: cannot start {exe}: {e}"));
-        std::thread::sleep(Duration::from_millis(delay));
-        let killed = child.kill().is_ok();
-        let status = child.wait().unwrap();
-        let mut out = String::new();
-        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-        let mut err = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-        assert!(
-            killed && status.code().is_none(),
-            "{ctx}: the writer ended on its own ({status}) before the kill: {err}"
-        );
-        // A line cut by the kill (no newline yet) promises nothing.
-        let complete = match out.rfind('\n') {
-            Some(end) => &out[..end],
-            None => "",
-        };
-        for line in complete.lines() {
-            parse_line(line, &mut promised, &ctx);
-            lines_total += 1;
+        // Two writers share the store (as concurrent compiles do), each killed at its own moment: their
+        // journal appends interleave, and one may die between its append and its commit while the other
+        // goes on (its next write then replays the dead one's frame).
+        let mut children = Vec::new();
+        for w in 0..2u64 {
+            let delay = if rng.below(5) == 0 { rng.below(15) } else { 15 + rng.below(120) };
+            let writer_seed = seed.wrapping_mul(1_000_003).wrapping_add(i * 2 + w);
+            let child = Command::new(exe)
+                .arg(&dir)
+                .arg(writer_seed.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("{ctx}: cannot start {exe}: {e}"));
+            children.push((Instant::now() + Duration::from_millis(delay), child));
+        }
+        children.sort_by_key(|(at, _)| *at);
+        for (at, mut child) in children {
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            let killed = child.kill().is_ok();
+            let status = child.wait().unwrap();
+            let mut out = String::new();
+            child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+            let mut err = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            assert!(
+                killed && status.code().is_none(),
+                "{ctx}: a writer ended on its own ({status}) before the kill: {err}"
+            );
+            // A line cut by the kill (no newline yet) promises nothing.
+            let complete = match out.rfind('\n') {
+                Some(end) => &out[..end],
+                None => "",
+            };
+            for line in complete.lines() {
+                parse_line(line, &mut promised, &ctx);
+                lines_total += 1;
+            }
         }
         check(&dir, &promised, &ctx);
     }

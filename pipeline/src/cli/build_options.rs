@@ -27,7 +27,8 @@ pub struct BuildOptions {
     /// The store (default: $TESSERA_STORE, else .tessera in the working directory).
     #[arg(long, env = "TESSERA_STORE")]
     pub store: Option<PathBuf>,
-    /// Wait for another process holding the store instead of failing.
+    /// Wait for a process holding the store alone (gc, eviction, repair) instead of failing; other
+    /// compiles and readers share the store and are never waited for.
     #[arg(long)]
     pub wait: bool,
     /// A remote tier shared by many machines: `redis://HOST:PORT[/DB]` or `http://HOST:PORT/PATH` (WebDAV),

@@ -1,8 +1,9 @@
 //! `tessera store ...`: inspect and maintain the content-addressed store (see store/README.md).
 //!
 //! Every subcommand takes `--store DIR` (default `$TESSERA_STORE`, else `.tessera` in the working
-//! directory) and `--wait`. All of them hold the store's lock while they run, `stats` included (sled
-//! allows one process at a time); without `--wait` a second process fails at once, naming the holder.
+//! directory) and `--wait`. Many processes use one store at once (compiles, `stats`, `verify`, `export`,
+//! `import`); only what deletes (`gc`, `gc --max-size`, `verify --repair`) needs it alone, and without
+//! `--wait` fails at once, naming the processes in the way.
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -15,7 +16,8 @@ pub struct StoreArgs {
     /// The store directory.
     #[arg(long = "store", value_name = "DIR", env = tessera_store::STORE_ENV, default_value = tessera_store::DEFAULT_DIR)]
     pub dir: PathBuf,
-    /// If another process holds the store, wait for it instead of failing.
+    /// If the store is held in a way this command cannot share (gc needs it alone; others wait only for
+    /// a gc), wait instead of failing.
     #[arg(long)]
     pub wait: bool,
 }
@@ -119,7 +121,8 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
             }
         }
         StoreCommand::Verify { store, repair, json } => {
-            let mut s = open(&store, OpenOptions::writable(), repair)?;
+            // Repair deletes and replaces: it holds the store alone (waits with --wait); a plain verify shares it.
+            let mut s = open(&store, OpenOptions::writable().exclusive(repair), repair)?;
             let report = s.verify(repair)?;
             if json {
                 say(&format!("{}\n", serde_json_report(&report)?))?;
@@ -133,7 +136,7 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
             Ok(())
         }
         StoreCommand::Gc { store, dry_run, max_size: Some(max), json } => {
-            let mut s = open(&store, OpenOptions::writable(), false)?;
+            let mut s = open(&store, OpenOptions::writable().exclusive(!dry_run), false)?;
             let r = s.evict_to(max, dry_run)?;
             if json {
                 return say(&format!("{}\n", json_report(&r, "gc")?));
@@ -153,7 +156,7 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
             say(&line)
         }
         StoreCommand::Gc { store, dry_run, max_size: None, json } => {
-            let mut s = open(&store, OpenOptions::writable(), false)?;
+            let mut s = open(&store, OpenOptions::writable().exclusive(!dry_run), false)?;
             let r = s.gc(dry_run)?;
             if json {
                 return say(&format!("{}\n", json_report(&r, "gc")?));

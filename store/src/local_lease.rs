@@ -1,0 +1,177 @@
+//! Single flight across the processes sharing one store: "I am computing (stage, key); wait for my memo
+//! entry", so that concurrent compiles on one machine execute each distinct stage output once in total,
+//! as the memo driver's in-flight table already does between the threads of one process.
+//!
+//! A lease is a one-byte write lock (`fcntl(F_OFD_SETLK)`, an open-file-description lock) on the file
+//! `LEASES` in the store directory, at an offset derived from (stage, key). The kernel releases it when
+//! its holder closes the file or exits, however it exits, so a killed holder never blocks the others and
+//! nothing needs expiring or renewing (unlike the remote tier's Redis leases, lease.rs). Open-file-
+//! description locks (not classic POSIX record locks) because each claim opens its own description:
+//! two claims in one process exclude each other, and closing one never drops another's lock.
+//!
+//! A waiter polls (a few milliseconds, backing off to 100 ms) and, once it gets the lease, looks in the
+//! index: the holder recorded its entry before releasing, so the waiter is served it. A holder that
+//! failed releases without an entry, and the waiter computes. Offsets are 62 bits of a blake3 hash, so
+//! two different keys sharing one is a 2^-62 event, and would only make one wait for the other.
+//! Deadlock needs a cycle of stages each waiting on the next, which the build's DAG cannot form.
+//!
+//! Linux only (OFD locks); elsewhere claims are unleased and processes may compute an output twice,
+//! which costs time, never correctness: outputs are identical and recording one twice is harmless.
+
+use crate::error::{Result, StoreError};
+use crate::memo::MemoEntry;
+use crate::{Digest, Store};
+use std::fs::File;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How long a waiter waits for a live holder before computing anyway: a bound against a holder that
+/// hangs, generous because a stage (a tuning run) may legitimately take minutes.
+const WAIT_BOUND: Duration = Duration::from_secs(30 * 60);
+
+/// What [`Store::claim_local`] decided for a (stage, key) that missed.
+pub enum LocalClaim {
+    /// This claimant holds the lease: compute, record, then drop it.
+    Held(LocalLease),
+    /// Another process computed it while this one waited: its entry.
+    Served(MemoEntry),
+    /// No lease (a read-only store, a platform without OFD locks, or the wait bound passed): compute.
+    Unleased,
+}
+
+impl std::fmt::Debug for LocalClaim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LocalClaim::Held(l) => write!(f, "Held(offset {})", l.offset),
+            LocalClaim::Served(e) => write!(f, "Served({})", e.output),
+            LocalClaim::Unleased => f.write_str("Unleased"),
+        }
+    }
+}
+
+/// A held lease; dropping it (closing its file) releases it.
+pub struct LocalLease {
+    _file: File,
+    offset: u64,
+}
+
+/// The lock offset of (stage, key).
+fn offset_of(stage: &str, key: &Digest) -> u64 {
+    let mut h = blake3::Hasher::new_derive_key("tessera local lease offset");
+    h.update(stage.as_bytes());
+    h.update(&[0]);
+    h.update(key.as_bytes());
+    u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().unwrap()) & 0x3fff_ffff_ffff_ffff
+}
+
+#[cfg(target_os = "linux")]
+fn try_lock_byte(file: &File, offset: u64) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `flock` is plain old data and fully initialized below; the fd is open for the call.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = offset as libc::off_t;
+    fl.l_len = 1;
+    fl.l_pid = 0; // required by F_OFD_*
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn try_lock_byte(_file: &File, _offset: u64) -> std::io::Result<bool> {
+    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "no open-file-description locks on this platform"))
+}
+
+impl Store {
+    fn lease_file(&self) -> PathBuf {
+        self.layout.dir.join("LEASES")
+    }
+
+    /// Tries once to take the lease on (stage, key). Ok(None): another claimant holds it.
+    pub fn try_local_lease(&self, stage: &str, key: &Digest) -> Result<Option<LocalLease>> {
+        let path = self.lease_file();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(StoreError::io("opening the lease file", &path))?;
+        let offset = offset_of(stage, key);
+        match try_lock_byte(&file, offset) {
+            Ok(true) => Ok(Some(LocalLease { _file: file, offset })),
+            Ok(false) => Ok(None),
+            Err(e) => Err(StoreError::io("taking a lease in", &path)(e)),
+        }
+    }
+
+    /// Called by the memo driver on a miss, before computing (stage, key): takes the lease, or waits for
+    /// the process that holds it and is served its entry (see the module doc).
+    pub fn claim_local(&self, stage: &str, key: &Digest) -> Result<LocalClaim> {
+        if self.read_only || !cfg!(target_os = "linux") {
+            return Ok(LocalClaim::Unleased);
+        }
+        let start = Instant::now();
+        let mut poll = Duration::from_millis(2);
+        loop {
+            if let Some(lease) = self.try_local_lease(stage, key)? {
+                // The last holder may have recorded its entry and released between our miss and now.
+                if let Some(e) = self.index.memo_get(stage, key)?.filter(|e| self.objects.contains(&e.output)) {
+                    self.mark_used(stage, key);
+                    return Ok(LocalClaim::Served(e));
+                }
+                return Ok(LocalClaim::Held(lease));
+            }
+            if start.elapsed() > WAIT_BOUND {
+                tracing::warn!(stage, key = %key, "gave up waiting for another process computing the same output; computing here too");
+                return Ok(LocalClaim::Unleased);
+            }
+            std::thread::sleep(poll);
+            poll = (poll * 2).min(Duration::from_millis(100));
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::OpenOptions;
+
+    #[test]
+    fn two_handles_exclude_each_other_and_the_waiter_is_served() {
+        let t = tempfile::tempdir().unwrap();
+        let (a, b) = (Store::open(t.path(), OpenOptions::writable()).unwrap(), Store::open(t.path(), OpenOptions::writable()).unwrap());
+        let key = Digest::of(b"k");
+        let LocalClaim::Held(lease) = a.claim_local("lower", &key).unwrap() else { panic!("the first claimant holds") };
+        assert!(b.try_local_lease("lower", &key).unwrap().is_none(), "held by a");
+        assert!(b.try_local_lease("lower", &Digest::of(b"other")).unwrap().is_some(), "another key is free");
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| b.claim_local("lower", &key).unwrap());
+            std::thread::sleep(Duration::from_millis(100));
+            let out = a.put(b"output").unwrap();
+            a.memo_record("lower", &key, &MemoEntry::new(out, 6, Duration::ZERO)).unwrap();
+            drop(lease);
+            match waiter.join().unwrap() {
+                LocalClaim::Served(e) => assert_eq!(e.output, out),
+                other => panic!("the waiter must be served the holder's entry, got {other:?}"),
+            }
+        });
+    }
+
+    #[test]
+    fn a_holder_that_fails_releases_without_an_entry() {
+        let t = tempfile::tempdir().unwrap();
+        let a = Store::open(t.path(), OpenOptions::writable()).unwrap();
+        let key = Digest::of(b"k");
+        drop(a.claim_local("tune", &key).unwrap());
+        assert!(matches!(a.claim_local("tune", &key).unwrap(), LocalClaim::Held(_)));
+    }
+}
