@@ -62,13 +62,13 @@ pub enum StoreError {
     #[error("{path} is not a tessera store: {reason}")]
     NotAStore { path: PathBuf, reason: String },
 
-    /// The sled index could not be opened or a record in it could not be decoded.
+    /// The index could not be opened or a record in it could not be decoded.
     #[error("the store index at {path} is damaged ({detail}); run `tessera store verify --repair` to rebuild it from the journal and the objects")]
     IndexDamaged { path: PathBuf, detail: String },
 
-    /// sled's own lock on the index is held, by another process that bypassed the store's writer lock
-    /// or by a handle of this process that did not close in time. The index is not damaged.
-    #[error("the store index at {path} is locked by another open handle ({detail}); the index is not damaged: close the other user of the store and retry")]
+    /// The index's write lock stayed held by another process for longer than a write section may take.
+    /// The index is not damaged.
+    #[error("the store index at {path} is busy: {detail}; the index is not damaged: retry once the other process is done")]
     IndexLocked { path: PathBuf, detail: String },
 
     /// A journal frame could not be decoded (only reported by verify / repair; see journal.rs).

@@ -13,7 +13,7 @@
 //! - **Least recently used, cheaply.** Every writable open of the store is a session with its own tick
 //!   (`Index::next_tick`, a counter, not a clock). A memo hit or record notes (stage, key) -> tick in
 //!   memory; the notes go to the index as one small record per entry with the next index write, in the
-//!   same sled batch as the hit counters: no object is rewritten, nothing is journaled, and an entry used
+//!   same index transaction as the hit counters: no object is rewritten, nothing is journaled, and an entry used
 //!   many times in one build is written once. So ticks are coarse (a whole build shares one) and order
 //!   entries by the build that last used them; ties go to the older `recorded_unix`. Entries without a
 //!   tick (written before ticks existed, or after an index rebuild, which starts without them) count as

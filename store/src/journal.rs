@@ -1,20 +1,22 @@
-//! The journal: an append-only log of every memo and root change, kept beside the sled index so that
-//! the index can always be rebuilt without sled's help.
+//! The journal: an append-only log of every memo and root change, kept beside the index so that the
+//! index can always be rebuilt without the database's help.
 //!
-//! Why: the index is a sled database, whose files only sled can read. If they are damaged (a bug, a
-//! disk error, a crash test someday showing sled losing data), the memo table and the roots would be
-//! gone. The journal is our own, simple format: every change is appended and fsynced *before* it is
-//! applied to sled, so at any moment the journal holds at least every acknowledged change.
+//! Why: the index is a SQLite database (it was sled's before). If its file is damaged (a bug, a disk
+//! error), the memo table and the roots would be gone. The journal is our own, simple format: every
+//! change is appended and fsynced *before* it is applied to the index, so at any moment the journal holds
+//! at least every acknowledged change.
 //!
 //! Format: a 16-byte header (`TSJRNL\0\x01` + a u64 generation, little-endian), then frames of
 //! `u32 length (LE) | postcard(JournalRecord) | first 16 bytes of blake3(length || payload)`.
 //! A frame that is short or fails its checksum ends the valid part: a torn tail left by a crash in the
-//! middle of an append (which never returned) is cut off when the writer next opens the store.
+//! middle of an append (which never returned) is cut off by the next write section.
 //!
-//! sled stores `(generation, applied offset)` with each change it applies. On open, frames past the
-//! applied offset (a crash between the journal append and the sled write) are replayed into sled; if
-//! the journal is shorter than what sled has applied, or has another generation, the journal is the
-//! damaged side and is rewritten from the index. gc compacts the journal the same way.
+//! The index stores `(generation, applied offset)` with each change it applies. Many processes append,
+//! one at a time (inside the index's write section, store.rs), each first bringing the journal up to date:
+//! frames past the applied offset (a crash between an append and its commit) are replayed into the index;
+//! if the journal has another generation than the index applied, it was compacted by another process and
+//! is reopened; if it is still another, or shorter than what the index applied, the journal is the damaged
+//! side and is rewritten from the index. gc compacts the journal the same way.
 
 use crate::error::{Result, StoreError};
 use crate::layout::fsync_dir;
