@@ -18,6 +18,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tessera_fixtures::{load_manifest, ModelOptions, Precision, Source};
 use tessera_stages::ir::Graph;
+use tessera_stages::precision::KeptNode;
 use tessera_stages::target::TargetSet;
 
 /// The syntax of a fixture spec, for help texts and errors.
@@ -130,6 +131,17 @@ pub struct PartitionReport {
     pub cost_us: f64,
     pub cost_source: String,
     pub alternative: Option<Alternative>,
+    /// In a reduced-precision build: this partition's nodes that compute in fp32 because their values left
+    /// the narrow type's range on the calibration inputs (`-overflow=keep-fp32`), with the largest magnitude seen.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept_fp32: Vec<KeptRef>,
+}
+
+/// A node kept in fp32 (see [`PartitionReport::kept_fp32`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KeptRef {
+    pub name: String,
+    pub max_abs: f32,
 }
 
 /// Sums over the partitions of one backend (or all of them).
@@ -154,7 +166,9 @@ pub struct Explanation {
 }
 
 /// Builds the report of a plan over the graph its node indices refer to.
-pub fn explain_plan(model: &str, plan: &ExecPlan, g: &Graph, targets: &TargetSet) -> Result<Explanation> {
+/// `kept` lists the nodes a reduced-precision build kept in fp32 (empty otherwise).
+pub fn explain_plan(model: &str, plan: &ExecPlan, g: &Graph, targets: &TargetSet, kept: &[KeptNode]) -> Result<Explanation> {
+    let kept: BTreeMap<&str, f32> = kept.iter().map(|k| (k.name.as_str(), k.max_abs)).collect();
     let mut partitions = Vec::with_capacity(plan.partitions.len());
     let mut by_backend: BTreeMap<String, Total> = BTreeMap::new();
     let mut total = Total::default();
@@ -167,6 +181,7 @@ pub fn explain_plan(model: &str, plan: &ExecPlan, g: &Graph, targets: &TargetSet
             nodes.push(NodeRef { index: n, name: node.name.clone(), op: node.op.name().to_string() });
         }
         let backend = p.target.backend_name().to_string();
+        let kept_fp32 = nodes.iter().filter_map(|n| kept.get(n.name.as_str()).map(|&m| KeptRef { name: n.name.clone(), max_abs: m })).collect();
         for t in [by_backend.entry(backend.clone()).or_default(), &mut total] {
             t.partitions += 1;
             t.nodes += nodes.len();
@@ -180,6 +195,7 @@ pub fn explain_plan(model: &str, plan: &ExecPlan, g: &Graph, targets: &TargetSet
             cost_us: p.cost_us,
             cost_source: p.cost_source.clone(),
             alternative: p.alternative.clone(),
+            kept_fp32,
         });
     }
     Ok(Explanation {
@@ -235,6 +251,10 @@ pub fn render_text(ex: &Explanation) -> String {
             }
         }
         let _ = writeln!(s, "    {}", node_list(&p.nodes));
+        if !p.kept_fp32.is_empty() {
+            let shown: Vec<String> = p.kept_fp32.iter().map(|k| format!("{} (|x| up to {:.3e})", k.name, k.max_abs)).collect();
+            let _ = writeln!(s, "    in fp32, beyond fp16's range on the calibration inputs: {}", shown.join(", "));
+        }
     }
     let _ = writeln!(s);
     let _ = writeln!(s, "{:<10} {:>10} {:>7} {:>12} {:>7}", "backend", "partitions", "nodes", "cost us", "share");

@@ -25,6 +25,8 @@ pub struct PlannedModel<'a> {
     pub plan_digest: Digest,
     pub plan: ExecPlan,
     pub graph: LazyGraph<'a>,
+    /// For reduced precision: the loaded graph and its calibration (which nodes stayed in fp32, and why).
+    pub calibrated: Option<crate::precision::Calibrated<'a>>,
 }
 
 /// Runs the load and partition stages of one model.
@@ -32,10 +34,10 @@ pub fn plan_model<'a>(ctx: &Ctx<'a>, source: &dyn GraphSource) -> Result<Planned
     let name = source.name();
     let (doc, built) = load_model(ctx, source).with_context(|| format!("model {name}: load"))?;
     let graph = LazyGraph::new(ctx.driver, doc, built);
-    let (doc, graph) = crate::precision::for_targets(ctx, doc, graph).with_context(|| format!("model {name}: precision"))?;
+    let (doc, graph, calibrated) = crate::precision::for_targets(ctx, doc, graph).with_context(|| format!("model {name}: precision"))?;
     let stage = Partition::new(ctx, &doc, &graph);
     let (plan_digest, plan) = run(ctx.driver, &stage).with_context(|| format!("model {name}: partition"))?;
-    Ok(PlannedModel { doc, plan_digest, plan, graph })
+    Ok(PlannedModel { doc, plan_digest, plan, graph, calibrated })
 }
 
 #[cfg(test)]

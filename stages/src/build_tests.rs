@@ -275,3 +275,28 @@ fn load_key_is_the_recipe_or_the_document() {
     // With a recipe, the document (built only for sources without one) does not enter the key.
     assert_eq!(key(Some("r"), None), key(Some("r"), Some(b"doc")));
 }
+
+#[test]
+fn precision_and_calibrate_keys_have_every_ingredient() {
+    use crate::calibrate::{Calibrate, Ranges};
+    use crate::context::LazyGraph;
+    use crate::precision::ReducePrecision;
+    use crate::target::{Overflow, Precision};
+    let t = tempfile::tempdir().unwrap();
+    let driver = Direct(tessera_store::Store::open(t.path(), tessera_store::OpenOptions::writable()).unwrap());
+    let g = LazyGraph::new(&driver, d("g"), None);
+    let ranges = Ranges { runs: 1, max_abs: vec![] };
+    let key = |doc: &str, precision, overflow, r: &str| {
+        ReducePrecision { doc: d(doc), graph: &g, precision, overflow, ranges: (d(r), ranges.clone()), store: &driver.0, built: OnceLock::new() }
+            .key()
+            .unwrap()
+    };
+    all_distinct(&[
+        ("base", key("g", Precision::Fp16, Overflow::KeepFp32, "r")),
+        ("graph", key("g2", Precision::Fp16, Overflow::KeepFp32, "r")),
+        ("precision", key("g", Precision::Fp32, Overflow::KeepFp32, "r")),
+        ("overflow", key("g", Precision::Fp16, Overflow::Error, "r")),
+        ("ranges", key("g", Precision::Fp16, Overflow::KeepFp32, "r2")),
+    ]);
+    assert_ne!(Calibrate { doc: d("g"), graph: &g }.key().unwrap(), Calibrate { doc: d("g2"), graph: &g }.key().unwrap());
+}

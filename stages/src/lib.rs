@@ -5,6 +5,7 @@
 pub mod artifact;
 pub mod backend;
 pub mod build;
+pub mod calibrate;
 pub mod code;
 pub mod compile;
 pub mod context;

@@ -2,20 +2,55 @@
 //! (`-precision=fp16` on GPU targets; see [`crate::passes::precision`]), between load and partition.
 //!
 //! It runs only for reduced precision: an fp32 build partitions the loaded document itself, so adding the
-//! stage changed no fp32 key. Keyed by the loaded document's digest and the precision, so every model's
+//! stage changed no fp32 key.
+//!
+//! Overflow: the calibrate stage ([`crate::calibrate`]) runs the reference on calibration inputs first, and
+//! every node that reads or writes a float value beyond [`LIMIT`] (f16's largest finite value with a
+//! headroom of 2, for inputs a little larger than the calibration ones) either computes in fp32, between
+//! casts (`-overflow=keep-fp32`, the default), or fails the build naming it and the value seen
+//! (`-overflow=error`). Without this an fp16 artifact of such a model returns inf or NaN for inputs like
+//! the ones it is checked with. Which nodes were kept and why: [`kept_nodes`] (`tessera explain`). Keyed by the loaded document's digest and the precision, so every model's
 //! fp16 graph (and its f16 constants, stored by digest) is computed once and shared by every target set
 //! that asks for it.
 
+use crate::calibrate::{Calibrate, Ranges};
 use crate::context::{Ctx, LazyGraph};
 use crate::ir::{serial::GraphDoc, Graph, Tensor};
-use crate::stage::{run_digest, DevicePolicy, Stage};
-use crate::target::Precision;
+use crate::stage::{run, run_digest, DevicePolicy, Stage};
+use crate::target::{Overflow, Precision};
 use anyhow::{Context, Result};
 use std::sync::OnceLock;
 use tessera_store::Digest;
 
 /// The stage's code version (with [`crate::passes::PASSES_VERSION`] in the key: the rewrite is a pass).
-pub const PRECISION_VERSION: u32 = 1;
+pub const PRECISION_VERSION: u32 = 2;
+
+/// Values beyond this magnitude make their nodes compute in fp32 (or fail, `-overflow=error`): f16's largest
+/// finite value, 65504, halved for headroom.
+pub const LIMIT: f32 = 65504.0 / 2.0;
+
+/// A node of the loaded graph kept in fp32, and the largest magnitude it read or wrote on the calibration
+/// inputs.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct KeptNode {
+    pub index: usize,
+    pub name: String,
+    pub op: String,
+    pub max_abs: f32,
+}
+
+/// The nodes of `g` (the loaded, fp32 graph) whose float inputs or outputs exceed [`LIMIT`] on the
+/// calibration inputs `ranges`, in node order.
+pub fn kept_nodes(g: &Graph, ranges: &Ranges) -> Vec<KeptNode> {
+    let mut kept = Vec::new();
+    for (i, node) in g.nodes.iter().enumerate() {
+        let seen = node.inputs.iter().chain(&node.outputs).filter_map(|&v| ranges.max_abs_of(g, v)).fold(0f32, f32::max);
+        if seen > LIMIT {
+            kept.push(KeptNode { index: i, name: node.name.clone(), op: node.op.name().to_string(), max_abs: seen });
+        }
+    }
+    kept
+}
 
 /// Stage: precision. Output: the rewritten graph document (constants stored separately, by digest).
 pub struct ReducePrecision<'a> {
@@ -23,8 +58,11 @@ pub struct ReducePrecision<'a> {
     pub doc: Digest,
     pub graph: &'a LazyGraph<'a>,
     pub precision: Precision,
+    pub overflow: Overflow,
+    /// The calibrate stage's output for `doc`: its digest (the key's ingredient) and value.
+    pub ranges: (Digest, Ranges),
     pub store: &'a tessera_store::Store,
-    built: OnceLock<Graph>,
+    pub(crate) built: OnceLock<Graph>,
 }
 
 impl Stage for ReducePrecision<'_> {
@@ -35,12 +73,36 @@ impl Stage for ReducePrecision<'_> {
         crate::code::CodeVersion::new(PRECISION_VERSION, &[crate::code::digests::PRECISION])
     }
     fn key(&self) -> Result<Digest> {
-        Ok(self.key_builder().env("passes", &crate::passes::code_version()).input_digest("graph", &self.doc).input("precision", &self.precision).finish()?)
+        Ok(self
+            .key_builder()
+            .env("passes", &crate::passes::code_version())
+            .input_digest("graph", &self.doc)
+            .input("precision", &self.precision)
+            .input("overflow", &self.overflow)
+            .input_digest("ranges", &self.ranges.0)
+            .finish()?)
     }
     fn compute(&self) -> Result<Vec<u8>> {
         let g = self.graph.get()?;
         let h = match self.precision {
-            Precision::Fp16 => crate::passes::precision::to_half(g).with_context(|| format!("graph '{}': rewriting it in fp16", g.name))?,
+            Precision::Fp16 => {
+                let kept = kept_nodes(g, &self.ranges.1);
+                if self.overflow == Overflow::Error && !kept.is_empty() {
+                    let shown: Vec<String> = kept.iter().take(5).map(|k| format!("node '{}' ({}) reaches {:.4e}", k.name, k.op, k.max_abs)).collect();
+                    anyhow::bail!(
+                        "graph '{}': {} node(s) leave fp16's range (65504, with headroom {LIMIT}) on the calibration inputs: {}{}; -overflow=keep-fp32 computes them in fp32, or compile with -precision=fp32",
+                        g.name,
+                        kept.len(),
+                        shown.join("; "),
+                        if kept.len() > 5 { "; ..." } else { "" }
+                    );
+                }
+                let mut keep = vec![false; g.nodes.len()];
+                for k in &kept {
+                    keep[k.index] = true;
+                }
+                crate::passes::precision::to_half_keeping(g, &keep).with_context(|| format!("graph '{}': rewriting it in fp16", g.name))?
+            }
             Precision::Fp32 => g.clone(),
         };
         let doc = GraphDoc::from_graph(&h, |t: &Tensor| self.store.put(t.bytes()))?;
@@ -57,15 +119,37 @@ impl Stage for ReducePrecision<'_> {
     }
 }
 
+/// What a reduced-precision build started from: the loaded graph and its calibration ranges (what
+/// [`kept_nodes`] reads to say which nodes stayed in fp32 and why).
+pub struct Calibrated<'a> {
+    pub loaded: LazyGraph<'a>,
+    pub ranges: Ranges,
+}
+
+impl Calibrated<'_> {
+    /// The nodes kept in fp32, by their names (the reduced graph keeps them).
+    pub fn kept(&self) -> Result<Vec<KeptNode>> {
+        Ok(kept_nodes(self.loaded.get()?, &self.ranges))
+    }
+}
+
 /// The document the partition stage works on for `ctx`'s precision, and its graph if it was built here:
-/// the loaded one itself for fp32.
-pub fn for_targets<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) -> Result<(Digest, LazyGraph<'a>)> {
+/// the loaded one itself for fp32; for reduced precision also what it was reduced from.
+pub fn for_targets<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) -> Result<(Digest, LazyGraph<'a>, Option<Calibrated<'a>>)> {
     let precision = ctx.targets.precision()?;
     if precision == Precision::Fp32 {
-        return Ok((doc, graph));
+        return Ok((doc, graph, None));
     }
-    let stage = ReducePrecision { doc, graph: &graph, precision, store: ctx.driver.store(), built: OnceLock::new() };
+    let ranges = calibrate(ctx, doc, &graph)?;
+    let overflow = ctx.targets.overflow()?;
+    let stage = ReducePrecision { doc, graph: &graph, precision, overflow, ranges, store: ctx.driver.store(), built: OnceLock::new() };
     let reduced = run_digest(ctx.driver, &stage)?;
     let built = stage.built.into_inner();
-    Ok((reduced, LazyGraph::new(ctx.driver, reduced, built)))
+    let ranges = stage.ranges.1;
+    Ok((reduced, LazyGraph::new(ctx.driver, reduced, built), Some(Calibrated { loaded: graph, ranges })))
+}
+
+/// The calibrate stage's output for the loaded document `doc` (memoized: computed once per model).
+pub fn calibrate<'a>(ctx: &Ctx<'a>, doc: Digest, graph: &LazyGraph<'a>) -> Result<(Digest, Ranges)> {
+    run(ctx.driver, &Calibrate { doc, graph })
 }

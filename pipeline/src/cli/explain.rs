@@ -66,7 +66,11 @@ pub fn run(args: ExplainArgs) -> Result<()> {
         None => planned.plan.clone(),
         Some(label) => trial_plan(&memo, &planned.plan, label).with_context(|| format!("model {}", job.name))?,
     };
-    let ex = explain_plan(&job.name, &plan, graph, &targets)?;
+    let kept = match &planned.calibrated {
+        Some(c) => c.kept()?,
+        None => Vec::new(),
+    };
+    let ex = explain_plan(&job.name, &plan, graph, &targets, &kept)?;
     if let Some(path) = &args.svg {
         std::fs::write(path, svg::render(graph, &ex, &backends)).with_context(|| format!("writing {}", path.display()))?;
     }

@@ -60,6 +60,7 @@ mod tests {
             "LOAD" => digests::LOAD,
             "PASSES" => digests::PASSES,
             "PRECISION" => digests::PRECISION,
+            "CALIBRATE" => digests::CALIBRATE,
             "PARTITION" => digests::PARTITION,
             "TUNE" => digests::TUNE,
             "LOWER" => digests::LOWER,

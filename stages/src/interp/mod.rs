@@ -33,7 +33,7 @@ mod tests;
 
 pub use random::{int_input_bounds, random_inputs, random_tensor, INT_INPUT_BOUND};
 
-use crate::ir::{self, infer_op, Graph, Op, Tensor, TensorType, ValueDef, VerifyError};
+use crate::ir::{self, infer_op, Graph, Op, Tensor, TensorType, ValueDef, ValueId, VerifyError};
 
 /// Why an op or a graph could not be evaluated.
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +132,12 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, InterpError> 
 /// intermediate is dropped right after its last consumer runs, so peak memory is the live set, not
 /// every activation of the model. Constants are read in place.
 pub fn run_graph(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError> {
+    run_graph_observed(g, inputs, |_, _| {})
+}
+
+/// [`run_graph`], showing `observe` every value a node computes (in execution order) before it is dropped:
+/// what calibration uses to find each value's range (`crate::calibrate`).
+pub fn run_graph_observed(g: &Graph, inputs: &[Tensor], mut observe: impl FnMut(ValueId, &Tensor)) -> Result<Vec<Tensor>, InterpError> {
     ir::verify(g)?;
     if inputs.len() != g.inputs.len() {
         let names: Vec<&str> = g.inputs.iter().map(|&v| g.value(v).name.as_str()).collect();
@@ -179,6 +185,7 @@ pub fn run_graph(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpErro
             }
         }
         for (&o, t) in node.outputs.iter().zip(results) {
+            observe(o, &t);
             // An output nobody reads is dropped at once.
             if uses[o.index()] > 0 {
                 env[o.index()] = Some(t);

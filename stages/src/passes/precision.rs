@@ -40,19 +40,48 @@ fn half_op(op: &Op) -> Op {
 
 /// `g` computing in f16 (see the module documentation). Graphs without f32 values come back unchanged.
 pub fn to_half(g: &Graph) -> Result<Graph, BuildError> {
+    to_half_keeping(g, &vec![false; g.nodes.len()])
+}
+
+/// `g` computing in f16 except the nodes `keep_f32` marks (by node index), which compute in f32 as in `g`:
+/// their f16 inputs are cast up just before them, and their outputs cast down where an f16 node reads
+/// them. What `-overflow=keep-fp32` makes of the nodes whose values leave f16's range (`crate::precision`).
+/// With no node kept, the graph is exactly what `to_half` made before nodes could be kept (same nodes, names and
+/// order: the frozen fixtures' fp16 artifacts check it byte for byte).
+pub fn to_half_keeping(g: &Graph, keep_f32: &[bool]) -> Result<Graph, BuildError> {
     let mut h = Graph::new(g.name.clone());
-    let mut map: Vec<Option<ValueId>> = vec![None; g.values.len()];
+    let n = g.values.len();
+    // Each value of `g` as the f16 graph reads it (`half`) and, where a kept node needs it, in f32 (`full`).
+    let mut half: Vec<Option<ValueId>> = vec![None; n];
+    let mut full: Vec<Option<ValueId>> = vec![None; n];
     let is_output: Vec<bool> = {
-        let mut o = vec![false; g.values.len()];
+        let mut o = vec![false; n];
         for v in &g.outputs {
             o[v.index()] = true;
         }
         o
     };
-    // A value that leaves the graph as f32 is renamed inside; the cast back takes its name.
+    let producer_kept: Vec<bool> = {
+        let mut k = vec![false; n];
+        for (i, node) in g.nodes.iter().enumerate() {
+            for &o in &node.outputs {
+                k[o.index()] = keep_f32[i];
+            }
+        }
+        k
+    };
+    // Who reads each value: an f16 node, a kept (f32) node.
+    let (mut read_half, mut read_full) = (vec![false; n], vec![false; n]);
+    for (i, node) in g.nodes.iter().enumerate() {
+        for &v in &node.inputs {
+            if keep_f32[i] { read_full[v.index()] = true } else { read_half[v.index()] = true }
+        }
+    }
+    let is_f32 = |v: ValueId| g.ty(v).dtype == DType::F32;
+    // A value that leaves the graph as f32 but is computed in f16 is renamed inside; the cast back takes its name.
     let inner_name = |v: ValueId| -> String {
         let val = g.value(v);
-        if is_output[v.index()] && val.ty.dtype == DType::F32 {
+        if is_output[v.index()] && val.ty.dtype == DType::F32 && !producer_kept[v.index()] {
             format!("{}.f16", val.name)
         } else {
             val.name.clone()
@@ -61,7 +90,8 @@ pub fn to_half(g: &Graph) -> Result<Graph, BuildError> {
     for &v in &g.inputs {
         let val = g.value(v);
         let id = h.add_input(val.name.clone(), val.ty.clone());
-        map[v.index()] = Some(if val.ty.dtype == DType::F32 {
+        full[v.index()] = Some(id);
+        half[v.index()] = Some(if val.ty.dtype == DType::F32 && (read_half[v.index()] || !read_full[v.index()]) {
             h.add_node_named(format!("{}.to_f16", val.name), Op::Cast { to: DType::F16 }, &[id], vec![format!("{}.f16", val.name)])?[0]
         } else {
             id
@@ -69,21 +99,68 @@ pub fn to_half(g: &Graph) -> Result<Graph, BuildError> {
     }
     for (i, val) in g.values.iter().enumerate() {
         if let ValueDef::Const(t) = &val.def {
-            let t = if t.dtype() == DType::F32 { to_f16_saturating(t) } else { t.clone() };
-            map[i] = Some(h.add_const(val.name.clone(), t));
+            if t.dtype() != DType::F32 {
+                let id = h.add_const(val.name.clone(), t.clone());
+                (half[i], full[i]) = (Some(id), Some(id));
+                continue;
+            }
+            // Converted once, here; an f32 copy only where a kept node reads the constant.
+            if read_half[i] || !read_full[i] {
+                half[i] = Some(h.add_const(val.name.clone(), to_f16_saturating(t)));
+            }
+            if read_full[i] {
+                let name = if half[i].is_some() { format!("{}.f32", val.name) } else { val.name.clone() };
+                full[i] = Some(h.add_const(name, t.clone()));
+            }
         }
     }
-    for node in &g.nodes {
-        let inputs: Vec<ValueId> = node.inputs.iter().map(|v| map[v.index()].expect("graph nodes are in topological order")).collect();
+    for (ni, node) in g.nodes.iter().enumerate() {
+        let keep = keep_f32[ni];
+        let mut inputs = Vec::with_capacity(node.inputs.len());
+        for &v in &node.inputs {
+            let i = v.index();
+            let id = if keep && is_f32(v) {
+                match full[i] {
+                    Some(id) => id,
+                    None => {
+                        // Computed in f16, read by a kept node: cast up just before it.
+                        let from = half[i].expect("graph nodes are in topological order");
+                        let up = h.add_node_named(format!("{}.to_f32", g.value(v).name), Op::Cast { to: DType::F32 }, &[from], vec![format!("{}.f32", g.value(v).name)])?[0];
+                        full[i] = Some(up);
+                        up
+                    }
+                }
+            } else if !keep && is_f32(v) {
+                match half[i] {
+                    Some(id) => id,
+                    None => {
+                        // Computed in f32 by a kept node, read in f16: cast down just before the reader.
+                        let from = full[i].expect("graph nodes are in topological order");
+                        let down = h.add_node_named(format!("{}.to_f16", g.value(v).name), Op::Cast { to: DType::F16 }, &[from], vec![format!("{}.f16", g.value(v).name)])?[0];
+                        half[i] = Some(down);
+                        down
+                    }
+                }
+            } else {
+                half[i].or(full[i]).expect("graph nodes are in topological order")
+            };
+            inputs.push(id);
+        }
         let names: Vec<String> = node.outputs.iter().map(|&o| inner_name(o)).collect();
-        let outs = h.add_node_named(node.name.clone(), half_op(&node.op), &inputs, names)?;
-        for (&o, n) in node.outputs.iter().zip(outs) {
-            map[o.index()] = Some(n);
+        let op = if keep { node.op.clone() } else { half_op(&node.op) };
+        let outs = h.add_node_named(node.name.clone(), op, &inputs, names)?;
+        for (&o, id) in node.outputs.iter().zip(outs) {
+            if keep || !is_f32(o) {
+                full[o.index()] = Some(id);
+            }
+            if !keep || !is_f32(o) {
+                half[o.index()] = Some(id);
+            }
         }
     }
     for &v in &g.outputs {
-        let mut id = map[v.index()].expect("outputs are defined");
         let want = g.ty(v).dtype;
+        let mut id = full[v.index()].or(half[v.index()]).expect("outputs are defined");
         if h.ty(id).dtype != want {
             let val = g.value(v);
             id = h.add_node_named(format!("{}.to_f32", val.name), Op::Cast { to: want }, &[id], vec![val.name.clone()])?[0];
@@ -139,6 +216,39 @@ mod tests {
             assert_eq!(a.ty, b.ty);
             assert!(rel_err(a, b) < 1e-2, "{}", rel_err(a, b));
         }
+    }
+
+    /// A node kept in f32 computes in f32 between casts, its value beyond f16's range survives, and the
+    /// graph's result is finite where the all-f16 graph's is not.
+    #[test]
+    fn kept_nodes_compute_in_f32_between_casts() {
+        let mut g = Graph::new("m");
+        let x = g.add_input("x", TensorType::f32([4]));
+        let w = g.add_const("w", Tensor::from_f32([4], &[3e4; 4]));
+        let inv = g.add_const("inv", Tensor::from_f32([4], &[1e-4; 4]));
+        let big = g.add("big", Op::Binary(BinaryOp::Mul), &[x, w]).unwrap(); // up to ~1e5: beyond f16
+        let twice = g.add("twice", Op::Binary(BinaryOp::Add), &[big, big]).unwrap();
+        let small = g.add("small", Op::Binary(BinaryOp::Mul), &[twice, inv]).unwrap();
+        let out = g.add("out", Op::Unary(crate::ir::UnaryOp::Relu), &[small]).unwrap();
+        g.outputs = vec![out, twice];
+        let inputs = vec![Tensor::from_f32([4], &[2.0, -3.0, 1.0, 0.5])];
+        let want = run_graph(&g, &inputs).unwrap();
+        let all_half = run_graph(&to_half(&g).unwrap(), &inputs).unwrap();
+        assert!(all_half[0].to_f32_vec().iter().any(|v| !v.is_finite()) || rel_err(&all_half[0], &want[0]) > 1e-2, "f16 alone overflows here");
+        // Keep every node touching a value beyond the range: big, twice, and small (which reads twice).
+        let keep = [true, true, true, false];
+        let h = to_half_keeping(&g, &keep).unwrap();
+        crate::ir::verify(&h).unwrap();
+        let node = |name: &str| h.nodes.iter().find(|n| n.name == name).unwrap();
+        assert!(node("twice").outputs.iter().all(|&v| h.ty(v).dtype == DType::F32));
+        assert!(node("out").outputs.iter().all(|&v| h.ty(v).dtype == DType::F16));
+        let got = run_graph(&h, &inputs).unwrap();
+        for (a, b) in got.iter().zip(&want) {
+            assert_eq!(a.ty, b.ty);
+            assert!(rel_err(a, b) < 1e-2, "{}", rel_err(a, b));
+        }
+        let names: Vec<&str> = h.outputs.iter().map(|&o| h.value(o).name.as_str()).collect();
+        assert_eq!(names, ["out", "twice"], "outputs keep their names");
     }
 
     #[test]

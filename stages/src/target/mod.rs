@@ -265,6 +265,25 @@ impl Precision {
     }
 }
 
+/// What a reduced-precision build does where values leave the narrow type's range (`-overflow`; see
+/// `crate::precision`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Overflow {
+    /// Compute the nodes whose values leave the range in fp32, between casts.
+    KeepFp32,
+    /// Fail, naming the nodes and the values seen.
+    Error,
+}
+
+impl Overflow {
+    pub fn name(self) -> &'static str {
+        match self {
+            Overflow::KeepFp32 => "keep-fp32",
+            Overflow::Error => "error",
+        }
+    }
+}
+
 /// A canonical, validated, ordered set of targets: duplicates removed, at most one target per backend, and the
 /// least-specialized target of every device present (added with the device's other attributes if not given),
 /// so every node has somewhere to run.
@@ -314,6 +333,7 @@ impl TargetSet {
         targets.sort();
         let set = TargetSet { targets };
         set.precision()?;
+        set.overflow()?;
         Ok(set)
     }
 
@@ -332,6 +352,23 @@ impl TargetSet {
             }
         }
         Ok(found.map(|(_, p)| p).unwrap_or(Precision::Fp32))
+    }
+
+    /// The overflow policy of the set's targets with an `overflow` attribute (GPU targets), which must agree as
+    /// the precision must; keep-fp32 when none has one.
+    pub fn overflow(&self) -> Result<Overflow, TargetError> {
+        let mut found: Option<(&Target, Overflow)> = None;
+        for t in &self.targets {
+            let Some(AttrValue::Str(p)) = t.attrs.get("overflow") else { continue };
+            let p = if p == "error" { Overflow::Error } else { Overflow::KeepFp32 };
+            match found {
+                Some((other, q)) if q != p => {
+                    return terr(format!("targets '{other}' and '{t}' ask for different -overflow policies; give every GPU target the same"));
+                }
+                _ => found = Some((t, p)),
+            }
+        }
+        Ok(found.map(|(_, p)| p).unwrap_or(Overflow::KeepFp32))
     }
 
     /// The least-specialized target of a device.

@@ -10,8 +10,9 @@
 
 use super::AttrValue;
 
-/// Bump whenever a kind, attribute, type or default changes (4: backend options belong to their backend).
-pub const REGISTRY_VERSION: u32 = 4;
+/// Bump whenever a kind, attribute, type or default changes (4: backend options belong to their backend; 5: the
+/// cuda kind's `-overflow`).
+pub const REGISTRY_VERSION: u32 = 5;
 
 #[derive(Debug)]
 pub enum AttrType {
@@ -143,6 +144,7 @@ pub static KINDS: &[KindSpec] = &[
         attrs: &[
             AttrSpec { name: "arch", ty: AttrType::Enum(&["sm_80", "sm_86", "sm_89", "sm_90"]), default: "sm_90", doc: "GPU architecture to compile for" },
             AttrSpec { name: "precision", ty: AttrType::Enum(&["fp32", "fp16"]), default: "fp32", doc: "storage precision of activations and weights: fp16 converts weights once at compile time and keeps fp32 accumulation (inputs and outputs stay fp32)" },
+            AttrSpec { name: "overflow", ty: AttrType::Enum(&["keep-fp32", "error"]), default: "keep-fp32", doc: "what -precision=fp16 does where the reference, run on calibration inputs, finds values beyond fp16's range: keep-fp32 computes those nodes in fp32 (between casts), error fails naming them (ignored for fp32)" },
         ],
         default_compiler: "nvrtc",
     },

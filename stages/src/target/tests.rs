@@ -15,7 +15,7 @@ fn canonical_form_fills_defaults_and_sorts() {
     assert_eq!(g.backend_name(), "gemm");
     assert!(!g.is_least_specialized());
     let n = Target::parse("cuda -compiler=cudnn -precision=fp16").unwrap();
-    assert_eq!(n.canonical(), "cuda -arch=sm_90 -compiler=cudnn -precision=fp16 -tune-configs=16");
+    assert_eq!(n.canonical(), "cuda -arch=sm_90 -compiler=cudnn -overflow=keep-fp32 -precision=fp16 -tune-configs=16");
 }
 
 #[test]
