@@ -336,14 +336,20 @@ mod tests {
     }
 
     #[test]
-    fn a_held_store_names_its_holder() {
+    fn readers_share_the_store_and_gc_names_the_holders() {
         let t = Scratch::new("lock");
-        let _held = Store::open(&t.0, OpenOptions::writable()).unwrap();
-        let err = cli(&["stats", "--store", t.0.to_str().unwrap()]).unwrap_err();
+        let dir = t.0.to_str().unwrap();
+        let held = Store::open(&t.0, OpenOptions::writable()).unwrap();
+        // A reader runs while another handle (a compile) has the store open.
+        cli(&["stats", "--store", dir]).unwrap();
+        // What deletes needs the store alone, and says who is in the way.
+        let err = cli(&["gc", "--store", dir]).unwrap_err();
         let msg = format!("{err:#}");
         assert!(
             msg.contains("in use by another process") && msg.contains(&format!("pid {}", std::process::id())),
             "{msg}"
         );
+        drop(held);
+        cli(&["gc", "--store", dir]).unwrap();
     }
 }
