@@ -28,7 +28,7 @@ fn options(store: &Path, remote: Option<&str>) -> BuildOptions {
         frozen: false,
         measured_on: None,
         remote: remote.map(|u| u.parse().unwrap()),
-        remote_read_only: false, remote_timeout_ms: tessera::cli::build_options::DEFAULT_REMOTE_TIMEOUT_MS, remote_signing_key: None, remote_trust: None,
+        remote_read_only: false, remote_timeout_ms: tessera::cli::build_options::DEFAULT_REMOTE_TIMEOUT_MS, remote_signing_key: None, remote_trust: None, remote_credentials: None, remote_ca: None,
     }
 }
 
