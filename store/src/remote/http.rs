@@ -159,9 +159,14 @@ pub(crate) fn encode_path(path: &str) -> String {
 pub(crate) fn describe(e: &opendal::Error) -> String {
     let text = e.to_string();
     let status = ["401", "403"].into_iter().find(|s| text.contains(&format!("status: {s}")));
-    match (e.kind(), status) {
-        (_, Some("401")) => "the server refused the credentials (HTTP 401 Unauthorized)".into(),
-        (opendal::ErrorKind::PermissionDenied, _) | (_, Some(_)) => format!("the server refused the request (HTTP 403 Forbidden: wrong credentials, or they may not do this): {text}"),
+    // S3's codes for an unknown key or a signature made with the wrong secret (in the body of answers that have one).
+    let bad_key = ["InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidClientTokenId"].into_iter().find(|c| text.contains(c));
+    match (e.kind(), status, bad_key) {
+        (_, Some("401"), _) => "the server refused the credentials (HTTP 401 Unauthorized)".into(),
+        (_, _, Some(code)) => format!("the server refused the credentials ({code})"),
+        (opendal::ErrorKind::PermissionDenied, _, _) | (_, Some(_), _) => {
+            format!("the server refused the request (HTTP 403 Forbidden: wrong or missing credentials, or they may not do this): {text}")
+        }
         _ => text,
     }
 }

@@ -10,6 +10,9 @@ use std::sync::Arc;
 /// The prefix of the tier's Redis keys.
 const REDIS_PREFIX: &str = "tessera/";
 
+/// The name the access check asks for: an object name no blake3 digest is expected to have.
+const ACCESS_CHECK: &str = "objects/0000000000000000000000000000000000000000000000000000000000000000";
+
 pub(crate) enum Service {
     Redis(Arc<RedisConn>),
     Http(HttpService),
@@ -46,11 +49,17 @@ impl Service {
 
     /// One authenticated request that changes nothing, so that refused credentials show before the first real
     /// request (an error naming them rather than a failed read): Redis `PING` on a new connection (which
-    /// authenticates and selects the database first), or whether the objects folder exists.
+    /// authenticates and selects the database first), or a read of one object that is not there (a GET, which
+    /// needs no listing permission, and whose refusal has a body that says why: S3 names a wrong key or
+    /// signature there); its answer does not matter, only that the server took the request.
     pub fn check_access(&self) -> Result<(), String> {
         match self {
             Service::Redis(c) => c.query::<String>(&redis::cmd("PING")).map(|_| ()),
-            Service::Http(h) => h.op.exists("objects/").map(|_| ()).map_err(|e| describe(&e)),
+            Service::Http(h) => match h.op.read(ACCESS_CHECK) {
+                Ok(_) => Ok(()),
+                Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(describe(&e)),
+            },
         }
     }
 }
