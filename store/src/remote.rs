@@ -282,12 +282,14 @@ impl Remote {
             (None, false) => None,
         };
         let probe_tls = tls.as_ref().map(|t| (t.client_config(), t.trust_hint()));
-        let (service, target) = match &url.kind {
+        // (The service, what the probe checks, whether credentials are sent.)
+        let (service, target, authenticates) = match &url.kind {
             RemoteKind::Redis { host, port, db, .. } => {
                 let (user, password) = opts.credentials.for_redis().map_err(creds)?;
+                let authenticates = user.is_some() || password.is_some();
                 let conn = RedisConn::new(host, *port, tls.as_ref(), *db, user, password, bounds.connect, bounds.request).map_err(|e| err("configuring the client", e))?;
                 let target = Target { host: host.clone(), port: *port, tls: probe_tls, request: b"PING\r\n".to_vec() };
-                (Service::Redis(Arc::new(conn)), target)
+                (Service::Redis(Arc::new(conn)), target, authenticates)
             }
             RemoteKind::Webdav { endpoint, root } => {
                 let auth = opts.credentials.for_webdav().map_err(creds)?;
@@ -295,17 +297,18 @@ impl Remote {
                 let u = ::url::Url::parse(endpoint).map_err(|e| err("configuring the client", e.to_string()))?;
                 let host = u.host_str().unwrap_or_default().trim_matches(['[', ']']);
                 let default_port = if u.scheme() == "https" { 443 } else { 80 };
-                (Service::Http(service), Target::http(host, u.port().unwrap_or(default_port), default_port, probe_tls, &http::encode_path(root)))
+                let target = Target::http(host, u.port().unwrap_or(default_port), default_port, probe_tls, &http::encode_path(root));
+                (Service::Http(service), target, auth != credentials::WebdavAuth::None)
             }
             RemoteKind::S3 { bucket, root, .. } => {
-                let place = place.expect("resolved above");
+                let place = place.clone().ok_or_else(|| err("configuring the client", "the S3 endpoint was not resolved".into()))?;
                 let key = opts.credentials.for_s3().map_err(creds)?;
                 let service = HttpService::s3(bucket, root, &place, key.as_ref(), tls.as_ref(), bounds).map_err(|e| err("configuring the client", e))?;
                 let target = place.probe_target(bucket, tls.as_ref()).map_err(|e| err("configuring the client", e))?;
-                (Service::Http(service), target)
+                (Service::Http(service), target, key.is_some())
             }
         };
-        if target.tls.is_none() && !opts.credentials.is_empty() {
+        if target.tls.is_none() && authenticates {
             tracing::warn!(remote = %url.url, "credentials are sent to this remote unencrypted (no TLS): anyone on the network path can read them; use rediss:// or https://");
         }
         let read_only = opts.read_only || url.read_only;
