@@ -3,6 +3,16 @@
 # Usage: bash scripts/test.sh [extra cargo test args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+TARGET="${CARGO_TARGET_DIR:-target}"
+case "$TARGET" in /*) ;; *) TARGET="$PWD/$TARGET" ;; esac   # absolute: tests run from their crate's folder
+
+# Installing system packages needs root: run as root (CI), or through sudo where it exists.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"
+    elif command -v sudo >/dev/null; then sudo "$@"
+    else echo "scripts/test.sh: '$*' needs root, and sudo is not installed" >&2; return 1
+    fi
+}
 
 # The ONNX backend test data ships inside the `onnx` Python package (onnx/backend/test/data/).
 # Pinned so the suite's expected outputs do not move under us.
@@ -26,22 +36,30 @@ export TESSERA_REQUIRE_CUTLASS=1
 
 # A C compiler: the `c` backend compiles with it, and runtime-c/tests/c_program.rs builds examples/c/run.c
 # against the C API's header and libraries (cbindgen, which checks the header, is a dev-dependency).
-command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc; }
+command -v cc >/dev/null || { as_root apt-get update -qq && as_root apt-get install -y -qq gcc; }
 
-# Real cache servers for the remote-tier tests (store/tests/remote.rs, pipeline/tests/remote.rs start them on
-# 127.0.0.1): Redis, and nginx with its WebDAV modules (PUT/MKCOL built in, PROPFIND from dav_ext). Those
-# tests fail, not skip, when a server is missing.
+# Real cache servers for the remote-tier tests (store/tests/remote.rs, pipeline/tests/remote*.rs start them on
+# 127.0.0.1): Redis (Debian's is built with TLS), and nginx with its WebDAV modules (PUT/MKCOL built in, PROPFIND
+# from dav_ext; TLS and basic authentication built in). Those tests fail, not skip, when a server is missing.
 if ! command -v redis-server >/dev/null || ! [ -x /usr/sbin/nginx ] || ! [ -f /usr/lib/nginx/modules/ngx_http_dav_ext_module.so ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server nginx libnginx-mod-http-dav-ext >/dev/null
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server nginx libnginx-mod-http-dav-ext >/dev/null
 fi
+# The S3-compatible server: moto's server mode (it brings boto3, with which the tests make its user, key and
+# bucket), pinned, in a virtual environment of its own (never the system's Python); the tests run it through
+# TESSERA_TEST_PYTHON.
+VENV="$TARGET/test-venv"
+if ! [ -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV" 2>/dev/null || { as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && python3 -m venv "$VENV"; }
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'moto[server]==5.2.1'
+export TESSERA_TEST_PYTHON="$VENV/bin/python"
 
 cargo test --workspace --locked "$@"
 
 # The Python API (python/): the abi3 wheel built with maturin (dev profile, so it reuses the build above),
 # installed, and its pytest tests run on zoo artifacts compiled by the tessera CLI, compared with `tessera run`.
 python3 -m pip install --quiet --disable-pip-version-check 'maturin==1.16.0' 'pytest==9.2.0'
-TARGET="${CARGO_TARGET_DIR:-target}"
 rm -rf "$TARGET/wheels" "$TARGET/pytest"
 maturin build --locked -m python/Cargo.toml --out "$TARGET/wheels"
 python3 -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$TARGET"/wheels/tessera_runtime-*.whl

@@ -73,6 +73,10 @@ pub struct RemoteRequest {
     pub signing_key: Option<PathBuf>,
     /// A file of trusted public keys: a remote memo entry is used only when one of them signed it.
     pub trust: Option<PathBuf>,
+    /// A credentials file (mode 0600); None: the credentials come from the environment.
+    pub credentials: Option<PathBuf>,
+    /// A PEM file of the CA certificates to trust instead of the system's (TLS remotes).
+    pub ca: Option<PathBuf>,
 }
 
 impl CompileRequest {
@@ -141,13 +145,20 @@ impl StoreRequest {
         let dir = tessera_store::resolve_dir(self.dir.as_deref());
         let store = Store::open(&dir, OpenOptions::writable().wait(self.wait))?;
         Ok(match &self.remote {
-            Some(r) => store.with_remote(Remote::new(&r.url, r.options)?.with_signing(r.signing()?))?,
+            Some(r) => store.with_remote(Remote::new(&r.url, r.options()?)?.with_signing(r.signing()?))?,
             None => store,
         })
     }
 }
 
 impl RemoteRequest {
+    /// The options with the credentials (the file's, else the environment's), the CA file and the S3 settings of
+    /// the environment (errors name the file or variables, never a value).
+    pub fn options(&self) -> Result<RemoteOptions> {
+        let credentials = tessera_store::Credentials::load(self.credentials.as_deref())?;
+        Ok(RemoteOptions { credentials, ca_file: self.ca.clone(), s3: tessera_store::S3Settings::from_env(), ..self.options.clone() })
+    }
+
     /// The signing key and trusted keys the request names (errors name the file, never a key).
     pub fn signing(&self) -> Result<Signing> {
         let signer = self.signing_key.as_deref().map(load_signing_key).transpose().map_err(|e| anyhow::anyhow!("remote signing key: {e}"))?;

@@ -36,6 +36,8 @@ fn compile_with(store: &Path, remote: Option<&str>, out: &Path, costs: CostMode)
         remote_timeout_ms: tessera::cli::build_options::DEFAULT_REMOTE_TIMEOUT_MS,
         remote_signing_key: None,
         remote_trust: None,
+        remote_credentials: None,
+        remote_ca: None,
     };
     let specs: Vec<String> = MODELS.iter().map(|m| m.to_string()).collect();
     let jobs = jobs_from_specs(&specs, &Default::default()).unwrap();

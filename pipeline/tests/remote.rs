@@ -28,7 +28,7 @@ fn options(store: &Path, remote: Option<&str>) -> BuildOptions {
         frozen: false,
         measured_on: None,
         remote: remote.map(|u| u.parse().unwrap()),
-        remote_read_only: false, remote_timeout_ms: tessera::cli::build_options::DEFAULT_REMOTE_TIMEOUT_MS, remote_signing_key: None, remote_trust: None,
+        remote_read_only: false, remote_timeout_ms: tessera::cli::build_options::DEFAULT_REMOTE_TIMEOUT_MS, remote_signing_key: None, remote_trust: None, remote_credentials: None, remote_ca: None,
     }
 }
 
@@ -59,7 +59,7 @@ fn reference(t: &Path) -> Vec<u8> {
 
 #[test]
 fn a_second_machine_executes_no_stage_and_gets_the_same_bytes() {
-    for server in servers::all() {
+    for server in servers::plain() {
         let t = tempfile::tempdir().unwrap();
         let want = reference(t.path());
         let a = compile(&t.path().join("a"), Some(&server.url), &t.path().join("out-a"));
@@ -81,7 +81,7 @@ fn a_second_machine_executes_no_stage_and_gets_the_same_bytes() {
 
 #[test]
 fn a_tampered_artifact_on_the_remote_is_detected_and_recomputed() {
-    for server in servers::all() {
+    for server in servers::plain() {
         let t = tempfile::tempdir().unwrap();
         let a = compile(&t.path().join("a"), Some(&server.url), &t.path().join("out-a"));
         let artifact = a.artifacts[0].digest;
@@ -102,7 +102,7 @@ fn a_tampered_artifact_on_the_remote_is_detected_and_recomputed() {
 
 #[test]
 fn the_server_killed_mid_build_costs_a_warning_and_a_restarted_empty_one_is_refilled() {
-    for server in servers::all() {
+    for server in servers::plain() {
         let t = tempfile::tempdir().unwrap();
         let want = reference(t.path());
         let url = server.url.clone();
@@ -138,7 +138,7 @@ fn the_server_killed_mid_build_costs_a_warning_and_a_restarted_empty_one_is_refi
 
 #[test]
 fn a_read_only_client_writes_nothing_to_the_remote() {
-    for server in servers::all() {
+    for server in servers::plain() {
         let t = tempfile::tempdir().unwrap();
         let ro_url = format!("{}?ro", server.url);
         let r = compile(&t.path().join("r"), Some(&ro_url), &t.path().join("out-r"));
@@ -194,7 +194,7 @@ fn compile_signed(store: &Path, remote: &str, key: Option<&Path>, trust: Option<
 
 #[test]
 fn a_trusting_machine_recomputes_unsigned_or_foreign_entries_and_is_served_signed_ones() {
-    for server in servers::all() {
+    for server in servers::plain() {
         let t = tempfile::tempdir().unwrap();
         let want = reference(t.path());
         let (secret, public) = keygen(&t.path().join("ci-key"));

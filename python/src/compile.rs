@@ -27,7 +27,9 @@ pub enum Inputs {
 /// working directory); `wait`: wait for another writer of it instead of failing. `costs`: `"measured"`,
 /// `"analytical"` or `"recorded"` (the store's recorded measurements only, as the CLI's `--frozen`). `remote`: a
 /// remote tier URL as the CLI's `--remote` takes it (default `$TESSERA_REMOTE`; signing and trust key files from
-/// `$TESSERA_REMOTE_SIGNING_KEY` and `$TESSERA_REMOTE_TRUST`, as the CLI reads them); `remote_read_only`: never
+/// `$TESSERA_REMOTE_SIGNING_KEY` and `$TESSERA_REMOTE_TRUST`, the credentials file and CA file from
+/// `$TESSERA_REMOTE_CREDENTIALS` and `$TESSERA_REMOTE_CA`, credentials otherwise from the environment, as the CLI
+/// reads them); `remote_read_only`: never
 /// write to it. The GIL is released while compiling. Raises `tessera.Error` with the compiler's message
 /// (which names the file or model at fault); when some models fail, the others' artifacts are still
 /// written and the error lists every failure.
@@ -82,6 +84,8 @@ fn remote_request(remote: Option<String>, read_only: bool) -> PyResult<Option<Re
         options: tessera_store::RemoteOptions { read_only, ..Default::default() },
         signing_key: env_path(tessera_store::SIGNING_KEY_ENV),
         trust: env_path(tessera_store::TRUST_ENV),
+        credentials: env_path(tessera_store::CREDENTIALS_ENV),
+        ca: env_path(tessera_store::CA_ENV),
     }))
 }
 

@@ -14,10 +14,11 @@
 //! WebDAV remote has no lease that would be atomic and runs without one (machines may then compute the
 //! same output at once, as before leases: the outputs are identical, only time is spent twice).
 //!
-//! The `redis` crate used here is the one opendal's Redis service already links (synchronous API, its
-//! default features off): one connection per lease client, behind a mutex.
+//! Leases go through the tier's own Redis client ([`RedisConn`]: its pooled connections, TLS, credentials and
+//! timeouts), as the tier's objects and memo entries do.
 
 use crate::error::{Result, StoreError};
+use crate::remote::redis_conn::RedisConn;
 use crate::Digest;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,15 +36,11 @@ const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redi
 pub struct Leases {
     /// The remote URL, as messages name it.
     url: String,
-    client: redis::Client,
-    /// One connection, opened on first use and dropped after an error (the tier is disabled then anyway).
-    conn: Mutex<Option<redis::Connection>>,
+    /// The tier's client (connections opened within the tier's timeout, each request bounded).
+    conn: Arc<RedisConn>,
     pub expiry: Duration,
     /// Makes tokens unique within the process.
     counter: AtomicU64,
-    /// How long connecting may take (the remote tier's timeout, `RemoteOptions::timeout`), and one request.
-    connect_timeout: Duration,
-    request_timeout: Duration,
 }
 
 impl std::fmt::Debug for Leases {
@@ -53,12 +50,9 @@ impl std::fmt::Debug for Leases {
 }
 
 impl Leases {
-    /// A client for the Redis at `endpoint` (`redis://host:port`), database `db`; nothing is sent yet. Connecting
-    /// may take `connect_timeout`, each request then `request_timeout`.
-    pub fn new(url: &str, endpoint: &str, db: i64, expiry: Duration, connect_timeout: Duration, request_timeout: Duration) -> Result<Leases> {
-        let client = redis::Client::open(format!("{endpoint}/{db}"))
-            .map_err(|e| StoreError::Remote { url: url.into(), what: "configuring the lease client".into(), detail: e.to_string() })?;
-        Ok(Leases { url: url.into(), client, conn: Mutex::new(None), expiry, counter: AtomicU64::new(0), connect_timeout, request_timeout })
+    /// A lease client on the tier's Redis client `conn`; nothing is sent yet.
+    pub fn new(url: &str, conn: Arc<RedisConn>, expiry: Duration) -> Leases {
+        Leases { url: url.into(), conn, expiry, counter: AtomicU64::new(0) }
     }
 
     fn lease_key(stage: &str, key: &Digest) -> String {
@@ -70,22 +64,9 @@ impl Leases {
         format!("tessera-lease/{safe}/{}", key.to_hex())
     }
 
-    /// Runs one command on the shared connection, naming the server and the lease key on failure.
+    /// Runs one command, naming the server and the lease key on failure.
     fn run<T: redis::FromRedisValue>(&self, what: &str, lease: &str, cmd: &redis::Cmd) -> Result<T> {
-        let fail = |e: redis::RedisError| StoreError::Remote { url: self.url.clone(), what: format!("{what} lease {lease}"), detail: e.to_string() };
-        let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        if guard.is_none() {
-            let c = self.client.get_connection_with_timeout(self.connect_timeout).map_err(fail)?;
-            c.set_read_timeout(Some(self.request_timeout)).map_err(fail)?;
-            c.set_write_timeout(Some(self.request_timeout)).map_err(fail)?;
-            *guard = Some(c);
-        }
-        let conn = guard.as_mut().expect("connected above");
-        let out = cmd.query(conn);
-        if out.is_err() {
-            *guard = None;
-        }
-        out.map_err(fail)
+        self.conn.query(cmd).map_err(|detail| StoreError::Remote { url: self.url.clone(), what: format!("{what} lease {lease}"), detail })
     }
 
     /// Tries to take the lease on (stage, key): `Some(token)` when this caller now holds it, `None` when

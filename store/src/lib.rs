@@ -10,8 +10,8 @@
 //!   process computes each output, the others sharing the store wait for its entry.
 //! - [`store`]: the `Store` handle the pipeline uses; `maintenance` (verify, gc), [`evict`] (the size cap:
 //!   least-recently-used eviction) and [`archive`] (export, import) add methods to it.
-//! - [`tier`]: the narrow interfaces a tier implements; [`remote`]: the remote tier (Redis, WebDAV)
-//!   behind them, which `Store::with_remote` composes with the local one.
+//! - [`tier`]: the narrow interfaces a tier implements; [`remote`]: the remote tier (Redis, WebDAV, S3; TLS
+//!   and credentials) behind them, which `Store::with_remote` composes with the local one.
 
 pub mod archive;
 pub mod digest;
@@ -47,7 +47,9 @@ pub use stats::{StageStats, Stats};
 pub use store::{OpenOptions, OpenReport, Store};
 pub use lease::{LeaseGuard, Leases};
 pub use local_lease::{LocalClaim, LocalLease};
-pub use remote::{Remote, RemoteOptions, RemoteStats, RemoteUrl, DEFAULT_REMOTE_TIMEOUT, REMOTE_ENV};
+pub use remote::{
+    Credentials, CredentialsError, Remote, RemoteOptions, RemoteStats, RemoteUrl, S3Settings, CA_ENV, CREDENTIALS_ENV, DEFAULT_REMOTE_TIMEOUT, REMOTE_ENV,
+};
 pub use remote::keyfile::{KeyFileError, SIGNING_KEY_ENV, TRUST_ENV};
 pub use remote::sign::{MemoSigner, PublicKey, Signing, Trust};
 pub use tier::{MemoTier, ObjectTier};

@@ -1,4 +1,5 @@
-//! Leases in the remote tier against a real Redis (and nginx WebDAV, which has none) on 127.0.0.1: one
+//! Leases in the remote tier against a real Redis (plain, and over TLS as an ACL user; and nginx WebDAV, which
+//! has none) on 127.0.0.1: one
 //! claimant holds, another waits and is served the holder's entry; a holder that dies (stops renewing,
 //! never releases) is taken over after expiry; a live holder keeps its lease past expiry by renewing;
 //! read-only and WebDAV clients take no lease; a dead server costs no hang.
@@ -13,8 +14,12 @@ use tessera_store::lease::Claim;
 use tessera_store::{Digest, MemoEntry, OpenOptions, Remote, RemoteOptions, RemoteUrl, Store};
 
 fn store_at(dir: &std::path::Path, url: &str) -> Store {
+    store_with(dir, url, RemoteOptions::default())
+}
+
+fn store_with(dir: &std::path::Path, url: &str, opts: RemoteOptions) -> Store {
     let u: RemoteUrl = url.parse().unwrap();
-    Store::open(dir, OpenOptions::writable()).unwrap().with_remote(Remote::new(&u, RemoteOptions::default()).unwrap()).unwrap()
+    Store::open(dir, OpenOptions::writable()).unwrap().with_remote(Remote::new(&u, opts).unwrap()).unwrap()
 }
 
 fn leased(s: &Server) -> String {
@@ -30,9 +35,16 @@ fn held(c: Claim) -> tessera_store::LeaseGuard {
 
 #[test]
 fn one_claimant_computes_and_the_other_is_served_its_entry() {
-    let Some(server) = Server::redis() else { return };
+    // Plain, and over TLS as an ACL user (the lease scripts run under the user's ACL too).
+    for server in [Server::redis(), Server::redis_tls()].into_iter().flatten() {
+        one_claimant_is_served_by_the_other(&server);
+    }
+}
+
+fn one_claimant_is_served_by_the_other(server: &Server) {
     let t = tempfile::tempdir().unwrap();
-    let (a, b) = (store_at(&t.path().join("a"), &leased(&server)), store_at(&t.path().join("b"), &leased(&server)));
+    let at = |name: &str| store_with(&t.path().join(name), &leased(server), server.options());
+    let (a, b) = (at("a"), at("b"));
     let key = Digest::of(b"k1");
     let guard = held(a.claim("lower", &key).unwrap());
     std::thread::scope(|s| {
@@ -53,7 +65,7 @@ fn one_claimant_computes_and_the_other_is_served_its_entry() {
     assert_eq!((ra.lease_taken, ra.lease_waits), (1, 0), "{ra:?}");
     assert_eq!((rb.lease_taken, rb.lease_waits, rb.lease_served, rb.lease_takeovers), (0, 1, 1, 0), "{rb:?}");
     // Released: a third claimant on a new key takes it at once; on the recorded key it is served.
-    let c = store_at(&t.path().join("c"), &leased(&server));
+    let c = at("c");
     assert!(matches!(c.claim("lower", &key).unwrap(), Claim::Served(_)));
 }
 
@@ -93,13 +105,15 @@ fn read_only_webdav_and_lease_off_clients_take_no_lease() {
     let t = tempfile::tempdir().unwrap();
     for (i, server) in servers.iter().enumerate() {
         let key = Digest::of(b"k4");
-        let mut urls = vec![format!("{}?ro", server.url), format!("{}?lease=off", server.url)];
-        if server.url.starts_with("http") {
-            // nginx's DAV module has no atomic create-if-absent (it ignores If-None-Match on PUT).
+        let with = |opt: &str| format!("{}{}{opt}", server.url, if server.url.contains('?') { "&" } else { "?" });
+        let mut urls = vec![with("ro"), with("lease=off")];
+        if !server.url.starts_with("redis") {
+            // nginx's DAV module has no atomic create-if-absent (it ignores If-None-Match on PUT); S3 leases are
+            // not implemented (Redis only).
             urls.push(server.url.clone());
         }
         for (j, u) in urls.iter().enumerate() {
-            let s = store_at(&t.path().join(format!("s{i}-{j}")), u);
+            let s = store_with(&t.path().join(format!("s{i}-{j}")), u, server.options());
             assert!(matches!(s.claim("lower", &key).unwrap(), Claim::Unleased), "{u}");
             let r = s.remote_stats().unwrap();
             assert_eq!((r.lease_taken, r.lease_waits), (0, 0), "{u}: {r:?}");

@@ -1,6 +1,8 @@
-//! The remote tier against real servers (Redis, nginx WebDAV) started on 127.0.0.1: fall-through and
-//! back-fill, verification of every remote object, trust of remote memo entries, read-only clients, and a
-//! server that dies or comes back empty. Each test runs against both services.
+//! The remote tier against real servers started on 127.0.0.1 — Redis and nginx WebDAV, each plain and over TLS
+//! with authentication (an ACL user; basic authentication), and an S3-compatible server (moto, TLS, IAM
+//! authentication) — with certificates the test makes: fall-through and back-fill, verification of every remote
+//! object, trust of remote memo entries, read-only clients, a server that dies or comes back empty, refused
+//! credentials and certificates. Each test runs against every server.
 
 mod servers;
 
@@ -8,17 +10,36 @@ use servers::Server;
 use std::time::Duration;
 use tessera_store::{Digest, MemoEntry, OpenOptions, Remote, RemoteOptions, RemoteUrl, Store, StoreError};
 
-fn url(s: &Server) -> RemoteUrl {
-    s.url.parse().unwrap()
+/// A server's URL and what its clients are configured with (credentials, CA file).
+#[derive(Clone)]
+struct Client {
+    url: RemoteUrl,
+    opts: RemoteOptions,
 }
 
-fn store_with(dir: &std::path::Path, url: &RemoteUrl) -> Store {
-    Store::open(dir, OpenOptions::writable()).unwrap().with_remote(Remote::new(url, RemoteOptions::default()).unwrap()).unwrap()
+impl Client {
+    fn remote(&self) -> Remote {
+        Remote::new(&self.url, self.opts.clone()).unwrap()
+    }
+}
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.url.fmt(f)
+    }
+}
+
+fn url(s: &Server) -> Client {
+    Client { url: s.url.parse().unwrap(), opts: s.options() }
+}
+
+fn store_with(dir: &std::path::Path, c: &Client) -> Store {
+    Store::open(dir, OpenOptions::writable()).unwrap().with_remote(c.remote()).unwrap()
 }
 
 /// A client that only looks (what is on the server).
-fn probe(url: &RemoteUrl) -> Remote {
-    Remote::new(url, RemoteOptions { read_only: true, ..Default::default() }).unwrap()
+fn probe(c: &Client) -> Remote {
+    Remote::new(&c.url, RemoteOptions { read_only: true, ..c.opts.clone() }).unwrap()
 }
 
 #[test]
@@ -69,7 +90,7 @@ fn a_tampered_remote_object_is_rejected_never_served_and_repaired_by_the_next_pu
         a.memo_record("link", &key, &MemoEntry::new(out, 15, Duration::ZERO)).unwrap();
         drop(a);
         // Whoever can write the server replaces the object's bytes under its name.
-        Remote::new(&u, RemoteOptions::default()).unwrap().put_object(&out, b"evil bytes").unwrap();
+        u.remote().put_object(&out, b"evil bytes").unwrap();
 
         let b = store_with(&t.path().join("b"), &u);
         assert_eq!(b.memo_lookup("link", &key).unwrap(), None, "{}: an entry whose output fails verification is not trusted", server.url);
@@ -93,11 +114,9 @@ fn a_read_only_client_writes_nothing() {
         let u = url(&server);
         let t = tempfile::tempdir().unwrap();
         let key = Digest::of(b"key");
-        for (i, (u, opts)) in [(u.clone(), RemoteOptions { read_only: true, ..Default::default() }), (format!("{}?ro", server.url).parse().unwrap(), RemoteOptions::default())]
-            .into_iter()
-            .enumerate()
-        {
-            let s = Store::open(&t.path().join(format!("ro{i}")), OpenOptions::writable()).unwrap().with_remote(Remote::new(&u, opts).unwrap()).unwrap();
+        let ro_url = Client { url: format!("{}{}ro", server.url, if server.url.contains('?') { "&" } else { "?" }).parse().unwrap(), opts: server.options() };
+        for (i, (u, opts)) in [(u.clone(), RemoteOptions { read_only: true, ..server.options() }), (ro_url, server.options())].into_iter().enumerate() {
+            let s = Store::open(&t.path().join(format!("ro{i}")), OpenOptions::writable()).unwrap().with_remote(Remote::new(&u.url, opts).unwrap()).unwrap();
             let out = s.put(b"local only").unwrap();
             s.put_reader(&b"streamed, local only"[..]).unwrap();
             s.memo_record("partition", &key, &MemoEntry::new(out, 10, Duration::ZERO)).unwrap();
@@ -129,7 +148,7 @@ fn a_dead_server_disables_the_tier_once_and_the_store_goes_on_locally() {
         assert!(matches!(s.get(&Digest::of(b"absent")), Err(StoreError::NotFound { .. })));
         let st = s.remote_stats().unwrap();
         let why = st.disabled.clone().unwrap_or_else(|| panic!("{}: the tier must be disabled: {st:?}", server.url));
-        assert!(why.contains(&server.url), "the error names the server: {why}");
+        assert!(why.contains(&u.url.url), "the error names the server: {why}");
         assert!(!s.remote().unwrap().is_enabled());
         assert_eq!(st.warnings().len(), 1, "{:?}", st.warnings());
         // Everything is local and intact.
@@ -138,6 +157,8 @@ fn a_dead_server_disables_the_tier_once_and_the_store_goes_on_locally() {
         assert_eq!(s.memo_lookup("compile", &key).unwrap().map(|e| e.output), Some(out));
         // Once disabled, nothing more is sent, even when the server is back.
         server.restart_empty();
+        // (A restarted TLS server has a new CA, and the S3 server a new key.)
+        let u = url(&server);
         s.put(b"later").unwrap();
         assert!(!probe(&u).has_object(&Digest::of(b"later")).unwrap(), "{}", server.url);
         drop(s);
@@ -186,13 +207,13 @@ fn signer(secret: &std::path::Path) -> Option<MemoSigner> {
 }
 
 /// A store whose remote client signs with `signer` and requires a signature from one of `trust`.
-fn signing_store(dir: &std::path::Path, url: &RemoteUrl, signer: Option<MemoSigner>, trust: &[PublicKey]) -> Store {
-    let remote = Remote::new(url, RemoteOptions::default()).unwrap().with_signing(Signing { signer, trust: Trust::new(trust.to_vec()) });
+fn signing_store(dir: &std::path::Path, c: &Client, signer: Option<MemoSigner>, trust: &[PublicKey]) -> Store {
+    let remote = c.remote().with_signing(Signing { signer, trust: Trust::new(trust.to_vec()) });
     Store::open(dir, OpenOptions::writable()).unwrap().with_remote(remote).unwrap()
 }
 
-fn raw_record(url: &RemoteUrl, stage: &str, key: &Digest) -> RemoteMemo {
-    serde_json::from_slice(&probe(url).memo_record_raw(stage, key).unwrap().expect("a record on the server")).unwrap()
+fn raw_record(c: &Client, stage: &str, key: &Digest) -> RemoteMemo {
+    serde_json::from_slice(&probe(c).memo_record_raw(stage, key).unwrap().expect("a record on the server")).unwrap()
 }
 
 #[test]
@@ -251,7 +272,7 @@ fn unsigned_untrusted_replayed_and_tampered_entries_are_rejected_counted_and_rec
         drop(good);
         // Whoever can write the server: a trusted signature moved onto another key (its record rewritten to
         // name that key), and a signed entry pointed at another object.
-        let writer = Remote::new(&u, RemoteOptions::default()).unwrap();
+        let writer = u.remote();
         let mut rec = raw_record(&u, "lower", &signed_key);
         rec.key = replayed.to_hex();
         writer.put_memo_record_raw("lower", &replayed, &serde_json::to_vec(&rec).unwrap()).unwrap();
@@ -287,5 +308,59 @@ fn unsigned_untrusted_replayed_and_tampered_entries_are_rejected_counted_and_rec
         }
         let st = c.remote_stats().unwrap();
         assert_eq!((st.memo_hits, st.memo_rejected), (4, 0), "{}: {st:?}", server.url);
+    }
+}
+
+// ---- credentials and TLS --------------------------------------------------------------------------------
+
+/// What a client configured with `opts` reports after one lookup: the reason the tier was disabled.
+fn disabled_after_one_lookup(server: &Server, opts: RemoteOptions) -> (String, Vec<String>) {
+    let t = tempfile::tempdir().unwrap();
+    let s = Store::open(t.path(), OpenOptions::writable()).unwrap().with_remote(Remote::new(&server.url.parse().unwrap(), opts).unwrap()).unwrap();
+    let start = std::time::Instant::now();
+    assert_eq!(s.memo_lookup("lower", &Digest::of(b"k")).unwrap(), None);
+    s.put(b"still stored locally").unwrap();
+    assert!(start.elapsed() < Duration::from_secs(5), "{}: refused at once, not after retries: {:?}", server.url, start.elapsed());
+    let st = s.remote_stats().unwrap();
+    let why = st.disabled.clone().unwrap_or_else(|| panic!("{}: the tier must be disabled: {st:?}", server.url));
+    assert_eq!((st.memo_misses, st.objects_uploaded), (0, 0), "{}: nothing was asked after the refusal: {st:?}", server.url);
+    (why, st.warnings())
+}
+
+#[test]
+fn the_right_credentials_are_taken_and_wrong_or_missing_ones_refused_once_by_name_never_shown() {
+    for server in servers::secured() {
+        let secret = server.secret().unwrap();
+        // The right ones work (the other tests use them throughout); the wrong ones are refused, said plainly.
+        let (why, warnings) = disabled_after_one_lookup(&server, RemoteOptions { credentials: server.wrong_credentials(), ..server.options() });
+        assert!(why.contains("refused the credentials"), "{}: {why}", server.url);
+        assert_eq!(warnings.len(), 1, "one warning: {warnings:?}");
+        assert!(warnings[0].contains("remote tier disabled") && warnings[0].contains(&why), "{warnings:?}");
+        // None at all: the server says it wants some (moto answers an unsigned request with a 500 once its IAM
+        // authentication is on, where S3 says 403: only that the tier is disabled is checked there).
+        let (why, _) = disabled_after_one_lookup(&server, RemoteOptions { credentials: Default::default(), ..server.options() });
+        if !server.url.starts_with("s3:") {
+            assert!(["refused the credentials", "requires authentication"].iter().any(|s| why.contains(s)), "{}: {why}", server.url);
+        }
+        // Nothing shows a secret: errors, warnings, the stats as --json prints them, Debug output.
+        let r = Remote::new(&server.url.parse().unwrap(), RemoteOptions { credentials: server.wrong_credentials(), ..server.options() }).unwrap();
+        let _ = r.has_object(&Digest::of(b"x"));
+        let shown = format!("{why} {:?} {} {r:?} {:?}", r.stats().warnings(), serde_json::to_string(&r.stats()).unwrap(), server.options());
+        assert!(!shown.contains(&secret) && !shown.contains("not-the-password"), "{}: a secret was shown: {shown}", server.url);
+    }
+}
+
+#[test]
+fn a_certificate_from_an_untrusted_ca_fails_the_handshake_once_saying_where_trust_comes_from() {
+    let t = tempfile::tempdir().unwrap();
+    let other = servers::Pki::new(&t.path().join("other-ca"));
+    for server in servers::secured() {
+        // The system's CAs did not sign the test's certificate.
+        let (why, warnings) = disabled_after_one_lookup(&server, RemoteOptions { ca_file: None, ..server.options() });
+        assert!(why.contains("TLS handshake") && why.contains("UnknownIssuer") && why.contains("--remote-ca"), "{}: {why}", server.url);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        // Another private CA did not either.
+        let (why, _) = disabled_after_one_lookup(&server, RemoteOptions { ca_file: Some(other.ca.clone()), ..server.options() });
+        assert!(why.contains("invalid peer certificate") && why.contains(&other.ca.display().to_string()), "{}: {why}", server.url);
     }
 }

@@ -31,10 +31,12 @@ pub struct BuildOptions {
     /// compiles and readers share the store and are never waited for.
     #[arg(long)]
     pub wait: bool,
-    /// A remote tier shared by many machines: `redis://HOST:PORT[/DB]` or `http://HOST:PORT/PATH` (WebDAV),
-    /// `?ro` for read-only (default: $TESSERA_REMOTE). Reads fall through the local store to it and back-fill;
-    /// writes go to both. Whoever can write it can put code into artifacts: see the README.
-    #[arg(long, env = "TESSERA_REMOTE", value_name = "URL", value_parser = parse_remote)]
+    /// A remote tier shared by many machines: `redis://HOST:PORT[/DB]` (`rediss://` for TLS),
+    /// `https://HOST[:PORT]/PATH` (WebDAV; `http://` without TLS) or `s3://BUCKET[/PREFIX]`, `?ro` for read-only
+    /// (default: $TESSERA_REMOTE). Reads fall through the local store to it and back-fill; writes go to both.
+    /// Never put credentials in the URL (see --remote-credentials). Whoever can write it can put code into
+    /// artifacts: see the README.
+    #[arg(long, env = "TESSERA_REMOTE", value_name = "URL", value_parser = RemoteUrlParser)]
     pub remote: Option<RemoteUrl>,
     /// Never write to the remote tier (machines that must not; the same as `?ro` in the URL).
     #[arg(long)]
@@ -44,6 +46,17 @@ pub struct BuildOptions {
     /// warning) and the build goes on with the local store.
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_REMOTE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
     pub remote_timeout_ms: u64,
+    /// With `--remote`: read its credentials from FILE (mode 0600, `NAME=VALUE` lines:
+    /// TESSERA_REMOTE_USER, TESSERA_REMOTE_PASSWORD, TESSERA_REMOTE_TOKEN, AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) instead of the environment variables of those names.
+    /// Default: $TESSERA_REMOTE_CREDENTIALS.
+    #[arg(long, env = tessera_store::CREDENTIALS_ENV, value_name = "FILE")]
+    pub remote_credentials: Option<PathBuf>,
+    /// With a TLS `--remote` (rediss://, https://, an https S3 endpoint): trust only the CA certificates in
+    /// FILE (PEM) instead of the system's, for a server whose certificate a private CA signed. Default:
+    /// $TESSERA_REMOTE_CA.
+    #[arg(long, env = tessera_store::CA_ENV, value_name = "FILE")]
+    pub remote_ca: Option<PathBuf>,
     /// With `--remote`: sign every memo entry written to the remote with this ed25519 secret key file
     /// (`tessera store keygen` makes one; mode 0600). Default: $TESSERA_REMOTE_SIGNING_KEY.
     #[arg(long, env = tessera_store::SIGNING_KEY_ENV, value_name = "FILE")]
@@ -122,6 +135,8 @@ impl BuildOptions {
                 options: self.remote_options(),
                 signing_key: self.remote_signing_key.clone(),
                 trust: self.remote_trust.clone(),
+                credentials: self.remote_credentials.clone(),
+                ca: self.remote_ca.clone(),
             }),
         }
     }
@@ -147,17 +162,28 @@ impl BuildOptions {
         })
     }
 
-    /// How the remote tier is used: `--remote-read-only`, `--remote-timeout-ms`.
+    /// How the remote tier is used: `--remote-read-only`, `--remote-timeout-ms` (the credentials, CA file and
+    /// S3 settings are added when the store is opened: [`RemoteRequest`]).
     pub fn remote_options(&self) -> RemoteOptions {
-        RemoteOptions { read_only: self.remote_read_only, timeout: std::time::Duration::from_millis(self.remote_timeout_ms) }
+        RemoteOptions { read_only: self.remote_read_only, timeout: std::time::Duration::from_millis(self.remote_timeout_ms), ..Default::default() }
     }
 }
 
 /// `--remote-timeout-ms`'s default: the store's [`tessera_store::DEFAULT_REMOTE_TIMEOUT`].
 pub const DEFAULT_REMOTE_TIMEOUT_MS: u64 = tessera_store::DEFAULT_REMOTE_TIMEOUT.as_millis() as u64;
 
-fn parse_remote(s: &str) -> Result<RemoteUrl, String> {
-    s.parse::<RemoteUrl>().map_err(|e| e.to_string())
+/// Parses `--remote`. Not a plain `value_parser` function: clap would show the rejected value in its error, and
+/// a URL refused for carrying a password must not be shown; the store's error shows it masked.
+#[derive(Clone)]
+struct RemoteUrlParser;
+
+impl clap::builder::TypedValueParser for RemoteUrlParser {
+    type Value = RemoteUrl;
+    fn parse_ref(&self, cmd: &clap::Command, _: Option<&clap::Arg>, value: &std::ffi::OsStr) -> Result<RemoteUrl, clap::Error> {
+        let fail = |msg: String| clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("--remote: {msg}\n")).with_cmd(cmd);
+        let s = value.to_str().ok_or_else(|| fail("the URL is not valid UTF-8".into()))?;
+        s.parse::<RemoteUrl>().map_err(|e| fail(e.to_string()))
+    }
 }
 
 /// Parses `--shape NAME=DxD` arguments into input name -> dims; an input given twice is an error.

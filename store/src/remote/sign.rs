@@ -226,11 +226,7 @@ impl Remote {
     /// inspection).
     pub fn memo_record_raw(&self, stage: &str, key: &Digest) -> Result<Option<Vec<u8>>> {
         let path = Self::memo_path(stage, key);
-        match self.op.read(&path) {
-            Ok(b) => Ok(Some(b.to_vec())),
-            Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(self.failed(format!("reading memo entry {path}"), e)),
-        }
+        self.service.read(&path).map_err(|e| self.failed(format!("reading memo entry {path}"), e))
     }
 
     /// Writes raw bytes as the memo record for (stage, key): what any writer of the server can do, which is
@@ -238,7 +234,7 @@ impl Remote {
     pub fn put_memo_record_raw(&self, stage: &str, key: &Digest, bytes: &[u8]) -> Result<()> {
         self.check_writable("memo record")?;
         let path = Self::memo_path(stage, key);
-        self.op.write(&path, bytes.to_vec()).map_err(|e| self.failed(format!("writing memo entry {path}"), e))?;
+        self.service.write(&path, bytes).map_err(|e| self.failed(format!("writing memo entry {path}"), e))?;
         Ok(())
     }
 }
