@@ -126,9 +126,9 @@ pub fn compile_models(ctx: &Ctx, jobs: &[ModelJob], on_model: &(dyn Fn(&ModelRes
 
 /// Compiles one model; the artifact stays in the store (see [`ModelResult::artifact`]).
 pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
-    // Before the build reads the model: the digest names what was compiled.
-    let origin = ModelOrigin::of(job)?;
     let PlannedModel { doc, plan_digest, plan, graph } = plan_model(ctx, job)?;
+    // After the load stage read the model, so a file it cannot read is reported by it, as every build reports it.
+    let origin = ModelOrigin::of(job)?;
     let built = build_artifact(ctx, &plan_digest, &plan, &|| graph.get()).with_context(|| format!("model {}", job.name))?;
 
     let (mut by_backend, mut tuned_configs) = (BTreeMap::new(), BTreeMap::new());
