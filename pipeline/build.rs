@@ -7,10 +7,11 @@
 //! repository). It never reaches a key or the store: only the stamped section holds it, so an incremental
 //! build, a rebuild at another commit and a build outside git all produce the same payloads.
 //!
-//! Rebuild triggers: the script runs again when HEAD moves (HEAD, the branch ref it names, packed-refs) or a
-//! compiled source changes (the `SOURCES` below, the same paths whose changes mark the revision dirty), and not
-//! otherwise: an edit to a test or a README does not rebuild the CLI. In a `git worktree` `.git` is a file;
-//! `git rev-parse --git-path` finds HEAD in the worktree's own folder and refs in the common one.
+//! Rebuild triggers: the script runs again when HEAD moves (HEAD, its reflog, the branch ref it names,
+//! packed-refs) or a compiled source changes (the `SOURCES` below, the same paths whose changes mark the
+//! revision dirty), and not otherwise: an edit to a test or a README does not rebuild the CLI, nor does a
+//! commit in another worktree of the same repository. In a `git worktree` `.git` is a file; `git rev-parse
+//! --git-path` finds HEAD and its reflog in the worktree's own folder and refs in the common one.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,7 +67,12 @@ fn git_revision(root: &Path) -> Option<String> {
         return None;
     }
     let commit = git(root, &["rev-parse", "--verify", "HEAD"])?;
-    let mut watched = vec![git(root, &["rev-parse", "--git-path", "HEAD"])?, git(root, &["rev-parse", "--git-path", "packed-refs"])?];
+    // HEAD's reflog moves with every commit, checkout or reset in this worktree (only), even where the branch
+    // lives in packed-refs and a commit creates its loose ref, a file that did not exist to be watched.
+    let mut watched = vec![];
+    for p in ["HEAD", "logs/HEAD", "packed-refs"] {
+        watched.push(git(root, &["rev-parse", "--git-path", p])?);
+    }
     if let Some(branch) = git(root, &["symbolic-ref", "-q", "HEAD"]) {
         watched.push(git(root, &["rev-parse", "--git-path", &branch])?);
     }
