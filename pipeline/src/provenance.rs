@@ -69,9 +69,14 @@ pub struct BuildRecord {
 
 impl BuildRecord {
     /// The record of a build under `ctx`. A frozen build for another GPU (`--measured-on`) records that GPU's
-    /// fingerprint, which its tune and partition keys hold instead of this machine's.
+    /// fingerprint, which its tune and partition keys hold instead of this machine's; a baseline build the
+    /// backend it preferred.
     pub fn of(ctx: &Ctx) -> Result<BuildRecord> {
         let mut options = BTreeMap::new();
+        // A single-backend baseline build (the backend preferred is in its partition keys).
+        if let Some(backend) = &ctx.prefer {
+            options.insert("prefer".to_string(), backend.clone());
+        }
         if gpu_assumed() {
             if let Some(DeviceFingerprint::Gpu(fp)) = gpu_fingerprint() {
                 options.insert("measured_on".to_string(), serde_json::to_string(&fp)?);
@@ -128,4 +133,45 @@ pub fn write_artifact(store: &Store, d: &Digest, provenance: &Provenance, path: 
     }
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     Ok(std::fs::metadata(path)?.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memo::Memo;
+    use crate::zoo::{all_backends, resolve_targets};
+    use tessera_stages::context::CostMode;
+    use tessera_store::OpenOptions;
+
+    #[test]
+    fn the_record_holds_what_reached_a_key_and_the_model_its_own_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), OpenOptions::writable()).unwrap();
+        let memo = Memo::new(&store);
+        let backends = all_backends();
+        let targets = resolve_targets(&["cpu -compiler=gemm".into()], &backends).unwrap();
+        let ctx = Ctx::new(&memo, &targets, &backends).with_costs(CostMode::Analytical).with_prefer(Some("gemm".into()));
+        let source = SourceModel { kind: "onnx".into(), name: "m.onnx".into(), digest: Blake3([3; 32]) };
+        let origin = ModelOrigin { source: source.clone(), options: [("shape.x".to_string(), "1x3".to_string())].into() };
+        let p = BuildRecord::of(&ctx).unwrap().provenance(&origin);
+        assert_eq!((p.tessera_version.as_str(), p.source_revision.as_str(), &p.source), (VERSION, SOURCE_REVISION, &source));
+        // The set's canonical targets (the fallback `c` added), in set order.
+        assert_eq!(p.targets, targets.targets.iter().map(|t| t.canonical()).collect::<Vec<_>>());
+        assert_eq!(p.targets.len(), 2);
+        assert_eq!((p.precision.as_str(), p.costs.as_str()), ("fp32", "analytical"));
+        let options: Vec<(&str, &str)> = p.options.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(options, [("prefer", "gemm"), ("shape.x", "1x3")]);
+    }
+
+    #[test]
+    fn a_fixture_is_named_by_its_spec_and_digested_by_its_recipe() {
+        let job = crate::explain::parse_fixture_spec("fixture:bert-tiny:b2:s16").unwrap();
+        let o = ModelOrigin::of(&job).unwrap();
+        assert_eq!((o.source.kind.as_str(), o.source.name.as_str()), ("fixture", "fixture:bert-tiny:b2:s16"));
+        let recipe = tessera_stages::load::GraphSource::recipe(&job).unwrap().unwrap();
+        assert_eq!(o.source.digest, Blake3(recipe.0));
+        assert!(o.options.is_empty());
+        // The spec parses back to the same job: `tessera explain` can be given it.
+        assert_eq!(crate::explain::parse_fixture_spec(&o.source.name).unwrap().name, job.name);
+    }
 }

@@ -63,7 +63,8 @@ pub struct Provenance {
     /// Where partition costs came from: `measured`, `analytical`, or `recorded` (a frozen build).
     pub costs: String,
     /// Every other build option that reached a key, by name: ONNX input shapes (`shape.NAME` = `1x128`), the
-    /// GPU a frozen build's records were measured on (`measured_on`). Fixture options are in the source name.
+    /// GPU a frozen build's records were measured on (`measured_on`, its fingerprint as JSON), the backend a
+    /// single-backend baseline build preferred (`prefer`). Fixture options are in the source name.
     pub options: BTreeMap<String, String>,
 }
 
