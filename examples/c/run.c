@@ -2,9 +2,10 @@
  *
  *   run MODEL.tsr INDIR OUTDIR
  *
- * Prints the model's inputs and outputs, reads input i's raw little-endian bytes from INDIR/i.bin, runs the
- * model, and writes output o's bytes to OUTDIR/o.bin. Then shows two errors the API reports instead of
- * crashing: a run missing its inputs, and a file that is not there.
+ * Prints how the artifact was built (its provenance, as JSON) and the model's inputs and outputs, reads
+ * input i's raw little-endian bytes from INDIR/i.bin, runs the model, and writes output o's bytes to
+ * OUTDIR/o.bin. Then shows two errors the API reports instead of crashing: a run missing its inputs, and a
+ * file that is not there.
  *
  * Build (see runtime-c/tests/c_program.rs, which does this):
  *   cc run.c -I runtime-c/include -L target/release -ltessera_runtime_c -Wl,-rpath,target/release -o run
@@ -54,6 +55,8 @@ int main(int argc, char **argv) {
     TesseraModel *model = NULL;
     if (tessera_model_load(argv[1], &model) != TESSERA_STATUS_OK) return fail("load");
     printf("tessera %s, model %s\n", tessera_version(), tessera_model_name(model));
+    const char *provenance = tessera_model_provenance_json(model);
+    printf("provenance %s\n", provenance ? provenance : "(not recorded)");
 
     size_t n_in = tessera_model_input_count(model), n_out = tessera_model_output_count(model);
     TesseraTensor *inputs = calloc(n_in, sizeof *inputs);

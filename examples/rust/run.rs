@@ -1,4 +1,4 @@
-//! Loads an artifact, prints its inputs and outputs, and runs it from several threads at once on one
+//! Loads an artifact, prints how it was built and its inputs and outputs, and runs it from several threads at once on one
 //! loaded model: `cargo run --release -p tessera-runtime --example run -- MODEL.tsr [THREADS]`.
 //!
 //! Inputs are filled with a ramp (floats) or zeros (integers, always a valid token id or index), so the
@@ -13,6 +13,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let model = Model::load(&path)?;
     println!("model {} ({} of weights, {} per concurrent run)", model.name(), mib(model.weight_bytes() as u64), mib(model.session_bytes()));
+    match model.provenance() {
+        Some(p) => println!("  built by tessera {} ({}) from {} {}, costs {}, for {}", p.tessera_version, p.source_revision, p.source.kind, p.source.name, p.costs, p.targets.join("; ")),
+        None => println!("  provenance not recorded"),
+    }
     for d in model.inputs() {
         println!("  input  {} {} {:?}", d.name, d.dtype, d.shape);
     }

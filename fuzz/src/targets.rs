@@ -391,7 +391,8 @@ fn frame(body: &[u8], data: &[u8]) -> Vec<u8> {
     let data_start = (HEADER_LEN + body.len()).div_ceil(64) * 64;
     let mut out = Vec::with_capacity(data_start + data.len());
     out.extend_from_slice(b"TESSERA\x1a");
-    out.extend_from_slice(&1u32.to_le_bytes());
+    // The version the reader reads (a stale number here would stop every framed case at the version check).
+    out.extend_from_slice(&tessera_kernels::artifact::FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&(body.len() as u64).to_le_bytes());
     out.extend_from_slice(&(data.len() as u64).to_le_bytes());
@@ -404,17 +405,31 @@ fn frame(body: &[u8], data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// (body bytes, data section) of a well-formed artifact.
-fn unframe(a: &[u8]) -> (&[u8], &[u8]) {
+/// (body bytes, data section, provenance section) of a well-formed artifact (seeds are written by the
+/// pipeline, with provenance).
+fn unframe(a: &[u8]) -> (&[u8], &[u8], &[u8]) {
     let body_len = u64::from_le_bytes(a[16..24].try_into().unwrap()) as usize;
+    let data_len = u64::from_le_bytes(a[24..32].try_into().unwrap()) as usize;
     let data_start = (HEADER_LEN + body_len).div_ceil(64) * 64;
-    (&a[HEADER_LEN..HEADER_LEN + body_len], &a[data_start..])
+    (&a[HEADER_LEN..HEADER_LEN + body_len], &a[data_start..data_start + data_len], &a[data_start + data_len..])
+}
+
+/// A provenance section around `encoding` (the layout of kernels/src/artifact/provenance.rs), with a correct
+/// length and digest.
+fn provenance_section(encoding: &[u8]) -> Vec<u8> {
+    let mut s = Vec::with_capacity(48 + encoding.len());
+    s.extend_from_slice(&tessera_kernels::artifact::provenance::PROVENANCE_VERSION.to_le_bytes());
+    s.extend_from_slice(&0u32.to_le_bytes());
+    s.extend_from_slice(&(encoding.len() as u64).to_le_bytes());
+    s.extend_from_slice(blake3::hash(encoding).as_bytes());
+    s.extend_from_slice(encoding);
+    s
 }
 
 fn gen_artifact(rng: &mut Rng, c: &Corpus) -> Vec<u8> {
     let seed = rng.pick(&c.artifacts);
-    let (body, data) = unframe(seed);
-    match rng.below(4) {
+    let (body, data, section) = unframe(seed);
+    match rng.below(5) {
         // Raw damage: the digest check (or the length check) must catch it.
         0 => {
             let mut b = seed.clone();
@@ -430,6 +445,17 @@ fn gen_artifact(rng: &mut Rng, c: &Corpus) -> Vec<u8> {
                 mutate_bytes(rng, &mut d, &[]);
             }
             frame(&b, &d)
+        }
+        // A damaged provenance section behind a correct section digest (or not): its decoder sees it.
+        4 => {
+            let mut encoding = section.get(48..).unwrap_or_default().to_vec();
+            mutate_bytes(rng, &mut encoding, &[]);
+            let mut b = seed[..seed.len() - section.len()].to_vec();
+            b.extend_from_slice(&provenance_section(&encoding));
+            if rng.one_in(4) {
+                mutate_bytes(rng, &mut b, &[]);
+            }
+            b
         }
         // A structurally hostile body (decoded, fields changed, re-encoded) behind a correct digest.
         _ => {

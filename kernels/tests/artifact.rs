@@ -5,7 +5,8 @@ mod common;
 
 use common::*;
 use std::sync::OnceLock;
-use tessera_kernels::artifact::{plan::Lifetime, slot_bytes, Artifact, ArtifactErrorKind, Buf};
+use tessera_kernels::artifact::provenance::with_provenance;
+use tessera_kernels::artifact::{plan::Lifetime, slot_bytes, Artifact, ArtifactErrorKind, Blake3, Buf, Provenance, SourceModel};
 use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
 use tessera_kernels::runtime::Executable;
 use tessera_stages::backend::{Module};
@@ -232,6 +233,37 @@ fn every_byte_flip_is_an_error() {
     let bytes = link(&mlp()).unwrap();
     let mut v = bytes.clone();
     for i in 0..bytes.len() {
+        let bit = 1u8 << (i % 8);
+        v[i] ^= bit;
+        assert!(Artifact::read(&v).is_err(), "flipping bit {} of byte {i} was accepted", i % 8);
+        v[i] ^= bit;
+    }
+    assert!(Artifact::read(&v).is_ok());
+}
+
+/// The same on an artifact with provenance stamped on (the payload's own bytes are covered above): every
+/// truncation from the payload's end on, and every bit of the header and the section, is an error.
+#[test]
+fn every_damage_to_a_stamped_artifact_is_an_error() {
+    let payload = link(&mlp()).unwrap();
+    let p = Provenance {
+        tessera_version: "0.1.0".into(),
+        source_revision: "unknown".into(),
+        source: SourceModel { kind: "fixture".into(), name: "fixture:mlp3:b2".into(), digest: Blake3([1; 32]) },
+        targets: vec!["cpu -compiler=c".into()],
+        precision: "fp32".into(),
+        costs: "analytical".into(),
+        options: Default::default(),
+    };
+    let bytes = with_provenance(&payload, &p).unwrap();
+    let a = Artifact::read(&bytes).unwrap();
+    assert_eq!((a.provenance.as_ref(), a.payload_digest(), a.data()), (Some(&p), Blake3::of(&payload), Artifact::read(&payload).unwrap().data()));
+    for len in payload.len()..bytes.len() {
+        let e = Artifact::read(&bytes[..len]).err().unwrap_or_else(|| panic!("a {len}-byte prefix was accepted"));
+        assert!(e.to_string().starts_with("artifact <memory>: provenance section: "), "{e}");
+    }
+    let mut v = bytes.clone();
+    for i in (0..64).chain(payload.len()..bytes.len()) {
         let bit = 1u8 << (i % 8);
         v[i] ^= bit;
         assert!(Artifact::read(&v).is_err(), "flipping bit {} of byte {i} was accepted", i % 8);

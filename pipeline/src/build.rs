@@ -13,6 +13,7 @@ use tessera_stages::build::{plan_model, PlannedModel};
 use tessera_stages::load::GraphSource;
 pub use tessera_stages::context::Ctx;
 use tessera_stages::ir::Graph;
+use crate::provenance::ModelOrigin;
 use tessera_store::{canonical_digest, Digest};
 
 /// Where a model comes from.
@@ -35,7 +36,10 @@ pub struct ModelResult {
     pub name: String,
     pub graph: Digest,
     pub plan: Digest,
+    /// The artifact's payload digest: the store's object, as the linker wrote it (the file written from it
+    /// also records provenance; see `tessera_kernels::artifact::provenance`).
     pub artifact: Digest,
+    /// The payload's size.
     pub artifact_bytes: u64,
     pub partitions: usize,
     /// Partitions per backend name.
@@ -52,6 +56,9 @@ pub struct ModelResult {
     /// Every object the build uses (graph document, constants, plan, kernels, modules, artifact), for gc roots.
     #[serde(skip)]
     pub objects: Vec<Digest>,
+    /// Where the model came from, for the provenance its artifact file records.
+    #[serde(skip)]
+    pub origin: ModelOrigin,
 }
 
 /// Imports or builds a model's graph and runs the graph passes every stage expects.
@@ -120,6 +127,8 @@ pub fn compile_models(ctx: &Ctx, jobs: &[ModelJob], on_model: &(dyn Fn(&ModelRes
 /// Compiles one model; the artifact stays in the store (see [`ModelResult::artifact`]).
 pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
     let PlannedModel { doc, plan_digest, plan, graph, .. } = plan_model(ctx, job)?;
+    // After the load stage read the model, so a file it cannot read is reported by it, as every build reports it.
+    let origin = ModelOrigin::of(job)?;
     let built = build_artifact(ctx, &plan_digest, &plan, &|| graph.get()).with_context(|| format!("model {}", job.name))?;
 
     let (mut by_backend, mut tuned_configs) = (BTreeMap::new(), BTreeMap::new());
@@ -151,5 +160,6 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
         estimated_us: plan.estimated_us(),
         cost_source: plan.cost_source.clone(),
         objects,
+        origin,
     })
 }

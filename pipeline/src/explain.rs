@@ -5,6 +5,7 @@
 //! plan's node indices refer to, never the partitioner itself: whichever partitioner produced the plan (rules
 //! today, the Collage search tomorrow), the report shows what the compiled artifact will execute.
 
+pub mod artifact;
 pub mod svg;
 
 use crate::build::{Ctx, ModelJob, ModelSource};

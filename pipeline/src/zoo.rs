@@ -3,6 +3,7 @@
 
 use crate::build::{compile_models, Ctx, ModelJob, ModelResult, ModelSource};
 use crate::memo::{Memo, RunStageStats};
+use crate::provenance::{write_artifact, BuildRecord};
 use tessera_stages::context::CostMode;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -137,7 +138,10 @@ pub struct FailedModel {
 pub struct ArtifactRow {
     pub model: String,
     pub path: PathBuf,
+    /// The payload digest (the store's artifact object, as the linker wrote it): the file at `path` is that
+    /// payload with provenance stamped on, so its own blake3 differs; `tessera inspect` shows both.
     pub digest: Digest,
+    /// The file's size.
     pub bytes: u64,
     pub partitions: usize,
     pub partitions_by_backend: BTreeMap<String, usize>,
@@ -150,7 +154,8 @@ pub struct ArtifactRow {
     pub kernels: BTreeSet<(String, Digest)>,
 }
 
-/// Compiles every job in parallel, writes `out/<name>.tsr`, records a gc root per model, and summarizes.
+/// Compiles every job in parallel, writes `out/<name>.tsr` (the linker's payload with the build's provenance
+/// stamped on), records a gc root per model, and summarizes.
 pub fn compile_all(
     memo: &Memo,
     targets: &TargetSet,
@@ -182,16 +187,17 @@ pub fn compile_all_in(memo: &Memo, ctx: &Ctx, jobs: &[ModelJob], out: &Path, on_
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating output folder {}", out.display()))?;
     let store = memo.store();
+    let record = BuildRecord::of(ctx)?;
     let mut rows = Vec::new();
     for r in &results {
         let path = out.join(format!("{}.tsr", r.name));
-        write_artifact(store, &r.artifact, &path)?;
+        let bytes = write_artifact(store, &r.artifact, &record.provenance(&r.origin), &path)?;
         store.set_root(&format!("model:{}", r.name), &r.objects)?;
         rows.push(ArtifactRow {
             model: r.name.clone(),
             path,
             digest: r.artifact,
-            bytes: r.artifact_bytes,
+            bytes,
             partitions: r.partitions,
             partitions_by_backend: r.partitions_by_backend.clone(),
             tuned_configs: r.tuned_configs.clone(),
@@ -217,26 +223,4 @@ pub fn compile_all_in(memo: &Memo, ctx: &Ctx, jobs: &[ModelJob], out: &Path, on_
         remote: store.remote_stats(),
         evicted: None,
     })
-}
-
-/// Copies an artifact out of the store atomically (temp file + rename), so a reader never sees half a file.
-/// A file already holding exactly these bytes (same size and blake3) is left alone: rebuilding an unchanged
-/// zoo rewrites nothing.
-fn write_artifact(store: &tessera_store::Store, d: &Digest, path: &Path) -> Result<()> {
-    if let (Ok(meta), Some(size)) = (std::fs::metadata(path), store.objects().size_of(d)) {
-        if meta.is_file() && meta.len() == size {
-            let mut h = blake3::Hasher::new();
-            if h.update_mmap_rayon(path).is_ok() && Digest::from(h.finalize()) == *d {
-                return Ok(());
-            }
-        }
-    }
-    let tmp = path.with_extension("tsr.tmp");
-    {
-        let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        store.get_to_writer(d, &mut f)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
 }

@@ -1,6 +1,7 @@
 //! Logs and CLI habits, through the binary: warnings logged with `tracing` reach stderr by default, `-v` shows
 //! each stage executed and `-vv` the cache hits, `-q` silences warnings and progress, `$TESSERA_LOG` overrides,
-//! and `tessera completions SHELL` prints a completion script.
+//! `tessera completions SHELL` prints a completion script, and every command that reports prints JSON with
+//! `--json`.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -76,8 +77,8 @@ fn completions_are_printed_for_each_shell() {
     }
 }
 
-/// `--json` on the store commands that report (gc, export, import; stats and verify had it): one JSON object
-/// each, with the report's counts.
+/// `--json` on the store commands that report (gc, export, import, config, keygen; stats and verify had it):
+/// one JSON object each, with the report's counts.
 #[test]
 fn store_reports_are_json_on_request() {
     let tmp = tempfile::tempdir().unwrap();
@@ -96,4 +97,45 @@ fn store_reports_are_json_on_request() {
     let gc = json(&["store", "gc", "--store", "s2", "--dry-run", "--json"]);
     assert_eq!((gc["dry_run"].as_bool(), gc["roots"].as_u64()), (Some(true), Some(1)), "{gc}");
     assert_eq!(gc["objects_kept"], export["objects"], "{gc}");
+    assert_eq!(json(&["store", "config", "--store", "s2", "--json"]), serde_json::json!({ "max_size": null }));
+    assert_eq!(json(&["store", "config", "--store", "s2", "--max-size", "2M", "--json"]), serde_json::json!({ "max_size": 2 << 20 }));
+    let keys = json(&["store", "keygen", "--out", "keys", "--json"]);
+    for k in ["secret_key", "public_key"] {
+        assert!(t.join(keys[k].as_str().unwrap()).is_file(), "{keys}");
+    }
+}
+
+/// `tessera run --json`: the runner, the time, and every input and output with its type and file; drawn
+/// inputs with their seed. The files are those the text report names.
+#[test]
+fn run_reports_are_json_on_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let mut a: Vec<&str> = COMPILE.to_vec();
+    a.push("o");
+    tessera(&a, t, &[]);
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = tessera(args, t, &[]);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    let r = json(&["run", "o/mlp3-b1.tsr", "--out", "r1", "--seed", "4", "--json"]);
+    assert_eq!((r["model"].as_str(), r["runner"].as_str()), (Some("o/mlp3-b1.tsr"), Some("artifact")), "{r}");
+    assert!(r["seconds"].as_f64().unwrap() > 0.0, "{r}");
+    let input = &r["inputs"][0];
+    assert_eq!((input["name"].as_str(), input["type"].as_str(), input["seed"].as_u64()), (Some("input"), Some("f32[1x784]"), Some(4)), "{r}");
+    let output = &r["outputs"][0];
+    assert_eq!((output["name"].as_str(), output["type"].as_str()), (Some("logits"), Some("f32[1x10]")), "{r}");
+    for f in [&input["file"], &output["file"]] {
+        assert!(t.join(f.as_str().unwrap()).is_file(), "{r}");
+    }
+    // A given input has no seed; the run reproduces the outputs.
+    let given = format!("input={}", input["file"].as_str().unwrap());
+    let r2 = json(&["run", "o/mlp3-b1.tsr", "--out", "r2", "--input", &given, "--json"]);
+    assert_eq!(r2["inputs"][0]["seed"], serde_json::Value::Null, "{r2}");
+    assert_eq!(r2["inputs"][0]["file"], input["file"]);
+    let read = |v: &serde_json::Value| std::fs::read(t.join(v.as_str().unwrap())).unwrap();
+    assert!(read(&r2["outputs"][0]["file"]) == read(&output["file"]));
+    // The text report names the same files.
+    let text = String::from_utf8(tessera(&["run", "o/mlp3-b1.tsr", "--out", "r1", "--seed", "4"], t, &[]).stdout).unwrap();
+    assert!(text.contains(output["file"].as_str().unwrap()) && text.contains("drawn from seed 4"), "{text}");
 }

@@ -11,7 +11,7 @@ mod common {
     pub mod cli;
 }
 
-use common::cli::{failure, ok, tessera};
+use common::cli::{failure, json, ok, tessera};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -37,8 +37,9 @@ fn artifact_digests(summary: &str) -> std::collections::BTreeMap<String, String>
         .collect()
 }
 
-fn artifact(out: &Path, model: &str) -> Vec<u8> {
-    std::fs::read(out.join(format!("{model}.tsr"))).unwrap_or_else(|e| panic!("{model}.tsr in {}: {e}", out.display()))
+/// `tessera inspect --json` of `out/<model>.tsr` (run in `cwd`).
+fn inspect(out: &Path, model: &str, cwd: &Path) -> Value {
+    json(&["inspect", out.join(format!("{model}.tsr")).to_str().unwrap(), "--json"], cwd)
 }
 
 const MODEL: &str = "fixture:mlp3:b2";
@@ -79,7 +80,14 @@ fn a_frozen_build_rebuilds_the_measured_artifact_from_exported_records_and_lists
     assert_eq!(executions(&frozen, "tune"), 0, "{frozen}");
     assert_eq!(executions(&frozen, "time-plans"), 0, "{frozen}");
     assert_eq!(executions(&frozen, "partition"), 1, "the plan must be searched again from the records: {frozen}");
-    assert!(artifact(&t.join("out-a"), "mlp3-b2") == artifact(&t.join("out-b"), "mlp3-b2"), "the frozen build's artifact differs from the measured build's");
+    // The same payload, byte for byte; the files differ in their provenance only, which says how each was built.
+    let (a, b) = (inspect(&t.join("out-a"), "mlp3-b2", t), inspect(&t.join("out-b"), "mlp3-b2", t));
+    assert_eq!(a["payload_digest"], b["payload_digest"], "the frozen build's artifact differs from the measured build's");
+    assert_eq!(artifact_digests(&frozen)["mlp3-b2"], b["payload_digest"].as_str().unwrap());
+    assert_eq!((a["provenance"]["costs"].as_str(), b["provenance"]["costs"].as_str()), (Some("measured"), Some("recorded")));
+    let mut same = b["provenance"].clone();
+    same["costs"] = a["provenance"]["costs"].clone();
+    assert_eq!(same, a["provenance"]);
 }
 
 #[test]
@@ -150,7 +158,28 @@ fn a_gpu_build_rebuilds_on_the_cpu_from_its_records() {
              change since the fixture was recorded also changes the bytes: record it again with scripts/gpu/record_frozen.sh",
             expected["recorded"]
         );
+        // The file written is that payload with this build's provenance: the held-out records' build, frozen,
+        // for the GPU that measured them, from this tessera.
+        let d = inspect(&t.join("out"), model, t);
+        assert_eq!(d["payload_digest"], *digest, "{model}");
+        let p = &d["provenance"];
+        assert_eq!(p["source_revision"], tessera::provenance::SOURCE_REVISION);
+        assert_eq!(p["costs"], "recorded", "{model}");
+        assert_eq!(p["precision"], "fp16", "{model}");
+        let canonical: Vec<String> = expected["targets"].as_array().unwrap().iter().map(|t| canonical_targets(t.as_str().unwrap())).collect();
+        let recorded: Vec<&str> = p["targets"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        assert!(canonical.iter().all(|c| recorded.contains(&c.as_str())), "{model}: {recorded:?} lacks one of {canonical:?}");
+        let fingerprint: Value = serde_json::from_str(p["options"]["measured_on"].as_str().expect("measured_on")).unwrap();
+        let given: Value = serde_json::from_str(&std::fs::read_to_string(fixture.join("gpu.json")).unwrap()).unwrap();
+        assert_eq!(fingerprint, given, "{model}");
+        let source = format!("fixture:{}", model.replace('-', ":"));
+        assert_eq!(p["source"]["name"], source.as_str(), "{model}");
     }
+}
+
+/// The canonical form of one target (every attribute present), as the build records it.
+fn canonical_targets(target: &str) -> String {
+    tessera_stages::target::Target::parse(target).unwrap().canonical()
 }
 
 /// `--frozen` never falls back to estimates: on a machine without the GPU a target names, and without

@@ -153,6 +153,14 @@ impl Model {
         describe(self.inner.outputs())
     }
 
+    /// How the artifact was built, as a dict (the JSON the C API gives, parsed: digests as hex), or `None` for
+    /// an artifact written before tessera recorded provenance.
+    #[getter]
+    fn provenance<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(json) = self.inner.provenance_json() else { return Ok(None) };
+        Ok(Some(py.import("json")?.call_method1("loads", (json,))?))
+    }
+
     /// Runs the model on `{input name: ndarray}` (every input, its exact dtype and shape) and returns
     /// `{output name: ndarray}` in model order. The GIL is released while the model runs.
     fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {

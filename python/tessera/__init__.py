@@ -3,6 +3,7 @@
     import tessera
     m = tessera.load("out/bert-tiny-b1-s128.tsr")     # digest checked before any code loads
     m.inputs                                           # [("input_ids", "int64", (1, 128)), ...]
+    m.provenance                                       # {"tessera_version": ..., "source": {...}, "targets": [...], ...}
     out = m.run({"input_ids": ids, "attention_mask": mask})   # {"last_hidden_state": ndarray, ...}
 
     paths = tessera.compile("model.onnx", "out", targets=["cpu"], costs="analytical")

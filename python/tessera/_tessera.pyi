@@ -2,7 +2,7 @@
 checks that they name exactly what the extension exports."""
 
 import os
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -25,6 +25,10 @@ class Model:
     def inputs(self) -> List[TensorDesc]: ...
     @property
     def outputs(self) -> List[TensorDesc]: ...
+    @property
+    def provenance(self) -> Optional[Dict[str, Any]]:
+        """How the artifact was built: tessera_version, source_revision, source (kind, name, digest), targets,
+        precision, costs, options; None for an artifact written before tessera recorded provenance."""
     def run(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]: ...
 
 def load(path: Union[str, os.PathLike]) -> Model: ...

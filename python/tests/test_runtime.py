@@ -4,6 +4,7 @@ scripts/test.sh builds and installs the wheel, compiles python/tests/zoo.toml in
 $TESSERA_BIN to the tessera binary; both are required (a missing one fails, it does not skip).
 """
 
+import json
 import os
 import re
 import subprocess
@@ -129,3 +130,21 @@ def test_bad_artifacts_raise_errors_naming_the_file(tmp_path):
         tessera.load(str(tampered))
     with pytest.raises(tessera.Error, match=r"missing\.tsr.*cannot read"):
         tessera.load(str(tmp_path / "missing.tsr"))
+
+
+def test_provenance_is_what_tessera_inspect_prints():
+    path = artifact("mlp3-b8")
+    p = tessera.load(str(path)).provenance
+    args = [str(env_path("TESSERA_BIN")), "inspect", str(path), "--json"]
+    inspected = json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
+    assert p == inspected["provenance"]
+    assert p["source"]["kind"] == "fixture" and p["source"]["name"] == "fixture:mlp3:b8"
+    assert re.fullmatch(r"[0-9a-f]{64}", p["source"]["digest"])
+    assert p["costs"] == "analytical" and p["precision"] == "fp32" and len(p["targets"]) == 2
+    assert p["tessera_version"] == tessera.__version__
+    # The payload alone (as the linker wrote it: no provenance section, flags 0) records none.
+    data = path.read_bytes()
+    body_len, data_len = int.from_bytes(data[16:24], "little"), int.from_bytes(data[24:32], "little")
+    payload_len = (64 + body_len + 63) // 64 * 64 + data_len
+    payload = data[:12] + bytes(4) + data[16:payload_len]
+    assert tessera.Model.from_bytes(payload).provenance is None

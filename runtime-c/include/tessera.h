@@ -133,6 +133,15 @@ void tessera_model_free(struct TesseraModel *model);
 // `model` is null or a live model.
 const char *tessera_model_name(const struct TesseraModel *model);
 
+// How the artifact was built, as one JSON object (lives as long as the model): `tessera_version`,
+// `source_revision`, `source` (`kind`, `name`, `digest` as hex), `targets`, `precision`, `costs`, `options`,
+// as `tessera inspect --json` prints under "provenance". Null if `model` is null or the artifact records no
+// provenance (written before tessera recorded it).
+//
+// # Safety
+// `model` is null or a live model.
+const char *tessera_model_provenance_json(const struct TesseraModel *model);
+
 // Number of inputs (0 if `model` is null).
 //
 // # Safety

@@ -98,6 +98,8 @@ pub struct TesseraModel {
     name: CString,
     inputs: Vec<Info>,
     outputs: Vec<Info>,
+    /// The provenance as JSON, made once at load so the pointer handed out lives as long as the model.
+    provenance: Option<CString>,
 }
 
 impl TesseraModel {
@@ -105,7 +107,9 @@ impl TesseraModel {
         let name = CString::new(model.name().replace('\0', " ")).unwrap_or_default();
         let inputs = model.inputs().iter().map(Info::new).collect();
         let outputs = model.outputs().iter().map(Info::new).collect();
-        TesseraModel { model, name, inputs, outputs }
+        // JSON escapes control characters, NUL included: the text holds none.
+        let provenance = model.provenance_json().map(|j| CString::new(j).unwrap_or_default());
+        TesseraModel { model, name, inputs, outputs, provenance }
     }
 }
 
@@ -216,6 +220,19 @@ pub unsafe extern "C" fn tessera_model_free(model: *mut TesseraModel) {
 pub unsafe extern "C" fn tessera_model_name(model: *const TesseraModel) -> *const c_char {
     // SAFETY: the caller's promise.
     guard_value(std::ptr::null(), || unsafe { model.as_ref() }.map(|m| m.name.as_ptr()))
+}
+
+/// How the artifact was built, as one JSON object (lives as long as the model): `tessera_version`,
+/// `source_revision`, `source` (`kind`, `name`, `digest` as hex), `targets`, `precision`, `costs`, `options`,
+/// as `tessera inspect --json` prints under "provenance". Null if `model` is null or the artifact records no
+/// provenance (written before tessera recorded it).
+///
+/// # Safety
+/// `model` is null or a live model.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_model_provenance_json(model: *const TesseraModel) -> *const c_char {
+    // SAFETY: the caller's promise.
+    guard_value(std::ptr::null(), || unsafe { model.as_ref() }.and_then(|m| m.provenance.as_ref()).map(|p| p.as_ptr()))
 }
 
 /// Number of inputs (0 if `model` is null).

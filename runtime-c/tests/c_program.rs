@@ -1,7 +1,8 @@
 //! The C API end to end: examples/c/run.c compiled with the system C compiler against the committed header,
 //! linked once against the shared library and once against the static one, run on zoo artifacts; its
 //! outputs must equal, byte for byte, those of `tessera run` (the CLI's own code, in this process) on the
-//! same inputs. It also reports two errors (a run without inputs, a missing file) as messages.
+//! same inputs, and the provenance it prints the one the Rust API gives. It also reports two errors (a run
+//! without inputs, a missing file) as messages.
 
 #[path = "../../runtime/tests/common/mod.rs"]
 mod common;
@@ -75,6 +76,9 @@ fn c_program_matches_tessera_run_linked_shared_and_static() {
             let stdout = String::from_utf8_lossy(&run.stdout);
             assert!(run.status.success(), "{name} ({kind}): run.c failed:\n{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
             assert!(stdout.contains(&format!("model {}", a.body.model)), "{stdout}");
+            // The provenance, as the Rust API gives it.
+            let provenance = tessera_runtime::Model::load(&path).unwrap().provenance_json().expect("the pipeline records provenance");
+            assert!(stdout.contains(&format!("provenance {provenance}\n")) && provenance.contains("\"costs\":\"analytical\""), "{stdout}");
             for (o, file) in want.iter().enumerate() {
                 let got = std::fs::read(out_dir.join(format!("{o}.bin"))).unwrap();
                 let want = npy::read(file).unwrap();

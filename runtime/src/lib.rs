@@ -18,6 +18,8 @@
 //!   digest, every index and bound) before any of its modules is loaded, refuse modules compiled for an
 //!   instruction set this CPU lacks, then load its modules and constants once.
 //! - [`Model::inputs`] / [`Model::outputs`]: names, dtypes and shapes ([`TensorInfo`]), in model order.
+//! - [`Model::provenance`] / [`Model::provenance_json`]: how the artifact was built ([`Provenance`]: tessera
+//!   version and source revision, source model and digest, targets, precision, costs, build options).
 //! - [`Model::run`] (outputs returned, one allocation each) and [`Model::run_into`] (outputs written into
 //!   the caller's buffers): inputs are borrowed and given by name ([`TensorView`]); every input must be
 //!   given once, with its exact dtype and shape.
@@ -45,3 +47,5 @@ pub use view::{Element, TensorView, TensorViewMut, Writable};
 
 /// Element types and returned tensors are the runtime's own: re-exported so applications need no other crate.
 pub use tessera_kernels::{DType, Tensor, TensorType};
+/// What an artifact records about how it was built.
+pub use tessera_kernels::artifact::{Blake3, Provenance, SourceModel};

@@ -5,7 +5,7 @@ use crate::error::{Error, ErrorKind};
 use crate::view::{TensorView, TensorViewMut};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
-use tessera_kernels::artifact::Artifact;
+use tessera_kernels::artifact::{Artifact, Provenance};
 use tessera_kernels::runtime::{Program, RuntimeError, Session};
 use tessera_kernels::{DType, Tensor, TensorType};
 
@@ -42,6 +42,7 @@ pub struct Model {
     program: Arc<Program>,
     inputs: Vec<TensorInfo>,
     outputs: Vec<TensorInfo>,
+    provenance: Option<Provenance>,
     /// Sessions not running now. A run takes one (or makes one when none is idle) and puts it back.
     idle: Mutex<Vec<Session>>,
 }
@@ -65,7 +66,7 @@ impl Model {
         let outputs = program.outputs().map(|(n, t)| TensorInfo::new(n, t)).collect();
         // One session up front: allocation failures show at load, and a first run allocates nothing.
         let first = Session::new(program.clone()).map_err(|e| Error::new(ErrorKind::Load, e.0))?;
-        Ok(Model { program, inputs, outputs, idle: Mutex::new(vec![first]) })
+        Ok(Model { program, inputs, outputs, provenance: a.provenance.clone(), idle: Mutex::new(vec![first]) })
     }
 
     /// The model's name (as compiled).
@@ -81,6 +82,19 @@ impl Model {
     /// The outputs, in model order (the order [`run`](Self::run) returns them in).
     pub fn outputs(&self) -> &[TensorInfo] {
         &self.outputs
+    }
+
+    /// How the artifact was built, as it records it: the tessera version and source revision, the source
+    /// model and its digest, the canonical targets, the precision, the costs and the build options that reached
+    /// a key. `None` for an artifact written before tessera recorded provenance.
+    pub fn provenance(&self) -> Option<&Provenance> {
+        self.provenance.as_ref()
+    }
+
+    /// [`provenance`](Self::provenance) as one JSON object (digests as hex), the form the C and Python APIs
+    /// give and `tessera inspect --json` prints under `"provenance"`.
+    pub fn provenance_json(&self) -> Option<String> {
+        self.provenance.as_ref().map(|p| serde_json::to_string(p).expect("provenance encodes as JSON"))
     }
 
     /// Whether the model runs on the GPU (then its runs take turns; see the crate documentation).

@@ -22,6 +22,36 @@ fn same_bits(what: &str, got: &[Tensor], want: &[Tensor]) {
     }
 }
 
+/// What the build recorded, through the Rust API: the compiling tessera, the fixture's spec and recipe digest,
+/// the canonical targets, fp32, analytical costs (tests/common compiles so); the JSON form says the same.
+#[test]
+fn provenance_is_what_the_build_recorded() {
+    let m = Model::load(artifact("mlp3-b8")).unwrap();
+    let p = m.provenance().expect("the pipeline records provenance");
+    assert_eq!((p.tessera_version.as_str(), p.source_revision.as_str()), (tessera::provenance::VERSION, tessera::provenance::SOURCE_REVISION));
+    let job = tessera::explain::parse_fixture_spec("fixture:mlp3:b8").unwrap();
+    assert_eq!(p.source, tessera::provenance::ModelOrigin::of(&job).unwrap().source);
+    assert_eq!((p.source.kind.as_str(), p.source.name.as_str()), ("fixture", "fixture:mlp3:b8"));
+    let targets = tessera::zoo::resolve_targets(&["cpu".into(), "cpu -compiler=gemm".into()], &tessera::zoo::all_backends()).unwrap();
+    assert_eq!(p.targets, targets.targets.iter().map(|t| t.canonical()).collect::<Vec<_>>());
+    assert_eq!((p.precision.as_str(), p.costs.as_str()), ("fp32", "analytical"));
+    assert!(p.options.is_empty(), "{:?}", p.options);
+
+    let json: serde_json::Value = serde_json::from_str(&m.provenance_json().unwrap()).unwrap();
+    assert_eq!(json["source"]["digest"], p.source.digest.to_hex());
+    assert_eq!(json["targets"].as_array().unwrap().len(), p.targets.len());
+    assert_eq!(json["costs"], "analytical");
+
+    // The same artifact as the linker wrote it (no provenance section, flags 0): it loads and runs, with none.
+    let bytes = std::fs::read(artifact("mlp3-b8")).unwrap();
+    let payload_len = Artifact::read(&bytes).unwrap().payload_len();
+    let mut payload = bytes[..payload_len].to_vec();
+    payload[12] = 0;
+    let plain = Model::from_bytes(&payload).unwrap();
+    assert_eq!((plain.provenance(), plain.provenance_json()), (None, None));
+    assert_eq!(plain.inputs(), m.inputs());
+}
+
 #[test]
 fn model_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}

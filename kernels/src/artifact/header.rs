@@ -1,10 +1,13 @@
 //! The fixed 64-byte header and the framing of body and data section (layout in the parent module's docs).
 
+use super::provenance::{decode_section, payload_len, Provenance, FLAG_PROVENANCE};
 use super::{align_up, ArtifactErrorKind, Body};
 
 /// First 8 bytes of every artifact. The 0x1a (DOS end-of-file) stops `type`/`more` from dumping the binary.
 pub const MAGIC: [u8; 8] = *b"TESSERA\x1a";
-/// Version of the file layout and the body encoding; bump on any change to either.
+/// Version of the payload's layout (header, body, data section) and the body encoding; bump on any change to
+/// either. The provenance section is announced by a header flag and has its own version
+/// ([`super::provenance::PROVENANCE_VERSION`]): adding it left every payload's bytes as they were.
 pub const FORMAT_VERSION: u32 = 3;
 /// Size of the header; the body starts here.
 pub const HEADER_LEN: usize = 64;
@@ -37,10 +40,19 @@ pub fn encode(body: &Body, data: &[u8]) -> Result<Vec<u8>, postcard::Error> {
     Ok(out)
 }
 
-/// Checks the header, lengths and digest, then decodes the body; returns it with the data section.
-/// Every header byte is checked (magic, version, zero flags, exact lengths, digest), so any change to it is
-/// detected.
-pub(crate) fn decode(bytes: &[u8]) -> Result<(Body, &[u8]), ArtifactErrorKind> {
+/// A decoded file: its body, its data section, and its provenance when the header says one follows.
+pub(crate) struct Decoded<'a> {
+    pub body: Body,
+    pub data: &'a [u8],
+    /// Where the payload ends (the data section's end): the section, if any, starts here.
+    pub payload_len: usize,
+    pub provenance: Option<Provenance>,
+}
+
+/// Checks the header, lengths and digest, then decodes the body, and the provenance section when the header's
+/// [`FLAG_PROVENANCE`] says one follows. Every header byte is checked (magic, version, known flags, exact
+/// lengths, digest), so any change to it is detected.
+pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded<'_>, ArtifactErrorKind> {
     if bytes.len() < HEADER_LEN {
         // A prefix of the magic is still worth telling apart from a file that is something else.
         if bytes.len() < MAGIC.len() && !MAGIC.starts_with(bytes) || bytes.len() >= MAGIC.len() && bytes[..8] != MAGIC {
@@ -56,22 +68,25 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(Body, &[u8]), ArtifactErrorKind> {
         return Err(ArtifactErrorKind::Version { found: version });
     }
     let flags = u32_at(bytes, 12);
-    if flags != 0 {
+    if flags & !FLAG_PROVENANCE != 0 {
         return Err(ArtifactErrorKind::Flags(flags));
     }
+    let stamped = flags & FLAG_PROVENANCE != 0;
     let body_len = u64_at(bytes, 16);
-    let data_len = u64_at(bytes, 24);
-    // Computed in u128 so absurd lengths from a corrupted header cannot overflow.
-    let data_start = (HEADER_LEN as u128 + body_len as u128).div_ceil(64) * 64;
-    let expected = data_start + data_len as u128;
-    if expected != bytes.len() as u128 {
-        return Err(ArtifactErrorKind::Length { expected: expected.min(u64::MAX as u128) as u64, actual: bytes.len() as u64 });
+    let actual = bytes.len() as u64;
+    // `None`: lengths beyond u64 (a corrupted header); never equal to a real file's length.
+    let payload_len = payload_len(bytes);
+    match payload_len {
+        // A stamped file ending exactly at the payload is refused below, naming the missing section.
+        Some(p) if p == actual || stamped && p < actual => {}
+        _ => return Err(ArtifactErrorKind::Length { expected: payload_len.unwrap_or(u64::MAX), actual }),
     }
-    if blake3::hash(&bytes[HEADER_LEN..]).as_bytes() != &bytes[32..64] {
+    let payload_len = payload_len.expect("checked above") as usize;
+    if blake3::hash(&bytes[HEADER_LEN..payload_len]).as_bytes() != &bytes[32..64] {
         return Err(ArtifactErrorKind::Digest);
     }
     let body_end = HEADER_LEN + body_len as usize;
-    let data_start = data_start as usize;
+    let data_start = align_up(body_end as u64) as usize;
     if bytes[body_end..data_start].iter().any(|&b| b != 0) {
         return Err(ArtifactErrorKind::Invalid("non-zero padding between body and data".into()));
     }
@@ -79,7 +94,14 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(Body, &[u8]), ArtifactErrorKind> {
     if !rest.is_empty() {
         return Err(ArtifactErrorKind::Invalid(format!("{} bytes after the body", rest.len())));
     }
-    Ok((body, &bytes[data_start..]))
+    let provenance = match stamped {
+        false => None,
+        true if payload_len == bytes.len() => {
+            return Err(ArtifactErrorKind::Provenance("the header announces one, but the file ends with the data section (truncated)".into()))
+        }
+        true => Some(decode_section(&bytes[payload_len..])?),
+    };
+    Ok(Decoded { body, data: &bytes[data_start..payload_len], payload_len, provenance })
 }
 
 #[cfg(test)]
@@ -105,10 +127,11 @@ mod tests {
     fn round_trip_and_alignment() {
         let data = vec![7u8; 100];
         let bytes = encode(&body(), &data).unwrap();
-        let (b, d) = decode(&bytes).unwrap();
-        assert_eq!(b, body());
-        assert_eq!(d, &data[..]);
-        assert_eq!((bytes.len() - d.len()) % 64, 0, "data section starts 64-byte aligned");
+        let d = decode(&bytes).unwrap();
+        assert_eq!(d.body, body());
+        assert_eq!(d.data, &data[..]);
+        assert_eq!((bytes.len() - d.data.len()) % 64, 0, "data section starts 64-byte aligned");
+        assert_eq!((d.payload_len, d.provenance), (bytes.len(), None));
     }
 
     #[test]

@@ -1,21 +1,25 @@
 //! The artifact file: one deployable file per model, written by the linker (`tessera_stages::link`, stage 5) and executed by
 //! the runtime ([`crate::runtime::Executable`]).
 //!
-//! # Format, version 2
+//! # Format, version 3
 //!
-//! All integers are little-endian. The file is three parts:
+//! All integers are little-endian. The file is the *payload* (header, body, data section), then, when the
+//! header's flag says so, a provenance section:
 //!
 //! ```text
 //! offset  size  field
 //! 0       8     magic                 b"TESSERA\x1a"
 //! 8       4     format version (u32)  FORMAT_VERSION
-//! 12      4     flags (u32)           0; any other value is refused (reserved for later versions)
+//! 12      4     flags (u32)           0, or FLAG_PROVENANCE (bit 0): a provenance section follows; other bits
+//!                                     are refused (reserved for later versions)
 //! 16      8     body length (u64)     B
 //! 24      8     data length (u64)     D
-//! 32      32    blake3 digest of every byte after the header (bytes 64..end)
+//! 32      32    blake3 digest of the payload after the header (bytes 64..P)
 //! 64      B     body: postcard encoding of `Body`
 //! 64+B    pad   zeros up to the next multiple of 64
-//! S       D     constant data section, S = align64(64 + B); the file ends exactly at S + D
+//! S       D     constant data section, S = align64(64 + B); the payload ends at P = S + D
+//! P       ...   with FLAG_PROVENANCE only: the provenance section (`provenance`); the file ends with it.
+//!               Without the flag the file ends exactly at P.
 //! ```
 //!
 //! The body ([`Body`]) holds the model name, its inputs and outputs (names, types), the static memory plan
@@ -29,7 +33,8 @@
 //! own copy of the arena, laid out by the same plan: a buffer lives at the same offset in both. Inputs and
 //! constants are present in both from the start; a value is written where its step runs, and the body's
 //! [`Transfer`]s say, explicitly, which values are copied to the other place before which step. Validation
-//! checks that every step reads only buffers present at its own place. Version 2 added the transfers.
+//! checks that every step reads only buffers present at its own place. Version 2 added the transfers; version
+//! 3 writes a module's format as its name and place.
 //!
 //! Why this shape: the header alone tells a reader whether it can read the rest (magic, version) and whether
 //! the rest is intact (lengths, digest), before anything is decoded. The body is small and decoded whole;
@@ -37,16 +42,23 @@
 //! upload) it in one transfer and hand out aligned pointers without touching each constant.
 //!
 //! Nothing in the file depends on when, where or by whom it was written: no timestamps, no paths, no hash-map
-//! order. The same `LinkInput` gives the same bytes. The body encoding is pinned by a test
+//! order. The same `LinkInput` gives the same payload; the same build (the same tessera, model, targets and
+//! options) gives the same provenance. The linker writes payloads only, and the store keeps those: provenance
+//! is stamped on when the pipeline writes the file, so no key has to hold the source revision (see
+//! [`provenance`] for why). The *payload digest* ([`Artifact::payload_digest`]), the blake3 of the file with
+//! the flag cleared and the section dropped, is the linker's output's digest, whether or not provenance was
+//! stamped on: the artifact's identity in the store, in `tessera compile --json` and in `fixtures/frozen`. The body encoding is pinned by a test
 //! (`format_is_pinned` in kernels/tests/artifact.rs); a change in any encoded type (including the IR's
 //! `TensorType` and the backends' `Module`) must bump [`FORMAT_VERSION`].
 //!
-//! Reading ([`Artifact::read`], [`Artifact::open`]) checks the magic, the version, the lengths, the digest,
-//! and then every index, type and bound of the body ([`validate`]): a truncated or corrupted file is an
-//! [`ArtifactError`] naming the file, never a panic.
+//! Reading ([`Artifact::read`], [`Artifact::open`]) checks the magic, the version, the flags, the lengths, the
+//! digest, then every index, type and bound of the body ([`validate`]), and the provenance section's version,
+//! length and digest: a truncated or corrupted file is an [`ArtifactError`] naming the file, never a panic.
+//! Artifacts written before provenance was recorded (flags 0) read as before, with no provenance.
 
 mod header;
 pub mod plan;
+pub mod provenance;
 mod validate;
 
 use serde::{Deserialize, Serialize};
@@ -56,6 +68,7 @@ use crate::module::{Module, Place};
 use crate::tensor::{Tensor, TensorType};
 
 pub use header::{FORMAT_VERSION, HEADER_LEN, MAGIC};
+pub use provenance::{Blake3, Provenance, SourceModel};
 pub use validate::arity;
 
 /// Alignment of every buffer offset, in the arena and in the data section, and of the memory the runtime
@@ -205,7 +218,7 @@ pub enum ArtifactErrorKind {
     BadMagic,
     #[error("format version {found} is not supported (this runtime reads version {FORMAT_VERSION})")]
     Version { found: u32 },
-    #[error("unknown flags {0:#x} in the header")]
+    #[error("unknown flags {0:#x} in the header (written by a newer tessera?)")]
     Flags(u32),
     #[error("file is {actual} bytes, the header promises {expected} (truncated or padded)")]
     Length { expected: u64, actual: u64 },
@@ -215,6 +228,8 @@ pub enum ArtifactErrorKind {
     Decode(postcard::Error),
     #[error("invalid: {0}")]
     Invalid(String),
+    #[error("provenance section: {0}")]
+    Provenance(String),
 }
 
 impl From<std::io::Error> for ArtifactErrorKind {
@@ -231,16 +246,20 @@ pub struct ArtifactError {
     pub kind: ArtifactErrorKind,
 }
 
-/// A read, checked artifact: its body and its constant data section.
+/// A read, checked artifact: its body, its constant data section and its provenance.
 #[derive(Clone, Debug)]
 pub struct Artifact {
     /// Where it was read from (a path or `<memory>`), for errors.
     pub file: String,
     pub body: Body,
-    /// The whole file; the data section is `bytes[data_start..]`. Kept whole so that opening a file with
-    /// hundreds of megabytes of weights does not copy them before the runtime uploads them.
+    /// How it was built; `None` for an artifact written without (before tessera recorded provenance, or a
+    /// payload straight from the linker or the store).
+    pub provenance: Option<Provenance>,
+    /// The whole file; the data section is `bytes[data_start..payload_len]`. Kept whole so that opening a
+    /// file with hundreds of megabytes of weights does not copy them before the runtime uploads them.
     bytes: Vec<u8>,
     data_start: usize,
+    payload_len: usize,
 }
 
 impl Artifact {
@@ -257,10 +276,10 @@ impl Artifact {
     /// Reads an artifact from memory it takes over; errors name it `file`.
     pub fn read_owned(bytes: Vec<u8>, file: &str) -> Result<Artifact, ArtifactError> {
         let fail = |kind| ArtifactError { file: file.to_string(), kind };
-        let (body, data) = header::decode(&bytes).map_err(fail)?;
+        let header::Decoded { body, data, payload_len, provenance } = header::decode(&bytes).map_err(fail)?;
         validate::body(&body, data.len() as u64).map_err(|msg| fail(ArtifactErrorKind::Invalid(msg)))?;
-        let data_start = bytes.len() - data.len();
-        Ok(Artifact { file: file.to_string(), body, bytes, data_start })
+        let data_start = payload_len - data.len();
+        Ok(Artifact { file: file.to_string(), body, provenance, bytes, data_start, payload_len })
     }
 
     /// Reads and checks the artifact file at `path`.
@@ -272,7 +291,21 @@ impl Artifact {
 
     /// The constant data section (every unique constant at its [`ConstDesc::offset`]).
     pub fn data(&self) -> &[u8] {
-        &self.bytes[self.data_start..]
+        &self.bytes[self.data_start..self.payload_len]
+    }
+
+    /// The payload digest: the blake3 of the file as the linker wrote it, before provenance was stamped on
+    /// (the flag cleared, the section dropped); for a file without provenance, its own blake3. Equal for every
+    /// build of the same payload, whatever tessera revision stamped it: what the store, `tessera compile
+    /// --json` and `fixtures/frozen` name an artifact by. Hashes the whole payload on each call.
+    pub fn payload_digest(&self) -> Blake3 {
+        provenance::payload_digest(&self.bytes, self.payload_len)
+    }
+
+    /// The size of the payload (header, body, data section) in bytes; the file's size less the provenance
+    /// section's.
+    pub fn payload_len(&self) -> usize {
+        self.payload_len
     }
 
     /// The bytes of unique constant `i`.

@@ -1,4 +1,5 @@
-//! `tessera explain MODEL [--manifest FILE] [--target T]... [--shape N=DxD]... [--store DIR] [--svg FILE] [--json]`
+//! `tessera explain MODEL [--manifest FILE] [--target T]... [--shape N=DxD]... [--store DIR] [--svg FILE] [--json]`,
+//! or `tessera explain ARTIFACT.tsr [--json]`: what a compiled artifact records of its plan.
 
 use crate::build::Ctx;
 use crate::explain::{explain_plan, job_for_model, plan_model, render_text, svg};
@@ -14,11 +15,13 @@ use std::path::PathBuf;
 #[command(after_help = "MODEL is one of:\n  \
   an ONNX file:        tessera explain model.onnx --shape input_ids=1x128\n  \
   a fixture spec:      tessera explain fixture:bert-base:b1:s128   (fixture:MODEL[:bBATCH][:sSEQ][:iIMAGE], batch 1 by default)\n  \
-  a manifest entry:    tessera explain resnet18-b1 --manifest fixtures/zoo.toml\n\n\
+  a manifest entry:    tessera explain resnet18-b1 --manifest fixtures/zoo.toml\n  \
+  a compiled artifact: tessera explain out/mlp3-b1.tsr             (what it records: provenance, partitions, backends)\n\n\
 The model is compiled through the memoized pipeline (a warm store only reads), so the report shows the plan\n\
 the artifact executes. Node identifiers are indices into the loaded graph (after simplification and folding).")]
 pub struct ExplainArgs {
-    /// The model: an ONNX file, a fixture spec `fixture:MODEL[:bN][:sN][:iN]`, or with --manifest an entry name.
+    /// The model: an ONNX file, a fixture spec `fixture:MODEL[:bN][:sN][:iN]`, with --manifest an entry name,
+    /// or a compiled artifact (.tsr).
     pub model: String,
     /// Read MODEL as the name of an entry of this zoo manifest.
     #[arg(long)]
@@ -50,7 +53,37 @@ fn trial_plan(memo: &Memo, used: &ExecPlan, label: &str) -> Result<ExecPlan> {
     Ok(plan)
 }
 
+/// Whether MODEL names a compiled artifact.
+fn is_artifact(model: &str) -> bool {
+    model.to_ascii_lowercase().ends_with(".tsr")
+}
+
+/// `tessera explain ARTIFACT`: read with inspect's reader; options that build a model do not apply.
+fn explain_artifact(args: &ExplainArgs) -> Result<()> {
+    let refused = [
+        (args.manifest.is_some(), "--manifest"),
+        (!args.build.targets.is_empty(), "--target"),
+        (!args.build.shapes.is_empty(), "--shape"),
+        (args.svg.is_some(), "--svg"),
+        (args.trial.is_some(), "--trial"),
+    ];
+    if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
+        bail!("{}: {flag} does not apply to a compiled artifact, which records its own targets and plan", args.model);
+    }
+    let report = crate::inspect::describe(std::path::Path::new(&args.model))?;
+    let ex = crate::explain::artifact::explain(&report);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&ex)?);
+    } else {
+        print!("{}", crate::explain::artifact::render_text(&ex));
+    }
+    Ok(())
+}
+
 pub fn run(args: ExplainArgs) -> Result<()> {
+    if is_artifact(&args.model) {
+        return explain_artifact(&args);
+    }
     let shapes = args.build.shapes()?;
     let costs = args.build.cost_mode()?;
     let job = job_for_model(&args.model, args.manifest.as_deref(), &shapes)?;

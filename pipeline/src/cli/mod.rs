@@ -15,7 +15,8 @@ pub mod targets;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "tessera", version, about = "A batch compiler for deep-learning models")]
+// The version names the source revision too (pipeline/build.rs), as every artifact's provenance does.
+#[command(name = "tessera", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TESSERA_SOURCE_REVISION"), ")"), about = "A batch compiler for deep-learning models")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -65,11 +66,12 @@ pub enum Command {
     /// List target kinds, their attributes and defaults, and which backends run here.
     Targets(targets::TargetsArgs),
     /// Which backend runs which nodes of a model, each partition's cost and the alternative it beat; text,
-    /// JSON or an SVG of the graph colored by backend.
+    /// JSON or an SVG of the graph colored by backend. Given an artifact (.tsr): what it records of its plan.
     Explain(explain::ExplainArgs),
     /// The searched mix of backends against each backend alone, compiled and benchmarked in one run.
     Baselines(baselines::BaselinesArgs),
-    /// What a compiled artifact holds: inputs and outputs, memory, modules by backend and target, steps, digest.
+    /// What a compiled artifact holds: how it was built (provenance), inputs and outputs, memory, modules by
+    /// backend and target, partitions, constants, digests.
     Inspect(inspect::InspectArgs),
     /// Merge the summaries of a sharded build (`compile --shard I/N`) into one report; checks every shard is there.
     Summary(summary::SummaryArgs),

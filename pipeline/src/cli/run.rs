@@ -15,10 +15,12 @@
 //! digits, `-`, `_` and `.` with `_`, prefixing `_` to an empty name or one starting with `.`, and cutting
 //! it to 120 bytes; when two tensors end up with the same stem (compared case-insensitively, for
 //! case-insensitive file systems), the later one (outputs first, then inputs, each in graph order) gets
-//! `_2`, `_3`, ... The mapping is printed, one line per file.
+//! `_2`, `_3`, ... The mapping is printed, one line per file; with `--json`, as one JSON object (the model, the
+//! runner, the seconds, and each input and output with its type and file, drawn inputs with their seed).
 
 use anyhow::{bail, Context};
 use clap::Args;
+use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use tessera_stages::interp::{random_inputs, run_graph};
@@ -45,6 +47,9 @@ pub struct RunArgs {
     /// Seed for the inputs not given with --input.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// What kind of file `tessera run` was given.
@@ -78,11 +83,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 bail!("{}: --reference runs an ONNX model; an artifact always runs its compiled code", args.model.display());
             }
             let report = super::run_artifact::run_artifact(&args.model, &args.inputs, args.seed, &args.out)?;
-            println!("{}: ran the compiled artifact in {:.4} s", args.model.display(), report.seconds);
-            for line in &report.lines {
-                println!("  {line}");
-            }
-            Ok(())
+            print_report(&args, "artifact", &report, &format!("ran the compiled artifact in {:.4} s", report.seconds))
         }
     }
 }
@@ -92,8 +93,26 @@ fn run_reference(args: &RunArgs) -> anyhow::Result<()> {
     let g = import_file(&args.model, &opts)?;
     let given = bind_inputs(&g, &args.inputs)?;
     let report = reference_run(&g, &given, args.seed, &args.out)?;
-    println!("{}: ran with the reference interpreter in {:.2} s", args.model.display(), report.seconds);
-    for line in &report.lines {
+    print_report(args, "reference", &report, &format!("ran with the reference interpreter in {:.2} s", report.seconds))
+}
+
+/// What `--json` prints.
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    model: &'a Path,
+    /// `reference` (the interpreter) or `artifact` (the compiled code).
+    runner: &'a str,
+    #[serde(flatten)]
+    report: &'a RunReport,
+}
+
+fn print_report(args: &RunArgs, runner: &str, report: &RunReport, headline: &str) -> anyhow::Result<()> {
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&JsonReport { model: &args.model, runner, report })?);
+        return Ok(());
+    }
+    println!("{}: {headline}", args.model.display());
+    for line in report.lines() {
         println!("  {line}");
     }
     Ok(())
@@ -129,13 +148,38 @@ pub(crate) fn bind_input_names(names: &[&str], args: &[String]) -> anyhow::Resul
     Ok(given)
 }
 
-/// What a reference run did: one human-readable line per input and output, and the wall time of the
-/// interpreter alone.
+/// What a run did: each input and output with its file, and the wall time of the run alone.
+#[derive(Clone, Debug, Serialize)]
 pub struct RunReport {
-    pub lines: Vec<String>,
     pub seconds: f64,
+    /// In model order.
+    pub inputs: Vec<RunTensor>,
+    /// In model order.
+    pub outputs: Vec<RunTensor>,
     /// Every file written, in order: outputs first, then drawn inputs.
+    #[serde(skip)]
     pub files: Vec<PathBuf>,
+}
+
+/// An input or output of a run: its name, type and file; an input drawn from the seed has the seed.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunTensor {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub file: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+impl RunReport {
+    /// One human-readable line per input and output: given inputs, outputs, then drawn inputs.
+    pub fn lines(&self) -> Vec<String> {
+        let given = self.inputs.iter().filter(|i| i.seed.is_none()).map(|i| format!("input  {} {} from {}", i.name, i.ty, i.file.display()));
+        let outputs = self.outputs.iter().map(|o| format!("output {} {} -> {}", o.name, o.ty, o.file.display()));
+        let drawn = self.inputs.iter().filter_map(|i| i.seed.map(|seed| format!("input  {} {} drawn from seed {seed} -> {}", i.name, i.ty, i.file.display())));
+        given.chain(outputs).chain(drawn).collect()
+    }
 }
 
 /// A tensor name as a file stem (see the module documentation for the rule).
@@ -173,9 +217,10 @@ impl Stems {
 pub fn reference_run(g: &Graph, given: &BTreeMap<String, PathBuf>, seed: u64, out_dir: &Path) -> anyhow::Result<RunReport> {
     let drawn = random_inputs(g, seed);
     let mut inputs: Vec<Tensor> = Vec::with_capacity(g.inputs.len());
-    let mut lines = Vec::new();
-    let mut from_seed: Vec<(ValueId, &Tensor)> = Vec::new();
-    for (&v, random) in g.inputs.iter().zip(&drawn) {
+    // Per input, in model order: its row once its file is known (given now, drawn after the outputs).
+    let mut rows: Vec<Option<RunTensor>> = Vec::with_capacity(g.inputs.len());
+    let mut from_seed: Vec<(usize, ValueId, &Tensor)> = Vec::new();
+    for (i, (&v, random)) in g.inputs.iter().zip(&drawn).enumerate() {
         let val = g.value(v);
         match given.get(&val.name) {
             Some(path) => {
@@ -190,32 +235,34 @@ pub fn reference_run(g: &Graph, given: &BTreeMap<String, PathBuf>, seed: u64, ou
                         val.name
                     );
                 }
-                lines.push(format!("input  {} {} from {}", val.name, val.ty, path.display()));
+                rows.push(Some(RunTensor { name: val.name.clone(), ty: val.ty.to_string(), file: path.clone(), seed: None }));
                 inputs.push(t);
             }
             None => {
-                from_seed.push((v, random));
+                from_seed.push((i, v, random));
+                rows.push(None);
                 inputs.push(random.clone());
             }
         }
     }
     let start = std::time::Instant::now();
-    let outputs = run_graph(g, &inputs)?;
+    let results = run_graph(g, &inputs)?;
     let seconds = start.elapsed().as_secs_f64();
 
     std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create output directory {}", out_dir.display()))?;
     let mut stems = Stems { taken: BTreeSet::new() };
     let mut written: BTreeMap<ValueId, PathBuf> = BTreeMap::new();
     let mut files = Vec::new();
-    for (&o, t) in g.outputs.iter().zip(&outputs) {
+    let mut outputs = Vec::with_capacity(g.outputs.len());
+    for (&o, t) in g.outputs.iter().zip(&results) {
         let name = &g.value(o).name;
         let path = out_dir.join(format!("{}.npy", stems.claim(name)));
         npy::write(&path, t)?;
-        lines.push(format!("output {name} {} -> {}", t.ty, path.display()));
+        outputs.push(RunTensor { name: name.clone(), ty: t.ty.to_string(), file: path.clone(), seed: None });
         written.insert(o, path.clone());
         files.push(path);
     }
-    for (v, t) in from_seed {
+    for (i, v, t) in from_seed {
         let name = &g.value(v).name;
         // An input that is also an output was just written under its own name.
         let path = match written.get(&v) {
@@ -227,9 +274,9 @@ pub fn reference_run(g: &Graph, given: &BTreeMap<String, PathBuf>, seed: u64, ou
                 p
             }
         };
-        lines.push(format!("input  {name} {} drawn from seed {seed} -> {}", t.ty, path.display()));
+        rows[i] = Some(RunTensor { name: name.clone(), ty: t.ty.to_string(), file: path, seed: Some(seed) });
     }
-    Ok(RunReport { lines, seconds, files })
+    Ok(RunReport { seconds, inputs: rows.into_iter().map(|r| r.expect("every input has a row")).collect(), outputs, files })
 }
 
 #[cfg(test)]
@@ -275,6 +322,7 @@ mod tests {
             shapes: vec![],
             out: "o".into(),
             seed: 0,
+            json: false,
         };
         // A missing artifact is an error naming the file, not a panic.
         let e = format!("{:#}", run(args).unwrap_err());
@@ -376,7 +424,7 @@ mod tests {
         }
 
         fn args(model: &Path, out: &Path, inputs: Vec<String>) -> RunArgs {
-            RunArgs { model: model.into(), reference: true, inputs, shapes: vec!["x=4x3".into()], out: out.into(), seed: 3 }
+            RunArgs { model: model.into(), reference: true, inputs, shapes: vec!["x=4x3".into()], out: out.into(), seed: 3, json: false }
         }
 
         #[test]

@@ -4,7 +4,7 @@
 //! drawn from `--seed` with the same generator and bounds (recorded in the artifact), and saved as
 //! `OUT/<input name>.npy`, so the two runs' directories compare file by file.
 
-use super::run::{bind_input_names, RunReport, Stems};
+use super::run::{bind_input_names, RunReport, RunTensor, Stems};
 use anyhow::{bail, Context};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,7 +22,8 @@ pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Pat
     let given = bind_input_names(&names, input_args)?;
     let drawn = artifact.random_inputs(seed);
     let mut inputs: Vec<Tensor> = Vec::with_capacity(drawn.len());
-    let mut lines = Vec::new();
+    // Per input, in model order: its row once its file is known (given now, drawn after the outputs).
+    let mut rows: Vec<Option<RunTensor>> = Vec::with_capacity(drawn.len());
     let mut from_seed: Vec<usize> = Vec::new();
     for (i, (d, random)) in body.inputs.iter().zip(drawn).enumerate() {
         match given.get(&d.name) {
@@ -31,11 +32,12 @@ pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Pat
                 if t.ty != d.ty {
                     bail!("input '{}': {} holds shape {:?}, the model expects {}", d.name, file.display(), t.shape(), d.ty);
                 }
-                lines.push(format!("input  {} {} from {}", d.name, d.ty, file.display()));
+                rows.push(Some(RunTensor { name: d.name.clone(), ty: d.ty.to_string(), file: file.clone(), seed: None }));
                 inputs.push(t);
             }
             None => {
                 from_seed.push(i);
+                rows.push(None);
                 inputs.push(random);
             }
         }
@@ -51,10 +53,11 @@ pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Pat
     let mut files = Vec::new();
     // An input that is also an output is written once, under the output's file (as the reference run does).
     let mut input_files: BTreeMap<usize, PathBuf> = BTreeMap::new();
+    let mut output_rows = Vec::with_capacity(outputs.len());
     for (o, t) in body.outputs.iter().zip(&outputs) {
         let file = out_dir.join(format!("{}.npy", stems.claim(&o.name)));
         npy::write(&file, t)?;
-        lines.push(format!("output {} {} -> {}", o.name, t.ty, file.display()));
+        output_rows.push(RunTensor { name: o.name.clone(), ty: t.ty.to_string(), file: file.clone(), seed: None });
         if let Buf::Input(i) = o.source {
             input_files.entry(i as usize).or_insert_with(|| file.clone());
         }
@@ -71,9 +74,9 @@ pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Pat
                 f
             }
         };
-        lines.push(format!("input  {} {} drawn from seed {seed} -> {}", d.name, d.ty, file.display()));
+        rows[i] = Some(RunTensor { name: d.name.clone(), ty: d.ty.to_string(), file, seed: Some(seed) });
     }
-    Ok(RunReport { lines, seconds, files })
+    Ok(RunReport { seconds, inputs: rows.into_iter().map(|r| r.expect("every input has a row")).collect(), outputs: output_rows, files })
 }
 
 #[cfg(test)]

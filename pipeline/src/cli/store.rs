@@ -70,6 +70,9 @@ pub enum StoreCommand {
         /// The cap: bytes, or with K, M, G, T (500M, 2G); `none` removes it.
         #[arg(long, value_name = "SIZE", value_parser = parse_cap_arg)]
         max_size: Option<Cap>,
+        /// Print the configuration as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Write a build's closure (objects a root lists, their memo entries, the root) to one archive file.
     Export {
@@ -106,6 +109,9 @@ pub enum StoreCommand {
         /// The folder to write the two files in (created if needed).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+        /// Print the two files' paths as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -143,11 +149,14 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
             }
             say_lines(&r.lines())
         }
-        StoreCommand::Config { store, max_size } => {
+        StoreCommand::Config { store, max_size, json } => {
             let opts = if max_size.is_some() { OpenOptions::writable() } else { OpenOptions::read_only() };
             let s = open(&store, opts, false)?;
             if let Some(cap) = max_size {
                 s.set_max_size(cap.0)?;
+            }
+            if json {
+                return say(&format!("{}\n", json_report(&serde_json::json!({ "max_size": s.max_size()? }), "config")?));
             }
             let line = match s.max_size()? {
                 Some(n) => format!("max-size {n} ({}): every compile into this store evicts down to it\n", tessera_store::stats::human_bytes(n)),
@@ -193,8 +202,11 @@ pub fn run(cmd: StoreCommand) -> anyhow::Result<()> {
                 r.objects_already_present
             ))
         }
-        StoreCommand::Keygen { out } => {
+        StoreCommand::Keygen { out, json } => {
             let (secret, public) = tessera_store::remote::keyfile::generate(&out)?;
+            if json {
+                return say(&format!("{}\n", json_report(&serde_json::json!({ "secret_key": secret, "public_key": public }), "keygen")?));
+            }
             say(&format!(
                 "wrote the secret key to {} (mode 0600: writers' --remote-signing-key; keep it private) and the public key to {} (clients' --remote-trust)\n",
                 secret.display(),
