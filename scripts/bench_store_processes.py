@@ -31,17 +31,17 @@ MODELS = {
     "mlp3-b8": 'model = "mlp3"\nbatch = 8\n',
     "resnet18": 'model = "resnet18"\nbatch = 1\n',
     "bert-tiny": 'model = "bert-tiny"\nbatch = 1\nseq = 128\n',
-    "gpt2-2layer": 'model = "gpt2-2layer"\nbatch = 1\nseq = 128\n',
+    "mobilenetv2": 'model = "mobilenetv2"\nbatch = 1\n',
 }
 ZOOS = [
     ["mlp3-b1", "resnet18"],
     ["resnet18", "bert-tiny"],
-    ["bert-tiny", "gpt2-2layer"],
-    ["gpt2-2layer", "mlp3-b8"],
+    ["bert-tiny", "mobilenetv2"],
+    ["mobilenetv2", "mlp3-b8"],
     ["mlp3-b8", "mlp3-b1", "resnet18"],
     ["bert-tiny", "mlp3-b1"],
-    ["gpt2-2layer", "resnet18"],
-    ["mlp3-b1", "mlp3-b8", "bert-tiny", "gpt2-2layer"],
+    ["mobilenetv2", "resnet18"],
+    ["mlp3-b1", "mlp3-b8", "bert-tiny", "mobilenetv2"],
 ]
 
 
@@ -104,6 +104,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.environ.get("TESSERA_BIN", "target/release/tessera"))
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", choices=["one", "serial", "shared", "separate"], nargs="*")
     a = ap.parse_args()
     binary = str(Path(a.bin).resolve())
     rows = {"one": [], "serial": [], "shared": [], "separate": []}

@@ -59,6 +59,12 @@ const TICK: &[u8] = b"t";
 /// journal append and one commit, both fsynced; a journal replay after a crash, longer).
 const BUSY_WAIT: Duration = Duration::from_secs(120);
 
+/// The busy handler: called with the number of times it was called for this lock attempt; true to retry.
+fn wait_for_writer(attempts: i32) -> bool {
+    std::thread::sleep(Duration::from_millis(1));
+    (attempts as u128) < BUSY_WAIT.as_millis()
+}
+
 /// Root name -> the digests it lists.
 pub(crate) type Roots = BTreeMap<String, Vec<Digest>>;
 
@@ -86,8 +92,10 @@ impl Index {
         std::fs::create_dir_all(path).map_err(StoreError::io("creating index directory", path))?;
         let db = path.join(DB_FILE);
         let connect = || -> rusqlite::Result<Connection> {
-            let c = Connection::open_with_flags(&db, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
-            c.busy_timeout(BUSY_WAIT)?;
+            let mut c = Connection::open_with_flags(&db, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+            // SQLite's own busy timeout sleeps in steps of up to 100 ms; a write section lasts milliseconds, so
+            // a waiter polls every millisecond instead (eight concurrent compiles spent seconds asleep).
+            c.busy_handler(Some(wait_for_writer))?;
             // Per connection: a commit returns once the WAL is fsynced.
             c.pragma_update(None, "synchronous", "FULL")?;
             Ok(c)
