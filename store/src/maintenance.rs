@@ -6,7 +6,7 @@ use crate::journal::{JournalRecord, HEADER_LEN};
 use crate::layout::fsync_dir;
 use crate::memo::MemoRecord;
 use crate::stats::human_bytes;
-use crate::store::{lock, retire_index, rewrite_journal, switch_to_new_index, Store};
+use crate::store::{lock, retire_index, rewrite_journal, switch_to_new_index, sync_journal, Store};
 use crate::Digest;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -131,8 +131,20 @@ impl Store {
     fn verify_inner(&mut self, repair: bool) -> Result<VerifyReport> {
         let mut rep = VerifyReport::default();
         self.verify_objects(&mut rep)?;
-        let (memo, bad_memo) = self.index.memo_all()?;
-        let (roots, bad_roots) = self.index.roots()?;
+        // Index and journal are read in one write section, so no other process's write falls between the two
+        // reads and shows up as a disagreement; the journal is first brought up to date (frames of a process
+        // that crashed between its append and its commit, a journal another process compacted).
+        let (memo, bad_memo, roots, bad_roots, journal_clean) = self.index.write(|w| {
+            {
+                let mut j = lock(&self.journal);
+                // A failure here (an index whose position does not decode) is what the comparison reports.
+                let _ = sync_journal(&self.layout, w, &mut j, &mut crate::store::OpenReport::default());
+            }
+            let (memo, bad_memo) = w.memo_all()?;
+            let (roots, bad_roots) = w.roots()?;
+            let clean = self.verify_journal(&memo, &roots, bad_memo.is_empty() && bad_roots.is_empty(), &mut rep)?;
+            Ok((memo, bad_memo, roots, bad_roots, clean))
+        })?;
         rep.bad_index_records.extend(bad_memo.iter().chain(&bad_roots).map(|b| b.detail.clone()));
         for m in &memo {
             if !self.objects.contains(&m.entry.output) {
@@ -145,8 +157,6 @@ impl Store {
                 rep.incomplete_roots.push((name.clone(), missing));
             }
         }
-        let journal_clean =
-            self.verify_journal(&memo, &roots, bad_memo.is_empty() && bad_roots.is_empty(), &mut rep)?;
         if repair {
             if !rep.bad_index_records.is_empty() && journal_clean {
                 // The journal holds every acknowledged change: rebuild the index from it.

@@ -236,3 +236,29 @@ fn wait_queues_behind_an_exclusive_holder_and_sharers_do_not_wait() {
     let waited = waiter.join().unwrap().unwrap();
     assert!(waited >= Duration::from_millis(250), "the second open waited for the exclusive one ({waited:?})");
 }
+
+/// `verify` while another handle (another process, in practice) keeps writing: the index and the journal are
+/// read together, so a write between them is never taken for a disagreement.
+#[test]
+fn verify_while_another_handle_writes_finds_nothing_wrong() {
+    let t = tempfile::tempdir().unwrap();
+    let writer = open(t.path());
+    let mut checker = open(t.path());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..150u32 {
+                let out = writer.put(&i.to_le_bytes()).unwrap();
+                let key = KeyBuilder::new("lower", 1).input("i", &i).finish().unwrap();
+                writer.memo_record("lower", &key, &MemoEntry::new(out, 4, Duration::ZERO)).unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let mut runs = 0;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) || runs < 3 {
+            let rep = checker.verify(false).unwrap();
+            assert!(rep.is_clean(), "verify run {runs} during writes: {}", rep.lines().join("\n"));
+            runs += 1;
+        }
+    });
+}
