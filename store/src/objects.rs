@@ -280,7 +280,7 @@ impl LocalObjects {
         Ok(())
     }
 
-    /// Removes leftover temp files of writes that were interrupted (only while holding the writer lock).
+    /// Removes leftover temp files of writes that were interrupted (only by an open that has the store to itself: with others present they may be theirs).
     pub(crate) fn clean_tmp(&self) -> Result<usize> {
         let mut n = 0;
         for e in fs::read_dir(&self.tmp).map_err(StoreError::io("listing", &self.tmp))?.flatten() {

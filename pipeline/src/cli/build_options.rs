@@ -141,7 +141,7 @@ impl BuildOptions {
         }
     }
 
-    /// Opens the store for writing, waiting for another holder if `--wait` was given, with the remote tier
+    /// Opens the store for writing, waiting for a holder that has the store alone (gc, repair) if `--wait` was given, with the remote tier
     /// attached when `--remote` (or $TESSERA_REMOTE) names one.
     pub fn open_store(&self) -> Result<Store> {
         self.store_request().open()
