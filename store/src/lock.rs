@@ -54,21 +54,7 @@ impl StoreLock {
     /// Takes the lock on `dir`'s LOCK file in `access` mode, or fails with [`StoreError::Locked`] naming
     /// the holders in the way; with `wait`, blocks until they are gone.
     pub fn acquire(dir: &Path, path: &Path, access: Access, wait: bool) -> Result<StoreLock> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(StoreError::io("opening lock file", path))?;
-        let lock = StoreLock {
-            dir: dir.to_path_buf(),
-            path: path.to_path_buf(),
-            file,
-            access: Mutex::new(access),
-            session: None,
-            previous_holder_died: false,
-        };
+        let lock = StoreLock::unlocked(dir, path, access)?;
         lock.take(access, wait)?;
         Ok(lock.with_session())
     }
@@ -77,14 +63,21 @@ impl StoreLock {
     /// this moment: returns the lock and whether it is alone (then the caller may do the cleanup that
     /// only a lone holder may do, and [`downgrade`](Self::downgrade) afterwards).
     pub fn acquire_alone_or_shared(dir: &Path, path: &Path, wait: bool) -> Result<(StoreLock, bool)> {
-        let lock = StoreLock::acquire_try(dir, path)?;
-        match lock {
-            Some(l) => Ok((l, true)),
-            None => Ok((StoreLock::acquire(dir, path, Access::Shared, wait)?, false)),
+        let mut lock = StoreLock::unlocked(dir, path, Access::Exclusive)?;
+        // Fully qualified: since Rust 1.89 `File` has inherent lock methods of the same names.
+        match FileExt::try_lock(&lock.file) {
+            Ok(()) => Ok((lock.with_session(), true)),
+            Err(fs4::TryLockError::WouldBlock) => {
+                *lock.access.get_mut().unwrap_or_else(|e| e.into_inner()) = Access::Shared;
+                lock.take(Access::Shared, wait)?;
+                Ok((lock.with_session(), false))
+            }
+            Err(fs4::TryLockError::Error(e)) => Err(StoreError::io("locking", path)(e)),
         }
     }
 
-    fn acquire_try(dir: &Path, path: &Path) -> Result<Option<StoreLock>> {
+    /// The LOCK file opened (created if needed), not yet locked.
+    fn unlocked(dir: &Path, path: &Path, access: Access) -> Result<StoreLock> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -92,21 +85,14 @@ impl StoreLock {
             .truncate(false)
             .open(path)
             .map_err(StoreError::io("opening lock file", path))?;
-        // Fully qualified: since Rust 1.89 `File` has inherent lock methods of the same names.
-        match FileExt::try_lock(&file) {
-            Ok(()) => {}
-            Err(fs4::TryLockError::WouldBlock) => return Ok(None),
-            Err(fs4::TryLockError::Error(e)) => return Err(StoreError::io("locking", path)(e)),
-        }
-        let lock = StoreLock {
+        Ok(StoreLock {
             dir: dir.to_path_buf(),
             path: path.to_path_buf(),
             file,
-            access: Mutex::new(Access::Exclusive),
+            access: Mutex::new(access),
             session: None,
             previous_holder_died: false,
-        };
-        Ok(Some(lock.with_session()))
+        })
     }
 
     fn take(&self, access: Access, wait: bool) -> Result<()> {
