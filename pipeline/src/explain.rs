@@ -18,7 +18,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tessera_fixtures::{load_manifest, ModelOptions, Precision, Source};
-use tessera_stages::ir::Graph;
+use tessera_stages::backend::c::cost::{boundary_bytes, partition_flops};
+use tessera_stages::ir::{Graph, NodeId};
 use tessera_stages::precision::KeptNode;
 use tessera_stages::target::TargetSet;
 
@@ -132,6 +133,11 @@ pub struct PartitionReport {
     pub cost_us: f64,
     pub cost_source: String,
     pub alternative: Option<Alternative>,
+    /// The partition's work, for its floor (the time it takes at the device's peak rates): floating-point
+    /// operations of its matrix products (MatMul, convolutions, attention), and the bytes it reads from and
+    /// writes to outside itself (weights included; what stays inside is not counted).
+    pub gemm_flops: f64,
+    pub boundary_bytes: u64,
     /// In a reduced-precision build: this partition's nodes that compute in fp32 because their values left
     /// the narrow type's range on the calibration inputs (`-overflow=keep-fp32`), with the largest magnitude seen.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -181,6 +187,7 @@ pub fn explain_plan(model: &str, plan: &ExecPlan, g: &Graph, targets: &TargetSet
             })?;
             nodes.push(NodeRef { index: n, name: node.name.clone(), op: node.op.name().to_string() });
         }
+        let ids: Vec<NodeId> = p.nodes.iter().map(|&n| NodeId(n)).collect();
         let backend = p.target.backend_name().to_string();
         let kept_fp32 = nodes.iter().filter_map(|n| kept.get(n.name.as_str()).map(|&m| KeptRef { name: n.name.clone(), max_abs: m })).collect();
         for t in [by_backend.entry(backend.clone()).or_default(), &mut total] {
@@ -196,6 +203,8 @@ pub fn explain_plan(model: &str, plan: &ExecPlan, g: &Graph, targets: &TargetSet
             cost_us: p.cost_us,
             cost_source: p.cost_source.clone(),
             alternative: p.alternative.clone(),
+            gemm_flops: partition_flops(g, &ids).0,
+            boundary_bytes: boundary_bytes(g, &ids) as u64,
             kept_fp32,
         });
     }
@@ -252,6 +261,7 @@ pub fn render_text(ex: &Explanation) -> String {
             }
         }
         let _ = writeln!(s, "    {}", node_list(&p.nodes));
+        let _ = writeln!(s, "    work: {:.2} GFLOP in matrix products, {:.2} MB in and out", p.gemm_flops / 1e9, p.boundary_bytes as f64 / 1e6);
         if !p.kept_fp32.is_empty() {
             let shown: Vec<String> = p.kept_fp32.iter().map(|k| format!("{} (|x| up to {:.3e})", k.name, k.max_abs)).collect();
             let _ = writeln!(s, "    in fp32, beyond fp16's range on the calibration inputs: {}", shown.join(", "));

@@ -86,6 +86,15 @@ fn offset(m: &Mat, idx: &[u64]) -> usize {
     us(m.at.offset + idx.iter().zip(&m.batch_strides).map(|(i, s)| i * s).sum::<u64>())
 }
 
+/// The GEMM's threads: those of the rayon pool the run executes on (the runtime pool, sized to the cores the
+/// process may use), so a GEMM never oversubscribes the cores the run's other loops share.
+fn parallelism() -> gemm::Parallelism {
+    match rayon::current_num_threads() {
+        0 | 1 => gemm::Parallelism::None,
+        n => gemm::Parallelism::Rayon(n),
+    }
+}
+
 unsafe fn sgemm(s: &Sgemm, mem: &Mem) {
     let (m, n, k) = (us(s.m), us(s.n), us(s.k));
     let batches: u64 = s.batch.iter().product();
@@ -93,6 +102,7 @@ unsafe fn sgemm(s: &Sgemm, mem: &Mem) {
         return;
     }
     let ops = mem.ops(&s.epilogue);
+    let par = parallelism();
     let mut idx = vec![0u64; s.batch.len()];
     for bi in 0..us(batches) {
         let c = mem.write(View { buf: s.c.buf, offset: s.c.offset + (bi * m * n) as u64 }, m * n);
@@ -100,22 +110,27 @@ unsafe fn sgemm(s: &Sgemm, mem: &Mem) {
             c.fill(0.0);
         } else {
             // SAFETY: validation bounds A, B and C inside their buffers for every batch index, C disjoint from
-            // A and B; beta = 0 means C is written without being read (scratch may hold anything).
-            matrixmultiply::sgemm(
+            // A and B; `read_dst = false` means C is written without being read (scratch may hold anything).
+            gemm::gemm(
                 m,
-                k,
                 n,
-                1.0,
-                mem.base(s.a.at.buf).add(offset(&s.a, &idx)),
-                s.a.rs as isize,
-                s.a.cs as isize,
-                mem.base(s.b.at.buf).add(offset(&s.b, &idx)),
-                s.b.rs as isize,
-                s.b.cs as isize,
-                0.0,
+                k,
                 c.as_mut_ptr(),
-                n as isize,
                 1,
+                n as isize,
+                false,
+                mem.base(s.a.at.buf).add(offset(&s.a, &idx)),
+                s.a.cs as isize,
+                s.a.rs as isize,
+                mem.base(s.b.at.buf).add(offset(&s.b, &idx)),
+                s.b.cs as isize,
+                s.b.rs as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                par,
             );
         }
         epilogue::apply(&ops, c, s.epilogue.base + (bi * m * n) as u64);

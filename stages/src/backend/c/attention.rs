@@ -1,8 +1,11 @@
-//! Attention as plain loops, per batch matrix and per query row: the row's scores (f32 dot products, scaled,
-//! the keep mask and the additive mask applied as the reference does), the softmax exactly as the Softmax
-//! item computes it (NaN-propagating max, exp and sum in double, so a row of -inf scores is 0/0 = NaN and
-//! `Sk = 0` is an empty sum, 0), then the probability-weighted sum of V's rows into a row accumulator (a loop
-//! over V's contiguous rows that the C compiler vectorizes). Scores never leave the item's scratch.
+//! Attention as loops the C compiler vectorizes, per batch matrix and per query row. K is first laid out as
+//! `[D, Sk]` in scratch (unless it already is), so a row's scores accumulate one key dimension at a time over
+//! all keys at once (`s[j] += q[t] * Kt[t][j]`: contiguous in `j`, and each score still sums its products in
+//! the reference's order), where a dot product per key is a chain of dependent adds. Then the scale, the keep
+//! mask and the additive mask as the reference applies them, the softmax as the Softmax item computes it
+//! (NaN-propagating max, the prelude's float exp, so a row of -inf scores is 0/0 = NaN and `Sk = 0` is an
+//! empty sum, 0), and the probability-weighted sum of V's rows into a row accumulator (contiguous in V's
+//! columns). Scores never leave the item's scratch.
 
 use super::cexpr::f32_lit;
 use super::func::Func;
@@ -49,8 +52,9 @@ pub fn attention(f: &mut Func, node: NodeId, a: &AttentionAttrs) -> Result<(), S
     let keep = mask(a.keep_index(), "kp", "uint8_t");
     let y = f.buf(nd.outputs[0], true);
     let s = f.temp(sk, "float", 4);
-    let e = f.temp(sk, "double", 8);
+    let e = f.temp(sk, "float", 4);
     let acc = f.temp(dv, "float", 4);
+    let kt = (!a.k_transposed).then(|| f.temp(d * sk, "float", 4));
 
     let mut c = format!("for (long bi = 0; bi < {batch}; bi++) {{\n");
     for (i, name) in ["qb", "kb", "vb"].into_iter().enumerate() {
@@ -60,16 +64,18 @@ pub fn attention(f: &mut Func, node: NodeId, a: &AttentionAttrs) -> Result<(), S
     for m in add.iter().chain(&keep) {
         c.push_str(&format!("const {}* {} = {} + {};\n", m.ty, m.name, m.buf, row_offset(&dims.batch, &m.batch, "bi")));
     }
+    match &kt {
+        Some(kt) => {
+            c.push_str(&format!("for (long j = 0; j < {sk}; j++) for (long t = 0; t < {d}; t++) {kt}[t * {sk} + j] = kb[j * {d} + t];\n"));
+            c.push_str(&format!("const float* ktb = {kt};\n"));
+        }
+        None => c.push_str("const float* ktb = kb;\n"),
+    }
     c.push_str(&format!("float* yb = {y} + bi * {};\n", sq * dv));
     c.push_str(&format!("for (long r = 0; r < {sq}; r++) {{\nconst float* qr = qb + r * {d};\n"));
-    if a.k_transposed {
-        // K is [D, Sk]: accumulate one key row of K at a time into all scores (contiguous in j).
-        c.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] = 0.0f;\n"));
-        c.push_str(&format!("for (long t = 0; t < {d}; t++) {{\nconst float qd = qr[t];\nconst float* kt = kb + t * {sk};\nfor (long j = 0; j < {sk}; j++) {s}[j] += qd * kt[j];\n}}\n"));
-        c.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] *= {};\n", f32_lit(a.scale)));
-    } else {
-        c.push_str(&format!("for (long j = 0; j < {sk}; j++) {{\nconst float* kj = kb + j * {d};\nfloat dot = 0.0f;\nfor (long t = 0; t < {d}; t++) dot += qr[t] * kj[t];\n{s}[j] = dot * {};\n}}\n", f32_lit(a.scale)));
-    }
+    c.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] = 0.0f;\n"));
+    c.push_str(&format!("for (long t = 0; t < {d}; t++) {{\nconst float qd = qr[t];\nconst float* kt = ktb + t * {sk};\nfor (long j = 0; j < {sk}; j++) {s}[j] += qd * kt[j];\n}}\n"));
+    c.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] *= {};\n", f32_lit(a.scale)));
     // Element (r, j) of a mask.
     let at = |m: &Mask| {
         let mut terms: Vec<String> = Vec::new();
@@ -79,15 +85,16 @@ pub fn attention(f: &mut Func, node: NodeId, a: &AttentionAttrs) -> Result<(), S
     };
     // The keep mask first (Where), then the additive mask, as the op defines.
     if let (Some(fill), Some(m)) = (a.keep_fill, &keep) {
-        c.push_str(&format!("for (long j = 0; j < {sk}; j++) if (!{}) {s}[j] = {};\n", at(m), f32_lit(fill)));
+        c.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] = {} ? {s}[j] : {};\n", at(m), f32_lit(fill)));
     }
     if let Some(m) = &add {
         c.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] += {};\n", at(m)));
     }
-    c.push_str(&format!("double m = -__builtin_inf();\nint nan = 0;\nfor (long j = 0; j < {sk}; j++) {{\nconst double x = {s}[j];\nnan |= x != x;\nm = x > m ? x : m;\n}}\nif (nan) m = __builtin_nan(\"\");\n"));
-    c.push_str(&format!("double sum = 0.0;\nfor (long j = 0; j < {sk}; j++) {{\nconst double t = exp((double){s}[j] - m);\n{e}[j] = t;\nsum += t;\n}}\n"));
+    c.push_str(&format!("const float m = tsr_row_max({s}, {sk});\n"));
+    c.push_str(&format!("for (long j = 0; j < {sk}; j++) {e}[j] = tsr_expf({s}[j] - m);\n"));
+    c.push_str(&format!("const float sum = tsr_row_sum({e}, {sk});\n"));
     c.push_str(&format!("for (long o = 0; o < {dv}; o++) {acc}[o] = 0.0f;\n"));
-    c.push_str(&format!("for (long j = 0; j < {sk}; j++) {{\nconst float p = (float)({e}[j] / sum);\nconst float* vj = vb + j * {dv};\nfor (long o = 0; o < {dv}; o++) {acc}[o] += p * vj[o];\n}}\n"));
+    c.push_str(&format!("for (long j = 0; j < {sk}; j++) {{\nconst float p = {e}[j] / sum;\nconst float* vj = vb + j * {dv};\nfor (long o = 0; o < {dv}; o++) {acc}[o] += p * vj[o];\n}}\n"));
     c.push_str(&format!("for (long o = 0; o < {dv}; o++) yb[r * {dv} + o] = {acc}[o];\n}}\n}}\n"));
     f.body.push_str(&c);
     Ok(())

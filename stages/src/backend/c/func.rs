@@ -68,7 +68,7 @@ impl<'a> Func<'a> {
     /// The function's source.
     pub fn render(&self, name: &str) -> String {
         let params = if self.decls.is_empty() { "void".to_string() } else { self.decls.join(", ") };
-        format!("static void {name}({params}) {{\n{}}}\n", indent(&self.body))
+        format!("TSR_KERNEL static void {name}({params}) {{\n{}}}\n", indent(&self.body))
     }
 }
 

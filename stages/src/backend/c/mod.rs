@@ -31,6 +31,8 @@ pub mod scratch;
 pub mod toolchain;
 
 #[cfg(test)]
+mod math_tests;
+#[cfg(test)]
 mod tests;
 
 use crate::backend::{Backend, BackendError, LoweredKernel, Module};

@@ -1,9 +1,11 @@
 /* tessera c backend prelude: helpers shared by every generated kernel of a module.
  *
  * Included textually (once) at the top of each module's C file, so a module is one self-contained source.
- * Every helper reproduces the reference interpreter's semantics (stages/src/interp) bit for bit where the
- * interpreter is exact: transcendental functions are evaluated in double and rounded once to float; min/max
- * propagate NaN; integer arithmetic wraps (two's complement, computed through uint64_t so it is never
+ * Every helper reproduces the reference interpreter's semantics (stages/src/interp): the exponential family
+ * that dominates models' time (exp, tanh, sigmoid, GELU, softmax) is computed in float by branch-free
+ * polynomials within a few ulps of the reference (so loops over them vectorize: libm's double functions are
+ * calls the compiler cannot vectorize, 10x slower on a GELU); the rarer functions go through libm in double and
+ * are rounded once; min/max propagate NaN; integer arithmetic wraps (two's complement, computed through uint64_t so it is never
  * undefined behaviour); float -> integer conversions truncate and give the target's minimum for NaN and
  * out-of-range values (what x86-64's cvttsd2si returns).
  */
@@ -12,6 +14,17 @@
 #include <math.h>
 
 #define TSR_INLINE static inline __attribute__((always_inline))
+
+/* Every kernel item is built for three instruction sets when the target is `-march=generic` on x86-64 and the
+ * compiler can (TSR_CLONES, set by the toolchain): AVX-512 (x86-64-v4), AVX2 with FMA (x86-64-v3) and the
+ * baseline, chosen by the dynamic loader from the CPU it runs on (an IFUNC), so one artifact copies to any
+ * x86-64 machine and still runs 8 or 16 floats wide where the machine can. Helpers are always inlined, so
+ * each copy of an item has its own copy of them, compiled for its instruction set. */
+#ifdef TSR_CLONES
+#define TSR_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TSR_KERNEL
+#endif
 
 /* ---- float helpers ---------------------------------------------------------------------------------- */
 
@@ -32,12 +45,88 @@ TSR_INLINE float tsr_modf_py(float a, float b) {
     return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
 }
 
-/* exp, tanh and log of a float through double, rounded once: the reference's own results. (The cuda
- * prelude computes them in float: a GPU's double rate is a fraction of its float rate.) */
-TSR_INLINE float tsr_expf(float a) { return (float)exp((double)a); }
-TSR_INLINE float tsr_tanhf(float a) { return (float)tanh((double)a); }
+TSR_INLINE float tsr_f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+TSR_INLINE uint32_t tsr_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* e^(a + b) in float (Cephes' expf scheme), for a exact and b small beside it: x = a + b = n ln2 + r with
+ * |r| <= ln2/2, r formed as (a - n ln2_hi) + b - n ln2_lo (ln2 in two parts: the first subtraction is exact),
+ * so b keeps digits that rounding a + b to float would lose (GELU passes -z^2 that way); e^r by a degree-7
+ * polynomial; then 2^n applied in two halves so that results down into the subnormals come out right. n is
+ * rounded with the 1.5 * 2^23 trick (SSE2 has no vector round). No branch: the range cases are selects, so
+ * loops over it vectorize. Within 1 ulp of the correctly rounded result (math_tests.rs). */
+TSR_INLINE float tsr_expf_sum(float a, float b) {
+    const float x = a + b;
+    const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = (a - n * 0.693359375f) + b;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
+    const float y = p * tsr_f32_from_bits((uint32_t)(n1 + 127) << 23) * tsr_f32_from_bits((uint32_t)(n2 + 127) << 23);
+    return x != x ? x : (x > 88.7228394f ? __builtin_inff() : (x < -104.0f ? 0.0f : y));
+}
+
+TSR_INLINE float tsr_expf(float x) { return tsr_expf_sum(x, 0.0f); }
+
+/* tanh in float: Cephes' odd polynomial below |x| = 0.625 (where 1 - 2/(e^2x + 1) would cancel), the
+ * exponential form above, the sign restored; branch-free like tsr_expf. */
+TSR_INLINE float tsr_tanhf(float x) {
+    const float a = __builtin_fabsf(x);
+    const float e = tsr_expf(-2.0f * a);
+    const float big = __builtin_copysignf((1.0f - e) / (1.0f + e), x);
+    const float z = x * x;
+    const float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+    return x != x ? x : (a < 0.625f ? small : big);
+}
+
+/* 1 / (1 + e^-x), through e^-|x| so that a large negative x gives e^x (down into the subnormals) rather than
+ * 1 / (1 + inf) = 0. */
+TSR_INLINE float tsr_sigmoid(float a) {
+    const float e = tsr_expf(-__builtin_fabsf(a));
+    const float r = 1.0f / (1.0f + e);
+    return a >= 0.0f ? r : e * r;
+}
+
+/* log of a float through double, rounded once: the reference's own result. */
 TSR_INLINE float tsr_logf(float a) { return (float)log((double)a); }
-TSR_INLINE float tsr_sigmoid(float a) { return (float)(1.0 / (1.0 + exp(-(double)a))); }
+
+/* Sum and NaN-propagating max of a row, with 16 independent partial results: a loop the compiler vectorizes
+ * without reassociating anything it was not told to (the order is fixed: lanes, then the tail, then the
+ * lanes in order), where one running sum is a chain of dependent adds. */
+TSR_INLINE float tsr_row_sum(const float* x, long n) {
+    float acc[16] = {0};
+    long i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] += x[i + l];
+    float s = 0.0f;
+    for (; i < n; i++) s += x[i];
+    for (int l = 0; l < 16; l++) s += acc[l];
+    return s;
+}
+
+TSR_INLINE float tsr_row_max(const float* x, long n) {
+    float m[16];
+    int nan[16];
+    for (int l = 0; l < 16; l++) { m[l] = -__builtin_inff(); nan[l] = 0; }
+    long i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) {
+            const float v = x[i + l];
+            nan[l] |= v != v;
+            m[l] = v > m[l] ? v : m[l];
+        }
+    float r = -__builtin_inff();
+    int any = 0;
+    for (; i < n; i++) { any |= x[i] != x[i]; r = x[i] > r ? x[i] : r; }
+    for (int l = 0; l < 16; l++) { any |= nan[l]; r = m[l] > r ? m[l] : r; }
+    return any ? __builtin_nanf("") : r;
+}
 
 /* Softplus log(1 + exp(x)) and Mish x tanh(softplus(x)) in double, without overflow for large x (as the
  * reference interpreter's `softplus`); NaN propagates (fmax drops it, the log1p term keeps it). */
@@ -108,23 +197,26 @@ TSR_INLINE float tsr_erff(float a) { return (float)tsr_erf((double)a); }
 
 /* GELU, erf form, x * Phi(x), at a cost that does not depend on x: Phi(x) = erfc(|x|/sqrt2)/2 below 0 and
  * 1 - erfc(|x|/sqrt2)/2 above, with erfc(z) = t * exp(-z^2 - 1.26551223 + t * P(t)), t = 1/(1 + z/2) (the
- * Chebyshev fit of Numerical Recipes, 6.2: fractional error below 1.2e-7 for every z >= 0), in double, one
- * exp and no branch. tsr_erf takes a rational-only path below |x| = 0.84 and two exp() above, so a GELU
+ * Chebyshev fit of Numerical Recipes, 6.2: fractional error below 1.2e-7 for every z >= 0), in float, one
+ * exp and no branch, so GELU loops vectorize. tsr_erf takes a rational-only path below |x| = 0.84 and two exp() above, so a GELU
  * kernel measured on uniform [-1, 1) inputs ran at half its cost on BERT's activations (350 vs 720 us) and
  * the partitioner's measurements misled it; this form costs the same on any data. */
 TSR_INLINE float tsr_gelu_erf(float a) {
-    double x = a;
-    double z = fabs(x) * 0.70710678118654752440;
-    double t = 1.0 / (1.0 + 0.5 * z);
-    double p = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
-    double half_erfc = 0.5 * t * exp(p - z * z);
-    return (float)(x * (x >= 0.0 ? 1.0 - half_erfc : half_erfc));
+    const float z = __builtin_fabsf(a) * 0.70710678118654752440f;
+    const float t = 1.0f / (1.0f + 0.5f * z);
+    const float p = -1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f + t * (-0.18628806f + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+    /* z^2 = a^2 / 2 in two parts: ah (a with 12 mantissa bits) squares exactly, the rest is small. Rounding
+     * z^2 whole to float would cost up to 5e-6 of the result in the tail (an error of 1e-6 in -z^2 ~ -25). */
+    const float ah = tsr_f32_from_bits(tsr_f32_bits(a) & 0xfffff000u);
+    const float hi = 0.5f * ah * ah, lo = 0.5f * (a - ah) * (a + ah);
+    const float e = 0.5f * t * tsr_expf_sum(-hi, p - lo);
+    const float half_erfc = z < 10.0f ? e : 0.0f; /* erfc(10)/2 is below float's range; inf - inf is not */
+    return a * (a >= 0.0f ? 1.0f - half_erfc : half_erfc);
 }
 
-TSR_INLINE float tsr_gelu_tanh(float a) {
-    double x = a;
-    double k = sqrt(2.0 / 3.14159265358979323846);
-    return (float)(0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x))));
+/* GELU, tanh form: 0.5 x (1 + tanh(u)) = x sigmoid(2u), which does not cancel where tanh(u) is near -1. */
+TSR_INLINE float tsr_gelu_tanh(float x) {
+    return x * tsr_sigmoid(1.59576912160573071176f * (x + 0.044715f * x * x * x));
 }
 
 /* ---- integer helpers (i64 domain; i32 results are narrowed by the caller) ----------------------------- */

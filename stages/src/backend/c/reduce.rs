@@ -108,9 +108,11 @@ pub fn reduce(f: &mut Func, node: NodeId, kind: ReduceKind, axes: &[usize]) -> R
     Ok(())
 }
 
-/// Softmax / LogSoftmax over `axis`, seen as [outer, D, inner]. Inner == 1: one row loop per row (max, sum
-/// of exp in double, normalize). Otherwise the D loop runs outside the inner loop with per-column max and
-/// sum arrays, so memory is walked contiguously.
+/// Softmax / LogSoftmax over `axis`, seen as [outer, D, inner], in float with the prelude's vectorizing
+/// exp. Inner == 1: per row, the NaN-propagating max and the sum of the exponentials by the prelude's
+/// lane-parallel row helpers, the exponentials kept in a row buffer between the passes. Otherwise the D loop
+/// runs outside the inner loop with per-column max and sum arrays, so memory is walked contiguously and the
+/// inner loops vectorize.
 pub fn softmax(f: &mut Func, node: NodeId, axis: usize, log: bool) -> Result<(), String> {
     let g = f.g;
     let nd = g.node(node);
@@ -122,33 +124,28 @@ pub fn softmax(f: &mut Func, node: NodeId, axis: usize, log: bool) -> Result<(),
     let y = f.buf(nd.outputs[0], true);
     let mut c = String::new();
     if inner == 1 {
-        let e = if log { None } else { Some(f.temp(d, "double", 8)) };
+        let e = f.temp(d, "float", 4);
         c.push_str(&format!("for (long o = 0; o < {outer}; o++) {{\nconst float* xr = {x} + o * {d};\nfloat* yr = {y} + o * {d};\n"));
-        c.push_str(&format!("double m = -__builtin_inf();\nint nan = 0;\nfor (long k = 0; k < {d}; k++) {{\nconst double v = xr[k];\nnan |= v != v;\nm = v > m ? v : m;\n}}\nif (nan) m = __builtin_nan(\"\");\n"));
-        c.push_str("double s = 0.0;\n");
-        match &e {
-            Some(e) => {
-                c.push_str(&format!("for (long k = 0; k < {d}; k++) {{\nconst double t = exp((double)xr[k] - m);\n{e}[k] = t;\ns += t;\n}}\n"));
-                c.push_str(&format!("for (long k = 0; k < {d}; k++) yr[k] = (float)({e}[k] / s);\n"));
-            }
-            None => {
-                c.push_str(&format!("for (long k = 0; k < {d}; k++) s += exp((double)xr[k] - m);\nconst double ls = log(s);\n"));
-                c.push_str(&format!("for (long k = 0; k < {d}; k++) yr[k] = (float)((double)xr[k] - m - ls);\n"));
-            }
+        c.push_str(&format!("const float m = tsr_row_max(xr, {d});\n"));
+        c.push_str(&format!("for (long k = 0; k < {d}; k++) {e}[k] = tsr_expf(xr[k] - m);\n"));
+        c.push_str(&format!("const float s = tsr_row_sum({e}, {d});\n"));
+        if log {
+            c.push_str(&format!("const float ls = tsr_logf(s);\nfor (long k = 0; k < {d}; k++) yr[k] = (xr[k] - m) - ls;\n"));
+        } else {
+            c.push_str(&format!("for (long k = 0; k < {d}; k++) yr[k] = {e}[k] / s;\n"));
         }
         c.push_str("}\n");
     } else {
-        let m = f.temp(inner, "double", 8);
-        let sm = f.temp(inner, "double", 8);
+        let m = f.temp(inner, "float", 4);
+        let sm = f.temp(inner, "float", 4);
         c.push_str(&format!("for (long o = 0; o < {outer}; o++) {{\nconst float* xo = {x} + o * {};\nfloat* yo = {y} + o * {};\n", d * inner, d * inner));
-        c.push_str(&format!("for (long i = 0; i < {inner}; i++) {{ {m}[i] = -__builtin_inf(); {sm}[i] = 0.0; }}\n"));
-        c.push_str(&format!("for (long k = 0; k < {d}; k++) {{\nfor (long i = 0; i < {inner}; i++) {{\nconst double v = xo[k * {inner} + i];\n{m}[i] = (v != v || {m}[i] != {m}[i]) ? __builtin_nan(\"\") : (v > {m}[i] ? v : {m}[i]);\n}}\n}}\n"));
-        c.push_str(&format!("for (long k = 0; k < {d}; k++) {{\nfor (long i = 0; i < {inner}; i++) {sm}[i] += exp((double)xo[k * {inner} + i] - {m}[i]);\n}}\n"));
-        let val = if log {
-            format!("(float)((double)xo[k * {inner} + i] - {m}[i] - log({sm}[i]))")
-        } else {
-            format!("(float)(exp((double)xo[k * {inner} + i] - {m}[i]) / {sm}[i])")
-        };
+        c.push_str(&format!("for (long i = 0; i < {inner}; i++) {{ {m}[i] = -__builtin_inff(); {sm}[i] = 0.0f; }}\n"));
+        c.push_str(&format!("for (long k = 0; k < {d}; k++) {{\nfor (long i = 0; i < {inner}; i++) {{\nconst float v = xo[k * {inner} + i];\n{m}[i] = (v != v || {m}[i] != {m}[i]) ? __builtin_nanf(\"\") : (v > {m}[i] ? v : {m}[i]);\n}}\n}}\n"));
+        c.push_str(&format!("for (long k = 0; k < {d}; k++) {{\nfor (long i = 0; i < {inner}; i++) {sm}[i] += tsr_expf(xo[k * {inner} + i] - {m}[i]);\n}}\n"));
+        if log {
+            c.push_str(&format!("for (long i = 0; i < {inner}; i++) {sm}[i] = tsr_logf({sm}[i]);\n"));
+        }
+        let val = if log { format!("(xo[k * {inner} + i] - {m}[i]) - {sm}[i]") } else { format!("tsr_expf(xo[k * {inner} + i] - {m}[i]) / {sm}[i]") };
         c.push_str(&format!("for (long k = 0; k < {d}; k++) {{\nfor (long i = 0; i < {inner}; i++) yo[k * {inner} + i] = {val};\n}}\n}}\n"));
     }
     f.body.push_str(&c);

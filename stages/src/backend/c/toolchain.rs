@@ -9,7 +9,15 @@
 //! Floating point: `-ffp-contract=off` keeps the compiler from fusing a separate multiply and add into an FMA
 //! (which would round differently from the reference interpreter); the GEMM micro-kernel opts back in to
 //! FMA on its own when the target has it. `-fno-math-errno` only lets sqrt and friends inline (errno is never
-//! read), it changes no value. `-ffast-math` is passed only when the target asks for it.
+//! read), it changes no value. `-fno-trapping-math` (floating-point exceptions are never read either) lets
+//! the compiler turn the float selects of the prelude's math (range cases, NaN checks) into blends, without
+//! which no loop over them vectorizes; it changes no value. `-ffast-math` is passed only when the target
+//! asks for it.
+//!
+//! Instruction sets: with `-march=generic` on x86-64, every kernel item is compiled three times (AVX-512,
+//! AVX2, baseline) through GCC's `target_clones` and chosen at load time (see the prelude's `TSR_KERNEL`),
+//! where the compiler accepts it (probed once, [`Toolchain::clones`]); other `-march` values compile for that
+//! instruction set alone.
 
 use crate::target::Target;
 use std::ffi::OsString;
@@ -27,6 +35,8 @@ pub struct Toolchain {
     pub no_ident: bool,
     /// First line of `--version`: part of what a compiled module depends on.
     pub version: String,
+    /// Whether the compiler builds x86-64-v4/v3/baseline function clones with a load-time dispatch.
+    pub clones: bool,
 }
 
 /// The host's target triple as `cc` spells it (the compiler runs outside any build script, so it cannot
@@ -74,7 +84,22 @@ fn find() -> Result<Toolchain, String> {
         .cloned()
         .collect();
     let no_ident = b.is_flag_supported("-fno-ident").unwrap_or(false);
-    Ok(Toolchain { path: tool.path().to_path_buf(), base_args, env: tool.get_envs().map(|(k, v)| (k.to_os_string(), v.to_os_string())).collect(), no_ident, version })
+    let clones = cfg!(target_arch = "x86_64") && compiles(tool.path(), dir.path(), CLONES_PROBE);
+    Ok(Toolchain { path: tool.path().to_path_buf(), base_args, env: tool.get_envs().map(|(k, v)| (k.to_os_string(), v.to_os_string())).collect(), no_ident, version, clones })
+}
+
+/// A shared object with one cloned function: what `TSR_CLONES` asks of the compiler (GCC 12 and later).
+const CLONES_PROBE: &str = "__attribute__((target_clones(\"arch=x86-64-v4\", \"arch=x86-64-v3\", \"default\"))) int f(int x) { return x + 1; }\nint g(int x) { return f(x); }\n";
+
+/// Whether `cc` compiles `source` into a shared object.
+fn compiles(cc: &std::path::Path, dir: &std::path::Path, source: &str) -> bool {
+    let file = dir.join("probe.c");
+    std::fs::write(&file, source).is_ok()
+        && Command::new(cc)
+            .current_dir(dir)
+            .args(["-shared", "-fPIC", "-O2", "-o", "probe.so", "probe.c"])
+            .output()
+            .is_ok_and(|o| o.status.success())
 }
 
 /// The host toolchain, found once per process (finding it runs the compiler).
@@ -92,8 +117,18 @@ pub fn target_flags(target: &Target) -> Vec<String> {
         flags.push("-ffp-contract=off".into());
     }
     flags.push("-fno-math-errno".into());
+    flags.push("-fno-trapping-math".into());
+    // -O2's own cost model ("very cheap") vectorizes only loops that need no scalar remainder, which leaves out
+    // most of a model's loops (49 positions, 1000 classes, 7 keys); -O3's model weighs the remainder instead.
+    if target.int_attr("opt-level") >= 2 {
+        flags.push("-fvect-cost-model=dynamic".into());
+    }
     match target.str_attr("march") {
-        "generic" => {}
+        "generic" => {
+            if toolchain().is_ok_and(|tc| tc.clones) {
+                flags.push("-DTSR_CLONES".into());
+            }
+        }
         m => flags.push(format!("-march={m}")),
     }
     flags
@@ -126,4 +161,23 @@ pub fn compile(target: &Target, source: &str) -> Result<Vec<u8>, String> {
         return Err(text);
     }
     std::fs::read(dir.path().join("module.so")).map_err(|e| format!("cannot read module.so: {e}"))
+}
+
+/// The assembly `compile` would assemble for `source` (tests check what the compiler made of a loop).
+#[cfg(test)]
+pub fn assembly(target: &Target, source: &str) -> Result<String, String> {
+    let tc = toolchain()?;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    std::fs::write(dir.path().join("module.c"), source).map_err(|e| e.to_string())?;
+    let out = Command::new(&tc.path)
+        .current_dir(dir.path())
+        .args(&tc.base_args)
+        .args(target_flags(target))
+        .args(["-S", "-o", "module.s", "module.c"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).to_string());
+    }
+    std::fs::read_to_string(dir.path().join("module.s")).map_err(|e| e.to_string())
 }
