@@ -9,6 +9,7 @@
 
 mod depthwise;
 mod epilogue;
+pub mod fmath;
 mod exec;
 mod im2col;
 pub mod plan;

@@ -4,10 +4,12 @@
 //! the thread count).
 //!
 //! Each op computes what the reference interpreter computes for the IR op it was fused from: Relu, Clip and
-//! Add in f32 exactly, and the transcendental ones (Sigmoid, GELU, HardSwish) in f64 rounded once to f32.
-//! GELU uses an erfc fit of fractional error below 1.2e-7 instead of libm's `erf` (see [`gelu_erf`]), so it
-//! agrees with the reference to an ulp or two rather than to the last bit.
+//! Add in f32 exactly, HardSwish in f64 rounded once, and Sigmoid and GELU in branch-free f32 ([`super::fmath`],
+//! the `c` backend's formulas: within a few ulps of the reference), so their loops vectorize. A tile's ops are
+//! compiled for AVX-512, AVX2 and the baseline and chosen at run time (`multiversion`).
 
+use super::fmath;
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 /// One epilogue op, with its operand resolved to a slice.
@@ -42,6 +44,7 @@ pub fn apply(ops: &[Op], out: &mut [f32], base: u64) {
     }
 }
 
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma", "aarch64+neon"))]
 fn apply_tile(ops: &[Op], out: &mut [f32], base: u64) {
     for op in ops {
         match *op {
@@ -53,9 +56,9 @@ fn apply_tile(ops: &[Op], out: &mut [f32], base: u64) {
                     *a = a.max(min).min(max)
                 }
             }),
-            Op::GeluErf => map_f64(out, gelu_erf),
-            Op::GeluTanh => map_f64(out, gelu_tanh),
-            Op::Sigmoid => map_f64(out, |a| 1.0 / (1.0 + (-a).exp())),
+            Op::GeluErf => out.iter_mut().for_each(|a| *a = fmath::gelu_erf(*a)),
+            Op::GeluTanh => out.iter_mut().for_each(|a| *a = fmath::gelu_tanh(*a)),
+            Op::Sigmoid => out.iter_mut().for_each(|a| *a = fmath::sigmoid(*a)),
             Op::HardSwish => map_f64(out, |a| if a.is_nan() { a } else { a * (a / 6.0 + 0.5).clamp(0.0, 1.0) }),
         }
     }
@@ -65,25 +68,6 @@ fn map_f64(out: &mut [f32], f: impl Fn(f64) -> f64) {
     for a in out {
         *a = f(*a as f64) as f32;
     }
-}
-
-/// GELU, erf form, at a cost that does not depend on `a` (the C backend's `tsr_gelu_erf`, same formula:
-/// Numerical Recipes' erfc fit, fractional error below 1.2e-7, one `exp`). libm's `erf` branches on the
-/// magnitude (no `exp` below 0.84, two above), so a fused MatMul+GELU measured on random inputs, whose
-/// products are large, cost twice what it costs on a model's small activations, and the partitioner's
-/// measurements misled it.
-pub fn gelu_erf(a: f64) -> f64 {
-    let z = a.abs() * std::f64::consts::FRAC_1_SQRT_2;
-    let t = 1.0 / (1.0 + 0.5 * z);
-    let p = -1.26551223
-        + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
-    let half_erfc = 0.5 * t * (p - z * z).exp();
-    a * if a >= 0.0 { 1.0 - half_erfc } else { half_erfc }
-}
-
-pub fn gelu_tanh(a: f64) -> f64 {
-    let k = (2.0 / std::f64::consts::PI).sqrt();
-    0.5 * a * (1.0 + (k * (a + 0.044715 * a * a * a)).tanh())
 }
 
 /// `out[i] += src[((base + i) / inner) % src.len()]`, in runs where the source index is constant
@@ -134,24 +118,6 @@ mod tests {
                 prop_assert_eq!(*v, want, "element {}", i);
             }
         }
-    }
-
-    /// The data-independent GELU stays within 2e-7 relative of x * erfc(-x/sqrt2) / 2 (libm's erfc: accurate
-    /// where 1 + erf cancels) on a dense grid of [-20, 20], and keeps NaN and infinities.
-    #[test]
-    fn gelu_fit_matches_the_exact_erf_form() {
-        let exact = |a: f64| 0.5 * a * libm::erfc(-a * std::f64::consts::FRAC_1_SQRT_2);
-        let mut worst = 0.0f64;
-        for i in -200_000..=200_000 {
-            let a = i as f64 * 1e-4;
-            let (e, g) = (exact(a), gelu_erf(a));
-            if e != 0.0 {
-                worst = worst.max(((g - e) / e).abs());
-            }
-        }
-        assert!(worst < 2e-7, "worst relative error {worst:e}");
-        assert!(gelu_erf(f64::NAN).is_nan());
-        assert_eq!(gelu_erf(f64::INFINITY), f64::INFINITY);
     }
 
     #[test]
