@@ -16,7 +16,7 @@ mod pool;
 pub use buffer::HostBuffer;
 pub use c::SharedObject;
 pub use executable::{Executable, Program, Session};
-pub use pool::on_runtime_pool;
+pub use pool::{on_runtime_pool, set_threads, threads};
 pub use registry::{ModuleLoader, Registry};
 
 pub mod c;

@@ -40,6 +40,10 @@ pub struct BenchArgs {
     /// another: for comparing builds of one model, so drift on the machine hits each alike.
     #[arg(long)]
     pub abba: bool,
+    /// Threads of the CPU kernels (GEMMs, convolutions, epilogues); default: the cores this process may run
+    /// on, or $TESSERA_THREADS.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
 }
 
 fn profile_table(model: &str, steps: &[StepProfile]) -> String {
@@ -79,6 +83,9 @@ fn table(results: &[BenchResult]) -> String {
 
 /// Runs `tessera bench`: every artifact in order, then a table (or JSON: `{"results": [...]}`).
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(n) = args.threads {
+        tessera_kernels::runtime::set_threads(n).map_err(|e| anyhow::anyhow!("--threads {n}: {e}"))?;
+    }
     let mut results = Vec::with_capacity(args.artifacts.len());
     let mut profiles = Vec::new();
     if args.abba {

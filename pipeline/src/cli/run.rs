@@ -50,6 +50,10 @@ pub struct RunArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Threads of the CPU kernels (GEMMs, convolutions, epilogues); default: the cores this process may run
+    /// on, or $TESSERA_THREADS.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
 }
 
 /// What kind of file `tessera run` was given.
@@ -68,6 +72,9 @@ fn model_kind(path: &Path) -> anyhow::Result<ModelKind> {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    if let Some(n) = args.threads {
+        tessera_kernels::runtime::set_threads(n).map_err(|e| anyhow::anyhow!("--threads {n}: {e}"))?;
+    }
     match model_kind(&args.model)? {
         ModelKind::Onnx => {
             if !args.reference {
