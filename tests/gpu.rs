@@ -50,7 +50,7 @@ const TARGETS: [(&[&str], f64); 11] = [
 ];
 
 /// The precision a target set asks for (`fp32` when its first target names none).
-fn precision_of(target: &[&str]) -> &str {
+fn precision_of<'a>(target: &[&'a str]) -> &'a str {
     target[0].split_whitespace().find_map(|a| a.strip_prefix("-precision=")).unwrap_or("fp32")
 }
 

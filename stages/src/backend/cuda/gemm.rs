@@ -449,8 +449,8 @@ fn finish<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, value
 
 /// The f16 or bf16 GEMM on tensor cores (WMMA 16x16x16, fp32 accumulators): a block computes a `bm x bn`
 /// tile of C, each warp a `wm x wn` piece of it as 16x16 fragments, through `bk`-deep slices of A and B
-/// staged in shared memory in the operands' type. The accumulators leave through shared memory (fp32), so the epilogue sees each
-/// element with its coordinates, as in the SIMT kernel.
+/// staged in shared memory in the operands' type. The accumulators leave through shared memory (fp32), so
+/// the epilogue sees each element with its coordinates, as in the SIMT kernel.
 fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
     let sch = TcSchedule::with_knobs(p.m, p.n, p.k, p.z, k.knobs);
     let TcTiles { bm, bn, bk, wm, wn } = sch.tiles;
