@@ -308,10 +308,11 @@ def main():
                 cells += [fmt(t), fmt(ratio(r.get("torch_compile_ms"), t)), f"{fmt(r.get(f'tessera_cold_s_{i}'))} / {fmt(r.get(f'tessera_warm_s_{i}'))}"]
             lines.append(f"| {r['model']} | {r['precision']} | " + " | ".join(cells) + " |")
         for i in range(len(COMPILER_SETS)):
-            g = [ratio(r.get("torch_compile_ms"), r.get(f"tessera_ms_{i}")) for r in rows]
-            g = [x for x in g if x]
-            if g:
-                lines.append(f"\nSet {i} (`{' + '.join(COMPILER_SETS[i])}`): geometric mean of torch.compile / tessera over {len(g)} models: {math.exp(sum(map(math.log, g)) / len(g)):.3f}.")
+            for p in precisions:
+                g = [ratio(r.get("torch_compile_ms"), r.get(f"tessera_ms_{i}")) for r in rows if r["precision"] == p]
+                g = [x for x in g if x]
+                if g:
+                    lines.append(f"\nSet {i} (`{' + '.join(COMPILER_SETS[i])}`), {p}: geometric mean of torch.compile / tessera over {len(g)} models: {math.exp(sum(map(math.log, g)) / len(g)):.3f}.")
     for p in precisions:
         both = [ratio(r.get("torch_compile_ms"), r.get("tessera_ms")) for r in rows if r["precision"] == p]
         both = [b for b in both if b]
