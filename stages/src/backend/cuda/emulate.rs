@@ -143,6 +143,12 @@ mod tests {
                 (name, lowered, g)
             })
             .collect();
+        check_lowered(graphs, precision != DType::F32);
+    }
+
+    /// Emulates each `(name, graph to lower, fp32 reference graph)` in every configuration, as [`check`] does;
+    /// `reduced`: compare within 1e-2 (16-bit storage somewhere), else exactly as [`compare`] does.
+    fn check_lowered(graphs: Vec<(String, Graph, Graph)>, reduced: bool) {
         let t = Target::parse("cuda -compiler=nvrtc").unwrap();
         let be = super::super::CudaBackend;
         let graphs: Vec<(String, Graph, Graph)> = graphs
@@ -174,14 +180,14 @@ mod tests {
             let want = run_graph(reference, inputs).unwrap();
             for (order, outs) in res.iter().enumerate() {
                 for ((o, w), ty) in outs.iter().zip(&want).zip(&info.outputs) {
-                    let r = if precision == DType::F32 || w.dtype() != DType::F32 {
+                    let r = if !reduced || w.dtype() != DType::F32 {
                         compare(o, w)
                     } else {
                         let got = Tensor::from_bytes(ty.clone(), o.clone()).expect("the output's bytes");
                         super::super::tests::compare_to_reference(&got, w, 1e-2).map(|_| ())
                     };
                     if let Err(e) = r {
-                        failures.push(format!("{name} {precision} (thread order {order}): {e}"));
+                        failures.push(format!("{name} (thread order {order}): {e}"));
                     }
                 }
             }
@@ -378,6 +384,32 @@ mod tests {
             graphs.extend(crate::backend::scan_nd_cases::cases().into_iter().map(|(n, g)| (n.to_string(), g)));
             check_in(graphs, precision);
         }
+    }
+
+    /// `-overflow=bf16`'s graphs: an fp16 graph whose kept nodes compute in bf16, so one kernel loads and
+    /// stores both 16-bit types and casts between them, and a bf16 tensor-core GEMM feeds f16 ones.
+    #[test]
+    fn kernels_mixing_fp16_and_bf16_match_the_reference() {
+        use crate::ir::{BinaryOp, Op, UnaryOp};
+        let (_, g) = graph_of("mixed", |g| {
+            let x = input(g, "x", &[16, 64]);
+            let w1 = input(g, "w1", &[64, 48]);
+            let w2 = input(g, "w2", &[48, 32]);
+            let b = input(g, "b", &[48]);
+            let big = op(g, Op::MatMul, &[x, w1]); // kept: bf16 tensor cores
+            let biased = op(g, Op::Binary(BinaryOp::Add), &[big, b]); // kept
+            let act = op(g, Op::Unary(UnaryOp::Tanh), &[biased]); // f16 from here on
+            let out = op(g, Op::MatMul, &[act, w2]);
+            vec![op(g, Op::Unary(UnaryOp::Relu), &[out]), biased]
+        });
+        let keep = [true, true, false, false, false];
+        let mixed = crate::passes::precision::to_narrow_keeping(&g, DType::F16, &keep, DType::BF16).unwrap();
+        let types: Vec<DType> = mixed.nodes.iter().filter(|n| matches!(n.op, Op::MatMul)).map(|n| mixed.ty(n.outputs[0]).dtype).collect();
+        assert_eq!(types, [DType::BF16, DType::F16]);
+        let src = postcard::from_bytes::<CudaCode>(&super::super::CudaBackend.lower(&Target::parse("cuda").unwrap(), &mixed, "probe").unwrap().code).unwrap().source;
+        assert!(src.contains("__nv_bfloat16* __restrict__") || src.contains("const __nv_bfloat16*"), "{src}");
+        assert!(src.contains("16, 16, 16, __nv_bfloat16,") && src.contains("16, 16, 16, __half,"), "both GEMMs on tensor cores: {src}");
+        check_lowered(vec![("mixed".to_string(), mixed, g)], true);
     }
 
     /// Every tile on shapes with tails in both Sq and Sk, through the same lowering (forced tile).

@@ -154,7 +154,12 @@ fn fp16_and_bf16_modules_compile_to_sm90_cubins() {
     if !nvrtc_or_skip("the fp16/bf16 NVRTC compile test") {
         return;
     }
-    let lowered: Vec<LoweredKernel> = NARROW.iter().map(|&(dt, _)| CudaBackend.lower(&target(), &zoo_of_ops_narrow(dt), &format!("ops_{dt}")).unwrap()).collect();
+    let mut lowered: Vec<LoweredKernel> = NARROW.iter().map(|&(dt, _)| CudaBackend.lower(&target(), &zoo_of_ops_narrow(dt), &format!("ops_{dt}")).unwrap()).collect();
+    // `-overflow=bf16`: every other node kept in bf16, so kernels read, write and convert both types.
+    let g = zoo_of_ops();
+    let keep: Vec<bool> = (0..g.nodes.len()).map(|i| i % 2 == 0).collect();
+    let mixed = crate::passes::precision::to_narrow_keeping(&g, DType::F16, &keep, DType::BF16).unwrap();
+    lowered.push(CudaBackend.lower(&target(), &mixed, "ops_mixed").unwrap());
     let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
     let c = CubinModule::decode(&m).unwrap();
     assert_eq!(&c.cubin[..4], b"\x7fELF");
