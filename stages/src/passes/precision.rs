@@ -120,9 +120,12 @@ pub fn to_narrow_keeping(g: &Graph, narrow: DType, keep: &[bool], kept: DType) -
             val.name.clone()
         }
     };
+    // A cast of `v` to `to`, its value named `{name}.{to}`; an f32 copy of an output is the output itself, so it
+    // takes the interface's name (the cast back at the end then has nothing to do).
     let cast = |h: &mut Graph, v: ValueId, from: ValueId, to: DType| -> Result<ValueId, BuildError> {
         let name = &g.value(v).name;
-        Ok(h.add_node_named(format!("{name}.to_{}", to.name()), Op::Cast { to }, &[from], vec![format!("{name}.{}", to.name())])?[0])
+        let value = if to == DType::F32 && is_output[v.index()] { name.clone() } else { format!("{name}.{}", to.name()) };
+        Ok(h.add_node_named(format!("{name}.to_{}", to.name()), Op::Cast { to }, &[from], vec![value])?[0])
     };
     for &v in &g.inputs {
         let val = g.value(v);
@@ -169,6 +172,9 @@ pub fn to_narrow_keeping(g: &Graph, narrow: DType, keep: &[bool], kept: DType) -
                     let from = at_f32[i].or(if is_kept { at_narrow[i] } else { at_kept[i] }).expect("graph nodes are in topological order");
                     let id = cast(&mut h, v, from, ty)?;
                     if is_kept { at_kept[i] = Some(id) } else { at_narrow[i] = Some(id) }
+                    if ty == DType::F32 {
+                        at_f32[i] = Some(id);
+                    }
                     id
                 }
                 None => at_narrow[i].or(at_kept[i]).expect("graph nodes are in topological order"),
@@ -197,6 +203,10 @@ pub fn to_narrow_keeping(g: &Graph, narrow: DType, keep: &[bool], kept: DType) -
         let want = g.ty(v).dtype;
         let i = v.index();
         let mut id = computed[i].expect("outputs are defined");
+        if h.ty(id).dtype != want && want == DType::F32 {
+            // Already cast up for a node kept in f32 (named as the output: see `cast`).
+            id = at_f32[i].unwrap_or(id);
+        }
         if h.ty(id).dtype != want {
             let val = g.value(v);
             id = h.add_node_named(format!("{}.to_{}", val.name, want.name()), Op::Cast { to: want }, &[id], vec![val.name.clone()])?[0];
@@ -352,6 +362,34 @@ mod tests {
         }
         let names: Vec<&str> = h.outputs.iter().map(|&o| h.value(o).name.as_str()).collect();
         assert_eq!(names, ["out", "twice"], "outputs keep their names");
+    }
+
+    /// An output computed in f16 that a kept (f32) node also reads is cast up once, and the cast carries the
+    /// output's name: the interface keeps its names and no node name is used twice.
+    #[test]
+    fn an_output_read_by_a_kept_node_keeps_its_name() {
+        let mut g = Graph::new("m");
+        let x = g.add_input("x", TensorType::f32([4]));
+        let y = g.add("y", Op::Unary(crate::ir::UnaryOp::Relu), &[x]).unwrap();
+        let z = g.add("z", Op::Binary(BinaryOp::Add), &[y, y]).unwrap();
+        g.outputs = vec![y, z];
+        for kept in [DType::F32, DType::BF16] {
+            let h = to_narrow_keeping(&g, DType::F16, &[false, true], kept).unwrap();
+            crate::ir::verify(&h).unwrap();
+            let names: Vec<&str> = h.outputs.iter().map(|&o| h.value(o).name.as_str()).collect();
+            assert_eq!(names, ["y", "z"], "{kept}");
+            assert!(h.outputs.iter().all(|&o| h.ty(o).dtype == DType::F32), "{kept}");
+            let mut node_names: Vec<&str> = h.nodes.iter().map(|n| n.name.as_str()).collect();
+            node_names.sort();
+            let n = node_names.len();
+            node_names.dedup();
+            assert_eq!(node_names.len(), n, "{kept}: {node_names:?}");
+            let inputs = vec![Tensor::from_f32([4], &[2.0, -3.0, 1.0, 0.5])];
+            let (want, got) = (run_graph(&g, &inputs).unwrap(), run_graph(&h, &inputs).unwrap());
+            for (a, b) in got.iter().zip(&want) {
+                assert!(rel_err(a, b) < 1e-2, "{kept}: {}", rel_err(a, b));
+            }
+        }
     }
 
     #[test]
