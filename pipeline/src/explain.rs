@@ -138,17 +138,20 @@ pub struct PartitionReport {
     /// writes to outside itself (weights included; what stays inside is not counted).
     pub gemm_flops: f64,
     pub boundary_bytes: u64,
-    /// In a reduced-precision build: this partition's nodes that compute in fp32 because their values left
-    /// the narrow type's range on the calibration inputs (`-overflow=keep-fp32`), with the largest magnitude seen.
+    /// In an fp16 build: this partition's nodes that compute in fp32 (or bf16, `-overflow=bf16`) because their
+    /// values left fp16's range on the calibration inputs, with the largest magnitude seen. (The field keeps its
+    /// first name; `KeptRef::dtype` says which type.)
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kept_fp32: Vec<KeptRef>,
 }
 
-/// A node kept in fp32 (see [`PartitionReport::kept_fp32`]).
+/// A node kept out of fp16 (see [`PartitionReport::kept_fp32`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct KeptRef {
     pub name: String,
     pub max_abs: f32,
+    /// The type it computes in: `f32`, or `bf16` with `-overflow=bf16`.
+    pub dtype: String,
 }
 
 /// Sums over the partitions of one backend (or all of them).
@@ -176,6 +179,7 @@ pub struct Explanation {
 /// `kept` lists the nodes a reduced-precision build kept in fp32 (empty otherwise).
 pub fn explain_plan(model: &str, plan: &ExecPlan, g: &Graph, targets: &TargetSet, kept: &[KeptNode]) -> Result<Explanation> {
     let kept: BTreeMap<&str, f32> = kept.iter().map(|k| (k.name.as_str(), k.max_abs)).collect();
+    let kept_in = tessera_stages::precision::kept_dtype(targets.overflow()?).name();
     let mut partitions = Vec::with_capacity(plan.partitions.len());
     let mut by_backend: BTreeMap<String, Total> = BTreeMap::new();
     let mut total = Total::default();
@@ -189,7 +193,7 @@ pub fn explain_plan(model: &str, plan: &ExecPlan, g: &Graph, targets: &TargetSet
         }
         let ids: Vec<NodeId> = p.nodes.iter().map(|&n| NodeId(n)).collect();
         let backend = p.target.backend_name().to_string();
-        let kept_fp32 = nodes.iter().filter_map(|n| kept.get(n.name.as_str()).map(|&m| KeptRef { name: n.name.clone(), max_abs: m })).collect();
+        let kept_fp32 = nodes.iter().filter_map(|n| kept.get(n.name.as_str()).map(|&m| KeptRef { name: n.name.clone(), max_abs: m, dtype: kept_in.to_string() })).collect();
         for t in [by_backend.entry(backend.clone()).or_default(), &mut total] {
             t.partitions += 1;
             t.nodes += nodes.len();
@@ -264,7 +268,8 @@ pub fn render_text(ex: &Explanation) -> String {
         let _ = writeln!(s, "    work: {:.2} GFLOP in matrix products, {:.2} MB in and out", p.gemm_flops / 1e9, p.boundary_bytes as f64 / 1e6);
         if !p.kept_fp32.is_empty() {
             let shown: Vec<String> = p.kept_fp32.iter().map(|k| format!("{} (|x| up to {:.3e})", k.name, k.max_abs)).collect();
-            let _ = writeln!(s, "    in fp32, beyond fp16's range on the calibration inputs: {}", shown.join(", "));
+            let dtype = if p.kept_fp32[0].dtype == "f32" { "fp32" } else { "bf16" };
+            let _ = writeln!(s, "    in {dtype}, beyond fp16's range on the calibration inputs: {}", shown.join(", "));
         }
     }
     let _ = writeln!(s);

@@ -58,3 +58,36 @@ fn overflow_error_names_the_node_and_the_value() {
     let err = failure(&["compile", "m.onnx", "--target", "cuda -precision=fp16 -overflow=wrap", "--costs", "analytical", "--store", "s", "--out", "o"], t.path());
     assert!(err.contains("-overflow") && err.contains("keep-fp32"), "{err}");
 }
+
+/// The kept nodes of an explain report: (name, type they compute in).
+fn kept_of(ex: &serde_json::Value) -> Vec<(String, String)> {
+    ex["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["kept_fp32"].as_array().cloned().unwrap_or_default())
+        .map(|k| (k["name"].as_str().unwrap().to_string(), k["dtype"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// `-overflow=bf16` keeps the same nodes as keep-fp32, computing them in bf16, and explain says so; a
+/// `-precision=bf16` build has fp32's range, so it keeps (and calibrates) nothing.
+#[test]
+fn overflow_bf16_keeps_the_nodes_in_bf16_and_bf16_builds_keep_none() {
+    let t = tempfile::tempdir().unwrap();
+    overflowing_model(&t.path().join("m.onnx"));
+    let args = |target: &'static str| ["explain", "m.onnx", "--target", target, "--costs", "analytical", "--store", "s", "--json"];
+    let kept = kept_of(&json(&args("cuda -precision=fp16 -overflow=bf16"), t.path()));
+    assert_eq!(kept, [("scale_up".to_string(), "bf16".to_string()), ("scale_down".to_string(), "bf16".to_string())]);
+    let kept32 = kept_of(&json(&args("cuda -precision=fp16"), t.path()));
+    assert!(kept32.iter().all(|(_, d)| d == "f32") && kept32.len() == 2, "{kept32:?}");
+    let text = common::cli::ok(&["explain", "m.onnx", "--target", "cuda -precision=fp16 -overflow=bf16", "--costs", "analytical", "--store", "s"], t.path());
+    assert!(text.contains("in bf16, beyond fp16's range on the calibration inputs: scale_up"), "{text}");
+    let ex = json(&args("cuda -precision=bf16"), t.path());
+    assert!(kept_of(&ex).is_empty(), "{ex}");
+    // bf16 is a GPU precision: the CPU targets have no such attribute, and an fp16 set cannot mix it in.
+    let err = failure(&["compile", "m.onnx", "--target", "cpu -precision=bf16", "--costs", "analytical", "--store", "s", "--out", "o"], t.path());
+    assert!(err.contains("precision"), "{err}");
+    let err = failure(&["compile", "m.onnx", "--target", "cuda -precision=bf16", "--target", "cuda -compiler=cublas -precision=fp16", "--costs", "analytical", "--store", "s", "--out", "o"], t.path());
+    assert!(err.contains("different precisions"), "{err}");
+}

@@ -13,13 +13,17 @@ needed: every model is built from code or a small config, with random weights). 
      that barely moves (relative change below 1e-2) fails, since comparing it would test little;
   4. runs `tessera run MODEL.onnx --reference` and compares it with PyTorch;
   5. for each target, `tessera compile` (one shared --store, so identical kernels are compiled once) and
-     `tessera run ARTIFACT.tsr`, compared with the reference interpreter.
+     `tessera run ARTIFACT.tsr`, compared with the reference interpreter, and with PyTorch fp32;
+  6. for targets with a reduced precision (fp16, bf16), PyTorch's own error in that precision: the model cast
+     to it (`model.to(dtype)`, on the GPU where there is one) against PyTorch fp32, so a tessera row's error
+     reads next to what the precision costs PyTorch on the same model and inputs.
 Relative error is max|got - want| / max|want|; it must be below 1e-4 (1e-2 for targets with
-`precision=fp16`); NaN never passes.
+`precision=fp16` or `precision=bf16`); NaN never passes.
 
 Usage: python3 scripts/gpu/beyond_zoo.py TESSERA WORKDIR REPORT_DIR [--targets T ...] [--only NAME ...]
                                           [--costs measured|analytical]
-  e.g. on the GPU machine: --targets "cuda" "cuda -precision=fp16"; the default target `cpu` runs anywhere.
+  e.g. on the GPU machine: --targets "cuda" "cuda -precision=fp16" "cuda -precision=bf16"; the default
+  target `cpu` runs anywhere.
 Writes REPORT_DIR/beyond_zoo.json and beyond_zoo.md (one row per model x target); exits non-zero on any
 failure.
 """
@@ -30,6 +34,7 @@ import numpy as np
 from weights import rel_err
 
 TOL_FP32 = 1e-4
+# fp16 and bf16 storage (fp32 accumulation): the same tolerance for both.
 TOL_FP16 = 1e-2
 # The first output must move by at least this much (relative) when the input is redrawn.
 MIN_SENSITIVITY = 1e-2
@@ -289,8 +294,31 @@ def compare(outputs, want, out_dir):
     return worst, why
 
 
+def precision(target):
+    """The `-precision` a target string asks for (fp32 when it names none)."""
+    for word in target.split():
+        if word.startswith("-precision="):
+            return word.split("=", 1)[1]
+    return "fp32"
+
+
 def tolerance(target):
-    return TOL_FP16 if "precision=fp16" in target.replace(" ", "") else TOL_FP32
+    return TOL_FP32 if precision(target) == "fp32" else TOL_FP16
+
+
+def torch_in_precision(model, inputs, name, want):
+    """PyTorch's own error in precision `name` (fp16 or bf16): a copy of the model cast to it, float inputs
+    cast too (token ids stay integers), on the GPU where there is one (CPU fp16 kernels are missing for some
+    ops), against `want` (PyTorch fp32's first output)."""
+    import copy, torch
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    m = copy.deepcopy(model).to(device=device, dtype=dtype)
+    args = [torch.from_numpy(a).to(device) for a in inputs.values()]
+    args = [a.to(dtype) if a.is_floating_point() else a for a in args]
+    with torch.no_grad():
+        got = m(*args)[0].float().cpu().numpy()
+    return rel_err(got, want)
 
 
 def slug(target):
@@ -332,13 +360,25 @@ def check_model(name, args, tessera, store):
             base["ref_error"] = (f"the output barely depends on the input (relative change {base['input_sensitivity']:.1e} "
                                  f"for another input): the comparison would test little")
         ref = {o: np.load(os.path.join(ref_dir, f"{o}.npy")) for o in torch_out}
+        # PyTorch's own error in each reduced precision a target asks for, once per model.
+        torch_reduced = {}
+        for p in sorted({precision(t) for t in args.targets} - {"fp32"}):
+            try:
+                err, why = torch_in_precision(model, inputs, p, torch_out["out0"])
+                torch_reduced[p] = (err, why)
+            except Exception as e:
+                torch_reduced[p] = (None, f"{type(e).__name__}: {e}"[:300])
     except Exception as e:
         base["ref_ok"] = False
         base["ref_error"] = f"{type(e).__name__}: {e}"[-1500:]
         return [dict(base, target=t, ok=False, error=base["ref_error"]) for t in args.targets]
     rows = []
     for target in args.targets:
-        row = dict(base, target=target, tolerance=tolerance(target))
+        row = dict(base, target=target, tolerance=tolerance(target), precision=precision(target))
+        if row["precision"] != "fp32":
+            row["torch_precision_vs_torch"], why = torch_reduced[row["precision"]]
+            if why:
+                row["torch_precision_note"] = why
         try:
             art_dir = os.path.join(work, f"art-{slug(target)}")
             row["compile_s"] = round(run([tessera, "compile", path, "--store", store, "--costs", args.costs,
@@ -348,6 +388,7 @@ def check_model(name, args, tessera, store):
                                                "--out", run_dir]), 2)
             err, why = compare(ref, ref, run_dir)
             row["artifact_vs_ref"] = err
+            row["artifact_vs_torch"], _ = compare(torch_out, torch_out, run_dir)
             row["ok"] = base["ref_ok"] and err < row["tolerance"]
             problems = [base["ref_error"]] if not base["ref_ok"] else []
             if not err < row["tolerance"]:
@@ -380,16 +421,20 @@ def write_report(report_dir, meta, rows):
                 f"Every parameter re-initialised (weights N(0, 1/fan_in), convolutions N(0, 2/fan_in), biases "
                 f"U(-0.1, 0.1), 1-D scales 1 + N(0, 0.1), BatchNorm statistics measured on 4 random batches of 8); images {'x'.join(map(str, IMAGE))}, text 1x{SEQ}. "
                 f"Relative error max|got - want| / max|want|: reference interpreter vs PyTorch fp32 (tolerance "
-                f"{TOL_FP32:g}), artifact vs reference (tolerance {TOL_FP32:g}, {TOL_FP16:g} for precision=fp16); "
+                f"{TOL_FP32:g}), artifact vs reference (tolerance {TOL_FP32:g}, {TOL_FP16:g} for precision=fp16 and bf16); "
+                f"artifact vs torch: the artifact against PyTorch fp32; torch in precision: PyTorch's own model cast to "
+                f"the target's precision (fp16, bf16; on the GPU) against PyTorch fp32, the error that precision costs "
+                f"PyTorch (not a pass criterion); "
                 f"partition costs {meta['costs']}. Input sensitivity: the relative change of the output when the input is "
                 f"redrawn (at least {MIN_SENSITIVITY:g}, so the output is not a bias alone). "
                 f"**{passed} of {len(rows)} rows pass.**\n\n")
-        f.write("| model | target | exporter | ONNX nodes | input sensitivity | ref vs torch | artifact vs ref | compile s | result |\n")
-        f.write("|---|---|---|---|---|---|---|---|---|\n")
+        f.write("| model | target | exporter | ONNX nodes | input sensitivity | ref vs torch | artifact vs ref | artifact vs torch | torch in precision vs torch | compile s | result |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
             exporter = r.get("exporter", "").split(" (")[0]
             f.write(f"| {r['model']} | `{r['target']}` | {exporter} | {fmt(r.get('onnx_nodes'))} | "
-                    f"{fmt(r.get('input_sensitivity'))} | {fmt(r.get('ref_vs_torch'))} | {fmt(r.get('artifact_vs_ref'))} | {fmt(r.get('compile_s'))} | "
+                    f"{fmt(r.get('input_sensitivity'))} | {fmt(r.get('ref_vs_torch'))} | {fmt(r.get('artifact_vs_ref'))} | "
+                    f"{fmt(r.get('artifact_vs_torch'))} | {fmt(r.get('torch_precision_vs_torch'))} | {fmt(r.get('compile_s'))} | "
                     f"{'pass' if r['ok'] else 'FAIL'} |\n")
         failures = [r for r in rows if not r["ok"]]
         if failures:
@@ -440,7 +485,9 @@ def main():
         for r in new:
             status = "pass" if r["ok"] else "FAIL " + r.get("error", "")[:300]
             print(f"{name:20s} {r['target']:24s} ref {fmt(r.get('ref_vs_torch')):9s} art "
-                  f"{fmt(r.get('artifact_vs_ref')):9s} {time.time() - t:6.1f}s {status}", flush=True)
+                  f"{fmt(r.get('artifact_vs_ref')):9s} vs torch {fmt(r.get('artifact_vs_torch')):9s} torch-"
+                  f"{r.get('precision', 'fp32')} {fmt(r.get('torch_precision_vs_torch')):9s} {time.time() - t:6.1f}s {status}",
+                  flush=True)
         write_report(args.report_dir, meta, rows)
     sys.exit(0 if rows and all(r["ok"] for r in rows) else 1)
 

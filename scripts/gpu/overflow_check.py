@@ -2,8 +2,9 @@
 """fp16 that says when it cannot hold (issue 31), end to end on the GPU: a small convolutional model whose
 activations reach ~2e5 (beyond fp16's 65504) between two layers is compiled with `-precision=fp16` for each
 target set, run on the GPU and compared with the reference interpreter on the same inputs. The default
-policy (`-overflow=keep-fp32`) must give a finite result within fp16's tolerance; `-overflow=error` must refuse
-to build, naming a node.
+policy (`-overflow=keep-fp32`) and `-overflow=bf16` (the kept nodes in bf16) must give a finite result within
+fp16's tolerance, as must `-precision=bf16` (fp32's range: nothing kept); `-overflow=error` must refuse to
+build, naming a node.
 
 Usage: python3 scripts/gpu/overflow_check.py TESSERA WORKDIR REPORT.md
 Exits non-zero on any failure. Needs numpy and onnx.
@@ -15,11 +16,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 TOL_FP16 = 1e-2
-TARGET_SETS = [
-    ["cuda -precision=fp16"],
-    ["cuda -precision=fp16", "cuda -compiler=cublas -precision=fp16", "cuda -compiler=cudnn -precision=fp16"],
-    ["cuda -precision=fp16", "cuda -compiler=cutlass -precision=fp16"],
-]
+# Each GPU set with each of its precisions' settings.
+GPU_SETS = [["nvrtc"], ["nvrtc", "cublas", "cudnn"], ["nvrtc", "cutlass"]]
+SETTINGS = ["-precision=fp16", "-precision=fp16 -overflow=bf16", "-precision=bf16"]
+TARGET_SETS = [[f"cuda -compiler={c} {s}" for c in compilers] for s in SETTINGS for compilers in GPU_SETS]
 
 
 def model(path):
@@ -80,7 +80,7 @@ def main():
             continue
         parts = json.loads(out)["artifacts"][0]["partitions_by_backend"]
         rc, _, err = run([tessera, "explain", m, *targs, "--store", os.path.join(work, "store"), "--costs", "measured", "--json"])
-        kept = [k["name"] for p in json.loads(_)["partitions"] for k in p.get("kept_fp32", [])] if rc == 0 else [f"explain failed: {err[-200:]}"]
+        kept = [f"{k['name']} ({k.get('dtype', 'f32')})" for p in json.loads(_)["partitions"] for k in p.get("kept_fp32", [])] if rc == 0 else [f"explain failed: {err[-200:]}"]
         got_dir = os.path.join(work, f"got{i}")
         rc, _, err = run([tessera, "run", os.path.join(out_dir, "overflow.tsr"), "--seed", "1", "--out", got_dir])
         if rc != 0:
@@ -90,15 +90,15 @@ def main():
         e = rel_err(np.load(os.path.join(got_dir, "y.npy")), want)
         good = e < TOL_FP16
         ok &= good
-        rows.append((targets, f"partitions {parts}; kept in fp32: {', '.join(kept)}", e, good))
+        rows.append((targets, f"partitions {parts}; kept out of fp16: {', '.join(kept) or 'none'}", e, good))
     # -overflow=error refuses, naming a node.
     rc, _, err = run([tessera, "compile", m, "--target", "cuda -precision=fp16 -overflow=error", "--store", os.path.join(work, "store"), "--out", os.path.join(work, "err"), "--costs", "analytical"])
     refused = rc != 0 and "scale_up" in err
     ok &= refused
     with open(report, "w") as f:
-        f.write("# fp16 overflow policy on the GPU\n\n")
+        f.write("# fp16 overflow policy (and bf16) on the GPU\n\n")
         gpu = run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])[1].strip()
-        f.write(f"`scripts/gpu/overflow_check.py`, {gpu}. A model whose activations reach ~2e5 between two convolutions, compiled with `-precision=fp16` (default `-overflow=keep-fp32`), run on the GPU and compared with the reference (tolerance {TOL_FP16}).\n\n")
+        f.write(f"`scripts/gpu/overflow_check.py`, {gpu}. A model whose activations reach ~2e5 between two convolutions, compiled with `-precision=fp16` (default `-overflow=keep-fp32`, and `-overflow=bf16`) and with `-precision=bf16`, run on the GPU and compared with the reference (tolerance {TOL_FP16}).\n\n")
         f.write("| targets | plan | rel. error vs reference | result |\n|---|---|---|---|\n")
         for targets, what, e, good in rows:
             f.write(f"| {' + '.join('`' + t + '`' for t in targets)} | {what} | {'-' if e is None else f'{e:.2e}'} | {'pass' if good else 'FAIL'} |\n")

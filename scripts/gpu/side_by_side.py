@@ -18,13 +18,14 @@ TESSERA_TARGETS (default "nvrtc"): the cuda compilers tessera compiles for, e.g.
 separated by ";" (e.g. "nvrtc cublas cudnn;nvrtc cublas cudnn cutlass") compile and time each set in the same run,
 against the same PyTorch measurements (one tessera column per set).
 TESSERA_COSTS (default "measured"): `measured` or `analytical` partition costs.
-Usage: python3 scripts/gpu/side_by_side.py [--precision fp16|fp32] TESSERA_BINARY WORKDIR REPORT.md [model ...]
+Usage: python3 scripts/gpu/side_by_side.py [--precision P[,P...]] TESSERA_BINARY WORKDIR REPORT.md [model ...]
+  P: fp16, bf16 or fp32; several (e.g. --precision fp16,bf16) give one row per model and precision, in one run.
 Models: resnet50-b1 resnet50-b32 mobilenetv2-b1 bert-base-s128-b1 bert-base-s128-b8 gpt2-s256-b1 vit-b16-b1.
 With TESSERA_PROFILE_DIR set, tessera's per-kernel profile (`tessera bench --profile`) of each model is written there.
-Precision (default fp16): the same on both sides. fp16: PyTorch runs the model in half (`model.half()`, float
-inputs in half), tessera compiles the fp32 export with `-precision=fp16` (weights converted once at compile
-time, fp32 accumulation, fp32 inputs and outputs); the floor uses the fp16 matmul rate and fp16 weight bytes.
-fp32: TF32 off on both sides.
+Precision (default fp16): the same on both sides. fp16 (bf16): PyTorch runs the model in half (bfloat16:
+`model.to(dtype)`, float inputs in that type), tessera compiles the fp32 export with `-precision=fp16`
+(`bf16`: weights converted once at compile time, fp32 accumulation, fp32 inputs and outputs); the floor uses
+that type's matmul rate and weight bytes. fp32: TF32 off on both sides.
 """
 import json, os, subprocess, sys, time, math, tempfile, datetime
 
@@ -40,6 +41,7 @@ COSTS = os.environ.get("TESSERA_COSTS", "measured")
 COMPILER_SETS = [s.split() for s in os.environ.get("TESSERA_TARGETS", "nvrtc").split(";") if s.strip()]
 COMPILERS = COMPILER_SETS[0]
 PRECISION = "fp16"
+PRECISIONS = ("fp16", "bf16", "fp32")
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
 
@@ -118,7 +120,7 @@ def cuda_median_ms(fn, torch, iters=ITERS, warmup=WARMUP):
 
 
 def dtype(torch):
-    return torch.float16 if PRECISION == "fp16" else torch.float32
+    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[PRECISION]
 
 
 def rates(torch):
@@ -206,7 +208,7 @@ def tessera_side(tessera, path, shapes, workdir, name, row, index=0, compilers=N
 
 
 def targets(compilers=None):
-    return [f"cuda -compiler={c}" + (" -precision=fp16" if PRECISION == "fp16" else "") for c in (compilers or COMPILERS)]
+    return [f"cuda -compiler={c}" + (f" -precision={PRECISION}" if PRECISION != "fp32" else "") for c in (compilers or COMPILERS)]
 
 
 def target(compilers=None):
@@ -222,37 +224,48 @@ def fmt(v, unit=""):
 def main():
     global PRECISION
     argv = sys.argv[1:]
+    precisions = ["fp16"]
     if argv and argv[0].startswith("--precision"):
-        PRECISION = argv[0].split("=", 1)[1] if "=" in argv[0] else argv[1]
+        value = argv[0].split("=", 1)[1] if "=" in argv[0] else argv[1]
         argv = argv[1:] if "=" in argv[0] else argv[2:]
-    assert PRECISION in ("fp16", "fp32"), PRECISION
+        precisions = value.split(",")
+    for p in precisions:
+        assert p in PRECISIONS, f"--precision {p}: one of {', '.join(PRECISIONS)}"
     tessera, workdir, report = argv[:3]
     names = argv[3:] or ["resnet50-b1", "resnet50-b32", "mobilenetv2-b1", "bert-base-s128-b1", "bert-base-s128-b8", "gpt2-s256-b1", "vit-b16-b1"]
     os.makedirs(workdir, exist_ok=True)
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    flops_rate, bandwidth = rates(torch)
     rows = []
-    for name in names:
-        row = {"model": name}
-        print(f"== {name}", flush=True)
-        try:
-            model, args, in_names = build(name, torch)
-            path = os.path.join(workdir, f"{name}.onnx")
-            row["exporter"] = export(model, args, in_names, path, torch)
-            for i, compilers in enumerate(COMPILER_SETS):
-                try:
-                    tessera_side(tessera, path, {n: list(a.shape) for n, a in zip(in_names, args)}, workdir, name, row, i, compilers)
-                except Exception as e:
-                    row[f"tessera_error_{i}"] = str(e)[:200]
-            torch_side(model, args, torch, row)
-        except Exception as e:
-            row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
-        if "flops" in row:
-            row["floor_ms"] = max(row["flops"] / flops_rate, (row["weight_bytes"] + row["io_bytes"]) / bandwidth) * 1e3
-        print(json.dumps(row), flush=True)
-        rows.append(row)
+    measured = {}
+    for PRECISION in precisions:
+        flops_rate, bandwidth = rates(torch)
+        measured[PRECISION] = (flops_rate, bandwidth)
+        for name in names:
+            row = {"model": name, "precision": PRECISION}
+            # Work files per precision (one export, store and artifact each).
+            tag = name if len(precisions) == 1 else f"{name}-{PRECISION}"
+            print(f"== {name} ({PRECISION})", flush=True)
+            try:
+                model, args, in_names = build(name, torch)
+                path = os.path.join(workdir, f"{tag}.onnx")
+                row["exporter"] = export(model, args, in_names, path, torch)
+                for i, compilers in enumerate(COMPILER_SETS):
+                    try:
+                        tessera_side(tessera, path, {n: list(a.shape) for n, a in zip(in_names, args)}, workdir, tag, row, i, compilers)
+                    except Exception as e:
+                        row[f"tessera_error_{i}"] = str(e)[:200]
+                torch_side(model, args, torch, row)
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            if "flops" in row:
+                row["floor_ms"] = max(row["flops"] / flops_rate, (row["weight_bytes"] + row["io_bytes"]) / bandwidth) * 1e3
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    # The text below names one precision where the run had one, else each row's.
+    PRECISION = precisions[0] if len(precisions) == 1 else "/".join(precisions)
+    flops_rate, bandwidth = measured[precisions[0]]
 
     def ratio(a, b):
         return a / b if a and b else None
@@ -261,21 +274,23 @@ def main():
         "# tessera against PyTorch on the GPU",
         "",
         f"{datetime.date.today()}, {torch.cuda.get_device_name()}, driver CUDA {torch.version.cuda}, PyTorch {torch.__version__}; "
-        f"generated by scripts/gpu/side_by_side.py. {PRECISION} on both sides"
-        + (" (PyTorch: the model in half; tessera: the fp32 export compiled with -precision=fp16, fp32 accumulation). " if PRECISION == "fp16" else ", TF32 off. ")
-        + f"tessera: target `{target()}`, {COSTS} costs, CUDA events around graph replays. PyTorch: CUDA events, median of "
-        f"{ITERS} after {WARMUP} warm-up runs. Measured now: {PRECISION} matmul {flops_rate / 1e12:.1f} TFLOP/s, copy {bandwidth / 1e9:.0f} GB/s. "
+        f"generated by scripts/gpu/side_by_side.py. {PRECISION} on both sides, TF32 off"
+        + (" (PyTorch: the model cast to the row's type; tessera: the fp32 export compiled with -precision=fp16 or bf16, fp32 accumulation). " if PRECISION != "fp32" else ". ")
+        + f"tessera: target `{' + '.join(f'cuda -compiler={c}' for c in COMPILERS)}` (with the row's -precision), {COSTS} costs, CUDA events around graph replays. PyTorch: CUDA events, median of "
+        f"{ITERS} after {WARMUP} warm-up runs. Measured now: "
+        + ", ".join(f"{p} matmul {measured[p][0] / 1e12:.1f} TFLOP/s" for p in precisions)
+        + f", copy {bandwidth / 1e9:.0f} GB/s. "
         "torch.compile's compile time is its first call in this process (an empty inductor cache made for the run; later models "
         "share what earlier ones compiled). tessera compile: `tessera compile` in a fresh process, cold = empty store.",
         "",
-        "| model | tessera ms | eager ms | eager+graph ms | torch.compile ms | compile/tessera | tessera kernels | tessera compile cold / warm s | torch.compile s | floor ms | tessera / floor |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | precision | tessera ms | eager ms | eager+graph ms | torch.compile ms | compile/tessera | tessera kernels | tessera compile cold / warm s | torch.compile s | floor ms | tessera / floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     logs = []
     for r in rows:
         t = r.get("tessera_ms")
         lines.append(
-            f"| {r['model']} | {fmt(t)} | {fmt(r.get('eager_ms'))} | {fmt(r.get('cuda_graph_ms'))} | {fmt(r.get('torch_compile_ms'))} | "
+            f"| {r['model']} | {r['precision']} | {fmt(t)} | {fmt(r.get('eager_ms'))} | {fmt(r.get('cuda_graph_ms'))} | {fmt(r.get('torch_compile_ms'))} | "
             f"{fmt(ratio(r.get('torch_compile_ms'), t))} | {fmt(r.get('tessera_kernels'))} | {fmt(r.get('tessera_cold_s'))} / {fmt(r.get('tessera_warm_s'))} | "
             f"{fmt(r.get('torch_compile_s'))} | {fmt(r.get('floor_ms'))} | {fmt(ratio(t, r.get('floor_ms')))} |"
         )
@@ -284,29 +299,31 @@ def main():
                 logs.append(f"- {r['model']}: {k}: {r[k]}")
     if len(COMPILER_SETS) > 1:
         lines += ["", "Each target set, in the same run (torch.compile / tessera per set; cold / warm compile s):", "",
-                  "| model | " + " | ".join(f"`{target(c)}` ms | ratio | cold / warm s" for c in COMPILER_SETS) + " |",
-                  "|---|" + "---|---|---|" * len(COMPILER_SETS)]
+                  "| model | precision | " + " | ".join(f"`{' + '.join(c)}` ms | ratio | cold / warm s" for c in COMPILER_SETS) + " |",
+                  "|---|---|" + "---|---|---|" * len(COMPILER_SETS)]
         for r in rows:
             cells = []
             for i in range(len(COMPILER_SETS)):
                 t = r.get(f"tessera_ms_{i}")
                 cells += [fmt(t), fmt(ratio(r.get("torch_compile_ms"), t)), f"{fmt(r.get(f'tessera_cold_s_{i}'))} / {fmt(r.get(f'tessera_warm_s_{i}'))}"]
-            lines.append(f"| {r['model']} | " + " | ".join(cells) + " |")
+            lines.append(f"| {r['model']} | {r['precision']} | " + " | ".join(cells) + " |")
         for i in range(len(COMPILER_SETS)):
-            g = [ratio(r.get("torch_compile_ms"), r.get(f"tessera_ms_{i}")) for r in rows]
-            g = [x for x in g if x]
-            if g:
-                lines.append(f"\nSet {i} (`{target(COMPILER_SETS[i])}`): geometric mean of torch.compile / tessera over {len(g)} models: {math.exp(sum(map(math.log, g)) / len(g)):.3f}.")
-    both = [ratio(r.get("torch_compile_ms"), r.get("tessera_ms")) for r in rows]
-    both = [b for b in both if b]
-    if both:
-        lines += ["", f"Geometric mean of torch.compile / tessera over {len(both)} models: {math.exp(sum(map(math.log, both)) / len(both)):.3f} (above 1: tessera faster)."]
+            for p in precisions:
+                g = [ratio(r.get("torch_compile_ms"), r.get(f"tessera_ms_{i}")) for r in rows if r["precision"] == p]
+                g = [x for x in g if x]
+                if g:
+                    lines.append(f"\nSet {i} (`{' + '.join(COMPILER_SETS[i])}`), {p}: geometric mean of torch.compile / tessera over {len(g)} models: {math.exp(sum(map(math.log, g)) / len(g)):.3f}.")
+    for p in precisions:
+        both = [ratio(r.get("torch_compile_ms"), r.get("tessera_ms")) for r in rows if r["precision"] == p]
+        both = [b for b in both if b]
+        if both:
+            lines += ["", f"{p}: geometric mean of torch.compile / tessera over {len(both)} models: {math.exp(sum(map(math.log, both)) / len(both)):.3f} (above 1: tessera faster)."]
     if logs:
         lines += ["", "Errors:"] + logs
     with open(report, "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.splitext(report)[0] + ".json", "w") as f:
-        json.dump({"rows": rows, "matmul_flops": flops_rate, "copy_bytes_per_s": bandwidth}, f, indent=1)
+        json.dump({"rows": rows, "matmul_flops": {p: m[0] for p, m in measured.items()}, "copy_bytes_per_s": bandwidth}, f, indent=1)
     print("\n".join(lines))
 
 

@@ -287,7 +287,7 @@ fn precision_and_calibrate_keys_have_every_ingredient() {
     let g = LazyGraph::new(&driver, d("g"), None);
     let ranges = Ranges { runs: 1, max_abs: vec![] };
     let key = |doc: &str, precision, overflow, r: &str| {
-        ReducePrecision { doc: d(doc), graph: &g, precision, overflow, ranges: (d(r), ranges.clone()), store: &driver.0, built: OnceLock::new() }
+        ReducePrecision { doc: d(doc), graph: &g, precision, overflow, ranges: Some((d(r), ranges.clone())), store: &driver.0, built: OnceLock::new() }
             .key()
             .unwrap()
     };
@@ -296,6 +296,8 @@ fn precision_and_calibrate_keys_have_every_ingredient() {
         ("graph", key("g2", Precision::Fp16, Overflow::KeepFp32, "r")),
         ("precision", key("g", Precision::Fp32, Overflow::KeepFp32, "r")),
         ("overflow", key("g", Precision::Fp16, Overflow::Error, "r")),
+        ("overflow bf16", key("g", Precision::Fp16, Overflow::Bf16, "r")),
+        ("precision bf16", key("g", Precision::Bf16, Overflow::KeepFp32, "r")),
         ("ranges", key("g", Precision::Fp16, Overflow::KeepFp32, "r2")),
     ]);
     assert_ne!(Calibrate { doc: d("g"), graph: &g }.key().unwrap(), Calibrate { doc: d("g2"), graph: &g }.key().unwrap());

@@ -1,5 +1,5 @@
 //! Stage: precision. The model's graph document rewritten for the precision its targets ask for
-//! (`-precision=fp16` on GPU targets; see [`crate::passes::precision`]), between load and partition.
+//! (`-precision=fp16` or `bf16` on GPU targets; see [`crate::passes::precision`]), between load and partition.
 //!
 //! It runs only for reduced precision: an fp32 build partitions the loaded document itself, so adding the
 //! stage changed no fp32 key.
@@ -7,15 +7,16 @@
 //! Overflow: the calibrate stage ([`crate::calibrate`]) runs the reference on calibration inputs first, and
 //! every node that reads or writes a float value beyond [`LIMIT`] (f16's largest finite value with a
 //! headroom of 2, for inputs a little larger than the calibration ones) either computes in fp32, between
-//! casts (`-overflow=keep-fp32`, the default), or fails the build naming it and the value seen
-//! (`-overflow=error`). Without this an fp16 artifact of such a model returns inf or NaN for inputs like
+//! casts (`-overflow=keep-fp32`, the default), in bf16 between casts (`-overflow=bf16`: fp32's range at half
+//! the bytes, and tensor cores), or fails the build naming it and the value seen (`-overflow=error`). bf16
+//! builds need none of this: bf16 has fp32's range. Without this an fp16 artifact of such a model returns inf or NaN for inputs like
 //! the ones it is checked with. Which nodes were kept and why: [`kept_nodes`] (`tessera explain`). Keyed by the loaded document's digest and the precision, so every model's
 //! fp16 graph (and its f16 constants, stored by digest) is computed once and shared by every target set
 //! that asks for it.
 
 use crate::calibrate::{Calibrate, Ranges};
 use crate::context::{Ctx, LazyGraph};
-use crate::ir::{serial::GraphDoc, Graph, Tensor};
+use crate::ir::{serial::GraphDoc, DType, Graph, Tensor};
 use crate::stage::{run, run_digest, DevicePolicy, Stage};
 use crate::target::{Overflow, Precision};
 use anyhow::{Context, Result};
@@ -52,6 +53,14 @@ pub fn kept_nodes(g: &Graph, ranges: &Ranges) -> Vec<KeptNode> {
     kept
 }
 
+/// The type `-overflow` computes the nodes leaving fp16's range in (f32 also for `error`, which keeps none).
+pub fn kept_dtype(overflow: Overflow) -> DType {
+    match overflow {
+        Overflow::Bf16 => DType::BF16,
+        Overflow::KeepFp32 | Overflow::Error => DType::F32,
+    }
+}
+
 /// Stage: precision. Output: the rewritten graph document (constants stored separately, by digest).
 pub struct ReducePrecision<'a> {
     /// The loaded document.
@@ -59,8 +68,9 @@ pub struct ReducePrecision<'a> {
     pub graph: &'a LazyGraph<'a>,
     pub precision: Precision,
     pub overflow: Overflow,
-    /// The calibrate stage's output for `doc`: its digest (the key's ingredient) and value.
-    pub ranges: (Digest, Ranges),
+    /// The calibrate stage's output for `doc`: its digest (the key's ingredient) and value; fp16 only (bf16
+    /// has fp32's range, so nothing is kept and nothing calibrated).
+    pub ranges: Option<(Digest, Ranges)>,
     pub store: &'a tessera_store::Store,
     pub(crate) built: OnceLock<Graph>,
 }
@@ -73,24 +83,27 @@ impl Stage for ReducePrecision<'_> {
         crate::code::CodeVersion::new(PRECISION_VERSION, &[crate::code::digests::PRECISION])
     }
     fn key(&self) -> Result<Digest> {
-        Ok(self
+        let mut k = self
             .key_builder()
             .env("passes", &crate::passes::code_version())
             .input_digest("graph", &self.doc)
             .input("precision", &self.precision)
-            .input("overflow", &self.overflow)
-            .input_digest("ranges", &self.ranges.0)
-            .finish()?)
+            .input("overflow", &self.overflow);
+        if let Some((ranges, _)) = &self.ranges {
+            k = k.input_digest("ranges", ranges);
+        }
+        Ok(k.finish()?)
     }
     fn compute(&self) -> Result<Vec<u8>> {
         let g = self.graph.get()?;
         let h = match self.precision {
             Precision::Fp16 => {
-                let kept = kept_nodes(g, &self.ranges.1);
+                let Some((_, ranges)) = &self.ranges else { anyhow::bail!("graph '{}': fp16 needs the calibration ranges", g.name) };
+                let kept = kept_nodes(g, ranges);
                 if self.overflow == Overflow::Error && !kept.is_empty() {
                     let shown: Vec<String> = kept.iter().take(5).map(|k| format!("node '{}' ({}) reaches {:.4e}", k.name, k.op, k.max_abs)).collect();
                     anyhow::bail!(
-                        "graph '{}': {} node(s) leave fp16's range (65504, with headroom {LIMIT}) on the calibration inputs: {}{}; -overflow=keep-fp32 computes them in fp32, or compile with -precision=fp32",
+                        "graph '{}': {} node(s) leave fp16's range (65504, with headroom {LIMIT}) on the calibration inputs: {}{}; -overflow=keep-fp32 computes them in fp32, -overflow=bf16 in bf16, or compile with -precision=bf16 or fp32",
                         g.name,
                         kept.len(),
                         shown.join("; "),
@@ -101,8 +114,11 @@ impl Stage for ReducePrecision<'_> {
                 for k in &kept {
                     keep[k.index] = true;
                 }
-                crate::passes::precision::to_half_keeping(g, &keep).with_context(|| format!("graph '{}': rewriting it in fp16", g.name))?
+                let kept_in = kept_dtype(self.overflow);
+                crate::passes::precision::to_narrow_keeping(g, DType::F16, &keep, kept_in).with_context(|| format!("graph '{}': rewriting it in fp16", g.name))?
             }
+            // bf16 has fp32's range: nothing leaves it that the fp32 graph keeps, so no node is kept.
+            Precision::Bf16 => crate::passes::precision::to_narrow(g, DType::BF16).with_context(|| format!("graph '{}': rewriting it in bf16", g.name))?,
             Precision::Fp32 => g.clone(),
         };
         let doc = GraphDoc::from_graph(&h, |t: &Tensor| self.store.put(t.bytes()))?;
@@ -119,8 +135,8 @@ impl Stage for ReducePrecision<'_> {
     }
 }
 
-/// What a reduced-precision build started from: the loaded graph and its calibration ranges (what
-/// [`kept_nodes`] reads to say which nodes stayed in fp32 and why).
+/// What an fp16 build started from: the loaded graph and its calibration ranges (what [`kept_nodes`] reads to
+/// say which nodes stayed in fp32, or bf16, and why).
 pub struct Calibrated<'a> {
     pub loaded: LazyGraph<'a>,
     pub ranges: Ranges,
@@ -140,13 +156,14 @@ pub fn for_targets<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) -> Resu
     if precision == Precision::Fp32 {
         return Ok((doc, graph, None));
     }
-    let ranges = calibrate(ctx, doc, &graph)?;
+    // Only fp16 can overflow where fp32 does not: bf16 builds skip the calibration (a reference run).
+    let ranges = if precision == Precision::Fp16 { Some(calibrate(ctx, doc, &graph)?) } else { None };
     let overflow = ctx.targets.overflow()?;
     let stage = ReducePrecision { doc, graph: &graph, precision, overflow, ranges, store: ctx.driver.store(), built: OnceLock::new() };
     let reduced = run_digest(ctx.driver, &stage)?;
     let built = stage.built.into_inner();
-    let ranges = stage.ranges.1;
-    Ok((reduced, LazyGraph::new(ctx.driver, reduced, built), Some(Calibrated { loaded: graph, ranges })))
+    let calibrated = stage.ranges.map(|(_, ranges)| Calibrated { loaded: graph, ranges });
+    Ok((reduced, LazyGraph::new(ctx.driver, reduced, built), calibrated))
 }
 
 /// The calibrate stage's output for the loaded document `doc` (memoized: computed once per model).

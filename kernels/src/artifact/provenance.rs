@@ -58,7 +58,7 @@ pub struct Provenance {
     pub source: SourceModel,
     /// The build's canonical targets (every attribute present), in target-set order.
     pub targets: Vec<String>,
-    /// The precision the model computes in: `fp32` or `fp16`.
+    /// The precision the model computes in: `fp32`, `fp16` or `bf16`.
     pub precision: String,
     /// Where partition costs came from: `measured`, `analytical`, or `recorded` (a frozen build).
     pub costs: String,

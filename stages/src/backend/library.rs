@@ -51,8 +51,8 @@ pub fn matmul_shape(g: &Graph, n: NodeId) -> Result<(u64, u64, u64, u64, u64, u6
     if let Some(&v) = node.inputs.iter().find(|&&v| g.ty(v).dtype != dt) {
         return Err(format!("MatMul of mixed types ({} and {})", g.ty(v), g.ty(node.outputs[0])));
     }
-    if !matches!(dt, crate::ir::DType::F32 | crate::ir::DType::F16) {
-        return Err(format!("GEMM libraries run f32 and f16 MatMuls, got {dt:?}"));
+    if !matches!(dt, crate::ir::DType::F32 | crate::ir::DType::F16 | crate::ir::DType::BF16) {
+        return Err(format!("GEMM libraries run f32, f16 and bf16 MatMuls, got {dt:?}"));
     }
     let (sa, sb) = (&g.ty(node.inputs[0]).shape, &g.ty(node.inputs[1]).shape);
     if sa.len() < 2 || sb.len() < 2 {

@@ -254,6 +254,8 @@ impl fmt::Display for Target {
 pub enum Precision {
     Fp32,
     Fp16,
+    /// bfloat16 storage: fp32's exponent range with 8 bits of mantissa, so nothing overflows that fits fp32.
+    Bf16,
 }
 
 impl Precision {
@@ -261,7 +263,32 @@ impl Precision {
         match self {
             Precision::Fp32 => "fp32",
             Precision::Fp16 => "fp16",
+            Precision::Bf16 => "bf16",
         }
+    }
+
+    /// The value of the `precision` attribute, as the registry's enum spells it.
+    pub fn parse(s: &str) -> Option<Precision> {
+        [Precision::Fp32, Precision::Fp16, Precision::Bf16].into_iter().find(|p| p.name() == s)
+    }
+
+    /// The element type floats are stored in.
+    pub fn dtype(self) -> crate::ir::DType {
+        match self {
+            Precision::Fp32 => crate::ir::DType::F32,
+            Precision::Fp16 => crate::ir::DType::F16,
+            Precision::Bf16 => crate::ir::DType::BF16,
+        }
+    }
+}
+
+/// bf16 arithmetic and tensor cores (cuda_bf16.h's conversions, mma.sync .bf16, cuBLASLt and cuDNN's
+/// bfloat16 kernels) start at sm_80: a target for an older architecture is refused, naming it.
+fn bf16_arch_check(t: &Target) -> Result<(), TargetError> {
+    let Some(AttrValue::Str(arch)) = t.attrs.get("arch") else { return Ok(()) };
+    match arch.strip_prefix("sm_").and_then(|n| n.parse::<u32>().ok()) {
+        Some(n) if n >= 80 => Ok(()),
+        _ => terr(format!("target '{t}': -precision=bf16 needs -arch=sm_80 or newer (bf16 tensor cores), got {arch}")),
     }
 }
 
@@ -273,6 +300,8 @@ pub enum Overflow {
     KeepFp32,
     /// Fail, naming the nodes and the values seen.
     Error,
+    /// Compute those nodes in bf16 (fp32's range, half the bytes), between casts.
+    Bf16,
 }
 
 impl Overflow {
@@ -280,7 +309,13 @@ impl Overflow {
         match self {
             Overflow::KeepFp32 => "keep-fp32",
             Overflow::Error => "error",
+            Overflow::Bf16 => "bf16",
         }
+    }
+
+    /// The value of the `overflow` attribute, as the registry's enum spells it.
+    pub fn parse(s: &str) -> Option<Overflow> {
+        [Overflow::KeepFp32, Overflow::Error, Overflow::Bf16].into_iter().find(|o| o.name() == s)
     }
 }
 
@@ -343,7 +378,10 @@ impl TargetSet {
         let mut found: Option<(&Target, Precision)> = None;
         for t in &self.targets {
             let Some(AttrValue::Str(p)) = t.attrs.get("precision") else { continue };
-            let p = if p == "fp16" { Precision::Fp16 } else { Precision::Fp32 };
+            let p = Precision::parse(p).ok_or_else(|| TargetError(format!("target '{t}': unknown precision '{p}'")))?;
+            if p == Precision::Bf16 {
+                bf16_arch_check(t)?;
+            }
             match found {
                 Some((other, q)) if q != p => {
                     return terr(format!("targets '{other}' and '{t}' ask for different precisions; give every GPU target the same -precision"));
@@ -360,7 +398,7 @@ impl TargetSet {
         let mut found: Option<(&Target, Overflow)> = None;
         for t in &self.targets {
             let Some(AttrValue::Str(p)) = t.attrs.get("overflow") else { continue };
-            let p = if p == "error" { Overflow::Error } else { Overflow::KeepFp32 };
+            let p = Overflow::parse(p).ok_or_else(|| TargetError(format!("target '{t}': unknown -overflow policy '{p}'")))?;
             match found {
                 Some((other, q)) if q != p => {
                     return terr(format!("targets '{other}' and '{t}' ask for different -overflow policies; give every GPU target the same"));

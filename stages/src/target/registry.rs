@@ -143,8 +143,8 @@ pub static KINDS: &[KindSpec] = &[
         doc: "an NVIDIA GPU",
         attrs: &[
             AttrSpec { name: "arch", ty: AttrType::Enum(&["sm_80", "sm_86", "sm_89", "sm_90"]), default: "sm_90", doc: "GPU architecture to compile for" },
-            AttrSpec { name: "precision", ty: AttrType::Enum(&["fp32", "fp16"]), default: "fp32", doc: "storage precision of activations and weights: fp16 converts weights once at compile time and keeps fp32 accumulation (inputs and outputs stay fp32)" },
-            AttrSpec { name: "overflow", ty: AttrType::Enum(&["keep-fp32", "error"]), default: "keep-fp32", doc: "what -precision=fp16 does where the reference, run on calibration inputs, finds values beyond fp16's range: keep-fp32 computes those nodes in fp32 (between casts), error fails naming them (ignored for fp32)" },
+            AttrSpec { name: "precision", ty: AttrType::Enum(&["fp32", "fp16", "bf16"]), default: "fp32", doc: "storage precision of activations and weights: fp16 and bf16 convert weights once at compile time and keep fp32 accumulation (inputs and outputs stay fp32); bf16 has fp32's range (sm_80 and newer)" },
+            AttrSpec { name: "overflow", ty: AttrType::Enum(&["keep-fp32", "error", "bf16"]), default: "keep-fp32", doc: "what -precision=fp16 does where the reference, run on calibration inputs, finds values beyond fp16's range: keep-fp32 computes those nodes in fp32 (between casts), bf16 in bf16 (between casts), error fails naming them (ignored for fp32 and bf16, which have fp32's range)" },
         ],
         default_compiler: "nvrtc",
     },

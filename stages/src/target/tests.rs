@@ -94,5 +94,23 @@ fn precision_is_one_per_set_and_the_fallback_inherits_it() {
     let e = TargetSet::parse(&["cuda -precision=fp16".into(), "cuda -compiler=cublas".into()]).unwrap_err().0;
     assert!(e.contains("different precisions"), "{e}");
     let e = Target::parse("cuda -precision=fp8").unwrap_err().0;
-    assert!(e.contains("fp32, fp16"), "{e}");
+    assert!(e.contains("fp32, fp16, bf16"), "{e}");
+}
+
+#[test]
+fn bf16_is_a_gpu_precision_for_every_gpu_backend_and_sm80_up() {
+    let set = TargetSet::parse(&["cuda -compiler=cublas -precision=bf16".into(), "cuda -compiler=cutlass -precision=bf16".into(), "cpu".into()]).unwrap();
+    assert_eq!(set.precision().unwrap(), Precision::Bf16);
+    assert_eq!(set.fallback("cuda").unwrap().str_attr("precision"), "bf16", "the nvrtc fallback inherits it");
+    assert_eq!(Precision::Bf16.dtype(), crate::ir::DType::BF16);
+    let e = TargetSet::parse(&["cuda -precision=bf16".into(), "cuda -compiler=cudnn -precision=fp16".into()]).unwrap_err().0;
+    assert!(e.contains("different precisions"), "{e}");
+    let e = Target::parse("cpu -precision=bf16").unwrap_err().0;
+    assert!(e.contains("precision"), "the CPU has no precision attribute: {e}");
+    // Every architecture the registry offers is sm_80 or newer; an older one is refused by name.
+    let mut old = Target::parse("cuda -precision=bf16").unwrap();
+    old.attrs.insert("arch".into(), AttrValue::Str("sm_75".into()));
+    let e = TargetSet { targets: vec![old] }.precision().unwrap_err().0;
+    assert!(e.contains("sm_80 or newer") && e.contains("sm_75"), "{e}");
+    assert_eq!(TargetSet::parse(&["cuda -precision=fp16 -overflow=bf16".into()]).unwrap().overflow().unwrap(), Overflow::Bf16);
 }

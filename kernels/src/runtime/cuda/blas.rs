@@ -74,7 +74,8 @@ impl CallDesc for Matmul {
         if self.batch > 1 {
             s.push_str(&format!(" x{}", self.batch));
         }
-        s.push_str(if self.dtype == DType::F16 { " f16" } else { " f32" });
+        s.push(' ');
+        s.push_str(self.dtype.name());
         if self.rank > 0 {
             s.push_str(&format!(" algo#{}", self.rank));
         }
@@ -88,8 +89,8 @@ impl CallDesc for Matmul {
 
     fn check(&self, args: &Args) -> Result<(), String> {
         let mm = self;
-        if !matches!(mm.dtype, DType::F32 | DType::F16) {
-            return Err(format!("element type {:?} (f32 or f16 only)", mm.dtype));
+        if !matches!(mm.dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(format!("element type {:?} (f32, f16 or bf16 only)", mm.dtype));
         }
         if mm.rank >= MAX_RANK {
             return Err(format!("algorithm rank {} (below {MAX_RANK} only)", mm.rank));
@@ -227,8 +228,10 @@ fn alignment(addr: u64) -> u32 {
 impl PreparedMatmul {
     fn new(handle: &Arc<Handle>, mm: &Matmul, args: &[u64]) -> Result<PreparedMatmul, String> {
         let at = |o: &Operand| args[o.arg as usize] + o.offset;
+        // Storage type of A, B, C and D (and the bias, which defaults to D's); compute is fp32 whatever it is.
         let ty = match mm.dtype {
             DType::F16 => lt::cudaDataType::CUDA_R_16F,
+            DType::BF16 => lt::cudaDataType::CUDA_R_16BF,
             _ => lt::cudaDataType::CUDA_R_32F,
         };
         // SAFETY: descriptor calls on objects created here; attribute buffers are live locals of the right size.

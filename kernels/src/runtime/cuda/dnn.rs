@@ -94,7 +94,7 @@ impl CallDesc for Conv {
         if self.groups > 1 {
             d.push_str(&format!(" g{}", self.groups));
         }
-        d.push_str(if self.dtype == DType::F16 { " f16 +bias" } else { " f32 +bias" });
+        d.push_str(&format!(" {} +bias", self.dtype.name()));
         if self.residual.is_some() {
             d.push_str(" +residual");
         }
@@ -109,8 +109,8 @@ impl CallDesc for Conv {
         if c.rank >= MAX_RANK || (c.rank > 0 && !c.relu) {
             return Err(format!("algorithm rank {} (below {MAX_RANK}, and 0 without ReLU)", c.rank));
         }
-        if !matches!(c.dtype, DType::F32 | DType::F16) {
-            return Err(format!("element type {:?} (f32 or f16 only)", c.dtype));
+        if !matches!(c.dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(format!("element type {:?} (f32, f16 or bf16 only)", c.dtype));
         }
         let ([n, ch, h, w], [k, cg, r, s], [on, ok_, p, q]) = (c.input, c.weight, c.output);
         let g = c.groups;
@@ -255,7 +255,13 @@ unsafe impl Sync for PreparedConv {}
 impl PreparedConv {
     fn new(handle: &Arc<Mutex<Handle>>, c: &Conv, args: &[u64]) -> Result<PreparedConv, String> {
         let at = |o: &Operand| args[o.arg as usize] + o.offset;
-        let ty = if c.dtype == DType::F16 { dnn::cudnnDataType_t::CUDNN_DATA_HALF } else { dnn::cudnnDataType_t::CUDNN_DATA_FLOAT };
+        // Storage type of x, w, z, y and the bias; the convolution computes in fp32 (its descriptor's type) for
+        // each (cuDNN's PSEUDO_HALF and PSEUDO_BFLOAT16 configurations).
+        let ty = match c.dtype {
+            DType::F16 => dnn::cudnnDataType_t::CUDNN_DATA_HALF,
+            DType::BF16 => dnn::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+            _ => dnn::cudnnDataType_t::CUDNN_DATA_FLOAT,
+        };
         let nchw = dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
         let i = |x: u32| x as i32;
         // SAFETY: descriptor calls on objects created here, with plain values and out-parameters.
@@ -296,7 +302,7 @@ impl PreparedConv {
                 "cudnnSetConvolution2dDescriptor",
             )?;
             ok(dnn::cudnnSetConvolutionGroupCount(this.conv_desc, i(c.groups)), "cudnnSetConvolutionGroupCount")?;
-            let math = if c.dtype == DType::F16 { dnn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH } else { dnn::cudnnMathType_t::CUDNN_FMA_MATH };
+            let math = if c.dtype == DType::F32 { dnn::cudnnMathType_t::CUDNN_FMA_MATH } else { dnn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH };
             ok(dnn::cudnnSetConvolutionMathType(this.conv_desc, math), "cudnnSetConvolutionMathType")?;
             ok(dnn::cudnnCreateActivationDescriptor(&mut this.act_desc), "cudnnCreateActivationDescriptor")?;
             let mode = if c.relu { dnn::cudnnActivationMode_t::CUDNN_ACTIVATION_RELU } else { dnn::cudnnActivationMode_t::CUDNN_ACTIVATION_IDENTITY };

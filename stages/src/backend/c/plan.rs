@@ -82,7 +82,7 @@ fn is_alias(op: &Op) -> bool {
 
 fn is_anchor(g: &Graph, n: NodeId) -> bool {
     let node = g.node(n);
-    matches!(node.op, Op::MatMul | Op::Conv(_)) && matches!(g.ty(node.outputs[0]).dtype, DType::F32 | DType::F16)
+    matches!(node.op, Op::MatMul | Op::Conv(_)) && matches!(g.ty(node.outputs[0]).dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
 struct Planner<'g> {

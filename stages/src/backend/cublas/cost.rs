@@ -17,7 +17,8 @@ pub const LAUNCH_US: f64 = 3.0;
 
 pub fn estimate_us(g: &Graph, nodes: &[NodeId]) -> f64 {
     let (gemm, other) = partition_flops(g, nodes);
-    let half = nodes.iter().any(|&n| g.ty(g.node(n).outputs[0]).dtype == DType::F16);
+    // bf16 runs at fp16's tensor-core rate.
+    let half = nodes.iter().any(|&n| matches!(g.ty(g.node(n).outputs[0]).dtype, DType::F16 | DType::BF16));
     let tflops = if half { F16_TFLOPS } else { F32_TFLOPS };
     let calls = nodes.iter().filter(|&&n| g.node(n).op == crate::ir::Op::MatMul).count().max(1) as f64;
     (gemm + other) / (tflops * 1e6) + boundary_bytes(g, nodes) as f64 / (BANDWIDTH_GBS * 1e3) + LAUNCH_US * calls

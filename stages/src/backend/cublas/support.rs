@@ -1,6 +1,6 @@
 //! The `cublas` backend's pattern rule: which MatMuls cuBLASLt runs, and which epilogues fuse into them.
 //!
-//! Anchors: `MatMul` of one float type (f32 or f16) throughout, both operands of rank 2 or more, whose batch
+//! Anchors: `MatMul` of one float type (f32, f16 or bf16) throughout, both operands of rank 2 or more, whose batch
 //! dimensions (broadcast as NumPy does) make one strided batch: each operand either the same matrix for every
 //! batch or one dense matrix per batch. A's batches over one shared B fold into one tall GEMM.
 //!

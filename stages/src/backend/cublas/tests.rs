@@ -27,8 +27,8 @@ fn mlp(dt: DType) -> Graph {
 }
 
 #[test]
-fn matmul_chains_with_bias_residual_and_a_final_relu_are_supported_in_both_precisions() {
-    for dt in [DType::F32, DType::F16] {
+fn matmul_chains_with_bias_residual_and_a_final_relu_are_supported_in_every_precision() {
+    for dt in [DType::F32, DType::F16, DType::BF16] {
         let g = mlp(dt);
         let s: Vec<bool> = (0..g.nodes.len() as u32).map(|n| CublasBackend.supports(&g, NodeId(n), &cublas())).collect();
         assert_eq!(s, [true; 6], "{dt:?}");
@@ -36,6 +36,12 @@ fn matmul_chains_with_bias_residual_and_a_final_relu_are_supported_in_both_preci
         let (anchor, eps) = support::chain_of(&g, NodeId(5), &|v| uses[v.index()]).unwrap();
         assert_eq!(anchor, NodeId(3));
         assert!(matches!(eps[..], [(_, Epilogue::Residual(_)), (_, Epilogue::Bias(_))]), "{eps:?}");
+        // The calls carry the graph's storage type, and the runtime's checks (at decode) take it.
+        let k = CublasBackend.lower(&cublas(), &g, "f0").unwrap();
+        let calls: Vec<Matmul> = postcard::from_bytes(&k.code).unwrap();
+        assert!(calls.iter().all(|c| c.dtype == dt), "{dt:?}");
+        let m = CublasBackend.compile_module(&cublas(), &[k]).unwrap_or_else(|e| panic!("{dt:?}: {e}"));
+        assert_eq!(tessera_kernels::runtime::cuda::blas::BlasModule::decode(&m).unwrap().functions[0], calls);
     }
 }
 

@@ -190,7 +190,7 @@ pub fn attention_with(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: A
     tiles.check()?;
     let g = k.g;
     let nd = g.node(node);
-    if let Some(&v) = nd.inputs.iter().chain(&nd.outputs).find(|&&v| !matches!(g.ty(v).dtype, DType::F32 | DType::F16 | DType::Bool)) {
+    if let Some(&v) = nd.inputs.iter().chain(&nd.outputs).find(|&&v| !matches!(g.ty(v).dtype, DType::F32 | DType::F16 | DType::BF16 | DType::Bool)) {
         return Err(format!("Attention on {} is not supported by the cuda backend", g.ty(v).dtype));
     }
     let types: Vec<_> = nd.inputs.iter().map(|&v| g.ty(v)).collect();

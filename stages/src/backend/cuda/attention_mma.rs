@@ -1,5 +1,5 @@
-//! Attention on tensor cores for fp16 operands: FlashAttention-2's structure with `mma.sync` m16n8k16
-//! (fp16 inputs, fp32 accumulation), so the `Sq x Sk` scores never touch global memory and both products
+//! Attention on tensor cores for fp16 and bf16 operands: FlashAttention-2's structure with `mma.sync`
+//! m16n8k16 (fp16 or bf16 inputs, fp32 accumulation; the fragment layouts are the same for both), so the `Sq x Sk` scores never touch global memory and both products
 //! run on the tensor cores. The fp32 path and head dims above [`MAX_HEAD_DIM`] keep the SIMT kernel of
 //! [`super::attention`], whose semantics this one follows exactly (masks, NaN rows, empty key axes).
 //!
@@ -13,17 +13,17 @@
 //! 2. applies the scale, the keep mask and the additive mask element by element (each thread knows the row
 //!    and key of its fragment elements), -inf past `Sk`;
 //! 3. updates `m` and `l` (row maxima over the four threads sharing a row, by shuffles), rescales the
-//!    accumulator, and turns `P = exp(S - m)` into fp16 A fragments in registers: the C fragment layout of
+//!    accumulator, and turns `P = exp(S - m)` into A fragments of the operands' type in registers: the C fragment layout of
 //!    two adjacent 8-key tiles is the A fragment layout of one 16-key step, so P never leaves registers;
 //! 4. accumulates `P V`, V's B fragments loaded transposed by `ldmatrix.trans`.
 //!
 //! Rows are owned by quads of threads, so `l` stays a per-thread partial sum until the end (every thread of
 //! a quad rescales by the same `alpha`) and is summed over the quad once. The output is `acc / l`: a row of
 //! -inf scores keeps `m = -inf`, its exponentials are taken against 0 (so they are 0, not NaN), and gives
-//! `0 / 0 = NaN`, as the reference; a NaN or +inf score makes the row NaN. P is rounded to fp16 for the
-//! second product (as FlashAttention does); `l` sums the unrounded probabilities.
+//! `0 / 0 = NaN`, as the reference; a NaN or +inf score makes the row NaN. P is rounded to the operands' type for
+//! the second product (as FlashAttention does); `l` sums the unrounded probabilities.
 
-use super::kernel::{coords, offset, Kernel};
+use super::kernel::{coords, is_half, mem_type, offset, zero, Kernel};
 use crate::backend::c::cexpr::f32_lit;
 use crate::backend::c::nest::broadcast;
 use crate::backend::c::plan::Storage;
@@ -83,9 +83,10 @@ impl MmaTiles {
     }
 }
 
-/// Whether the tensor-core kernel takes this attention: fp16 Q, K and V with head dims it holds.
+/// Whether the tensor-core kernel takes this attention: Q, K and V of one 16-bit float type (f16 or bf16)
+/// with head dims it holds.
 pub fn applies(dtypes: [DType; 3], d: usize, dv: usize) -> bool {
-    dtypes.iter().all(|&t| t == DType::F16) && (1..=MAX_HEAD_DIM).contains(&d) && (1..=MAX_HEAD_DIM).contains(&dv)
+    is_half(dtypes[0]) && dtypes.iter().all(|&t| t == dtypes[0]) && (1..=MAX_HEAD_DIM).contains(&d) && (1..=MAX_HEAD_DIM).contains(&dv)
 }
 
 /// Shared-memory layout of one block, in halves: two stages (the next key tile is copied in, by cp.async,
@@ -154,7 +155,7 @@ struct Tile<'s> {
 /// so no branch) when every group is either whole or out of range and aligned (`cols` and the row stride
 /// multiples of 8 halves, the tile's first column a multiple of 8, the source not an inline constant
 /// array), else one half at a time.
-fn stage_tile(t: &Tile, threads: u32, vector: bool) -> String {
+fn stage_tile(t: &Tile, threads: u32, vector: bool, zero: &str) -> String {
     let Tile { dst, ld, src, base, row0, col0, rows, cols, stride, height, width } = *t;
     if vector && cols % 8 == 0 && stride % 8 == 0 {
         let groups = width / 8;
@@ -164,7 +165,7 @@ fn stage_tile(t: &Tile, threads: u32, vector: bool) -> String {
         )
     } else {
         format!(
-            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned r = e / {width}u, c = e % {width}u;\n{dst}[r * {ld}u + c] = ({row0} + r < {rows}u && {col0} + c < {cols}u) ? {src}[{base} + ({row0} + r) * {stride}u + {col0} + c] : __float2half_rn(0.0f);\n}}\n",
+            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned r = e / {width}u, c = e % {width}u;\n{dst}[r * {ld}u + c] = ({row0} + r < {rows}u && {col0} + c < {cols}u) ? {src}[{base} + ({row0} + r) * {stride}u + {col0} + c] : {zero};\n}}\n",
             n = height * width
         )
     }
@@ -180,8 +181,11 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     let dims = attention_dims(a, &types).map_err(|e| e.0)?;
     let (sq, sk, d, dv) = (dims.sq, dims.sk, dims.d, dims.dv);
     if !applies([types[0].dtype, types[1].dtype, types[2].dtype], d, dv) {
-        return Err(format!("the tensor-core attention kernel takes fp16 operands with head dims up to {MAX_HEAD_DIM} (got {d}, {dv})"));
+        return Err(format!("the tensor-core attention kernel takes fp16 or bf16 operands with head dims up to {MAX_HEAD_DIM} (got {d}, {dv})"));
     }
+    // The operands' element type: what shared memory holds, what the mma instructions multiply.
+    let dt = types[0].dtype;
+    let (t, zero) = (mem_type(dt), zero(dt));
     let batch: usize = dims.batch.iter().product();
     let lay = Layout::new(tiles, d, dv, a.k_transposed);
     let q_tiles = sq.div_ceil(tiles.rows() as usize);
@@ -199,7 +203,7 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     let vector: Vec<bool> = (0..3).map(|i| !is_const(k, nd.inputs[i])).collect();
     let (q, kp, v) = (&ops[0], &ops[1], &ops[2]);
     let y = k.buf(nd.outputs[0], true);
-    let mut b = String::from("extern __shared__ float4 tsr_smem[];\n__half* const smem = reinterpret_cast<__half*>(tsr_smem);\n");
+    let mut b = format!("extern __shared__ float4 tsr_smem[];\n{t}* const smem = reinterpret_cast<{t}*>(tsr_smem);\n");
     b.push_str(&format!(
         "const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, gr = lane >> 2, tq = lane & 3u;\nconst unsigned bi = blockIdx.x / {q_tiles}u, q0 = (blockIdx.x % {q_tiles}u) * {}u + warp * {WARP_ROWS}u;\n",
         tiles.rows()
@@ -222,7 +226,7 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     // Q's A fragments: register i of step s holds row gr + (i & 1) * 8, columns s * 16 + tq * 2 + (i >> 1) * 8
     // and the next.
     b.push_str(&format!(
-        "unsigned qa[{dk_steps}][4];\n#pragma unroll\nfor (int s = 0; s < {dk_steps}; s++)\n#pragma unroll\nfor (int i = 0; i < 4; i++) {{\nconst unsigned r = q0 + gr + (i & 1) * 8u, c = s * 16u + tq * 2u + (i >> 1) * 8u;\nconst __half lo = (r < {sq}u && c < {d}u) ? {q}[qb + r * {d}u + c] : __float2half_rn(0.0f);\nconst __half hi = (r < {sq}u && c + 1u < {d}u) ? {q}[qb + r * {d}u + c + 1u] : __float2half_rn(0.0f);\nqa[s][i] = tsr_pack_half2(lo, hi);\n}}\n"
+        "unsigned qa[{dk_steps}][4];\n#pragma unroll\nfor (int s = 0; s < {dk_steps}; s++)\n#pragma unroll\nfor (int i = 0; i < 4; i++) {{\nconst unsigned r = q0 + gr + (i & 1) * 8u, c = s * 16u + tq * 2u + (i >> 1) * 8u;\nconst {t} lo = (r < {sq}u && c < {d}u) ? {q}[qb + r * {d}u + c] : {zero};\nconst {t} hi = (r < {sq}u && c + 1u < {d}u) ? {q}[qb + r * {d}u + c + 1u] : {zero};\nqa[s][i] = tsr_pack2(lo, hi);\n}}\n"
     ));
     b.push_str(&format!(
         "float acc[{o_tiles}][4];\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 4; e++) acc[n][e] = 0.0f;\nfloat m[2] = {{-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}}, l[2] = {{0.0f, 0.0f}};\n"
@@ -238,11 +242,11 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
             Tile { dst: &ks, ld: ldk, src: kp, base: "kb", row0: k0, col0: "0u", rows: sk, cols: d, stride: d, height: bk, width: dp }
         };
         let vt = Tile { dst: &vs, ld: ldv, src: v, base: "vb", row0: k0, col0: "0u", rows: sk, cols: dv, stride: dv, height: bk, width: dvp };
-        format!("{}{}tsr_cp_commit();\n", stage_tile(&kt, threads, vector[1]), stage_tile(&vt, threads, vector[2]))
+        format!("{}{}tsr_cp_commit();\n", stage_tile(&kt, threads, vector[1], &zero), stage_tile(&vt, threads, vector[2], &zero))
     };
     b.push_str(&tiles_of("0u", "0u"));
     b.push_str(&format!(
-        "for (unsigned it = 0; it < {n_tiles}u; it++) {{\nconst unsigned k0 = it * {bk}u;\nif (it + 1u < {n_tiles}u) {{\nconst unsigned k1 = k0 + {bk}u;\n{}tsr_cp_wait<1>();\n}} else tsr_cp_wait<0>();\n__syncthreads();\nconst __half* const Ks = smem + (it & 1u) * {}u;\nconst __half* const Vs = Ks + {}u;\n",
+        "for (unsigned it = 0; it < {n_tiles}u; it++) {{\nconst unsigned k0 = it * {bk}u;\nif (it + 1u < {n_tiles}u) {{\nconst unsigned k1 = k0 + {bk}u;\n{}tsr_cp_wait<1>();\n}} else tsr_cp_wait<0>();\n__syncthreads();\nconst {t}* const Ks = smem + (it & 1u) * {}u;\nconst {t}* const Vs = Ks + {}u;\n",
         tiles_of("k1", "((it + 1u) & 1u)"),
         lay.stage,
         lay.v_at
@@ -253,11 +257,11 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     b.push_str(&format!("float s[{s_tiles}][4];\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;\n"));
     if a.k_transposed {
         b.push_str(&format!(
-            "#pragma unroll\nfor (int t = 0; t < {dk_steps}; t++)\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n += 2) {{\nunsigned kb4[4];\ntsr_ldmatrix_x4_trans(kb4, Ks + (t * 16u + ((lane >> 3) & 1u) * 8u + (lane & 7u)) * {ldk}u + n * 8u + (lane >> 4) * 8u);\ntsr_mma16816(s[n], qa[t], kb4[0], kb4[1]);\ntsr_mma16816(s[n + 1], qa[t], kb4[2], kb4[3]);\n}}\n"
+            "#pragma unroll\nfor (int t = 0; t < {dk_steps}; t++)\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n += 2) {{\nunsigned kb4[4];\ntsr_ldmatrix_x4_trans(kb4, Ks + (t * 16u + ((lane >> 3) & 1u) * 8u + (lane & 7u)) * {ldk}u + n * 8u + (lane >> 4) * 8u);\ntsr_mma16816<{t}>(s[n], qa[t], kb4[0], kb4[1]);\ntsr_mma16816<{t}>(s[n + 1], qa[t], kb4[2], kb4[3]);\n}}\n"
         ));
     } else {
         b.push_str(&format!(
-            "#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++) {{\nconst __half* const kr = Ks + (n * 8u + gr) * {ldk}u + tq * 2u;\n#pragma unroll\nfor (int t = 0; t < {dk_steps}; t++) tsr_mma16816(s[n], qa[t], *reinterpret_cast<const unsigned*>(kr + t * 16), *reinterpret_cast<const unsigned*>(kr + t * 16 + 8));\n}}\n"
+            "#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++) {{\nconst {t}* const kr = Ks + (n * 8u + gr) * {ldk}u + tq * 2u;\n#pragma unroll\nfor (int t = 0; t < {dk_steps}; t++) tsr_mma16816<{t}>(s[n], qa[t], *reinterpret_cast<const unsigned*>(kr + t * 16), *reinterpret_cast<const unsigned*>(kr + t * 16 + 8));\n}}\n"
         ));
     }
     // 2. Scale and masks per element: e = 0, 1 on row gr, e = 2, 3 on row gr + 8; key n * 8 + tq * 2 + (e & 1).
@@ -294,7 +298,7 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     // output tiles n and n + 1 by one ldmatrix.x4.trans (lanes 8i..8i+7 address rows of matrix i: keys
     // t * 16 + (i & 1) * 8 + row, columns n * 8 + (i >> 1) * 8).
     b.push_str(&format!(
-        "#pragma unroll\nfor (int t = 0; t < {}; t++) {{\nunsigned pa[4] = {{tsr_pack_float2(s[2 * t][0], s[2 * t][1]), tsr_pack_float2(s[2 * t][2], s[2 * t][3]), tsr_pack_float2(s[2 * t + 1][0], s[2 * t + 1][1]), tsr_pack_float2(s[2 * t + 1][2], s[2 * t + 1][3])}};\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n += 2) {{\nunsigned vb4[4];\ntsr_ldmatrix_x4_trans(vb4, Vs + (t * 16u + ((lane >> 3) & 1u) * 8u + (lane & 7u)) * {ldv}u + n * 8u + (lane >> 4) * 8u);\ntsr_mma16816(acc[n], pa, vb4[0], vb4[1]);\ntsr_mma16816(acc[n + 1], pa, vb4[2], vb4[3]);\n}}\n}}\n__syncthreads();\n}}\n",
+        "#pragma unroll\nfor (int t = 0; t < {}; t++) {{\nunsigned pa[4] = {{tsr_pack_float2<{t}>(s[2 * t][0], s[2 * t][1]), tsr_pack_float2<{t}>(s[2 * t][2], s[2 * t][3]), tsr_pack_float2<{t}>(s[2 * t + 1][0], s[2 * t + 1][1]), tsr_pack_float2<{t}>(s[2 * t + 1][2], s[2 * t + 1][3])}};\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n += 2) {{\nunsigned vb4[4];\ntsr_ldmatrix_x4_trans(vb4, Vs + (t * 16u + ((lane >> 3) & 1u) * 8u + (lane & 7u)) * {ldv}u + n * 8u + (lane >> 4) * 8u);\ntsr_mma16816<{t}>(acc[n], pa, vb4[0], vb4[1]);\ntsr_mma16816<{t}>(acc[n + 1], pa, vb4[2], vb4[3]);\n}}\n}}\n__syncthreads();\n}}\n",
         bk / 16
     ));
     // The rows' outputs: the quad's sum of l, then acc / l (0 / 0 = NaN for a row of -inf scores).
@@ -326,11 +330,13 @@ mod tests {
     }
 
     #[test]
-    fn applies_to_fp16_with_small_head_dims_only() {
-        let h = [DType::F16; 3];
-        assert!(applies(h, 64, 64) && applies(h, 5, 3) && applies(h, 128, 128));
-        assert!(!applies(h, 129, 64) && !applies(h, 64, 256) && !applies(h, 0, 64));
+    fn applies_to_fp16_and_bf16_with_small_head_dims_only() {
+        for h in [[DType::F16; 3], [DType::BF16; 3]] {
+            assert!(applies(h, 64, 64) && applies(h, 5, 3) && applies(h, 128, 128));
+            assert!(!applies(h, 129, 64) && !applies(h, 64, 256) && !applies(h, 0, 64));
+        }
         assert!(!applies([DType::F32, DType::F16, DType::F16], 64, 64));
+        assert!(!applies([DType::BF16, DType::F16, DType::F16], 64, 64), "one type throughout");
     }
 
     #[test]

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -39,7 +40,7 @@ static int tsr_cur;
 /* A block's static shared arrays are one instance for all its fibers: function statics (blocks run one at a
  * time). emulate.rs drops the qualifier from `extern __shared__` (dynamic shared memory, tsr_smem below). */
 #define __shared__ static
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))
 #define tsr_smem tsr_emu_smem
 extern "C" {
 alignas(16) float4 tsr_emu_smem[227 * 1024 / 16];
@@ -162,3 +163,175 @@ template <class... P>
 static void tsr_call(void (*f)(P...), void** a) {
     tsr_call_impl(f, a, std::index_sequence_for<P...>{});
 }
+
+/* ---- 16-bit floats and tensor cores: what prelude_half.cuh and the toolkit's headers give a module with f16
+ * or bf16 tensors, re-expressed for the CPU (the prelude's inline PTX cannot run here). Conversions round to
+ * nearest even as the device's do; the tensor-core operations follow the PTX ISA's fragment layouts, so a
+ * generated kernel that indexes its fragments wrongly computes wrong numbers here too. The warp-collective
+ * ones (mma.sync, ldmatrix) exchange their lanes' registers through per-thread slots between warp barriers,
+ * as the shuffles above do; WMMA fragments hold the whole 16x16 tile in every lane (what a lane holds of it
+ * is opaque to the kernels), so loads, products and stores need no exchange. cp.async copies at once, which
+ * is one of the orders the hardware may complete it in. */
+struct __half {
+    unsigned short x;
+};
+struct __nv_bfloat16 {
+    unsigned short x;
+};
+struct uint4 {
+    unsigned x, y, z, w;
+} __attribute__((aligned(16)));
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+static inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
+static inline unsigned short __half_as_ushort(__half h) { return h.x; }
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return __nv_bfloat16{u}; }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
+static inline uint32_t tsr_emu_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float __bfloat162float(__nv_bfloat16 h) {
+    const uint32_t u = (uint32_t)h.x << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t u = tsr_emu_bits(f);
+    if (std::isnan(f)) return __nv_bfloat16{(unsigned short)((u >> 16) | 0x40)};
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __nv_bfloat16{(unsigned short)(u >> 16)};
+}
+static inline float __half2float(__half h) {
+    const int e = (h.x >> 10) & 0x1f, m = h.x & 0x3ff;
+    const double s = (h.x & 0x8000) ? -1.0 : 1.0;
+    if (e == 0x1f) return m ? TSR_NAN : (float)(s * INFINITY);
+    return (float)(s * (e ? std::ldexp(1024.0 + m, e - 25) : std::ldexp((double)m, -24)));
+}
+static inline __half __float2half_rn(float f) {
+    if (std::isnan(f)) return __half{0x7e00};
+    const unsigned short sign = std::signbit(f) ? 0x8000 : 0;
+    const double a = std::fabs((double)f);
+    if (a >= 65520.0) return __half{(unsigned short)(sign | 0x7c00)};  // halfway to 2^16 and beyond: inf
+    if (a < std::ldexp(1.0, -14)) return __half{(unsigned short)(sign | (unsigned short)std::nearbyint(a * std::ldexp(1.0, 24)))};
+    int ex;
+    std::frexp(a, &ex);
+    int e = ex - 1;
+    double m = std::nearbyint((a / std::ldexp(1.0, e) - 1.0) * 1024.0);
+    if (m == 1024.0) {
+        m = 0.0;
+        e++;
+    }
+    if (e > 15) return __half{(unsigned short)(sign | 0x7c00)};
+    return __half{(unsigned short)(sign | ((e + 15) << 10) | (unsigned short)m)};
+}
+static inline float tsr_emu_float(__half h) { return __half2float(h); }
+static inline float tsr_emu_float(__nv_bfloat16 h) { return __bfloat162float(h); }
+
+static inline void tsr_cp16(void* dst, const void* src, unsigned bytes) {
+    memcpy(dst, src, bytes);
+    memset((char*)dst + bytes, 0, 16 - bytes);
+}
+static inline void tsr_cp_commit() {}
+template <int N>
+static inline void tsr_cp_wait() {}
+static inline unsigned short tsr_bits(__half x) { return x.x; }
+static inline unsigned short tsr_bits(__nv_bfloat16 x) { return x.x; }
+template <typename T>
+static inline T tsr_round(float x);
+template <>
+inline __half tsr_round<__half>(float x) { return __float2half_rn(x); }
+template <>
+inline __nv_bfloat16 tsr_round<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <typename T>
+static inline unsigned tsr_pack2(T lo, T hi) { return (unsigned)tsr_bits(lo) | ((unsigned)tsr_bits(hi) << 16); }
+template <typename T>
+static inline unsigned tsr_pack_float2(float lo, float hi) { return tsr_pack2(tsr_round<T>(lo), tsr_round<T>(hi)); }
+/* Element `half` (0: low 16 bits) of a packed register, as a float. */
+template <typename T>
+static inline float tsr_emu_unpack(unsigned r, int half) { return tsr_emu_float(T{(unsigned short)(half ? r >> 16 : r & 0xffffu)}); }
+
+static unsigned tsr_xch_a[1024][4], tsr_xch_b[1024][2];
+/* mma.sync.m16n8k16.row.col.f32.T.T.f32: lane l = 4 g + t holds A's rows g and g + 8, columns 2t.. and
+ * 2t + 8.. (a[0]: row g, a[1]: row g + 8, a[2]: row g columns + 8, a[3]: row g + 8 columns + 8); B's column g,
+ * rows 2t.. (b0) and 2t + 8.. (b1); D's rows g and g + 8, columns 2t and 2t + 1. */
+template <typename T>
+static void tsr_mma16816(float* d, const unsigned* a, unsigned b0, unsigned b1) {
+    for (int i = 0; i < 4; i++) tsr_xch_a[tsr_cur][i] = a[i];
+    tsr_xch_b[tsr_cur][0] = b0;
+    tsr_xch_b[tsr_cur][1] = b1;
+    __syncwarp();
+    const int base = tsr_cur & ~31, g = (tsr_cur & 31) >> 2, t = tsr_cur & 3;
+    auto A = [&](int r, int c) {
+        const int lane = (r % 8) * 4 + (c % 8) / 2;
+        return tsr_emu_unpack<T>(tsr_xch_a[base + lane][(r >= 8) + 2 * (c >= 8)], c & 1);
+    };
+    auto B = [&](int k, int c) {
+        const int lane = c * 4 + (k % 8) / 2;
+        return tsr_emu_unpack<T>(tsr_xch_b[base + lane][k >= 8], k & 1);
+    };
+    for (int e = 0; e < 4; e++) {
+        const int r = g + (e >> 1) * 8, c = 2 * t + (e & 1);
+        float s = d[e];
+        for (int k = 0; k < 16; k++) s += A(r, k) * B(k, c);
+        d[e] = s;
+    }
+    __syncwarp();
+}
+static const unsigned short* tsr_xch_p[1024];
+/* ldmatrix.sync.m8n8.x4.trans.b16: lane 8i + r addresses row r of matrix i; lane l = 4 g + t receives, of
+ * each matrix, the transposed pair (row 2t, column g) and (row 2t + 1, column g). */
+template <typename T>
+static void tsr_ldmatrix_x4_trans(unsigned* r, const T* p) {
+    tsr_xch_p[tsr_cur] = (const unsigned short*)p;
+    __syncwarp();
+    const int base = tsr_cur & ~31, g = (tsr_cur & 31) >> 2, t = tsr_cur & 3;
+    for (int i = 0; i < 4; i++) {
+        const unsigned lo = tsr_xch_p[base + 8 * i + 2 * t][g], hi = tsr_xch_p[base + 8 * i + 2 * t + 1][g];
+        r[i] = lo | (hi << 16);
+    }
+    __syncwarp();
+}
+
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment {
+    float x[16][16];
+};
+template <class F>
+static inline void fill_fragment(F& f, float v) {
+    for (auto& row : f.x)
+        for (auto& e : row) e = v;
+}
+template <class Use, class T, class L>
+static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L>& f, const T* p, unsigned ldm) {
+    static_assert(std::is_same<L, row_major>::value, "the kernels stage row-major tiles");
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) f.x[r][c] = tsr_emu_float(p[r * ldm + c]);
+}
+template <class T, class LA, class LB>
+static inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, T, LA>& a,
+                            const fragment<matrix_b, 16, 16, 16, T, LB>& b, const fragment<accumulator, 16, 16, 16, float>& c) {
+    float out[16][16];
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 16; n++) {
+            float s = c.x[r][n];
+            for (int k = 0; k < 16; k++) s += a.x[r][k] * b.x[k][n];
+            out[r][n] = s;
+        }
+    memcpy(d.x, out, sizeof out);
+}
+static inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm, layout_t layout) {
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) p[layout == mem_row_major ? r * ldm + c : c * ldm + r] = f.x[r][c];
+}
+}  // namespace wmma
+}  // namespace nvcuda

@@ -15,7 +15,7 @@
 //! per output element over their few taps instead, as do ConvTranspose and integer MatMul (rare, small).
 
 use super::ew;
-use super::kernel::{coords, is_float, ld, mem_type, st, zero, Kernel};
+use super::kernel::{coords, is_float, is_half, ld, mem_type, st, zero, Kernel};
 use crate::backend::c::nest::{broadcast, contiguous};
 use crate::backend::c::plan::Group;
 use crate::ir::{ConvAttrs, ConvTransposeAttrs, DType, NodeId, ValueId};
@@ -218,7 +218,7 @@ impl TcSchedule {
 /// The pieces of one GEMM problem, as code: `load_a(m, k)`, `load_b(k, n)` (with `z` the batch or group in
 /// scope, after `prep`), and the flat output index of `(m, n)`.
 struct Problem {
-    /// The operands' element type (f32: SIMT; f16: tensor cores).
+    /// The operands' element type (f32: SIMT; f16, bf16: tensor cores).
     dtype: DType,
     m: usize,
     n: usize,
@@ -275,14 +275,14 @@ fn column_gather(p: &Problem, threads: u32, bn: u32) -> Option<&ColumnGather> {
 fn b_scalar(p: &Problem, threads: u32, bn: u32, bk: u32, ldb: u32, zero: &str) -> Staged {
     match column_gather(p, threads, bn) {
         Some(gb) => Staged {
-            ty: "__half",
+            ty: mem_type(p.dtype),
             total: bn * bk,
             head: format!("const int kk = e / {bn};\nconst int k = k0 + kk;\n"),
             dst: format!("Bs[kk * {ldb} + gnn]"),
             val: format!("(gn < {N} && k < kend) ? ({elem}) : {zero}", N = p.n, elem = gb.elem),
         },
         _ => Staged {
-            ty: "__half",
+            ty: mem_type(p.dtype),
             total: bn * bk,
             head: format!("const int nn = e % {bn}, kk = e / {bn};\nconst int n = n0 + nn, k = k0 + kk;\n"),
             dst: format!("Bs[kk * {ldb} + nn]"),
@@ -354,10 +354,10 @@ fn epilogue(k: &mut Kernel, grp: &Group, value: &str, f: &str) -> Result<String,
     Ok(b)
 }
 
-/// The GEMM kernel in `k` (tensor cores for f16 operands, SIMT for f32); with a split schedule, also the
-/// kernel adding the slices up and applying the epilogue (returned).
+/// The GEMM kernel in `k` (tensor cores for f16 and bf16 operands, SIMT for f32); with a split schedule, also
+/// the kernel adding the slices up and applying the epilogue (returned).
 fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
-    if p.dtype == DType::F16 {
+    if is_half(p.dtype) {
         return tiled_tc(k, p, grp);
     }
     let sch = Schedule::with_knobs(p.m, p.n, p.k, p.z, k.knobs);
@@ -447,10 +447,10 @@ fn finish<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, value
     Ok(Some(e))
 }
 
-/// The f16 GEMM on tensor cores (WMMA 16x16x16, fp32 accumulators): a block computes a `bm x bn` tile of C,
-/// each warp a `wm x wn` piece of it as 16x16 fragments, through `bk`-deep slices of A and B staged in
-/// shared memory as f16. The accumulators leave through shared memory (fp32), so the epilogue sees each
-/// element with its coordinates, as in the SIMT kernel.
+/// The f16 or bf16 GEMM on tensor cores (WMMA 16x16x16, fp32 accumulators): a block computes a `bm x bn`
+/// tile of C, each warp a `wm x wn` piece of it as 16x16 fragments, through `bk`-deep slices of A and B
+/// staged in shared memory in the operands' type. The accumulators leave through shared memory (fp32), so
+/// the epilogue sees each element with its coordinates, as in the SIMT kernel.
 fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
     let sch = TcSchedule::with_knobs(p.m, p.n, p.k, p.z, k.knobs);
     let TcTiles { bm, bn, bk, wm, wn } = sch.tiles;
@@ -463,13 +463,13 @@ fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Ke
     let slice = p.k.div_ceil(splits).div_ceil(bk as usize) * bk as usize;
     // Leading dimensions padded (a multiple of 8 halves / 4 floats, as WMMA needs) against bank conflicts.
     let (lda, ldb, ldc) = (bk + 8, bn + 8, bn + 4);
-    let zero = zero(DType::F16);
+    let (t, zero) = (mem_type(p.dtype), zero(p.dtype));
     if let (Some(va), Some(vb)) = (&p.vec_a, &p.vec_b) {
         let (va, vb) = (va.clone(), vb.clone());
         return pipelined_tc(k, &p, grp, sch, (va, vb));
     }
     let mut b = format!(
-        "__shared__ __align__(32) __half As[{}];\n__shared__ __align__(32) __half Bs[{}];\n__shared__ __align__(32) float Cs[{}];\n",
+        "__shared__ __align__(32) {t} As[{}];\n__shared__ __align__(32) {t} Bs[{}];\n__shared__ __align__(32) float Cs[{}];\n",
         bm * lda,
         bk * ldb,
         bm * ldc
@@ -492,7 +492,7 @@ fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Ke
             val: format!("(m < {M} && k < kend) ? *reinterpret_cast<const uint4*>({base} + {off}) : make_uint4(0u, 0u, 0u, 0u)", M = p.m),
         },
         None => Staged {
-            ty: "__half",
+            ty: t,
             total: bm * bk,
             head: format!("const int kk = e % {bk}, mm = e / {bk};\nconst int m = m0 + mm, k = k0 + kk;\n"),
             dst: format!("As[mm * {lda} + kk]"),
@@ -513,7 +513,7 @@ fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Ke
     b.push_str(&register_staging(&[("a", stage_a), ("b", stage_b)], threads));
     b.push_str(&format!("if (kbeg < kend) fetch(kbeg);\nfor (int k0 = kbeg; k0 < kend; k0 += {bk}) {{\ncommit(k0);\n__syncthreads();\nif (k0 + {bk} < kend) fetch(k0 + {bk});\n"));
     b.push_str(&format!(
-        "#pragma unroll\nfor (int kk = 0; kk < {bk}; kk += 16) {{\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> fa[{fm}];\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __half, nvcuda::wmma::row_major> fb[{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++) nvcuda::wmma::load_matrix_sync(fa[a], As + (wr * {wm} + a * 16) * {lda} + kk, {lda});\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::load_matrix_sync(fb[c], Bs + kk * {ldb} + wc * {wn} + c * 16, {ldb});\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::mma_sync(acc[a][c], fa[a], fb[c], acc[a][c]);\n}}\n__syncthreads();\n}}\n"
+        "#pragma unroll\nfor (int kk = 0; kk < {bk}; kk += 16) {{\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, {t}, nvcuda::wmma::row_major> fa[{fm}];\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, {t}, nvcuda::wmma::row_major> fb[{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++) nvcuda::wmma::load_matrix_sync(fa[a], As + (wr * {wm} + a * 16) * {lda} + kk, {lda});\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::load_matrix_sync(fb[c], Bs + kk * {ldb} + wc * {wn} + c * 16, {ldb});\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::mma_sync(acc[a][c], fa[a], fb[c], acc[a][c]);\n}}\n__syncthreads();\n}}\n"
     ));
     b.push_str(&format!(
         "#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::store_matrix_sync(Cs + (wr * {wm} + a * 16) * {ldc} + wc * {wn} + c * 16, acc[a][c], {ldc}, nvcuda::wmma::mem_row_major);\n__syncthreads();\n"
@@ -538,8 +538,9 @@ fn pipelined_tc<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, sch: TcSchedul
     let slice = p.k.div_ceil(splits).div_ceil(bk as usize) * bk as usize;
     let (lda, ldb, ldc) = (bk + 8, bn + 8, bn + 4);
     let (sa, sb) = (bm * lda, bk * ldb);
+    let t = mem_type(p.dtype);
     let mut b = format!(
-        "__shared__ __align__(128) __half As[{}];\n__shared__ __align__(128) __half Bs[{}];\n__shared__ __align__(32) float Cs[{}];\n",
+        "__shared__ __align__(128) {t} As[{}];\n__shared__ __align__(128) {t} Bs[{}];\n__shared__ __align__(32) float Cs[{}];\n",
         stages * sa,
         stages * sb,
         bm * ldc
@@ -564,12 +565,13 @@ fn pipelined_tc<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, sch: TcSchedul
     ));
     b.push_str(&format!("#pragma unroll\nfor (int s = 0; s < {}; s++) {{\nif (s < ntiles) load_stage(s, kbeg + s * {bk});\ntsr_cp_commit();\n}}\n", stages - 1));
     b.push_str(&format!(
-        "for (int t = 0; t < ntiles; t++) {{\ntsr_cp_wait<{}>();\n__syncthreads();\n{{\nconst int nt = t + {};\nif (nt < ntiles) load_stage(nt % {stages}, kbeg + nt * {bk});\ntsr_cp_commit();\n}}\nconst __half* const A = As + (t % {stages}) * {sa};\nconst __half* const B = Bs + (t % {stages}) * {sb};\n",
+        "for (int t = 0; t < ntiles; t++) {{\ntsr_cp_wait<{}>();\n__syncthreads();\n{{\nconst int nt = t + {};\nif (nt < ntiles) load_stage(nt % {stages}, kbeg + nt * {bk});\ntsr_cp_commit();\n}}\nconst {ty}* const A = As + (t % {stages}) * {sa};\nconst {ty}* const B = Bs + (t % {stages}) * {sb};\n",
         stages - 2,
-        stages - 1
+        stages - 1,
+        ty = t
     ));
     b.push_str(&format!(
-        "#pragma unroll\nfor (int kk = 0; kk < {bk}; kk += 16) {{\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> fa[{fm}];\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __half, nvcuda::wmma::row_major> fb[{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++) nvcuda::wmma::load_matrix_sync(fa[a], A + (wr * {wm} + a * 16) * {lda} + kk, {lda});\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::load_matrix_sync(fb[c], B + kk * {ldb} + wc * {wn} + c * 16, {ldb});\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::mma_sync(acc[a][c], fa[a], fb[c], acc[a][c]);\n}}\n}}\ntsr_cp_wait<0>();\n"
+        "#pragma unroll\nfor (int kk = 0; kk < {bk}; kk += 16) {{\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, {t}, nvcuda::wmma::row_major> fa[{fm}];\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, {t}, nvcuda::wmma::row_major> fb[{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++) nvcuda::wmma::load_matrix_sync(fa[a], A + (wr * {wm} + a * 16) * {lda} + kk, {lda});\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::load_matrix_sync(fb[c], B + kk * {ldb} + wc * {wn} + c * 16, {ldb});\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::mma_sync(acc[a][c], fa[a], fb[c], acc[a][c]);\n}}\n}}\ntsr_cp_wait<0>();\n"
     ));
     b.push_str(&format!(
         "#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::store_matrix_sync(Cs + (wr * {wm} + a * 16) * {ldc} + wc * {wn} + c * 16, acc[a][c], {ldc}, nvcuda::wmma::mem_row_major);\n__syncthreads();\n"
@@ -726,7 +728,7 @@ fn conv_gather(geo: &ConvGeom, a: &ConvAttrs, x: &str, (cin, cg, isz, osz, taps)
         let kd = if d == 0 { format!("r / {}u", k_st[0]) } else { format!("(r / {}u) % {}u", k_st[d], geo.kernel[d]) };
         elem.push_str(&format!("{{\nconst int id = c{d} + (int)({kd}) * {};\nok = ok && (unsigned)id < {}u;\nxo += id * {};\n}}\n", a.dilations[d], geo.in_sp[d], in_st[d]));
     }
-    let zero = if dtype == DType::F16 { zero(dtype) } else { "0.0f".to_string() };
+    let zero = if is_half(dtype) { zero(dtype) } else { "0.0f".to_string() };
     elem.push_str(&format!("return ok ? xg[ci * {isz}u + xo] : {zero};\n}}()"));
     ColumnGather { col, elem }
 }
@@ -756,8 +758,8 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group) ->
         return conv_direct(k, node, a, grp, &geo, (x, w, bias)).map(|_| None);
     }
     let tap = conv_tap(&geo, a, "q", "r");
-    // The gathered element in its own type (f16 feeds the tensor-core tile as is).
-    let zero = if dtype == DType::F16 { zero(dtype) } else { "0.0f".to_string() };
+    // The gathered element in its own type (f16 and bf16 feed the tensor-core tile as is).
+    let zero = if is_half(dtype) { zero(dtype) } else { "0.0f".to_string() };
     let load_b = format!(
         "[&]() -> {} {{\nconst unsigned img = n / {osz}u, q = n % {osz}u;\nconst unsigned ci = k / {taps}u, r = k % {taps}u;\n{tap}return ok ? {x}[(img * {cin}u + z * {cg}u + ci) * {isz}u + xo] : {zero};\n}}()",
         mem_type(dtype)

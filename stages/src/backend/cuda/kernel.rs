@@ -13,35 +13,46 @@ use crate::ir::{DType, Graph, ValueId};
 /// Threads per block of the one-thread-per-element kernels.
 pub const EW_BLOCK: u32 = 256;
 
-/// The CUDA type of an element in memory (f16 as `__half`, from cuda_fp16.h).
+/// The CUDA type of an element in memory (f16 as `__half`, from cuda_fp16.h; bf16 as `__nv_bfloat16`, from
+/// cuda_bf16.h).
 pub fn mem_type(d: DType) -> &'static str {
     match d {
         DType::F16 => "__half",
+        DType::BF16 => "__nv_bfloat16",
         d => crate::backend::c::cexpr::mem_type(d),
     }
 }
 
-/// The dtype an element computes in once loaded: f16 is a storage type, arithmetic is fp32.
+/// Whether `d` is a 16-bit float (f16 or bf16): a storage type, loaded into and computed as fp32, whose GEMMs
+/// and attention run on tensor cores.
+pub fn is_half(d: DType) -> bool {
+    matches!(d, DType::F16 | DType::BF16)
+}
+
+/// The dtype an element computes in once loaded: f16 and bf16 are storage types, arithmetic is fp32.
 pub fn compute_dtype(d: DType) -> DType {
-    match d {
-        DType::F16 => DType::F32,
-        d => d,
+    if is_half(d) {
+        DType::F32
+    } else {
+        d
     }
 }
 
-/// Element `idx` of buffer `p` holding `d`, as the value arithmetic uses (f16 widened to float, bools
-/// normalized to 0/1).
+/// Element `idx` of buffer `p` holding `d`, as the value arithmetic uses (f16 and bf16 widened to float,
+/// bools normalized to 0/1).
 pub fn ld(d: DType, p: &str, idx: &str) -> String {
     match d {
         DType::F16 => format!("__half2float({p}[{idx}])"),
+        DType::BF16 => format!("__bfloat162float({p}[{idx}])"),
         d => crate::backend::c::cexpr::load(d, p, idx),
     }
 }
 
-/// Computed value `v` as stored in a `d` buffer (f16 rounded to nearest even).
+/// Computed value `v` as stored in a `d` buffer (f16 and bf16 rounded to nearest even).
 pub fn st(d: DType, v: &str) -> String {
     match d {
         DType::F16 => format!("__float2half_rn({v})"),
+        DType::BF16 => format!("__float2bfloat16_rn({v})"),
         _ => v.to_string(),
     }
 }
@@ -50,13 +61,14 @@ pub fn st(d: DType, v: &str) -> String {
 pub fn zero(d: DType) -> String {
     match d {
         DType::F16 => "__ushort_as_half((unsigned short)0)".to_string(),
+        DType::BF16 => "__ushort_as_bfloat16((unsigned short)0)".to_string(),
         d => format!("({})0", mem_type(d)),
     }
 }
 
-/// Whether floating-point values of `d` run here (fp32, or fp16 storage with fp32 arithmetic).
+/// Whether floating-point values of `d` run here (fp32, or fp16 / bf16 storage with fp32 arithmetic).
 pub fn is_float(d: DType) -> bool {
-    matches!(d, DType::F32 | DType::F16)
+    d == DType::F32 || is_half(d)
 }
 
 /// What a kernel parameter points at.
@@ -174,7 +186,7 @@ impl<'a> Kernel<'a> {
 pub fn const_name(symbol: &str, root: ValueId, d: DType) -> String {
     match d {
         DType::F32 => format!("((const float*){symbol}_c{})", root.0),
-        DType::F16 => format!("((const __half*){symbol}_c{})", root.0),
+        DType::F16 | DType::BF16 => format!("((const {}*){symbol}_c{})", mem_type(d), root.0),
         _ => format!("{symbol}_c{}", root.0),
     }
 }
@@ -188,7 +200,7 @@ pub fn const_array(symbol: &str, root: ValueId, t: &crate::ir::Tensor) -> String
             let bits = if bits.is_empty() { "0u".to_string() } else { bits.join(", ") };
             format!("__device__ const unsigned {symbol}_c{}[{n}] = {{{bits}}};\n", root.0)
         }
-        DType::F16 => {
+        DType::F16 | DType::BF16 => {
             let bits: Vec<String> = t.bytes().chunks_exact(2).map(|c| format!("0x{:04x}u", u16::from_le_bytes([c[0], c[1]]))).collect();
             let bits = if bits.is_empty() { "0u".to_string() } else { bits.join(", ") };
             format!("__device__ __align__(16) const unsigned short {symbol}_c{}[{n}] = {{{bits}}};\n", root.0)
@@ -204,7 +216,7 @@ pub fn const_array(symbol: &str, root: ValueId, t: &crate::ir::Tensor) -> String
 /// The literal of a one-element constant.
 pub fn scalar_literal(t: &crate::ir::Tensor) -> String {
     match t.dtype() {
-        DType::F32 | DType::F16 => f32_lit(t.to_f32_vec()[0]),
+        DType::F32 | DType::F16 | DType::BF16 => f32_lit(t.to_f32_vec()[0]),
         d => int_lit(t.to_i64_vec()[0], d),
     }
 }

@@ -10,7 +10,7 @@ use super::{attention, movement, nd, pool, reduce, scan};
 use crate::backend::c::plan::{plan, Group, Item, Plan, Storage};
 use crate::backend::c::scratch::{assign, Request};
 use crate::backend::FunctionInfo;
-use crate::ir::{self, DType, Graph, Op, ValueId};
+use crate::ir::{self, Graph, Op, ValueId};
 use serde::{Deserialize, Serialize};
 use tessera_kernels::runtime::cuda::format::{FunctionLaunches, Launch, LaunchArg};
 
@@ -38,9 +38,6 @@ pub fn unsupported(g: &Graph) -> Option<String> {
     for node in &g.nodes {
         for &v in node.inputs.iter().chain(&node.outputs) {
             let ty = g.ty(v);
-            if ty.dtype == DType::BF16 {
-                return Some(format!("node '{}' ({}): {} tensors are not supported by the cuda backend yet (fp32 and fp16 only)", node.name, node.op.name(), ty.dtype));
-            }
             if ty.numel() >= 1 << 31 {
                 return Some(format!("node '{}' ({}): a tensor of {} elements exceeds 32-bit indexing", node.name, node.op.name(), ty.numel()));
             }

@@ -39,7 +39,7 @@ use tessera_kernels::runtime::cuda::format::CubinModule;
 use tessera_kernels::runtime::cuda::libs;
 
 /// Bump whenever the generated code (or the prelude, or the NVRTC options) changes.
-pub const VERSION: u32 = 10;
+pub const VERSION: u32 = 11;
 
 /// The backend's name, as `cuda -compiler=nvrtc` selects it.
 pub const NAME: &str = "cuda";
@@ -52,8 +52,9 @@ fn config_name(setting: &str) -> String {
 /// The device helpers every module starts with.
 pub const PRELUDE: &str = include_str!("prelude.cuh");
 
-/// What modules with f16 tensors start with (before [`PRELUDE`]): the toolkit's fp16 and WMMA headers.
-pub const HALF_PRELUDE: &str = include_str!("prelude_f16.cuh");
+/// What modules with f16 or bf16 tensors start with (before [`PRELUDE`]): the toolkit's WMMA header (which
+/// brings cuda_fp16.h and cuda_bf16.h) and the tensor-core helpers, one definition for both types.
+pub const HALF_PRELUDE: &str = include_str!("prelude_half.cuh");
 
 
 /// The backend's description: its `-compiler` value and its own options.
@@ -102,8 +103,9 @@ pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> 
         body.push_str(&decode(k)?.source);
     }
     let mut src = String::from("/* tessera cuda module */\n");
-    // fp16 storage and tensor cores need the toolkit's headers; fp32 modules compile without them (faster).
-    if body.contains("__half") {
+    // fp16 / bf16 storage and tensor cores need the toolkit's headers; fp32 modules compile without them
+    // (faster).
+    if body.contains("__half") || body.contains("__nv_bfloat16") {
         src.push_str(HALF_PRELUDE);
     }
     src.push_str(PRELUDE);
@@ -153,7 +155,7 @@ impl Backend for CudaBackend {
 
     fn supports(&self, g: &Graph, n: NodeId, _target: &Target) -> bool {
         let node = g.node(n);
-        node.inputs.iter().chain(&node.outputs).all(|&v| matches!(g.ty(v).dtype, DType::F32 | DType::F16 | DType::I64 | DType::I32 | DType::Bool))
+        node.inputs.iter().chain(&node.outputs).all(|&v| matches!(g.ty(v).dtype, DType::F32 | DType::F16 | DType::BF16 | DType::I64 | DType::I32 | DType::Bool))
     }
 
     /// Everything, with elementwise, injective and reduction fusion (the fallback's rules, as `c`).

@@ -192,8 +192,8 @@ pub fn pad(k: &mut Kernel, node: NodeId, pads: &[i64], mode: PadMode, value: f32
         b.push_str(&format!("src += s * {};\n}}\n", xst[a]));
     }
     let fill = match d {
-        // The fill as stored: an f16 buffer holds the value rounded to f16.
-        DType::F16 => st(d, &f32_lit(value)),
+        // The fill as stored: an f16 (bf16) buffer holds the value rounded to f16 (bf16).
+        DType::F16 | DType::BF16 => st(d, &f32_lit(value)),
         d => scalar_literal(&Tensor::from_f64_as(d, Vec::new(), &[value as f64])),
     };
     b.push_str(&format!("{y}[i] = inside ? {x}[src] : {fill};\n"));

@@ -109,44 +109,58 @@ fn small_gemms_take_small_tiles_and_split_k_large_ones_do_not() {
     assert_eq!(Schedule::for_problem(64, 64, 64, 1).splits, 1);
 }
 
-/// `zoo_of_ops` in fp16 (the precision pass's rewrite), plus a GEMM deep enough to split K.
-fn zoo_of_ops_f16() -> Graph {
+/// `zoo_of_ops` in fp16 or bf16 (the precision pass's rewrite), plus a GEMM deep enough to split K.
+fn zoo_of_ops_narrow(narrow: DType) -> Graph {
     let mut g = zoo_of_ops();
     let a = f32in(&mut g, "a", &[4, 512]);
     let bw = f32in(&mut g, "bw", &[512, 96]);
     let mm = node(&mut g, Op::MatMul, &[a, bw]);
     let pad = node(&mut g, Op::Pad { pads: vec![0, 1, 0, 1], mode: PadMode::Constant, value: 0.5 }, &[mm]);
     g.outputs.push(pad);
-    crate::passes::precision::to_half(&g).unwrap()
+    crate::passes::precision::to_narrow(&g, narrow).unwrap()
 }
 
+/// The 16-bit float types the backend stores, with the CUDA type of their buffers.
+const NARROW: [(DType, &str); 2] = [(DType::F16, "__half"), (DType::BF16, "__nv_bfloat16")];
+
 #[test]
-fn fp16_graphs_lower_to_tensor_core_gemms_and_fp32_accumulation() {
-    let g = zoo_of_ops_f16();
-    assert!(g.nodes.iter().any(|n| matches!(n.op, Op::MatMul) && g.ty(n.outputs[0]).dtype == DType::F16));
-    let k = CudaBackend.lower(&target(), &g, "ops16").unwrap();
-    let code: CudaCode = postcard::from_bytes(&k.code).unwrap();
-    // Tensor cores for both GEMMs and the conv, fp32 accumulators, f16 buffers.
-    assert!(code.source.matches("nvcuda::wmma::mma_sync").count() >= 3, "{}", code.source);
-    assert!(code.source.contains("nvcuda::wmma::accumulator, 16, 16, 16, float"));
-    assert!(code.source.contains("__half* __restrict__"));
-    // The deep GEMM splits K: its slices are summed by a second kernel.
-    assert!(code.source.contains("slice * "), "{}", code.source);
+fn fp16_and_bf16_graphs_lower_to_tensor_core_gemms_and_fp32_accumulation() {
+    for (dt, cty) in NARROW {
+        let g = zoo_of_ops_narrow(dt);
+        assert!(g.nodes.iter().any(|n| matches!(n.op, Op::MatMul) && g.ty(n.outputs[0]).dtype == dt));
+        let k = CudaBackend.lower(&target(), &g, "ops16").unwrap();
+        let code: CudaCode = postcard::from_bytes(&k.code).unwrap();
+        // Tensor cores for both GEMMs and the conv, fp32 accumulators, buffers and fragments of the type.
+        assert!(code.source.matches("nvcuda::wmma::mma_sync").count() >= 3, "{}", code.source);
+        assert!(code.source.contains("nvcuda::wmma::accumulator, 16, 16, 16, float"));
+        assert!(code.source.contains(&format!("nvcuda::wmma::matrix_a, 16, 16, 16, {cty}, nvcuda::wmma::row_major")), "{}", code.source);
+        assert!(code.source.contains(&format!("{cty}* __restrict__")));
+        let other = NARROW.iter().find(|(d, _)| *d != dt).unwrap().1;
+        assert!(!code.source.contains(&format!("{other}*")), "{dt}: no buffer of the other 16-bit type");
+        // The deep GEMM splits K: its slices are summed by a second kernel.
+        assert!(code.source.contains("slice * "), "{}", code.source);
+        assert!(module_source(&[k]).unwrap().starts_with("/* tessera cuda module */\n#include <mma.h>"));
+        // The deep GEMM has contiguous operands: it runs the cp.async pipeline.
+        assert!(code.source.contains("tsr_cp16(") && code.source.contains("tsr_cp_wait<1>()"), "{}", code.source);
+    }
     assert_eq!(gemm::TcSchedule::for_problem(4, 96, 512, 1).tiles, gemm::SMALL_TC_TILES);
     assert!(gemm::TcSchedule::for_problem(4, 96, 512, 1).splits > 1);
-    assert!(module_source(&[k]).unwrap().starts_with("/* tessera cuda module */\n#include <cuda_fp16.h>"));
-    // The deep GEMM has contiguous operands: it runs the cp.async pipeline.
-    assert!(code.source.contains("tsr_cp16(") && code.source.contains("tsr_cp_wait<1>()"), "{}", code.source);
 }
 
+/// The fp16 and bf16 zoos compile, in one module (the 16-bit helpers are declared once for both types, as a
+/// model with `-overflow=bf16` mixes them).
 #[test]
-fn an_fp16_module_compiles_to_an_sm90_cubin() {
-    if !nvrtc_or_skip("the fp16 NVRTC compile test") {
+fn fp16_and_bf16_modules_compile_to_sm90_cubins() {
+    if !nvrtc_or_skip("the fp16/bf16 NVRTC compile test") {
         return;
     }
-    let g = zoo_of_ops_f16();
-    let k = CudaBackend.lower(&target(), &g, "ops16").unwrap();
-    let m = CudaBackend.compile_module(&target(), &[k]).unwrap_or_else(|e| panic!("{e}"));
+    let mut lowered: Vec<LoweredKernel> = NARROW.iter().map(|&(dt, _)| CudaBackend.lower(&target(), &zoo_of_ops_narrow(dt), &format!("ops_{dt}")).unwrap()).collect();
+    // `-overflow=bf16`: every other node kept in bf16, so kernels read, write and convert both types.
+    let g = zoo_of_ops();
+    let keep: Vec<bool> = (0..g.nodes.len()).map(|i| i % 2 == 0).collect();
+    let mixed = crate::passes::precision::to_narrow_keeping(&g, DType::F16, &keep, DType::BF16).unwrap();
+    lowered.push(CudaBackend.lower(&target(), &mixed, "ops_mixed").unwrap());
+    let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
     let c = CubinModule::decode(&m).unwrap();
     assert_eq!(&c.cubin[..4], b"\x7fELF");
 }
@@ -209,7 +223,7 @@ fn attention_kernels_lower_and_compile() {
 }
 
 #[test]
-fn fp32_modules_do_not_include_the_fp16_headers() {
+fn fp32_modules_do_not_include_the_16_bit_headers() {
     let k = CudaBackend.lower(&target(), &zoo_of_ops(), "ops").unwrap();
     assert!(!module_source(&[k]).unwrap().contains("#include"));
 }
@@ -245,16 +259,18 @@ fn dump_attention_source() {
     println!("{}", code.source);
 }
 
-/// Every attention case in fp16 (the precision pass's rewrite) lowers and compiles.
+/// Every attention case in fp16 and bf16 (the precision pass's rewrite) lowers and compiles.
 #[test]
-fn fp16_attention_compiles() {
+fn fp16_and_bf16_attention_compiles() {
     let mut lowered = Vec::new();
     for c in crate::backend::attention_cases::cases() {
-        let g = crate::passes::precision::to_half(&c.graph()).unwrap();
-        let sym = format!("attn16_{}", c.name);
-        lowered.push(CudaBackend.lower(&target(), &g, &sym).unwrap_or_else(|e| panic!("{}: {e}", c.name)));
+        for (dt, _) in NARROW {
+            let g = crate::passes::precision::to_narrow(&c.graph(), dt).unwrap();
+            let sym = format!("attn_{dt}_{}", c.name);
+            lowered.push(CudaBackend.lower(&target(), &g, &sym).unwrap_or_else(|e| panic!("{} {dt}: {e}", c.name)));
+        }
     }
-    if !nvrtc_or_skip("the fp16 attention NVRTC compile test") {
+    if !nvrtc_or_skip("the fp16/bf16 attention NVRTC compile test") {
         return;
     }
     let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
@@ -262,13 +278,14 @@ fn fp16_attention_compiles() {
 }
 
 /// CumSum, GatherND and ScatterND lower deterministically (ScatterND to a copy and an update kernel; the
-/// scan for repeated tuples only where tuples are not constant) and compile, in fp32 and fp16.
+/// scan for repeated tuples only where tuples are not constant) and compile, in fp32, fp16 and bf16.
 #[test]
 fn scan_and_nd_kernels_lower_and_compile() {
     let mut lowered = Vec::new();
     for (name, g) in crate::backend::scan_nd_cases::cases() {
         let half = crate::passes::precision::to_half(&g).unwrap();
-        for (suffix, g) in [("", g), ("_f16", half)] {
+        let bf16 = crate::passes::precision::to_narrow(&g, DType::BF16).unwrap();
+        for (suffix, g) in [("", g), ("_f16", half), ("_bf16", bf16)] {
             let sym = format!("{name}{suffix}");
             let k = CudaBackend.lower(&target(), &g, &sym).unwrap_or_else(|e| panic!("{sym}: {e}"));
             assert_eq!(k, CudaBackend.lower(&target(), &g, &sym).unwrap(), "{sym}: lowering is deterministic");
@@ -288,14 +305,15 @@ fn scan_and_nd_kernels_lower_and_compile() {
 }
 
 /// Cos, Sin, ... Round, Softplus, Mish (`backend/unary_cases.rs`) lower deterministically and compile, in fp32
-/// and in fp16 (which computes in fp32 between `__half` loads and stores); fp32 kernels are also run by the
-/// emulation (`emulate.rs`).
+/// and in fp16 and bf16 (which compute in fp32 between `__half` / `__nv_bfloat16` loads and stores); the
+/// emulation (`emulate.rs`) also runs them.
 #[test]
 fn math_unary_kernels_lower_and_compile() {
     let mut lowered = Vec::new();
     for (name, g) in crate::backend::unary_cases::cases() {
         let half = crate::passes::precision::to_half(&g).unwrap();
-        for (suffix, g) in [("", g), ("_f16", half)] {
+        let bf16 = crate::passes::precision::to_narrow(&g, DType::BF16).unwrap();
+        for (suffix, g) in [("", g), ("_f16", half), ("_bf16", bf16)] {
             let sym = format!("math_{name}{suffix}");
             let k = CudaBackend.lower(&target(), &g, &sym).unwrap_or_else(|e| panic!("{sym}: {e}"));
             assert_eq!(k, CudaBackend.lower(&target(), &g, &sym).unwrap(), "{sym}: lowering is deterministic");
@@ -323,22 +341,23 @@ fn attention_node(g: &Graph) -> (NodeId, AttentionAttrs) {
         .expect("the case has an Attention node")
 }
 
-/// fp16 attention runs on tensor cores (mma.sync, P in registers), fp32 on the SIMT kernel; every tile of
-/// the tensor-core kernel lowers and compiles for every case.
+/// fp16 and bf16 attention run on tensor cores (mma.sync of the type, P in registers), fp32 on the SIMT
+/// kernel; every tile of the tensor-core kernel lowers and compiles for every case.
 #[test]
-fn fp16_attention_runs_on_tensor_cores_in_every_tile() {
+fn fp16_and_bf16_attention_run_on_tensor_cores_in_every_tile() {
     use attention_mma::MmaTiles;
     let mut lowered = Vec::new();
     for c in crate::backend::attention_cases::cases().into_iter().filter(|c| c.sk > 0 && c.sq > 0) {
+        for (dt, cty) in NARROW {
         let g32 = c.graph();
-        let g16 = crate::passes::precision::to_half(&g32).unwrap();
+        let g16 = crate::passes::precision::to_narrow(&g32, dt).unwrap();
         let src = |g: &Graph| postcard::from_bytes::<CudaCode>(&CudaBackend.lower(&target(), g, "t").unwrap().code).unwrap().source;
-        assert!(src(&g16).contains("tsr_mma16816(") && src(&g16).contains("tsr_ldmatrix_x4_trans("), "{}: fp16 on tensor cores", c.name);
-        assert!(!src(&g32).contains("tsr_mma16816("), "{}: fp32 stays SIMT", c.name);
+        assert!(src(&g16).contains(&format!("tsr_mma16816<{cty}>(")) && src(&g16).contains("tsr_ldmatrix_x4_trans("), "{} {dt}: on tensor cores", c.name);
+        assert!(!src(&g32).contains("tsr_mma16816<"), "{}: fp32 stays SIMT", c.name);
         let (n, a) = attention_node(&g16);
         for (i, t) in [MmaTiles { warps: 1, bk: 16 }, MmaTiles { warps: 2, bk: 64 }, MmaTiles { warps: 4, bk: 128 }].into_iter().enumerate() {
             let p = crate::backend::c::plan::plan(&g16);
-            let sym = format!("attn_mma_{}_t{i}", c.name);
+            let sym = format!("attn_mma_{}_{dt}_t{i}", c.name);
             let mut k = kernel::Kernel::new(&g16, &p, &sym);
             attention_mma::attention(&mut k, n, &a, t).unwrap_or_else(|e| panic!("{}: {e}", c.name));
             assert_eq!(k.block, [t.threads(), 1, 1]);
@@ -346,6 +365,7 @@ fn fp16_attention_runs_on_tensor_cores_in_every_tile() {
                 info: crate::backend::FunctionInfo { symbol: sym.clone(), inputs: vec![], outputs: vec![], scratch_bytes: 0 },
                 code: postcard::to_stdvec(&CudaCode { source: k.render(&format!("{sym}_k0_0")), launches: Default::default() }).unwrap(),
             });
+        }
         }
     }
     if !nvrtc_or_skip("the tensor-core attention NVRTC compile test") {
@@ -400,8 +420,9 @@ fn with_attention_tile(mut lowered: LoweredKernel, g: &Graph, sym: &str, t: atte
     lowered
 }
 
-/// Every attention case, fp32 (SIMT kernel) and fp16 (tensor-core kernel, in each of its tile shapes), run
-/// on the GPU against the fp32 reference: 1e-4 in fp32, 1e-2 in fp16, NaN exactly where the reference has it.
+/// Every attention case, fp32 (SIMT kernel), fp16 and bf16 (tensor-core kernel, in each of its tile shapes),
+/// run on the GPU against the fp32 reference: 1e-4 in fp32, 1e-2 in fp16 and bf16, NaN exactly where the
+/// reference has it.
 #[test]
 #[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine"]
 fn attention_matches_the_reference_on_the_gpu() {
@@ -418,11 +439,13 @@ fn attention_matches_the_reference_on_the_gpu() {
         let inputs = crate::interp::random_inputs(&g32, 100 + ci as u64);
         let want = crate::interp::run_graph(&g32, &inputs).unwrap();
         let g16 = crate::passes::precision::to_half(&g32).unwrap();
+        let gbf = crate::passes::precision::to_narrow(&g32, DType::BF16).unwrap();
         // (label, graph, tile of the tensor-core kernel or the default lowering, tolerance)
-        let mut runs: Vec<(String, &Graph, Option<MmaTiles>, f64)> = vec![("fp32".into(), &g32, None, 1e-4), ("fp16".into(), &g16, None, 1e-2)];
+        let mut runs: Vec<(String, &Graph, Option<MmaTiles>, f64)> = vec![("fp32".into(), &g32, None, 1e-4), ("fp16".into(), &g16, None, 1e-2), ("bf16".into(), &gbf, None, 1e-2)];
         if c.sk > 0 && c.sq > 0 {
             for t in [MmaTiles { warps: 1, bk: 16 }, MmaTiles { warps: 2, bk: 32 }, MmaTiles { warps: 2, bk: 64 }, MmaTiles { warps: 4, bk: 64 }, MmaTiles { warps: 4, bk: 128 }] {
                 runs.push((format!("fp16 {t:?}"), &g16, Some(t), 1e-2));
+                runs.push((format!("bf16 {t:?}"), &gbf, Some(t), 1e-2));
             }
         }
         for (label, g, tile, tol) in runs {
@@ -494,6 +517,8 @@ fn attention_settings_are_configurations_of_tensor_core_attention_kernels_only()
     let g16 = crate::passes::precision::to_half(&g32).unwrap();
     let has = |g: &Graph, s: &str| CudaBackend.configs_for(&target(), g).iter().any(|c| c.ends_with(s));
     assert!(has(&g16, "/attention-2warps") && has(&g16, "/attention-4warps"), "{:?}", CudaBackend.configs_for(&target(), &g16));
+    let gbf = crate::passes::precision::to_narrow(&g32, DType::BF16).unwrap();
+    assert!(has(&gbf, "/attention-2warps") && has(&gbf, "/attention-4warps"), "bf16 attention is tensor-core attention too");
     assert!(!has(&g32, "/attention-2warps") && !has(&g32, "/attention-4warps"), "{:?}", CudaBackend.configs_for(&target(), &g32));
     let l = CudaBackend.lower_config(&target(), &g16, "att", &format!("cuda/v{VERSION}/attention-4warps")).unwrap();
     let code: crate::backend::cuda::lower::CudaCode = postcard::from_bytes(&l.code).unwrap();

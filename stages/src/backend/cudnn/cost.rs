@@ -32,7 +32,8 @@ pub fn estimate_us(g: &Graph, nodes: &[NodeId]) -> f64 {
         return f64::INFINITY;
     }
     let (heavy, other) = partition_flops(g, nodes);
-    let half = nodes.iter().any(|&n| g.ty(g.node(n).outputs[0]).dtype == DType::F16);
+    // bf16 runs at fp16's tensor-core rate.
+    let half = nodes.iter().any(|&n| matches!(g.ty(g.node(n).outputs[0]).dtype, DType::F16 | DType::BF16));
     let tflops = if half { F16_TFLOPS } else { F32_TFLOPS };
     let calls = convs.max(1) as f64;
     (heavy + other) / (tflops * 1e6) + boundary_bytes(g, nodes) as f64 / (BANDWIDTH_GBS * 1e3) + LAUNCH_US * calls

@@ -1,6 +1,6 @@
 //! The `cudnn` backend's pattern rule: which convolutions cuDNN runs, and which epilogues fuse into them.
 //!
-//! Anchors: 2-D `Conv` (NCHW) of one float type (f32 or f16) throughout, with a bias input (batch norm folded
+//! Anchors: 2-D `Conv` (NCHW) of one float type (f32, f16 or bf16) throughout, with a bias input (batch norm folded
 //! into a convolution gives one), symmetric pads, and not depthwise (one input channel per group: our own
 //! `cuda` kernel runs those directly, and cuDNN's NCHW depthwise paths are slow). Weight and bias, however
 //! small, are device operands: the backend's kernel graphs lift every constant to an argument

@@ -29,8 +29,8 @@ fn block(dt: DType) -> Graph {
 }
 
 #[test]
-fn a_residual_block_is_two_fused_convolutions_in_both_precisions() {
-    for dt in [DType::F32, DType::F16] {
+fn a_residual_block_is_two_fused_convolutions_in_every_precision() {
+    for dt in [DType::F32, DType::F16, DType::BF16] {
         let g = block(dt);
         let s: Vec<bool> = (0..g.nodes.len() as u32).map(|n| CudnnBackend.supports(&g, NodeId(n), &cudnn())).collect();
         assert_eq!(s, [true; 5], "{dt:?}");
@@ -38,6 +38,7 @@ fn a_residual_block_is_two_fused_convolutions_in_both_precisions() {
         let convs: Vec<Conv> = postcard::from_bytes(&k.code).unwrap();
         assert_eq!(convs.len(), 2);
         let (c1, c2) = (&convs[0], &convs[1]);
+        assert_eq!((c1.dtype, c2.dtype), (dt, dt), "the descriptors' storage type is the graph's");
         assert_eq!((c1.input, c1.weight, c1.output, c1.relu, c1.residual), ([1, 8, 6, 6], [8, 8, 3, 3], [1, 8, 6, 6], true, None));
         // c1's result feeds c2 through scratch (argument 6: 5 inputs, 1 output); c2 adds x and ends in ReLU.
         assert_eq!((c1.y.arg, c1.y.offset, c2.x.arg), (6, 0, 6));

@@ -30,7 +30,7 @@ fn gemm_us(g: &Graph, n: NodeId) -> Option<f64> {
     let (rows, cols) = (m.div_ceil(tm as u64), nn.div_ceil(tn as u64));
     let ctas = (rows * cols * batch) as f64;
     let padded = 2.0 * (rows * tm as u64) as f64 * (cols * tn as u64) as f64 * k as f64 * batch as f64;
-    let rate = if e == Element::F16 { F16_TFLOPS } else { F32_TFLOPS } * (ctas / SMS).min(1.0);
+    let rate = if e.is_half() { F16_TFLOPS } else { F32_TFLOPS } * (ctas / SMS).min(1.0);
     Some(padded / (rate * 1e6))
 }
 

@@ -2,7 +2,7 @@
 //
 // A kernel is `D[b] = act(A[b] B[b] + C[b])` for a fixed problem (M, N, K, batch) in row-major layouts,
 // run by CUTLASS's kernel-level `GemmBatched` (the sm80 multistage mainloop: cp.async, mma.sync on tensor
-// cores for fp16, SIMT for fp32). The device-level wrapper (`cutlass::gemm::device::GemmBatched<...>`) is
+// cores for fp16 and bf16, SIMT for fp32). The device-level wrapper (`cutlass::gemm::device::GemmBatched<...>`) is
 // used only as the type that names the kernel; its host code never runs. The kernel's parameters are built
 // here, on the device, from the four pointers the launch passes (tessera's cubin launches pass pointers
 // only): the constructor is CUTLASS_HOST_DEVICE and its work (a few integer divisions) is negligible next

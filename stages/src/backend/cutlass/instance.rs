@@ -15,46 +15,67 @@ use serde::{Deserialize, Serialize};
 pub enum Element {
     F16,
     F32,
+    /// Declared last: the derived order and encoding of the others stay what they were.
+    Bf16,
 }
 
 impl Element {
     pub fn of(dtype: DType) -> Option<Element> {
         match dtype {
             DType::F16 => Some(Element::F16),
+            DType::BF16 => Some(Element::Bf16),
             DType::F32 => Some(Element::F32),
             _ => None,
         }
     }
 
+    /// Whether the GEMM runs on tensor cores (the 16-bit types; fp32 stays exact on the SIMT cores).
+    pub fn is_half(self) -> bool {
+        matches!(self, Element::F16 | Element::Bf16)
+    }
+
     pub fn bytes(self) -> u64 {
-        match self {
-            Element::F16 => 2,
-            Element::F32 => 4,
+        if self.is_half() {
+            2
+        } else {
+            4
         }
     }
 
     fn cpp(self) -> &'static str {
         match self {
             Element::F16 => "cutlass::half_t",
+            Element::Bf16 => "cutlass::bfloat16_t",
             Element::F32 => "float",
+        }
+    }
+
+    /// The short name in instantiation names (`gemm_bf16_...`).
+    fn short(self) -> &'static str {
+        match self {
+            Element::F16 => "f16",
+            Element::Bf16 => "bf16",
+            Element::F32 => "f32",
         }
     }
 
     /// The widest vector access the mainloop and epilogue take, in elements: 16 bytes on tensor cores; the
     /// SIMT kernels (fp32) read and write single elements.
     pub fn max_alignment(self) -> u32 {
-        match self {
-            Element::F16 => 8,
-            Element::F32 => 1,
+        if self.is_half() {
+            8
+        } else {
+            1
         }
     }
 
-    /// The narrowest access CUTLASS's sm80 mainloop takes: cp.async copies 4, 8 or 16 bytes (so fp16 needs
-    /// even extents); SIMT fp32 takes single elements.
+    /// The narrowest access CUTLASS's sm80 mainloop takes: cp.async copies 4, 8 or 16 bytes (so fp16 and bf16
+    /// need even extents); SIMT fp32 takes single elements.
     pub fn min_alignment(self) -> u32 {
-        match self {
-            Element::F16 => 2,
-            Element::F32 => 1,
+        if self.is_half() {
+            2
+        } else {
+            1
         }
     }
 }
@@ -92,8 +113,9 @@ const fn tile(threadblock: [u32; 3], warp: [u32; 3], stages: u32) -> Tile {
     Tile { threadblock, warp, stages }
 }
 
-/// fp16 on tensor cores (mma.sync m16n8k16, fp32 accumulators); the first is the default.
-pub const F16_TILES: &[Tile] = &[
+/// fp16 and bf16 on tensor cores (mma.sync m16n8k16, fp32 accumulators; both types have the same
+/// instruction shape and operand sizes); the first is the default.
+pub const HALF_TILES: &[Tile] = &[
     tile([128, 128, 32], [64, 64, 32], 4),
     tile([128, 256, 32], [64, 64, 32], 3),
     tile([256, 128, 32], [64, 64, 32], 3),
@@ -109,7 +131,7 @@ pub const F32_TILES: &[Tile] = &[tile([128, 128, 8], [32, 64, 8], 4), tile([64, 
 /// The tile configurations of an element type, the default first.
 pub fn tiles(e: Element) -> &'static [Tile] {
     match e {
-        Element::F16 => F16_TILES,
+        Element::F16 | Element::Bf16 => HALF_TILES,
         Element::F32 => F32_TILES,
     }
 }
@@ -177,10 +199,7 @@ pub fn alignment(e: Element, extent: u64) -> Option<u32> {
 
 impl Gemm {
     pub fn type_name(&self) -> String {
-        let e = match self.element {
-            Element::F16 => "f16",
-            Element::F32 => "f32",
-        };
+        let e = self.element.short();
         format!("gemm_{e}_{}_a{}{}{}_{}", self.tile.name(), self.align_a, self.align_b, self.align_c, self.activation.short())
     }
 
@@ -189,10 +208,7 @@ impl Gemm {
         let e = self.element.cpp();
         let [m, n, k] = self.tile.threadblock;
         let [wm, wn, wk] = self.tile.warp;
-        let (class, instruction) = match self.element {
-            Element::F16 => ("cutlass::arch::OpClassTensorOp", "16, 8, 16"),
-            Element::F32 => ("cutlass::arch::OpClassSimt", "1, 1, 1"),
-        };
+        let (class, instruction) = if self.element.is_half() { ("cutlass::arch::OpClassTensorOp", "16, 8, 16") } else { ("cutlass::arch::OpClassSimt", "1, 1, 1") };
         let name = self.type_name();
         format!(
             "using {name} = cutlass::gemm::device::GemmBatched<\n    \
@@ -245,7 +261,7 @@ mod tests {
 
     #[test]
     fn a_declaration_names_every_template_argument() {
-        let g = Gemm { element: Element::F16, tile: F16_TILES[0], align_a: 8, align_b: 8, align_c: 8, activation: Activation::Gelu };
+        let g = Gemm { element: Element::F16, tile: HALF_TILES[0], align_a: 8, align_b: 8, align_c: 8, activation: Activation::Gelu };
         let d = g.declaration();
         assert!(d.starts_with("using gemm_f16_128x128x32_64x64x32_s4_a888_gelu = cutlass::gemm::device::GemmBatched<"), "{d}");
         assert!(d.contains("GemmShape<16, 8, 16>") && d.contains("cutlass::epilogue::thread::GELU, cutlass::half_t, 8, float, float") && d.contains("== 65536"), "{d}");

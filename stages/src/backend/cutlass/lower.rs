@@ -29,9 +29,9 @@ pub fn element_of(g: &Graph) -> Result<Element, String> {
     let mut found = None;
     for node in g.nodes.iter().filter(|n| n.op == Op::MatMul) {
         let dt = g.ty(node.outputs[0]).dtype;
-        let e = Element::of(dt).ok_or_else(|| format!("cutlass runs f32 and f16 GEMMs, got {dt:?}"))?;
+        let e = Element::of(dt).ok_or_else(|| format!("cutlass runs f32, f16 and bf16 GEMMs, got {dt:?}"))?;
         if found.is_some_and(|f| f != e) {
-            return Err("one kernel mixes f16 and f32 GEMMs".into());
+            return Err("one kernel mixes GEMMs of different element types".into());
         }
         found = Some(e);
     }

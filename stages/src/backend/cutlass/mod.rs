@@ -1,6 +1,6 @@
 //! The `cutlass` backend (`cuda -compiler=cutlass`): MatMuls (batched, broadcast batch) with their fused
-//! epilogues (a bias or a residual, then ReLU, GELU, Sigmoid or HardSwish) as CUTLASS kernels, fp16 on tensor
-//! cores with fp32 accumulation and fp32 on the SIMT cores, compiled by nvcc into one cubin per model.
+//! epilogues (a bias or a residual, then ReLU, GELU, Sigmoid or HardSwish) as CUTLASS kernels, fp16 and bf16 on
+//! tensor cores with fp32 accumulation and fp32 on the SIMT cores, compiled by nvcc into one cubin per model.
 //!
 //! CUTLASS is used as a template library: [`lower`] writes, per chain, an `extern "C" __global__` function that
 //! instantiates the prelude's `tessera::gemm` template (`gemm.cuh`) for its fixed problem, with the
@@ -67,6 +67,7 @@ fn check_target(target: &Target) -> Result<(), BackendError> {
 fn target_element(target: &Target) -> Element {
     match target.attrs.get("precision") {
         Some(AttrValue::Str(p)) if p == "fp16" => Element::F16,
+        Some(AttrValue::Str(p)) if p == "bf16" => Element::Bf16,
         _ => Element::F32,
     }
 }

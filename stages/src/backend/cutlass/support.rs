@@ -1,8 +1,8 @@
 //! The `cutlass` backend's pattern rule: which MatMuls its GEMM template runs, and which epilogues fuse.
 //!
 //! Anchors: MatMuls of the strided-batch form the GEMM libraries share
-//! ([`crate::backend::library::matmul_shape`]), f32 or f16, whose extents the sm80 mainloop can read: fp16
-//! needs K and N even (cp.async copies at least 4 bytes), and every extent must fit the template's `int`s.
+//! ([`crate::backend::library::matmul_shape`]), f32, f16 or bf16, whose extents the sm80 mainloop can read:
+//! fp16 and bf16 need K and N even (cp.async copies at least 4 bytes), and every extent must fit the template's `int`s.
 //!
 //! Epilogues follow the chain rule of the `gemm` backend ([`crate::backend::gemm::support`]), restricted to
 //! what the template's epilogue computes, `act(A*B + C)`: at most one `Add` (a bias along the last axis, or a
@@ -36,9 +36,9 @@ pub struct Chain {
 /// mainloop can read.
 pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {
     let (batch, m, nn, k, _, _) = matmul_shape(g, n)?;
-    let e = Element::of(g.ty(g.node(n).outputs[0]).dtype).ok_or("cutlass runs f32 and f16 GEMMs")?;
+    let e = Element::of(g.ty(g.node(n).outputs[0]).dtype).ok_or("cutlass runs f32, f16 and bf16 GEMMs")?;
     if alignment(e, k).is_none() || alignment(e, nn).is_none() {
-        return Err(format!("a {m}x{k} by {k}x{nn} fp16 GEMM with odd K or N: the sm80 mainloop copies at least two halves"));
+        return Err(format!("a {m}x{k} by {k}x{nn} {} GEMM with odd K or N: the sm80 mainloop copies at least two 16-bit elements", g.ty(g.node(n).outputs[0]).dtype));
     }
     if [batch, m, nn, k, m * k * batch, k * nn * batch, m * nn * batch].iter().any(|&d| d > i32::MAX as u64) {
         return Err(format!("a GEMM of {batch}x{m}x{nn}x{k} does not fit 32-bit extents"));

@@ -55,14 +55,14 @@ impl Fusion {
     }
 }
 
-/// Why a chain node's values do not share one float type (f32 or f16), if they do not. The chain rule itself
-/// is type-agnostic, so `cublas` shares it in both precisions; `gemm` adds its f32-only check in
+/// Why a chain node's values do not share one float type (f32, f16 or bf16), if they do not. The chain rule
+/// itself is type-agnostic, so `cublas`, `cudnn` and `cutlass` share it in every precision; `gemm` adds its f32-only check in
 /// [`supports`] and at lowering.
 fn uniform_float(g: &Graph, n: NodeId) -> Result<(), String> {
     let node = g.node(n);
     let first = g.ty(node.outputs[0]).dtype;
-    match node.inputs.iter().chain(&node.outputs).find(|&&v| g.ty(v).dtype != first || !matches!(first, DType::F32 | DType::F16)) {
-        Some(&v) => Err(format!("MatMul and Conv chains are f32 or f16 throughout, got {}", g.ty(v))),
+    match node.inputs.iter().chain(&node.outputs).find(|&&v| g.ty(v).dtype != first || !matches!(first, DType::F32 | DType::F16 | DType::BF16)) {
+        Some(&v) => Err(format!("MatMul and Conv chains are f32, f16 or bf16 throughout, got {}", g.ty(v))),
         None => Ok(()),
     }
 }
@@ -267,7 +267,7 @@ mod tests {
         let mm = m.add("mm", Op::MatMul, &[a, b]);
         if let Ok(mm) = mm {
             m.outputs.push(mm);
-            assert!(anchor(&m, NodeId(0)).unwrap_err().contains("f32 or f16 throughout"));
+            assert!(anchor(&m, NodeId(0)).unwrap_err().contains("f32, f16 or bf16 throughout"));
         }
     }
 
