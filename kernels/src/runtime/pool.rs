@@ -81,6 +81,17 @@ mod tests {
     use rayon::prelude::*;
 
     #[test]
+    fn the_thread_count_is_fixed_once_runs_start() {
+        let n = threads();
+        assert!(n >= 1);
+        on_runtime_pool(|| assert_eq!(rayon::current_num_threads(), n));
+        assert!(set_threads(n).is_ok());
+        let e = set_threads(n + 1).unwrap_err();
+        assert!(e.contains(&format!("already runs on {n} threads")), "{e}");
+        assert!(set_threads(0).is_err());
+    }
+
+    #[test]
     fn work_and_its_parallel_loops_run_on_the_pool() {
         let (outer, inner) = on_runtime_pool(|| {
             let outer = std::thread::current().name().map(str::to_string);
