@@ -85,13 +85,12 @@ def test_a_reader_that_has_gone_ends_it_with_sigpipe():
         assert err == b"", (exe, err)
 
 
-def test_ctrl_c_stops_a_compile_at_once(tmp_path):
-    # Python defers SIGINT to its own handler, which would run only once the extension returned, after the whole
-    # compile: the command sets it back to the default, so Ctrl-C ends a compile at once, as it ends the binary.
-    # BERT-base (440 MB of weights) takes seconds to compile; the signal comes once the compiler has made its store.
+def compile_bert_base_and_interrupt(tmp_path, **popen):
+    """Starts `tessera compile` of BERT-base (440 MB of weights: seconds), sends SIGINT once the compiler has
+    made its store, and returns (process, whether it ended within 10 s, the artifact's path)."""
     store, out = tmp_path / "s", tmp_path / "o"
     p = subprocess.Popen([command(), "compile", "fixture:bert-base:b1:s128", "-t", "cpu", "--costs", "analytical",
-                          "--store", str(store), "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                          "--store", str(store), "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
     deadline = time.monotonic() + 60
     while not store.exists() and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -99,12 +98,31 @@ def test_ctrl_c_stops_a_compile_at_once(tmp_path):
     p.send_signal(signal.SIGINT)
     try:
         p.wait(timeout=10)
+        ended = True
     except subprocess.TimeoutExpired:
+        ended = False
+    return p, ended, out / "bert-base-b1-s128.tsr"
+
+
+def test_ctrl_c_stops_a_compile_at_once(tmp_path):
+    # Python defers SIGINT to its own handler, which would run only once the extension returned, after the whole
+    # compile: the command sets it back to the default, so Ctrl-C ends a compile at once, as it ends the binary.
+    p, ended, artifact = compile_bert_base_and_interrupt(tmp_path)
+    if not ended:
         p.kill()
         p.wait()
-        raise AssertionError("Ctrl-C did not stop `tessera compile` within 10 s")
+    assert ended, "Ctrl-C did not stop `tessera compile` within 10 s"
     assert p.returncode == -signal.SIGINT, (p.returncode, p.stderr.read())
-    assert not (out / "bert-base-b1-s128.tsr").exists(), "the compile ran to its end: the signal waited for it"
+    assert not artifact.exists(), "the compile ran to its end: the signal waited for it"
+
+
+def test_an_ignored_sigint_stays_ignored(tmp_path):
+    # A shell starts background commands with SIGINT ignored (`tessera compile ... &` in a script): the command
+    # keeps it ignored, as the binary does, and the compile runs to its end.
+    p, _, artifact = compile_bert_base_and_interrupt(tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    p.wait(timeout=600)
+    assert p.returncode == 0, (p.returncode, p.stderr.read())
+    assert artifact.is_file()
 
 
 def test_the_command_looks_for_nvidia_wheels_in_its_own_environment(tmp_path):

@@ -52,15 +52,19 @@ where
 /// the remote tier handles, never a signal. Child processes (the C compiler) get SIGPIPE's default from the
 /// standard library anyway, and tessera writes to no child's stdin.
 ///
-/// SIGINT: already the default in the binary. Python catches it with a handler that only sets a flag its
-/// interpreter checks between bytecodes, so under the Python command Ctrl-C would wait for a whole compile to
-/// end; at the default action it ends the process at once (status 130 in the shell), as it ends the binary.
+/// SIGINT: Python catches it with a handler that only sets a flag its interpreter checks between bytecodes, so
+/// under the Python command Ctrl-C would wait for a whole compile to end; at the default action it ends the
+/// process at once (status 130 in the shell), as it ends the binary. An ignored SIGINT stays ignored: a shell
+/// starts background commands so (`tessera compile ... &` in a script), and Python keeps an ignored SIGINT too.
 fn default_signals() {
     #[cfg(unix)]
-    // SAFETY: SIG_DFL is a valid disposition for both signals; called before the command starts any thread of
-    // its own (an embedding interpreter's threads, if any, do not depend on these dispositions).
+    // SAFETY: sigaction with a null new action only reads the current one into a zeroed struct; SIG_DFL is a
+    // valid disposition for both signals. Called before the command starts any thread of its own.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        let mut current: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGINT, std::ptr::null(), &mut current) == 0 && current.sa_sigaction != libc::SIG_IGN {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+        }
     }
 }
