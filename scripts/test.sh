@@ -52,6 +52,10 @@ fi
 venv_pip "$VENV" 'moto[server]==5.2.1'
 export TESSERA_TEST_PYTHON="$VENV/bin/python"
 
+# Every crate's rust-version and README's "Rust 1.NN" are what the lock file needs (the newest rust-version a
+# locked dependency declares): a dependency update that needs a newer Rust fails here, by name.
+python3 scripts/check-rust-version.py
+
 cargo test --workspace --locked "$@"
 
 # The Python package (python/): the wheel as it is published, installed into a clean virtual environment and
