@@ -1,7 +1,13 @@
-"""Checks that every crate's rust-version is what the lock file really needs, the newest rust-version any locked
-dependency declares (the lock's crates for every platform: build scripts, tests and all), and that README.md
-states that version wherever it names one. Run by scripts/test.sh; `cargo` and the locked crates must be at hand
-(it runs `cargo metadata --locked`). Usage: python3 scripts/check-rust-version.py"""
+"""Checks that the Rust version tessera declares is one that builds it, and that README.md says it.
+
+- Every workspace crate declares the same rust-version (Cargo.toml's [workspace.package]).
+- It is at least the newest rust-version any crate in Cargo.lock declares (build scripts, tests and every platform
+  included): a dependency update that needs a newer Rust fails here, by name.
+- README.md states exactly it wherever it names a Rust version (`Rust 1.NN+`, `Rust (1.NN or newer`).
+
+tessera's own code is held to it by clippy's incompatible_msrv lint, which scripts/test.sh runs. Run by
+scripts/test.sh; needs `cargo` and the locked crates (it runs `cargo metadata --locked`).
+Usage: python3 scripts/check-rust-version.py"""
 
 import json
 import re
@@ -26,23 +32,27 @@ def main():
     meta = json.loads(subprocess.run(["cargo", "metadata", "--format-version", "1", "--locked"], cwd=ROOT, check=True,
                                      capture_output=True, text=True).stdout)
     members = set(meta["workspace_members"])
-    declared = [(version(p["rust_version"]), f'{p["name"]} {p["version"]}') for p in meta["packages"]
-                if p["id"] not in members and p.get("rust_version")]
-    need = max(v for v, _ in declared)
-    newest = sorted(name for v, name in declared if v == need)
-    problems = []
-    for p in meta["packages"]:
-        if p["id"] in members and (p.get("rust_version") is None or version(p["rust_version"]) != need):
-            problems.append(f'crate {p["name"]} declares rust-version {p.get("rust_version")}, the lock file needs {show(need)}')
+    locked = [(version(p["rust_version"]), f'{p["name"]} {p["version"]}') for p in meta["packages"]
+              if p["id"] not in members and p.get("rust_version")]
+    need = max(v for v, _ in locked)
+    newest = ", ".join(sorted(name for v, name in locked if v == need))
+    crates = {p["name"]: p.get("rust_version") for p in meta["packages"] if p["id"] in members}
+    problems = [f"crate {name} declares no rust-version" for name, v in sorted(crates.items()) if v is None]
+    declared = {version(v) for v in crates.values() if v is not None}
+    if len(declared) > 1:
+        problems.append(f"the crates declare different rust-versions: {crates}")
+    ours = max(declared) if declared else need
+    if ours < need:
+        problems.append(f"the crates declare rust-version {show(ours)}, but Cargo.lock needs {show(need)} ({newest})")
     readme = (ROOT / "README.md").read_text()
     stated = re.findall(r"\bRust \(?(\d+\.\d+(?:\.\d+)?)(?:\+| or newer)", readme)
     if not stated:
         problems.append("README.md states no Rust version (`Rust 1.NN+` or `Rust (1.NN or newer`)")
-    problems += [f"README.md says Rust {s}, the lock file needs {show(need)}" for s in stated if version(s) != need]
+    problems += [f"README.md says Rust {s}, the crates declare {show(ours)}" for s in stated if version(s) != ours]
     if problems:
-        print("\n".join(problems) + f"\n(the newest rust-version in Cargo.lock, {show(need)}, is declared by: {', '.join(newest)})", file=sys.stderr)
+        print("scripts/check-rust-version.py:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1
-    print(f"rust-version {show(need)}: what the lock file needs ({', '.join(newest)}), in every crate and README.md")
+    print(f"rust-version {show(ours)} in every crate and README.md; Cargo.lock needs {show(need)} ({newest})")
     return 0
 
 

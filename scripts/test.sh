@@ -55,6 +55,10 @@ export TESSERA_TEST_PYTHON="$VENV/bin/python"
 # Every crate's rust-version and README's "Rust 1.NN" are what the lock file needs (the newest rust-version a
 # locked dependency declares): a dependency update that needs a newer Rust fails here, by name.
 python3 scripts/check-rust-version.py
+# And tessera's own code calls nothing of the standard library newer than that rust-version: clippy's
+# incompatible_msrv lint, on its own (a check build, no code generated).
+cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+cargo clippy --workspace --all-targets --locked --quiet -- -A clippy::all -D clippy::incompatible_msrv
 
 cargo test --workspace --locked "$@"
 
