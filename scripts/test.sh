@@ -57,7 +57,8 @@ export TESSERA_TEST_PYTHON="$VENV/bin/python"
 python3 scripts/check-rust-version.py
 # And tessera's own code calls nothing of the standard library newer than that rust-version: clippy's
 # incompatible_msrv lint, on its own (a check build, no code generated).
-cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+cargo clippy --version >/dev/null 2>&1 || rustup component add clippy \
+    || { echo "scripts/test.sh: clippy is needed (rustup component add clippy)" >&2; exit 1; }
 cargo clippy --workspace --all-targets --locked --quiet -- -A clippy::all -D clippy::incompatible_msrv
 
 cargo test --workspace --locked "$@"
