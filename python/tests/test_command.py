@@ -2,14 +2,15 @@
 binary of the same checkout: the same output, the same files, the same exit statuses, with no Rust toolchain
 anywhere on PATH (scripts/test-python.sh takes it off, and installs the wheel into a clean environment)."""
 
+import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
-
-import pytest
 
 import tessera
 from test_runtime import assert_same_bits, env_path, tessera_run
@@ -130,10 +131,6 @@ def test_the_command_looks_for_nvidia_wheels_in_its_own_environment(tmp_path):
     # Run by its path, with this environment off PATH and another `python3` first (a stand-in answering a
     # site-packages of its own), the command must still look in this environment: it puts its interpreter's
     # folder first (tessera/_cli.py), as activating the environment would.
-    import json
-    import os
-    import sysconfig
-
     other = tmp_path / "other-python"
     other.mkdir()
     (other / "python3").write_text(f"#!/bin/sh\necho {tmp_path / 'other-site-packages'}\n")
