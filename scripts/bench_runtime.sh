@@ -24,14 +24,15 @@ cargo build --release --locked -p tessera-runtime --example serve_bench
 REL="$TARGET/release"
 "${CC:-cc}" -std=c11 -O2 -Wall -Werror examples/c/serve_bench.c -I runtime-c/include -L "$REL" -ltessera_runtime_c \
     -Wl,-rpath,"$(cd "$REL" && pwd)" -lpthread -o "$WORK/serve_bench_c"
-# The wheel in a virtual environment of its own (NumPy from the system's site-packages), so that the
-# benchmark neither needs nor replaces a tessera installed in the system's Python.
-python3 -m pip install --quiet --disable-pip-version-check 'maturin==1.16.0'
-maturin build --release --locked -m python/Cargo.toml --out "$WORK/wheels"
-python3 -m venv --system-site-packages "$WORK/venv"
+# The wheel, built as it is published (manylinux_2_28 through maturin's zig linker, README's "Install"), in a
+# virtual environment of its own with maturin, zig and NumPy: the benchmark neither needs nor touches a system
+# Python or a tessera installed anywhere else.
+. scripts/common.sh
+make_venv "$WORK/venv"
+venv_pip "$WORK/venv" 'maturin==1.16.0' 'ziglang==0.17.1' 'numpy>=1.26'
+PATH="$WORK/venv/bin:$PATH" maturin build --release --locked --zig -m python/Cargo.toml --out "$WORK/wheels"
 PY="$WORK/venv/bin/python"
-"$PY" -c 'import numpy' 2>/dev/null || "$PY" -m pip install --quiet --disable-pip-version-check 'numpy>=1.26'
-"$PY" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$WORK"/wheels/tessera_runtime-*.whl
+venv_pip "$WORK/venv" --force-reinstall --no-deps "$WORK"/wheels/tessera_runtime-*.whl
 
 TESSERA="$REL/tessera"
 "$TESSERA" compile scripts/bench_runtime.toml -t cpu --costs analytical --store "$WORK/store" --out "$WORK/zoo" >/dev/null

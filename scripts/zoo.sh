@@ -5,6 +5,7 @@
 # Usage: bash scripts/zoo.sh [extra `tessera compile` args, e.g. --json or --target 'cpu -compiler=gemm']
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc; }
+. scripts/common.sh
+need_cc   # the `c` backend compiles with it (installed as root, or through sudo)
 # `cargo run` finds the binary wherever CARGO_TARGET_DIR puts it.
 exec cargo run --quiet --release --locked -p tessera -- compile fixtures/zoo.toml --out out "$@"

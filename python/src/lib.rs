@@ -4,8 +4,11 @@
 //! borrowed from C-contiguous arrays in place (others are made contiguous first, one copy); outputs are
 //! allocated as Rust vectors, written by the run, and handed to NumPy as the arrays' own memory (no copy
 //! after the run). The GIL is released while the model loads and runs. Dict order is the caller's; nothing
-//! is hashed. With the `compiler` feature (default), `compile(...)` runs the compiler (compile.rs).
+//! is hashed. With the `compiler` feature (default), `compile(...)` runs the compiler (compile.rs) and
+//! `cli_main(argv)` the `tessera` command line (cli.rs), the wheel's `tessera` command.
 
+#[cfg(feature = "compiler")]
+mod cli;
 #[cfg(feature = "compiler")]
 mod compile;
 
@@ -204,6 +207,8 @@ fn _tessera(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load, m)?)?;
     #[cfg(feature = "compiler")]
     m.add_function(wrap_pyfunction!(compile::compile, m)?)?;
+    #[cfg(feature = "compiler")]
+    m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
     m.add("Error", m.py().get_type::<Error>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

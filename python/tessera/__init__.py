@@ -14,7 +14,8 @@ copied once); outputs are new arrays that own the memory the run wrote (no copy 
 released while the model runs and while compiling, so threads sharing one model run in parallel. Errors raise
 tessera.Error with a message naming the file, model, input or output at fault.
 
-`compile` exists when the extension was built with its `compiler` feature (the default).
+`compile` exists when the extension was built with its `compiler` feature (the default), and so does the
+`tessera` command the wheel installs (tessera/_cli.py): the `tessera` binary's command line, run by the extension.
 """
 
 from ._tessera import Error, Model, load, __version__

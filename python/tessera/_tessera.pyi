@@ -48,3 +48,8 @@ def compile(
     remote_read_only: bool = False,
 ) -> Dict[str, str]:
     """Compiles models into `out/<model>.tsr` (absent from a runtime-only build)."""
+
+def cli_main(argv: Sequence[Union[str, os.PathLike]]) -> int:
+    """Runs the `tessera` command line `argv` (program name first) in this process and returns its exit status;
+    sets SIGPIPE and SIGINT to their default actions, so only for a process that is the command (the wheel's
+    `tessera` console script, tessera/_cli.py). Absent from a runtime-only build."""

@@ -1,7 +1,7 @@
 """tessera.compile against the tessera CLI: the same inputs and options give the same artifact bytes, and the
 artifact runs through tessera.load like any other, bit for bit with `tessera run`.
 
-Needs $TESSERA_BIN and $TESSERA_ZOO (scripts/test.sh compiles python/tests/zoo.toml into it with
+Needs $TESSERA_BIN and $TESSERA_ZOO (scripts/test-python.sh compiles python/tests/zoo.toml into it with
 `-t cpu -t 'cpu -compiler=gemm' --costs analytical`).
 """
 
@@ -46,7 +46,7 @@ def test_manifest_and_fixture_spec_match_the_cli_built_zoo(tmp_path):
     manifest.write_text('[[entry]]\nmodel = "mlp3"\nbatch = 8\n')
     got = tessera.compile([manifest, "fixture:mlp3:b2"], tmp_path / "out", targets=ZOO_TARGETS, store=tmp_path / "store", costs="analytical")
     assert list(got) == ["mlp3-b8", "mlp3-b2"]
-    # scripts/test.sh built $TESSERA_ZOO/mlp3-b8.tsr with the CLI and these targets and costs.
+    # scripts/test-python.sh built $TESSERA_ZOO/mlp3-b8.tsr with the CLI and these targets and costs.
     assert Path(got["mlp3-b8"]).read_bytes() == (env_path("TESSERA_ZOO") / "mlp3-b8.tsr").read_bytes()
     m = tessera.load(got["mlp3-b2"])
     assert m.inputs == [("input", "float32", [2, 784])]

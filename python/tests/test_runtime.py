@@ -1,7 +1,7 @@
 """The Python API on zoo artifacts, against `tessera run` (the CLI binary) on the same inputs, bit for bit.
 
-scripts/test.sh builds and installs the wheel, compiles python/tests/zoo.toml into $TESSERA_ZOO and sets
-$TESSERA_BIN to the tessera binary; both are required (a missing one fails, it does not skip).
+scripts/test-python.sh builds the wheel, installs it into a clean virtual environment, compiles
+python/tests/zoo.toml into $TESSERA_ZOO and sets $TESSERA_BIN to the tessera binary; both are required (a missing one fails, it does not skip).
 """
 
 import json
@@ -21,7 +21,7 @@ MODELS = ["mlp3-b8", "bert-tiny-b1-s128", "mobilenetv2-b1"]
 
 def env_path(var):
     value = os.environ.get(var)
-    assert value, f"${var} is not set (scripts/test.sh sets it)"
+    assert value, f"${var} is not set (scripts/test-python.sh sets it)"
     return Path(value)
 
 

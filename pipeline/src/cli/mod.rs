@@ -6,6 +6,7 @@ pub mod build_options;
 pub mod explain;
 pub mod inspect;
 pub mod compile;
+pub mod entry;
 pub mod run;
 pub mod run_artifact;
 pub mod store;
