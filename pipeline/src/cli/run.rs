@@ -330,6 +330,7 @@ mod tests {
             out: "o".into(),
             seed: 0,
             json: false,
+            threads: None,
         };
         // A missing artifact is an error naming the file, not a panic.
         let e = format!("{:#}", run(args).unwrap_err());
@@ -431,7 +432,7 @@ mod tests {
         }
 
         fn args(model: &Path, out: &Path, inputs: Vec<String>) -> RunArgs {
-            RunArgs { model: model.into(), reference: true, inputs, shapes: vec!["x=4x3".into()], out: out.into(), seed: 3, json: false }
+            RunArgs { model: model.into(), reference: true, inputs, shapes: vec!["x=4x3".into()], out: out.into(), seed: 3, json: false, threads: None }
         }
 
         #[test]
