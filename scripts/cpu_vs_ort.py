@@ -38,15 +38,9 @@ def export(name, batch, workdir):
     """Exports `name` at `batch`; returns (path, exporter, {input: (shape, kind)})."""
     import torch
     from weights import reinit
+    from onnx_vs_ort import _outputs_module
 
-    class Outputs(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, *args):
-            return tuple(self.m(*args, return_dict=False))
-
+    Outputs = _outputs_module()  # a Hugging Face model's outputs as a plain tuple, for the exporters
     path = os.path.join(workdir, f"{name}-b{batch}.onnx")
     torch.manual_seed(0)
     kind = MODELS[name][0]
