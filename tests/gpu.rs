@@ -28,8 +28,9 @@ use tessera_store::{OpenOptions, Store};
 /// The target sets checked: `cuda` alone, and the default GPU set, `cuda` with the libraries (`cublas` and
 /// `cudnn` taking the MatMuls and convolutions the search gives them), each in fp32 and in fp16 and bf16
 /// storage with fp32 accumulation; `cutlass` with `cuda` (the rest) in each precision, and the four GPU
-/// backends together in fp16 and bf16; and their tolerances.
-const TARGETS: [(&[&str], f64); 11] = [
+/// backends together in fp16 and bf16; channels-last (`-layout=nhwc`) on `cuda` alone in fp32 and with the
+/// libraries in fp16; and their tolerances.
+const TARGETS: [(&[&str], f64); 13] = [
     (&["cuda -compiler=nvrtc"], 1e-4),
     (&["cuda -compiler=nvrtc -precision=fp16"], 1e-2),
     (&["cuda -compiler=nvrtc", "cuda -compiler=cublas", "cuda -compiler=cudnn"], 1e-4),
@@ -47,6 +48,8 @@ const TARGETS: [(&[&str], f64); 11] = [
         &["cuda -compiler=nvrtc -precision=bf16", "cuda -compiler=cublas -precision=bf16", "cuda -compiler=cudnn -precision=bf16", "cuda -compiler=cutlass -precision=bf16"],
         1e-2,
     ),
+    (&["cuda -compiler=nvrtc -layout=nhwc"], 1e-4),
+    (&["cuda -compiler=nvrtc -precision=fp16 -layout=nhwc", "cuda -compiler=cublas -precision=fp16 -layout=nhwc", "cuda -compiler=cudnn -precision=fp16 -layout=nhwc"], 1e-2),
 ];
 
 /// The precision a target set asks for (`fp32` when its first target names none).
@@ -179,7 +182,7 @@ fn the_zoo_matches_the_reference_on_the_gpu() {
         return;
     }
     let which = std::env::var("TESSERA_GPU_PRECISION").unwrap_or_else(|_| "both".into());
-    // `cuda` alone, `cuda` with the libraries, the sets with `cutlass`, or all (default).
+    // `cuda` alone, `cuda` with the libraries, the sets with `cutlass`, the channels-last sets, or all (default).
     let sets = std::env::var("TESSERA_GPU_SETS").unwrap_or_else(|_| "both".into());
     let mut tables = Vec::new();
     let mut failures = Vec::new();
@@ -189,7 +192,8 @@ fn the_zoo_matches_the_reference_on_the_gpu() {
         }
         let with_libraries = target.len() > 1;
         let with_cutlass = target.iter().any(|t| t.contains("cutlass"));
-        if (sets == "cuda" && with_libraries) || (sets == "libraries" && !with_libraries) || (sets == "cutlass" && !with_cutlass) {
+        let channels_last = target.iter().any(|t| t.contains("-layout=nhwc"));
+        if (sets == "cuda" && with_libraries) || (sets == "libraries" && !with_libraries) || (sets == "cutlass" && !with_cutlass) || (sets == "layout" && !channels_last) {
             continue;
         }
         let (table, fails) = zoo_on_the_gpu(target, tol);

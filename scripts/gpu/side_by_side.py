@@ -38,6 +38,7 @@ TARGET = "cuda -compiler=nvrtc"
 # this GPU during the cold compile (the tune stage), so the cold compile time includes tuning.
 COSTS = os.environ.get("TESSERA_COSTS", "measured")
 # TESSERA_TARGETS="nvrtc cublas" compiles for several cuda compilers at once (the search places each partition).
+# Words starting with "-" are attributes every target of the set gets: "nvrtc cublas cudnn -layout=nhwc".
 COMPILER_SETS = [s.split() for s in os.environ.get("TESSERA_TARGETS", "nvrtc").split(";") if s.strip()]
 COMPILERS = COMPILER_SETS[0]
 PRECISION = "fp16"
@@ -208,7 +209,9 @@ def tessera_side(tessera, path, shapes, workdir, name, row, index=0, compilers=N
 
 
 def targets(compilers=None):
-    return [f"cuda -compiler={c}" + (f" -precision={PRECISION}" if PRECISION != "fp32" else "") for c in (compilers or COMPILERS)]
+    words = compilers or COMPILERS
+    attrs = "".join(f" {w}" for w in words if w.startswith("-"))
+    return [f"cuda -compiler={c}" + (f" -precision={PRECISION}" if PRECISION != "fp32" else "") + attrs for c in words if not c.startswith("-")]
 
 
 def target(compilers=None):

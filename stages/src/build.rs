@@ -2,7 +2,8 @@
 //! [`crate::partition::stage`], [`crate::tune`], [`crate::lower`], [`crate::compile`], [`crate::link`]) run
 //! through the [`Driver`](crate::stage::Driver):
 //!
-//! load (graph document) -> [precision (the document in fp16, for `-precision=fp16`)] -> partition (execution plan; asks tune for costs) -> lower (one call per distinct
+//! load (graph document) -> [precision (the document in fp16, for `-precision=fp16`)] -> [layout (channels-last, for
+//! `-layout=nhwc`)] -> partition (execution plan; asks tune for costs) -> lower (one call per distinct
 //! kernel) -> compile (one module per backend, module-at-a-time) -> link (one artifact).
 //!
 //! Keys are built from upstream output digests, so an unchanged output cuts off everything after it; the
@@ -35,6 +36,7 @@ pub fn plan_model<'a>(ctx: &Ctx<'a>, source: &dyn GraphSource) -> Result<Planned
     let (doc, built) = load_model(ctx, source).with_context(|| format!("model {name}: load"))?;
     let graph = LazyGraph::new(ctx.driver, doc, built);
     let (doc, graph, calibrated) = crate::precision::for_targets(ctx, doc, graph).with_context(|| format!("model {name}: precision"))?;
+    let (doc, graph) = crate::layout::for_targets(ctx, doc, graph).with_context(|| format!("model {name}: layout"))?;
     let stage = Partition::new(ctx, &doc, &graph);
     let (plan_digest, plan) = run(ctx.driver, &stage).with_context(|| format!("model {name}: partition"))?;
     Ok(PlannedModel { doc, plan_digest, plan, graph, calibrated })

@@ -20,6 +20,7 @@ pub mod onnx;
 pub mod partition;
 pub mod passes;
 pub mod precision;
+pub mod layout;
 pub mod stage;
 pub mod target;
 pub mod tune;

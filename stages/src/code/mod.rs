@@ -60,6 +60,7 @@ mod tests {
             "LOAD" => digests::LOAD,
             "PASSES" => digests::PASSES,
             "PRECISION" => digests::PRECISION,
+            "LAYOUT" => digests::LAYOUT,
             "CALIBRATE" => digests::CALIBRATE,
             "PARTITION" => digests::PARTITION,
             "TUNE" => digests::TUNE,

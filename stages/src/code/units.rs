@@ -14,6 +14,7 @@ pub const UNITS: &[Unit] = &[
     Unit { name: "LOAD", paths: &["src/load.rs", "src/ir/serial.rs"] },
     Unit { name: "PASSES", paths: &["src/passes"] },
     Unit { name: "PRECISION", paths: &["src/precision.rs"] },
+    Unit { name: "LAYOUT", paths: &["src/layout.rs"] },
     Unit { name: "CALIBRATE", paths: &["src/calibrate.rs", "src/interp"] },
     Unit { name: "PARTITION", paths: &["src/partition"] },
     Unit { name: "TUNE", paths: &["src/tune.rs", "src/device.rs", "src/interp/random.rs"] },

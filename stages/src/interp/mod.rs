@@ -33,7 +33,7 @@ mod tests;
 
 pub use random::{int_input_bounds, random_inputs, random_tensor, INT_INPUT_BOUND};
 
-use crate::ir::{self, infer_op, Graph, Op, Tensor, TensorType, ValueDef, ValueId, VerifyError};
+use crate::ir::{self, channels_first_perm, channels_last_perm, infer_op, Graph, Op, Tensor, TensorType, ValueDef, ValueId, VerifyError};
 
 /// Why an op or a graph could not be evaluated.
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +106,27 @@ fn dispatch(op: &Op, x: &[&Tensor], out: &[TensorType]) -> Result<Vec<Tensor>, O
         Op::CumSum { axis, exclusive, reverse } => one(scan::cumsum(x[0], *axis, *exclusive, *reverse)),
         Op::GatherND { batch_dims } => one(nd::gather_nd(x[0], x[1], *batch_dims, out0)),
         Op::ScatterND => one(nd::scatter_nd(x[0], x[1], x[2])),
+        Op::NhwcConv(_) | Op::NhwcMaxPool(_) => one(channels_last(op, x)),
     }
+}
+
+/// A channels-last op as its channels-first twin computes it: the operands of rank 3 or more (image and
+/// weight) permuted channels-first, the result permuted back.
+fn channels_last(op: &Op, x: &[&Tensor]) -> Result<Tensor, OpError> {
+    let first: Vec<Tensor> = x
+        .iter()
+        .map(|t| if t.shape().len() >= 3 { movement::transpose(t, &channels_first_perm(t.shape().len())) } else { Ok((*t).clone()) })
+        .collect::<Result<_, _>>()?;
+    let twin = match op {
+        Op::NhwcConv(a) => Op::Conv(a.clone()),
+        Op::NhwcMaxPool(p) => Op::MaxPool(p.clone()),
+        _ => unreachable!("{} is not a channels-last op", op.name()),
+    };
+    let refs: Vec<&Tensor> = first.iter().collect();
+    let types: Vec<&TensorType> = refs.iter().map(|t| &t.ty).collect();
+    let out = infer_op(&twin, &types).map_err(|e| OpError::new(e.0))?;
+    let y = dispatch(&twin, &refs, &out)?.remove(0);
+    movement::transpose(&y, &channels_last_perm(y.shape().len()))
 }
 
 /// Evaluates one op on concrete tensors of any supported dtype; returns its outputs in order.

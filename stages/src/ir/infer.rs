@@ -3,7 +3,7 @@
 //! Every node added to a [`crate::ir::Graph`] goes through here, so a graph that exists is well-typed.
 
 use super::dtype::DType;
-use super::op::{AttentionAttrs, BinaryOp, ConvAttrs, ConvTransposeAttrs, Op, PoolAttrs, UnaryOp};
+use super::op::{channels_first_perm, channels_last_perm, permuted, AttentionAttrs, BinaryOp, ConvAttrs, ConvTransposeAttrs, Op, PoolAttrs, UnaryOp};
 use super::tensor::TensorType;
 
 /// Why inference rejected an op (wrapped with the node name by the graph builder).
@@ -184,6 +184,23 @@ fn infer_pool(op: &Op, p: &PoolAttrs, inputs: &[&TensorType]) -> Result<TensorTy
         shape.push(window_out(x.shape[2 + d], p.kernel[d], p.strides[d], p.pads[d], p.pads[n + d], p.dilations[d], p.ceil_mode)?);
     }
     Ok(TensorType::new(x.dtype, shape))
+}
+
+/// A channels-last op's output: its channels-first twin's, on its operands read channels-first (a weight
+/// `[M, k.., C]` reads as `[M, C, k..]` by the same permutation), permuted back to channels-last.
+fn infer_channels_last(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, InferError> {
+    let first: Vec<TensorType> = inputs
+        .iter()
+        .map(|t| if t.rank() >= 3 { TensorType::new(t.dtype, permuted(&t.shape, &channels_first_perm(t.rank()))) } else { (*t).clone() })
+        .collect();
+    let refs: Vec<&TensorType> = first.iter().collect();
+    let out = match op {
+        Op::NhwcConv(a) => infer_conv(op, a, &refs)?,
+        Op::NhwcMaxPool(p) => infer_pool(op, p, &refs)?,
+        _ => unreachable!("{} is not a channels-last op", op.name()),
+    };
+    let perm = channels_last_perm(out.rank());
+    Ok(TensorType::new(out.dtype, permuted(&out.shape, &perm)))
 }
 
 fn infer_matmul(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, InferError> {
@@ -408,6 +425,7 @@ pub fn infer_op(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, Infe
             one(x.clone())
         }
         Op::MaxPool(p) => Ok(vec![infer_pool(op, p, inputs)?]),
+        Op::NhwcConv(_) | Op::NhwcMaxPool(_) => Ok(vec![infer_channels_last(op, inputs)?]),
         Op::AveragePool { pool, .. } => Ok(vec![infer_pool(op, pool, inputs)?]),
         Op::GlobalAveragePool => {
             arity(op, inputs, 1, 1)?;

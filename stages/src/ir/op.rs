@@ -254,6 +254,33 @@ pub enum Op {
     /// `data[tuple]` replaced by `updates[i..]`. Tuples are applied in row-major order, so when two tuples are
     /// equal (which ONNX leaves undefined) the later one wins, on every backend.
     ScatterND,
+    /// (x, w, [bias]) in channels-last layout (ONNX Runtime's `com.microsoft.NhwcConv`): x is `[N, spatial.., C]`,
+    /// w `[M, k.., C/group]`, the output `[N, spatial.., M]`; attributes as [`Op::Conv`]'s. Made by the layout
+    /// pass ([`crate::passes::layout`]) for `-layout=nhwc`; never imported.
+    NhwcConv(ConvAttrs),
+    /// (x) MaxPool in channels-last layout: x is `[N, spatial.., C]` (ONNX Runtime's `NhwcMaxPool`).
+    NhwcMaxPool(PoolAttrs),
+}
+
+/// The permutation taking a channels-first value `[N, C, spatial..]` of rank `rank` to channels-last
+/// `[N, spatial.., C]` (a Transpose's `perm`: output dim `i` is input dim `perm[i]`).
+pub fn channels_last_perm(rank: usize) -> Vec<usize> {
+    let mut p = vec![0];
+    p.extend(2..rank);
+    p.push(1);
+    p
+}
+
+/// The inverse of [`channels_last_perm`]: channels-last `[N, spatial.., C]` to channels-first.
+pub fn channels_first_perm(rank: usize) -> Vec<usize> {
+    let mut p = vec![0, rank - 1];
+    p.extend(1..rank - 1);
+    p
+}
+
+/// `shape` permuted as a Transpose with `perm` permutes it.
+pub fn permuted(shape: &[usize], perm: &[usize]) -> Vec<usize> {
+    perm.iter().map(|&i| shape[i]).collect()
 }
 
 impl Op {
@@ -346,6 +373,8 @@ impl Op {
             Op::CumSum { .. } => "CumSum",
             Op::GatherND { .. } => "GatherND",
             Op::ScatterND => "ScatterND",
+            Op::NhwcConv(_) => "NhwcConv",
+            Op::NhwcMaxPool(_) => "NhwcMaxPool",
         }
     }
 

@@ -2,6 +2,7 @@
 
 mod attention;
 pub mod fold;
+pub mod layout;
 // Simplifications run after ONNX import (owned with stages/src/onnx/).
 mod fold_batchnorm;
 mod gelu;

@@ -319,6 +319,29 @@ impl Overflow {
     }
 }
 
+/// The layout convolution chains compute in (`-layout`; see `crate::passes::layout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Layout {
+    /// As imported: channels first, `[N, C, H, W]`.
+    Nchw,
+    /// Channels last, `[N, H, W, C]`, between the graph's inputs and outputs.
+    Nhwc,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Nchw => "nchw",
+            Layout::Nhwc => "nhwc",
+        }
+    }
+
+    /// The value of the `layout` attribute, as the registry's enum spells it.
+    pub fn parse(s: &str) -> Option<Layout> {
+        [Layout::Nchw, Layout::Nhwc].into_iter().find(|l| l.name() == s)
+    }
+}
+
 /// A canonical, validated, ordered set of targets: duplicates removed, at most one target per backend, and the
 /// least-specialized target of every device present (added with the device's other attributes if not given),
 /// so every node has somewhere to run.
@@ -369,6 +392,7 @@ impl TargetSet {
         let set = TargetSet { targets };
         set.precision()?;
         set.overflow()?;
+        set.layout()?;
         Ok(set)
     }
 
@@ -407,6 +431,23 @@ impl TargetSet {
             }
         }
         Ok(found.map(|(_, p)| p).unwrap_or(Overflow::KeepFp32))
+    }
+
+    /// The layout of the set's targets with a `layout` attribute (GPU targets), which must agree as the precision
+    /// must (the graph is rewritten once for all of them); nchw when none has one.
+    pub fn layout(&self) -> Result<Layout, TargetError> {
+        let mut found: Option<(&Target, Layout)> = None;
+        for t in &self.targets {
+            let Some(AttrValue::Str(l)) = t.attrs.get("layout") else { continue };
+            let l = Layout::parse(l).ok_or_else(|| TargetError(format!("target '{t}': unknown -layout '{l}'")))?;
+            match found {
+                Some((other, q)) if q != l => {
+                    return terr(format!("targets '{other}' and '{t}' ask for different layouts; give every GPU target the same -layout"));
+                }
+                _ => found = Some((t, l)),
+            }
+        }
+        Ok(found.map(|(_, l)| l).unwrap_or(Layout::Nchw))
     }
 
     /// The least-specialized target of a device.

@@ -11,8 +11,8 @@
 use super::AttrValue;
 
 /// Bump whenever a kind, attribute, type or default changes (4: backend options belong to their backend; 5: the
-/// cuda kind's `-overflow`).
-pub const REGISTRY_VERSION: u32 = 5;
+/// cuda kind's `-overflow`; 6: its `-layout`).
+pub const REGISTRY_VERSION: u32 = 6;
 
 #[derive(Debug)]
 pub enum AttrType {
@@ -144,6 +144,7 @@ pub static KINDS: &[KindSpec] = &[
         attrs: &[
             AttrSpec { name: "arch", ty: AttrType::Enum(&["sm_80", "sm_86", "sm_89", "sm_90"]), default: "sm_90", doc: "GPU architecture to compile for" },
             AttrSpec { name: "precision", ty: AttrType::Enum(&["fp32", "fp16", "bf16"]), default: "fp32", doc: "storage precision of activations and weights: fp16 and bf16 convert weights once at compile time and keep fp32 accumulation (inputs and outputs stay fp32); bf16 has fp32's range (sm_80 and newer)" },
+            AttrSpec { name: "layout", ty: AttrType::Enum(&["nchw", "nhwc"]), default: "nchw", doc: "activation layout of 2-D convolutions and max pools: nhwc runs them channels-last (NhwcConv, NhwcMaxPool; weights transposed once at compile time), with the elementwise ops between them, so cuDNN's tensor-core kernels read their operands without transforms; the model's inputs and outputs keep their layout" },
             AttrSpec { name: "overflow", ty: AttrType::Enum(&["keep-fp32", "error", "bf16"]), default: "keep-fp32", doc: "what -precision=fp16 does where the reference, run on calibration inputs, finds values beyond fp16's range: keep-fp32 computes those nodes in fp32 (between casts), bf16 in bf16 (between casts), error fails naming them (ignored for fp32 and bf16, which have fp32's range)" },
         ],
         default_compiler: "nvrtc",

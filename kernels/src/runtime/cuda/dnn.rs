@@ -1,7 +1,8 @@
 //! The `cudnn` module format and its loader: each function is a list of cuDNN fused convolutions over the
 //! function's device arguments (the `cudnn` backend's modules).
 //!
-//! A convolution is 2-D, NCHW, and fused as cuDNN's `cudnnConvolutionBiasActivationForward` computes it:
+//! A convolution is 2-D, NCHW or NHWC (channels-last: cuDNN's tensor-core kernels' own layout, which they
+//! read without transforming the operands), and fused as cuDNN's `cudnnConvolutionBiasActivationForward` computes it:
 //! `y = relu?(conv(x, w) + z + bias)`, a per-channel bias always present (the `cudnn` backend takes convolutions
 //! with a bias: batch norm folded into a convolution gives one), the residual `z` optional. fp32 runs on FMA
 //! kernels only (`CUDNN_FMA_MATH`: no TF32, so results stay within fp32's tolerance); fp16 stores f16, computes
@@ -47,7 +48,8 @@ pub fn workspace_bytes(dtype: DType, input: [u32; 4], weight: [u32; 4], output: 
     bytes.div_ceil(1 << 20).saturating_mul(1 << 20).clamp(MIN_WORKSPACE_BYTES, MAX_WORKSPACE_BYTES)
 }
 
-/// One fused convolution (shapes as in the IR: NCHW input, KCRS weight).
+/// One fused convolution (shapes in cuDNN's logical order, `[n, c, h, w]` and `[k, c, r, s]`, whatever the
+/// layout in memory).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Conv {
     /// Element type of x, w, y, z and the bias (f32 or f16); arithmetic is f32.
@@ -76,6 +78,8 @@ pub struct Conv {
     /// Which of the heuristic's fitting algorithms to run, in its order (0: its first choice; below
     /// [`MAX_RANK`]; 0 without ReLU).
     pub rank: u8,
+    /// x, y and z are `[n, h, w, c]` in memory and w `[k, r, s, c]` (cuDNN's NHWC format); else NCHW and KCRS.
+    pub channels_last: bool,
 }
 
 /// Ranks a convolution may ask for (the heuristic is asked for this many answers).
@@ -94,7 +98,7 @@ impl CallDesc for Conv {
         if self.groups > 1 {
             d.push_str(&format!(" g{}", self.groups));
         }
-        d.push_str(&format!(" {} +bias", self.dtype.name()));
+        d.push_str(&format!(" {}{} +bias", self.dtype.name(), if self.channels_last { " nhwc" } else { "" }));
         if self.residual.is_some() {
             d.push_str(" +residual");
         }
@@ -263,6 +267,7 @@ impl PreparedConv {
             _ => dnn::cudnnDataType_t::CUDNN_DATA_FLOAT,
         };
         let nchw = dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        let format = if c.channels_last { dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC } else { nchw };
         let i = |x: u32| x as i32;
         // SAFETY: descriptor calls on objects created here, with plain values and out-parameters.
         unsafe {
@@ -279,13 +284,14 @@ impl PreparedConv {
                 alpha2: 0.0,
                 workspace_bytes: c.workspace_bytes,
             };
-            for (d, dims) in [(&mut this.x_desc, c.input), (&mut this.y_desc, c.output), (&mut this.bias_desc, [1, c.weight[0], 1, 1])] {
+            // The bias, `[1, k, 1, 1]`, is the same bytes in either layout.
+            for (d, dims, f) in [(&mut this.x_desc, c.input, format), (&mut this.y_desc, c.output, format), (&mut this.bias_desc, [1, c.weight[0], 1, 1], nchw)] {
                 ok(dnn::cudnnCreateTensorDescriptor(d), "cudnnCreateTensorDescriptor")?;
-                ok(dnn::cudnnSetTensor4dDescriptor(*d, nchw, ty, i(dims[0]), i(dims[1]), i(dims[2]), i(dims[3])), "cudnnSetTensor4dDescriptor")?;
+                ok(dnn::cudnnSetTensor4dDescriptor(*d, f, ty, i(dims[0]), i(dims[1]), i(dims[2]), i(dims[3])), "cudnnSetTensor4dDescriptor")?;
             }
             ok(dnn::cudnnCreateFilterDescriptor(&mut this.w_desc), "cudnnCreateFilterDescriptor")?;
             let [k, cg, r, s] = c.weight;
-            ok(dnn::cudnnSetFilter4dDescriptor(this.w_desc, ty, nchw, i(k), i(cg), i(r), i(s)), "cudnnSetFilter4dDescriptor")?;
+            ok(dnn::cudnnSetFilter4dDescriptor(this.w_desc, ty, format, i(k), i(cg), i(r), i(s)), "cudnnSetFilter4dDescriptor")?;
             ok(dnn::cudnnCreateConvolutionDescriptor(&mut this.conv_desc), "cudnnCreateConvolutionDescriptor")?;
             ok(
                 dnn::cudnnSetConvolution2dDescriptor(

@@ -34,10 +34,12 @@ pub fn flops(g: &Graph, n: NodeId) -> (f64, f64) {
             let k = *a.last().unwrap_or(&1) as f64;
             (2.0 * out * k, 0.0)
         }
-        Op::Conv(_) | Op::ConvTranspose(_) => {
+        // The weight's dims after the first are one output's taps in every layout ([M, C/g, k..] channels-first,
+        // [M, k.., C/g] channels-last).
+        Op::Conv(_) | Op::NhwcConv(_) | Op::ConvTranspose(_) => {
             let w = &g.ty(node.inputs[1]).shape;
             let per: f64 = w[1..].iter().product::<usize>() as f64;
-            let base = if matches!(node.op, Op::Conv(_)) { out } else { in0 };
+            let base = if matches!(node.op, Op::ConvTranspose(_)) { in0 } else { out };
             (2.0 * base * per, 0.0)
         }
         Op::Attention(a) => {
@@ -51,7 +53,7 @@ pub fn flops(g: &Graph, n: NodeId) -> (f64, f64) {
                 Err(_) => (0.0, out),
             }
         }
-        Op::MaxPool(p) | Op::AveragePool { pool: p, .. } => (0.0, out * p.kernel.iter().product::<usize>() as f64),
+        Op::MaxPool(p) | Op::NhwcMaxPool(p) | Op::AveragePool { pool: p, .. } => (0.0, out * p.kernel.iter().product::<usize>() as f64),
         Op::Softmax { .. } | Op::LogSoftmax { .. } => (0.0, in0 * (TRANSCENDENTAL + 3.0)),
         Op::LayerNorm { .. } | Op::BatchNorm { .. } => (0.0, in0 * 6.0),
         Op::Reduce { .. } | Op::GlobalAveragePool => (0.0, in0),

@@ -128,6 +128,7 @@ fn emit_item(f: &mut Func, plan: &Plan, item: &Item) -> Result<(), String> {
                     nd::scatter_nd(f, *n);
                     Ok(())
                 }
+                Op::NhwcConv(_) | Op::NhwcMaxPool(_) => Err("channels-last ops run on GPU backends only (their targets' -layout=nhwc)".into()),
                 op => Err(format!("{} is not planned as a standalone item", op.name())),
             }
             .map_err(at)

@@ -36,7 +36,7 @@ mod math_tests;
 mod tests;
 
 use crate::backend::{Backend, BackendError, LoweredKernel, Module};
-use crate::ir::{DType, Graph, NodeId};
+use crate::ir::{DType, Graph, NodeId, Op};
 use crate::partition::collage::rules::Rule;
 use crate::target::{AttrSpec, AttrType, BackendSpec, Target};
 
@@ -164,9 +164,11 @@ impl Backend for CBackend {
         }
     }
 
+    /// Every op but the channels-last ones (`-layout=nhwc` exists on GPU targets only).
     fn supports(&self, g: &Graph, n: NodeId, _target: &Target) -> bool {
         let node = g.node(n);
-        node.inputs.iter().chain(&node.outputs).all(|&v| matches!(g.ty(v).dtype, DType::F32 | DType::I64 | DType::I32 | DType::Bool))
+        !matches!(node.op, Op::NhwcConv(_) | Op::NhwcMaxPool(_))
+            && node.inputs.iter().chain(&node.outputs).all(|&v| matches!(g.ty(v).dtype, DType::F32 | DType::I64 | DType::I32 | DType::Bool))
     }
 
     /// The fallback's rule set: everything, with elementwise, injective and reduction fusion.

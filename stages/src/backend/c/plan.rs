@@ -82,7 +82,7 @@ fn is_alias(op: &Op) -> bool {
 
 fn is_anchor(g: &Graph, n: NodeId) -> bool {
     let node = g.node(n);
-    matches!(node.op, Op::MatMul | Op::Conv(_)) && matches!(g.ty(node.outputs[0]).dtype, DType::F32 | DType::F16 | DType::BF16)
+    matches!(node.op, Op::MatMul | Op::Conv(_) | Op::NhwcConv(_)) && matches!(g.ty(node.outputs[0]).dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
 struct Planner<'g> {
@@ -218,7 +218,9 @@ pub fn group_externals(g: &Graph, grp: &Group) -> Vec<ValueId> {
 }
 
 /// Whether a conv anchor can apply its group as an epilogue: every external operand must walk the spatial
-/// (column) dims as one flat run. MatMul epilogues always can (their column part is one dim).
+/// (column) dims as one flat run. MatMul epilogues always can (their column part is one dim), and so can
+/// channels-last convolutions, which only the `cuda` backend runs (its epilogues index any broadcast from the
+/// flat output index).
 fn epilogue_fusable(g: &Graph, grp: &Group, anchor: NodeId) -> bool {
     if !matches!(g.node(anchor).op, Op::Conv(_)) {
         return true;

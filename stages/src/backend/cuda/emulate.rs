@@ -386,6 +386,66 @@ mod tests {
         }
     }
 
+    /// `-layout=nhwc`'s kernels: channels-last convolutions (implicit GEMM with its epilogue, split along K,
+    /// grouped and dilated with one-sided pads, depthwise on the direct kernel), max pool and a residual chain,
+    /// in fp32 (exactly) and fp16 (tensor cores), against the channels-first reference.
+    #[test]
+    fn channels_last_kernels_match_the_reference() {
+        use crate::ir::{BinaryOp, ConvAttrs, Op, PoolAttrs, UnaryOp};
+        let conv = |s: usize, p: usize, group: usize| Op::Conv(ConvAttrs { strides: vec![s, s], pads: vec![p; 4], dilations: vec![1, 1], group });
+        let graphs = || {
+            vec![
+                graph_of("nhwc_block", |g| {
+                    let x = input(g, "x", &[2, 16, 9, 9]);
+                    let w1 = input(g, "w1", &[32, 16, 3, 3]);
+                    let b1 = input(g, "b1", &[32]);
+                    let c1 = op(g, conv(1, 1, 1), &[x, w1, b1]);
+                    let r1 = op(g, Op::Unary(UnaryOp::Relu), &[c1]);
+                    let pool = PoolAttrs { kernel: vec![3, 3], strides: vec![2, 2], pads: vec![1; 4], dilations: vec![1, 1], ceil_mode: false };
+                    let p = op(g, Op::MaxPool(pool), &[r1]);
+                    let w2 = input(g, "w2", &[32, 32, 1, 1]);
+                    let c2 = op(g, conv(1, 0, 1), &[p, w2]);
+                    let sum = op(g, Op::Binary(BinaryOp::Add), &[c2, p]);
+                    let r2 = op(g, Op::Unary(UnaryOp::Relu), &[sum]);
+                    let dw = input(g, "dw", &[32, 1, 3, 3]);
+                    let d = op(g, conv(2, 1, 32), &[r2, dw]);
+                    // (No global average pool: the emulation has no block reductions.)
+                    vec![d, r2]
+                }),
+                graph_of("nhwc_split_k", |g| {
+                    let x = input(g, "x", &[1, 64, 7, 7]);
+                    let w = input(g, "w", &[32, 64, 3, 3]);
+                    let b = input(g, "b", &[32]);
+                    let c = op(g, conv(1, 1, 1), &[x, w, b]);
+                    vec![op(g, Op::Unary(UnaryOp::Relu), &[c])]
+                }),
+                graph_of("nhwc_grouped_dilated", |g| {
+                    let x = input(g, "x", &[3, 16, 9, 10]);
+                    let w = input(g, "w", &[16, 8, 2, 3]);
+                    let a = ConvAttrs { strides: vec![1, 2], pads: vec![2, 0, 0, 1], dilations: vec![2, 1], group: 2 };
+                    vec![op(g, Op::Conv(a), &[x, w])]
+                }),
+            ]
+        };
+        for precision in [DType::F32, DType::F16] {
+            let t = Target::parse("cuda -compiler=nvrtc").unwrap();
+            let graphs: Vec<(String, Graph, Graph)> = graphs()
+                .into_iter()
+                .map(|(name, g)| {
+                    let narrow = if precision == DType::F32 { g.clone() } else { crate::passes::precision::to_narrow(&g, precision).unwrap() };
+                    let last = crate::passes::layout::to_channels_last(&narrow).unwrap();
+                    assert!(last.nodes.iter().all(|n| !matches!(n.op, Op::Conv(_) | Op::MaxPool(_))), "{name}: channels-last throughout");
+                    let src = postcard::from_bytes::<CudaCode>(&super::super::CudaBackend.lower(&t, &last, "probe").unwrap().code).unwrap().source;
+                    if precision != DType::F32 && name != "nhwc_grouped_dilated" {
+                        assert!(src.contains("nvcuda::wmma::mma_sync"), "{name}: on tensor cores");
+                    }
+                    (format!("{name} {precision}"), last, g)
+                })
+                .collect();
+            check_lowered(graphs, precision != DType::F32);
+        }
+    }
+
     /// `-overflow=bf16`'s graphs: an fp16 graph whose kept nodes compute in bf16, so one kernel loads and
     /// stores both 16-bit types and casts between them, and a bf16 tensor-core GEMM feeds f16 ones.
     #[test]

@@ -688,12 +688,21 @@ struct ConvGeom {
     kernel: Vec<usize>,
 }
 
-fn conv_geom(k: &Kernel, node: NodeId) -> ConvGeom {
+/// The spatial dims of image shape `s`: after batch and channels, or between them channels-last.
+fn spatial(s: &[usize], channels_last: bool) -> Vec<usize> {
+    if channels_last {
+        s[1..s.len() - 1].to_vec()
+    } else {
+        s[2..].to_vec()
+    }
+}
+
+fn conv_geom(k: &Kernel, node: NodeId, channels_last: bool) -> ConvGeom {
     let nd = k.g.node(node);
     let xs = k.g.ty(nd.inputs[0]).shape.clone();
     let ws = k.g.ty(nd.inputs[1]).shape.clone();
     let ys = k.g.ty(nd.outputs[0]).shape.clone();
-    ConvGeom { sp: xs.len() - 2, in_sp: xs[2..].to_vec(), out_sp: ys[2..].to_vec(), kernel: ws[2..].to_vec() }
+    ConvGeom { sp: xs.len() - 2, in_sp: spatial(&xs, channels_last), out_sp: spatial(&ys, channels_last), kernel: spatial(&ws, channels_last) }
 }
 
 /// Statements computing, from output position `q` (flat over the output's spatial dims) and kernel tap
@@ -714,34 +723,42 @@ fn conv_tap(geo: &ConvGeom, a: &ConvAttrs, q: &str, r: &str) -> String {
 /// The convolution's B operand as a column gather: per thread, the image's channel-group plane `xg` and the
 /// input window's corner `c{d}` of its output position (column `gn`; for the tile's spare columns past the
 /// problem these are computed but never read through); per element, the channel and kernel tap of depth `k`, the input position,
-/// and whether it is inside (unsigned compares: a negative coordinate wraps past the bound).
+/// and whether it is inside (unsigned compares: a negative coordinate wraps past the bound). Channels-last, `xg`
+/// is the image's first channel of the group and depth runs over the channels of a tap first (`k = tap * cg +
+/// channel`, the weight's `[M, k.., C/g]` order).
 #[allow(clippy::needless_range_loop)]
-fn conv_gather(geo: &ConvGeom, a: &ConvAttrs, x: &str, (cin, cg, isz, osz, taps): (usize, usize, usize, usize, usize), dtype: DType) -> ColumnGather {
+fn conv_gather(geo: &ConvGeom, a: &ConvAttrs, x: &str, (cin, cg, isz, osz, taps): (usize, usize, usize, usize, usize), dtype: DType, channels_last: bool) -> ColumnGather {
     let (in_st, out_st, k_st) = (contiguous(&geo.in_sp), contiguous(&geo.out_sp), contiguous(&geo.kernel));
     let t = mem_type(dtype);
-    let mut col = format!("const unsigned gimg = (unsigned)gn / {osz}u, gq = (unsigned)gn % {osz}u;\nconst {t}* const xg = {x} + (gimg * {cin}u + z * {cg}u) * {isz}u;\n");
+    let plane = if channels_last { format!("gimg * {}u + z * {cg}u", isz * cin) } else { format!("(gimg * {cin}u + z * {cg}u) * {isz}u") };
+    let mut col = format!("const unsigned gimg = (unsigned)gn / {osz}u, gq = (unsigned)gn % {osz}u;\nconst {t}* const xg = {x} + {plane};\n");
     for d in 0..geo.sp {
         col.push_str(&format!("const int c{d} = (int)((gq / {}u) % {}u) * {} - {};\n", out_st[d], geo.out_sp[d], a.strides[d], a.pads[d]));
     }
-    let mut elem = format!("[&]() -> {t} {{\nconst unsigned ci = (unsigned)k / {taps}u, r = (unsigned)k % {taps}u;\nint xo = 0;\nbool ok = true;\n");
+    let split = if channels_last { format!("const unsigned ci = (unsigned)k % {cg}u, r = (unsigned)k / {cg}u;") } else { format!("const unsigned ci = (unsigned)k / {taps}u, r = (unsigned)k % {taps}u;") };
+    let mut elem = format!("[&]() -> {t} {{\n{split}\nint xo = 0;\nbool ok = true;\n");
     for d in 0..geo.sp {
         let kd = if d == 0 { format!("r / {}u", k_st[0]) } else { format!("(r / {}u) % {}u", k_st[d], geo.kernel[d]) };
         elem.push_str(&format!("{{\nconst int id = c{d} + (int)({kd}) * {};\nok = ok && (unsigned)id < {}u;\nxo += id * {};\n}}\n", a.dilations[d], geo.in_sp[d], in_st[d]));
     }
     let zero = if is_half(dtype) { zero(dtype) } else { "0.0f".to_string() };
-    elem.push_str(&format!("return ok ? xg[ci * {isz}u + xo] : {zero};\n}}()"));
+    let at = if channels_last { format!("(unsigned)xo * {cin}u + ci") } else { format!("ci * {isz}u + xo") };
+    elem.push_str(&format!("return ok ? xg[{at}] : {zero};\n}}()"));
     ColumnGather { col, elem }
 }
 
-/// An f32 convolution: a tiled implicit GEMM per group, or one thread per output for depthwise-like shapes.
-pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
+/// A convolution: a tiled implicit GEMM per group, or one thread per output for depthwise-like shapes.
+/// Channels-last (`NhwcConv`) the image is `[N, spatial.., C]`, the weight `[M, k.., C/g]` and the output
+/// `[N, spatial.., M]`: the GEMM's depth runs over a tap's channels first, and the output's rows (channels) are
+/// adjacent.
+pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group, channels_last: bool) -> Result<Option<Kernel<'a>>, String> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
     let ws = g.ty(nd.inputs[1]).shape.clone();
-    let geo = conv_geom(k, node);
-    let (nimg, cin, cout) = (xs[0], xs[1], ws[0]);
-    let (gr, cg) = (a.group, ws[1]);
+    let geo = conv_geom(k, node, channels_last);
+    let (nimg, cin, cout) = (xs[0], if channels_last { xs[xs.len() - 1] } else { xs[1] }, ws[0]);
+    let (gr, cg) = (a.group, if channels_last { ws[ws.len() - 1] } else { ws[1] });
     let mg = cout / gr;
     let taps: usize = geo.kernel.iter().product();
     let isz: usize = geo.in_sp.iter().product();
@@ -749,22 +766,34 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group) ->
     let kd = cg * taps;
     let dtype = g.ty(nd.inputs[0]).dtype;
     if nd.inputs.iter().chain(&nd.outputs).any(|&v| g.ty(v).dtype != dtype) || !is_float(dtype) {
-        return Err(format!("Conv on {dtype} (mixed or non-float operands) is not supported by the cuda backend"));
+        return Err(format!("{} on {dtype} (mixed or non-float operands) is not supported by the cuda backend", nd.op.name()));
     }
     let x = k.buf(nd.inputs[0], false);
     let w = k.buf(nd.inputs[1], false);
     if mg < 8 {
         let bias = if nd.inputs.len() > 2 { Some(k.buf(nd.inputs[2], false)) } else { None };
-        return conv_direct(k, node, a, grp, &geo, (x, w, bias)).map(|_| None);
+        return conv_direct(k, node, a, grp, &geo, (x, w, bias), channels_last).map(|_| None);
     }
     let tap = conv_tap(&geo, a, "q", "r");
     // The gathered element in its own type (f16 and bf16 feed the tensor-core tile as is).
     let zero = if is_half(dtype) { zero(dtype) } else { "0.0f".to_string() };
-    let load_b = format!(
-        "[&]() -> {} {{\nconst unsigned img = n / {osz}u, q = n % {osz}u;\nconst unsigned ci = k / {taps}u, r = k % {taps}u;\n{tap}return ok ? {x}[(img * {cin}u + z * {cg}u + ci) * {isz}u + xo] : {zero};\n}}()",
-        mem_type(dtype)
-    );
-    let gather_b = Some(conv_gather(&geo, a, &x, (cin, cg, isz, osz, taps), dtype));
+    let (split, at) = if channels_last {
+        (format!("const unsigned ci = k % {cg}u, r = k / {cg}u;"), format!("(img * {isz}u + (unsigned)xo) * {cin}u + z * {cg}u + ci"))
+    } else {
+        (format!("const unsigned ci = k / {taps}u, r = k % {taps}u;"), format!("(img * {cin}u + z * {cg}u + ci) * {isz}u + xo"))
+    };
+    let load_b = format!("[&]() -> {} {{\nconst unsigned img = n / {osz}u, q = n % {osz}u;\n{split}\n{tap}return ok ? {x}[{at}] : {zero};\n}}()", mem_type(dtype));
+    let gather_b = Some(conv_gather(&geo, a, &x, (cin, cg, isz, osz, taps), dtype, channels_last));
+    // A pointwise conv (1x1, stride 1, no padding) reads its input plane as a row-major [cin, positions]
+    // matrix per image: eight positions of one image are contiguous when the plane is a multiple of 8.
+    // (Channels-last, positions are `cin` apart: no vector loads along them.)
+    let pointwise = taps == 1 && osz == isz && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0);
+    let vec_b = (!channels_last && pointwise && osz.is_multiple_of(8)).then(|| (x.clone(), format!("((n / {osz}u) * {cin}u + z * {cg}u + k) * {isz}u + n % {osz}u")));
+    let (out_index, out_m_stride, bias_by_flat) = if channels_last {
+        (format!("n * {cout}u + z * {mg}u + m"), 1, format!("i % {cout}u"))
+    } else {
+        (format!("((n / {osz}u) * {cout}u + z * {mg}u + m) * {osz}u + n % {osz}u"), osz, format!("(i / {osz}u) % {cout}u"))
+    };
     let p = Problem {
         dtype,
         m: mg,
@@ -775,26 +804,23 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group) ->
         load_a: format!("{w}[(z * {mg}u + m) * {kd}u + k]"),
         load_b,
         vec_a: kd.is_multiple_of(8).then(|| (w.clone(), format!("(z * {mg}u + m) * {kd}u + k"))),
-        // A pointwise conv (1x1, stride 1, no padding) reads its input plane as a row-major [cin, positions]
-        // matrix per image: eight positions of one image are contiguous when the plane is a multiple of 8.
-        vec_b: (taps == 1 && osz == isz && osz.is_multiple_of(8) && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0))
-            .then(|| (x.clone(), format!("((n / {osz}u) * {cin}u + z * {cg}u + k) * {isz}u + n % {osz}u"))),
+        vec_b,
         gather_b,
-        out_index: format!("((n / {osz}u) * {cout}u + z * {mg}u + m) * {osz}u + n % {osz}u"),
-        out_m_stride: osz,
-        bias: nd.inputs.get(2).map(|&b| (b, format!("z * {mg}u + m"), format!("(i / {osz}u) % {cout}u"))),
+        out_index,
+        out_m_stride,
+        bias: nd.inputs.get(2).map(|&b| (b, format!("z * {mg}u + m"), bias_by_flat)),
     };
     tiled(k, p, grp)
 }
 
 /// One thread per output element, looping over its group's input channels and the kernel taps.
-fn conv_direct(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &ConvGeom, (x, w, bias): (String, String, Option<String>)) -> Result<(), String> {
+fn conv_direct(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &ConvGeom, (x, w, bias): (String, String, Option<String>), channels_last: bool) -> Result<(), String> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
     let ws = g.ty(nd.inputs[1]).shape.clone();
     let ys = g.ty(nd.outputs[0]).shape.clone();
-    let (cin, cout, cg) = (xs[1], ws[0], ws[1]);
+    let (cin, cout, cg) = if channels_last { (xs[xs.len() - 1], ws[0], ws[ws.len() - 1]) } else { (xs[1], ws[0], ws[1]) };
     let mg = cout / a.group;
     let taps: usize = geo.kernel.iter().product();
     let isz: usize = geo.in_sp.iter().product();
@@ -802,11 +828,27 @@ fn conv_direct(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &C
     let tap = conv_tap(geo, a, "q", "r");
     let d = g.ty(nd.inputs[0]).dtype;
     let t = mem_type(d);
+    let (coords, xc, wc, xat, wat) = if channels_last {
+        (
+            format!("const unsigned co = i % {cout}u, q = (i / {cout}u) % {osz}u, img = i / {};", osz * cout),
+            format!("{x} + img * {}u + gg * {cg}u + ci", isz * cin),
+            format!("{w} + co * {}u + ci", taps * cg),
+            format!("(unsigned)xo * {cin}u"),
+            format!("r * {cg}u"),
+        )
+    } else {
+        (
+            format!("const unsigned q = i % {osz}u, co = (i / {osz}u) % {cout}u, img = i / {};", osz * cout),
+            format!("{x} + (img * {cin}u + gg * {cg}u + ci) * {isz}u"),
+            format!("{w} + (co * {cg}u + ci) * {taps}u"),
+            "xo".to_string(),
+            "r".to_string(),
+        )
+    };
     let mut b = format!(
-        "const unsigned q = i % {osz}u, co = (i / {osz}u) % {cout}u, img = i / {};\nconst unsigned gg = co / {mg}u;\nfloat s = 0.0f;\nfor (unsigned ci = 0; ci < {cg}u; ci++) {{\nconst {t}* xc = {x} + (img * {cin}u + gg * {cg}u + ci) * {isz}u;\nconst {t}* wc = {w} + (co * {cg}u + ci) * {taps}u;\n#pragma unroll 3\nfor (unsigned r = 0; r < {taps}u; r++) {{\n{tap}if (ok) s = fmaf({}, {}, s);\n}}\n}}\n",
-        osz * cout,
-        ld(d, "xc", "xo"),
-        ld(d, "wc", "r")
+        "{coords}\nconst unsigned gg = co / {mg}u;\nfloat s = 0.0f;\nfor (unsigned ci = 0; ci < {cg}u; ci++) {{\nconst {t}* xc = {xc};\nconst {t}* wc = {wc};\n#pragma unroll 3\nfor (unsigned r = 0; r < {taps}u; r++) {{\n{tap}if (ok) s = fmaf({}, {}, s);\n}}\n}}\n",
+        ld(d, "xc", &xat),
+        ld(d, "wc", &wat)
     );
     let value = match bias {
         Some(bb) => format!("s + {}", ld(d, &bb, "co")),

@@ -67,7 +67,8 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs:
                 None => one(&mut |k| super::ew::standalone(k, grp)),
                 Some(a) => match &g.node(a).op {
                     Op::MatMul => gemm(&mut |k| gemm::matmul(k, a, grp)),
-                    Op::Conv(attrs) => gemm(&mut |k| gemm::conv(k, a, attrs, grp)),
+                    Op::Conv(attrs) => gemm(&mut |k| gemm::conv(k, a, attrs, grp, false)),
+                    Op::NhwcConv(attrs) => gemm(&mut |k| gemm::conv(k, a, attrs, grp, true)),
                     op => Err(format!("{} cannot anchor a group", op.name())),
                 },
             }
@@ -84,10 +85,12 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs:
             match &node.op {
                 Op::MatMul if f32_out => gemm(&mut |k| gemm::matmul(k, *n, &alone)),
                 Op::MatMul => one(&mut |k| gemm::matmul_int(k, *n)),
-                Op::Conv(a) => gemm(&mut |k| gemm::conv(k, *n, a, &alone)),
+                Op::Conv(a) => gemm(&mut |k| gemm::conv(k, *n, a, &alone, false)),
+                Op::NhwcConv(a) => gemm(&mut |k| gemm::conv(k, *n, a, &alone, true)),
                 Op::ConvTranspose(a) => one(&mut |k| gemm::conv_transpose(k, *n, a)),
                 Op::BatchNorm { epsilon } => one(&mut |k| reduce::batch_norm(k, *n, *epsilon)),
                 Op::MaxPool(pa) => one(&mut |k| pool::pool(k, *n, pa, None)),
+                Op::NhwcMaxPool(pa) => one(&mut |k| pool::max_pool_channels_last(k, *n, pa)),
                 Op::AveragePool { pool: pa, count_include_pad } => one(&mut |k| pool::pool(k, *n, pa, Some(*count_include_pad))),
                 Op::GlobalAveragePool => {
                     let r = g.ty(node.inputs[0]).rank();

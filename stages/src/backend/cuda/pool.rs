@@ -1,7 +1,8 @@
 //! MaxPool and AveragePool over any number of spatial dims, one thread per output element looping over its
 //! window (a window is a handful of taps: the work per output is small and the reads are shared through L1).
 //! MaxPool lets NaN win; AveragePool divides by the taps inside the input, or inside the padded extent with
-//! count_include_pad, as the reference does.
+//! count_include_pad, as the reference does. Channels-last max pools ([`max_pool_channels_last`]) put
+//! consecutive threads on consecutive channels.
 
 use super::kernel::{is_float, ld, mem_type, st, Kernel};
 use crate::backend::c::nest::contiguous;
@@ -54,6 +55,52 @@ pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>) -> R
             b.push_str(&format!("const int cnt = {};\n{y}[i] = {};\n", counts.join(" * "), st(d, "(cnt <= 0 ? 0.0f : s / (float)cnt)")));
         }
     }
+    k.body.push_str(&b);
+    k.per_element(ys.iter().product());
+    Ok(())
+}
+
+/// MaxPool channels-last (`NhwcMaxPool`): one thread per output element, consecutive threads on consecutive
+/// channels of one position, so a warp's reads of each tap are contiguous.
+pub fn max_pool_channels_last(k: &mut Kernel, node: NodeId, p: &PoolAttrs) -> Result<(), String> {
+    let g = k.g;
+    let nd = g.node(node);
+    let xs = g.ty(nd.inputs[0]).shape.clone();
+    let ys = g.ty(nd.outputs[0]).shape.clone();
+    let sp = xs.len() - 2;
+    let c = xs[sp + 1];
+    let (in_sp, out_sp) = (&xs[1..=sp], &ys[1..=sp]);
+    let isz: usize = in_sp.iter().product();
+    let osz: usize = out_sp.iter().product();
+    let (in_st, out_st) = (contiguous(in_sp), contiguous(out_sp));
+    let d = g.ty(nd.outputs[0]).dtype;
+    if !is_float(d) {
+        return Err(format!("{} on {d} is not supported by the cuda backend", nd.op.name()));
+    }
+    let x = k.buf(nd.inputs[0], false);
+    let y = k.buf(nd.outputs[0], true);
+    let mut b = format!(
+        "const unsigned ch = i % {c}u, r = (i / {c}u) % {o}u, img = i / {oc}u;\nconst {t}* xp = {x} + img * {ic}u + ch;\n",
+        o = osz.max(1),
+        oc = (osz * c).max(1),
+        ic = isz * c,
+        t = mem_type(d)
+    );
+    for d in 0..sp {
+        let (st, pad, dil, kk, size) = (p.strides[d], p.pads[d], p.dilations[d], p.kernel[d], in_sp[d]);
+        b.push_str(&format!("const int o{d} = (int)((r / {}u) % {}u);\nconst int i{d} = o{d} * {st} - {pad};\n", out_st[d], out_sp[d]));
+        b.push_str(&format!("const int lo{d} = i{d} < 0 ? (-i{d} + {dm}) / {dil} : 0;\nint hi{d} = {size} - i{d} <= 0 ? 0 : ({size} - i{d} + {dm}) / {dil};\nif (hi{d} > {kk}) hi{d} = {kk};\n", dm = dil - 1));
+    }
+    b.push_str("float m = -0x1.fffffep+127f;\nbool nan = false;\n");
+    for d in 0..sp {
+        b.push_str(&format!("for (int k{d} = lo{d}; k{d} < hi{d}; k{d}++) {{\n"));
+    }
+    let xi: Vec<String> = (0..sp).map(|d| format!("(i{d} + k{d} * {}) * {}", p.dilations[d], in_st[d] * c as i64)).collect();
+    b.push_str(&format!("const float v = {};\nnan |= v != v;\nm = v > m ? v : m;\n", ld(d, "xp", &xi.join(" + "))));
+    for _ in 0..sp {
+        b.push_str("}\n");
+    }
+    b.push_str(&format!("{y}[i] = {};\n", st(d, "(nan ? TSR_NAN : m)")));
     k.body.push_str(&b);
     k.per_element(ys.iter().product());
     Ok(())

@@ -13,7 +13,9 @@
 //! (22 MB for a batch-8 MobileNetV2 1x1 convolution in fp16, more than the fixed 16 MiB workspace modules
 //! declared when this was measured), so those convolutions stay on `cuda`. (Workspaces now grow with the
 //! tensors, [`tessera_kernels::runtime::cuda::dnn::workspace_bytes`]; whether the one algorithm is then worth
-//! taking has not been measured.)
+//! taking has not been measured.) Channels-last convolutions (`-layout=nhwc`) are priced either way: the
+//! workspace that rule guarded against held NCHW's transforms, which NHWC has none of, so the tune stage
+//! measures them.
 
 use crate::backend::c::cost::{boundary_bytes, partition_flops};
 use crate::ir::{DType, Graph, NodeId, Op, UnaryOp};
@@ -24,11 +26,12 @@ pub const BANDWIDTH_GBS: f64 = 2000.0;
 pub const LAUNCH_US: f64 = 4.0;
 
 pub fn estimate_us(g: &Graph, nodes: &[NodeId]) -> f64 {
-    let convs = nodes.iter().filter(|&&n| matches!(g.node(n).op, Op::Conv(_))).count();
+    let convs = nodes.iter().filter(|&&n| matches!(g.node(n).op, Op::Conv(_) | Op::NhwcConv(_))).count();
+    let channels_first = nodes.iter().any(|&n| matches!(g.node(n).op, Op::Conv(_)));
     let relus = nodes.iter().filter(|&&n| matches!(g.node(n).op, Op::Unary(UnaryOp::Relu))).count();
     // Each chain holds at most one ReLU, its last node (the support rule): every chain ends in one iff the
     // counts agree.
-    if relus != convs {
+    if channels_first && relus != convs {
         return f64::INFINITY;
     }
     let (heavy, other) = partition_flops(g, nodes);

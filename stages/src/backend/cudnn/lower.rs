@@ -4,7 +4,7 @@
 use super::support;
 use crate::backend::library::{chain_ends, Places};
 use crate::backend::FunctionInfo;
-use crate::ir::{Graph, NodeId, Op, ValueId};
+use crate::ir::{Graph, NodeId, ValueId};
 use tessera_kernels::runtime::cuda::dnn::{workspace_bytes, Conv, MIN_WORKSPACE_BYTES};
 
 fn dims4(s: &[usize]) -> Result<[u32; 4], String> {
@@ -16,7 +16,7 @@ fn dims4(s: &[usize]) -> Result<[u32; 4], String> {
 
 /// The convolutions of a kernel graph and its function signature.
 pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Conv>, FunctionInfo), String> {
-    let lasts = chain_ends(g, |op| matches!(op, Op::Conv(_)), |n| support::anchor(g, n))?;
+    let lasts = chain_ends(g, |op| support::conv_of(op).is_some(), |n| support::anchor(g, n))?;
     let uses = g.use_counts();
     let use_of = |v: ValueId| uses[v.index()];
     let node_err = |n: NodeId, msg: String| format!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name());
@@ -25,12 +25,13 @@ pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Conv>, FunctionInfo)
     for &last in &lasts {
         let (anchor, residual, relu) = support::chain_of(g, last, &use_of).map_err(|e| node_err(last, e))?;
         let node = g.node(anchor);
-        let Op::Conv(a) = &node.op else { unreachable!("chains start at a Conv") };
+        let (a, channels_last) = support::conv_of(&node.op).expect("chains start at a convolution");
         let e = |m: String| node_err(anchor, m);
         let dtype = g.ty(node.outputs[0]).dtype;
-        let input = dims4(&g.ty(node.inputs[0]).shape).map_err(e)?;
-        let weight = dims4(&g.ty(node.inputs[1]).shape).map_err(e)?;
-        let output = dims4(&g.ty(node.outputs[0]).shape).map_err(e)?;
+        let dims = |v: ValueId| dims4(&support::logical_dims(&g.ty(v).shape, channels_last));
+        let input = dims(node.inputs[0]).map_err(e)?;
+        let weight = dims(node.inputs[1]).map_err(e)?;
+        let output = dims(node.outputs[0]).map_err(e)?;
         convs.push(Conv {
             dtype,
             input,
@@ -49,6 +50,7 @@ pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Conv>, FunctionInfo)
             workspace: places.workspace(),
             workspace_bytes: workspace_bytes(dtype, input, weight, output, residual.is_some()),
             rank: 0,
+            channels_last,
         });
     }
     // One workspace after the intermediates, shared by the calls (they run in order on one stream), as long

@@ -1,6 +1,7 @@
 //! The `cudnn` backend's pattern rule: which convolutions cuDNN runs, and which epilogues fuse into them.
 //!
-//! Anchors: 2-D `Conv` (NCHW) of one float type (f32, f16 or bf16) throughout, with a bias input (batch norm folded
+//! Anchors: 2-D `Conv` (NCHW) or `NhwcConv` (channels-last, `-layout=nhwc`: cuDNN's tensor-core kernels' own
+//! layout, read without transforms) of one float type (f32, f16 or bf16) throughout, with a bias input (batch norm folded
 //! into a convolution gives one), symmetric pads, and not depthwise (one input channel per group: our own
 //! `cuda` kernel runs those directly, and cuDNN's NCHW depthwise paths are slow). Weight and bias, however
 //! small, are device operands: the backend's kernel graphs lift every constant to an argument
@@ -11,17 +12,36 @@
 //! residual, and `Relu` last. (The bias is the convolution's own input; a second, per-channel `Add` is not taken.)
 
 use crate::backend::gemm::support::{self as chain, Fusion, Unary};
-use crate::ir::{Graph, NodeId, Op, ValueId};
+use crate::ir::{channels_first_perm, permuted, ConvAttrs, Graph, NodeId, Op, ValueId};
+
+/// A convolution's attributes and whether it is channels-last.
+pub fn conv_of(op: &Op) -> Option<(&ConvAttrs, bool)> {
+    match op {
+        Op::Conv(a) => Some((a, false)),
+        Op::NhwcConv(a) => Some((a, true)),
+        _ => None,
+    }
+}
+
+/// A convolution operand's shape in cuDNN's logical order (`[n, c, h, w]`, `[k, c, r, s]`), whatever its layout
+/// in memory.
+pub fn logical_dims(shape: &[usize], channels_last: bool) -> Vec<usize> {
+    if channels_last && shape.len() >= 3 {
+        permuted(shape, &channels_first_perm(shape.len()))
+    } else {
+        shape.to_vec()
+    }
+}
 
 /// Whether `n` is a convolution cuDNN runs fused, or why not.
 pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {
     let node = g.node(n);
-    let Op::Conv(a) = &node.op else {
-        return Err(format!("cudnn runs Conv, not {}", node.op.name()));
+    let Some((a, last)) = conv_of(&node.op) else {
+        return Err(format!("cudnn runs Conv and NhwcConv, not {}", node.op.name()));
     };
     chain::anchor(g, n)?;
-    let x = &g.ty(node.inputs[0]).shape;
-    let w = &g.ty(node.inputs[1]).shape;
+    let x = &logical_dims(&g.ty(node.inputs[0]).shape, last);
+    let w = &logical_dims(&g.ty(node.inputs[1]).shape, last);
     if x.len() != 4 {
         return Err(format!("cudnn runs 2-D convolutions, got a {}-D input", x.len()));
     }
@@ -46,7 +66,7 @@ pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result
     let (mut residual, mut relu, mut steps) = (None, false, 0);
     let mut at = n;
     loop {
-        if matches!(g.node(at).op, Op::Conv(_)) {
+        if conv_of(&g.node(at).op).is_some() {
             anchor(g, at)?;
             return Ok((at, residual, relu));
         }
@@ -70,7 +90,7 @@ pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result
 /// The pattern rule on a model graph.
 pub fn supports(g: &Graph, n: NodeId) -> bool {
     match g.node(n).op {
-        Op::Conv(_) => anchor(g, n).is_ok(),
+        Op::Conv(_) | Op::NhwcConv(_) => anchor(g, n).is_ok(),
         _ => {
             let uses = g.use_counts();
             chain_of(g, n, &|v| uses[v.index()]).is_ok()

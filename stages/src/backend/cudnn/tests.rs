@@ -49,6 +49,39 @@ fn a_residual_block_is_two_fused_convolutions_in_every_precision() {
     }
 }
 
+/// The block channels-last (as `-layout=nhwc` makes it): the same two fused calls, with the shapes in cuDNN's
+/// logical order and the NHWC flag.
+#[test]
+fn a_channels_last_block_is_two_fused_nhwc_convolutions() {
+    for dt in [DType::F32, DType::F16] {
+        let mut g = Graph::new("block_nhwc");
+        let t = |s: &[usize]| TensorType::new(dt, s.to_vec());
+        let x = g.add_input("x", t(&[1, 6, 6, 8]));
+        let w1 = g.add_input("w1", t(&[8, 3, 3, 8]));
+        let b1 = g.add_input("b1", t(&[8]));
+        let w2 = g.add_input("w2", t(&[8, 3, 3, 8]));
+        let b2 = g.add_input("b2", t(&[8]));
+        let c1 = g.add("c1", Op::NhwcConv(attrs(1, 1, 1)), &[x, w1, b1]).unwrap();
+        let r1 = g.add("r1", Op::Unary(UnaryOp::Relu), &[c1]).unwrap();
+        let c2 = g.add("c2", Op::NhwcConv(attrs(1, 1, 1)), &[r1, w2, b2]).unwrap();
+        let a = g.add("add", Op::Binary(BinaryOp::Add), &[c2, x]).unwrap();
+        let r2 = g.add("r2", Op::Unary(UnaryOp::Relu), &[a]).unwrap();
+        g.outputs.push(r2);
+        let s: Vec<bool> = (0..g.nodes.len() as u32).map(|n| CudnnBackend.supports(&g, NodeId(n), &cudnn())).collect();
+        assert_eq!(s, [true; 5], "{dt:?}");
+        let k = CudnnBackend.lower(&cudnn(), &g, "f0").unwrap();
+        let convs: Vec<Conv> = postcard::from_bytes(&k.code).unwrap();
+        assert_eq!(convs.len(), 2);
+        let (c1, c2) = (&convs[0], &convs[1]);
+        assert_eq!((c1.input, c1.weight, c1.output, c1.relu, c1.channels_last), ([1, 8, 6, 6], [8, 8, 3, 3], [1, 8, 6, 6], true, true));
+        assert_eq!((c2.residual.map(|z| z.arg), c2.relu, c2.channels_last), (Some(0), true, true));
+        assert!(tessera_kernels::runtime::cuda::library::CallDesc::describe(c1).contains("nhwc"));
+        // Without a ReLU the chain is priced (NHWC needs no transform workspace), unlike channels-first.
+        let cost = super::cost::estimate_us(&g, &[NodeId(0)]);
+        assert!(cost.is_finite(), "{cost}");
+    }
+}
+
 #[test]
 fn what_the_fused_call_cannot_compute_is_not_supported() {
     let mut g = Graph::new("g");

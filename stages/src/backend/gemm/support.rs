@@ -26,6 +26,9 @@ use crate::ir::{BinaryOp, DType, GeluApprox, Graph, NodeId, Op, UnaryOp, ValueId
 pub enum AnchorKind {
     MatMul,
     Conv,
+    /// A channels-last convolution: its bias and per-channel operands broadcast along the last axis, as a
+    /// MatMul's do (the `gemm` backend itself runs channels-first convolutions only).
+    NhwcConv,
 }
 
 /// A unary epilogue operation.
@@ -73,6 +76,7 @@ pub fn anchor(g: &Graph, n: NodeId) -> Result<AnchorKind, String> {
     let kind = match node.op {
         Op::MatMul => AnchorKind::MatMul,
         Op::Conv(_) => AnchorKind::Conv,
+        Op::NhwcConv(_) => AnchorKind::NhwcConv,
         _ => return Err(format!("gemm runs {} only as an epilogue of a MatMul or Conv", node.op.name())),
     };
     uniform_float(g, n)?;
@@ -110,7 +114,7 @@ pub fn classify_add(kind: AnchorKind, s: &[usize], t: &[usize]) -> Option<(u64, 
     let (r, q) = (s.len(), t.len());
     // The axis of `s` that carries the bias, and where it sits in `t` (right-aligned).
     let axis = match kind {
-        AnchorKind::MatMul => r.checked_sub(1)?,
+        AnchorKind::MatMul | AnchorKind::NhwcConv => r.checked_sub(1)?,
         AnchorKind::Conv => 1,
     };
     let pos = (axis + q).checked_sub(r)?;
@@ -179,9 +183,9 @@ pub fn uses_in(g: &Graph, v: ValueId) -> usize {
     g.nodes.iter().map(|n| n.inputs.iter().filter(|&&i| i == v).count()).sum::<usize>() + g.outputs.iter().filter(|&&o| o == v).count()
 }
 
-/// The pattern rule on a model graph (gemm's: f32 chains only).
+/// The pattern rule on a model graph (gemm's: f32 chains only, convolutions channels-first).
 pub fn supports(g: &Graph, n: NodeId) -> bool {
-    g.ty(g.node(n).outputs[0]).dtype == DType::F32 && chain_anchor(g, n, &|v| uses_in(g, v)).is_some()
+    g.ty(g.node(n).outputs[0]).dtype == DType::F32 && chain_anchor(g, n, &|v| uses_in(g, v)).is_some_and(|(_, kind)| kind != AnchorKind::NhwcConv)
 }
 
 #[cfg(test)]
@@ -209,6 +213,9 @@ mod tests {
         assert_eq!(classify_add(Conv, &c, &[8, 1, 1]), Some((25, 8)));
         assert_eq!(classify_add(Conv, &c, &[1, 8, 1, 1]), Some((25, 8)));
         assert_eq!(classify_add(Conv, &c, &[8]), None, "[8] aligns with the last axis, not channels");
+        let l = [2, 5, 5, 8];
+        assert_eq!(classify_add(NhwcConv, &l, &[8]), Some((1, 8)), "channels-last: the bias runs along the last axis");
+        assert_eq!(classify_add(NhwcConv, &l, &[8, 1, 1]), None);
         assert_eq!(classify_add(Conv, &c, &[1, 8, 5, 1]), None);
     }
 
