@@ -101,7 +101,12 @@ fn the_zoo_compiles_to_cubins_without_a_gpu() {
     }
     let mut library_modules = std::collections::BTreeMap::new();
     for (target, _) in TARGETS {
-        for (backend, n) in zoo_compiles_for(target) {
+        let modules = zoo_compiles_for(target);
+        if target.iter().any(|t| t.contains("-compiler=cudnn") && t.contains("-layout=nhwc")) {
+            // Channels-last convolutions are anchors cuDNN takes, as channels-first ones are.
+            assert!(modules.get("cudnn").is_some_and(|&n| n > 0), "{}: no cudnn module: {modules:?}", target.join(" + "));
+        }
+        for (backend, n) in modules {
             *library_modules.entry(backend).or_insert(0) += n;
         }
     }

@@ -20,7 +20,8 @@ against the same PyTorch measurements (one tessera column per set).
 TESSERA_COSTS (default "measured"): `measured` or `analytical` partition costs.
 Usage: python3 scripts/gpu/side_by_side.py [--precision P[,P...]] TESSERA_BINARY WORKDIR REPORT.md [model ...]
   P: fp16, bf16 or fp32; several (e.g. --precision fp16,bf16) give one row per model and precision, in one run.
-Models: resnet50-b1 resnet50-b32 mobilenetv2-b1 bert-base-s128-b1 bert-base-s128-b8 gpt2-s256-b1 vit-b16-b1.
+Models: resnet50-b1 resnet50-b32 mobilenetv2-b1 bert-base-s128-b1 bert-base-s128-b8 gpt2-s256-b1 vit-b16-b1 (and
+resnext50-bN, convnext-t-bN, efficientnet-b0-bN for any batch N).
 With TESSERA_PROFILE_DIR set, tessera's per-kernel profile (`tessera bench --profile`) of each model is written there.
 Precision (default fp16): the same on both sides. fp16 (bf16): PyTorch runs the model in half (bfloat16:
 `model.to(dtype)`, float inputs in that type), tessera compiles the fp32 export with `-precision=fp16`
@@ -59,9 +60,10 @@ def build(name, torch):
             return tuple(o for o in out if o is not None)
 
     batch = int(name.rsplit("-b", 1)[1])
-    if name.startswith(("resnet50", "mobilenetv2", "vit-b16")):
+    vision = {"resnet50": "resnet50", "mobilenetv2": "mobilenet_v2", "vit-b16": "vit_b_16", "resnext50": "resnext50_32x4d", "convnext-t": "convnext_tiny", "efficientnet-b0": "efficientnet_b0"}
+    if name.rsplit("-b", 1)[0] in vision:
         import torchvision
-        ctor = {"resnet50": torchvision.models.resnet50, "mobilenetv2": torchvision.models.mobilenet_v2, "vit-b16": torchvision.models.vit_b_16}
+        ctor = {k: getattr(torchvision.models, v) for k, v in vision.items()}
         model = ctor[name.rsplit("-b", 1)[0]](weights=None)
         args = (torch.rand(batch, 3, 224, 224) * 2 - 1,)
         names = ["input"]

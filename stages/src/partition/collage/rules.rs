@@ -37,12 +37,13 @@ pub enum Kind {
 impl Kind {
     pub fn of(op: &Op) -> Kind {
         match op {
-            Op::MatMul | Op::Conv(_) | Op::ConvTranspose(_) | Op::Attention(_) => Kind::Anchor,
+            Op::MatMul | Op::Conv(_) | Op::NhwcConv(_) | Op::ConvTranspose(_) | Op::Attention(_) => Kind::Anchor,
             Op::Reduce { .. }
             | Op::Softmax { .. }
             | Op::LogSoftmax { .. }
             | Op::LayerNorm { .. }
             | Op::MaxPool(_)
+            | Op::NhwcMaxPool(_)
             | Op::AveragePool { .. }
             | Op::GlobalAveragePool => Kind::Reduction,
             Op::BatchNorm { .. } => Kind::Elementwise,
