@@ -126,7 +126,7 @@ pub fn compile_models(ctx: &Ctx, jobs: &[ModelJob], on_model: &(dyn Fn(&ModelRes
 
 /// Compiles one model; the artifact stays in the store (see [`ModelResult::artifact`]).
 pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
-    let PlannedModel { doc, plan_digest, plan, graph, .. } = plan_model(ctx, job)?;
+    let PlannedModel { doc, plan_digest, plan, graph, layout, .. } = plan_model(ctx, job)?;
     // After the load stage read the model, so a file it cannot read is reported by it, as every build reports it.
     let origin = ModelOrigin::of(job)?;
     let built = build_artifact(ctx, &plan_digest, &plan, &|| graph.get()).with_context(|| format!("model {}", job.name))?;
@@ -144,6 +144,9 @@ pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
     objects.extend(built.modules.iter().copied());
     // The validation's trial plans (small), so `tessera explain --trial` still finds them after a gc.
     objects.extend(plan.validation.iter().flat_map(|v| v.trials.iter().map(|t| t.plan)));
+    // The layout `-layout=auto` did not choose: its document, plan and timed artifact, so a warm rebuild finds
+    // them rather than building and timing them again.
+    objects.extend(layout.iter().flat_map(|l| l.roots()));
     let artifact_bytes = ctx.driver.store().objects().size_of(&built.artifact).unwrap_or(0);
     Ok(ModelResult {
         name: job.name.clone(),

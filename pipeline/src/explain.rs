@@ -173,6 +173,9 @@ pub struct Explanation {
     pub total: Total,
     /// The end-to-end check against the single-backend plans, where one ran (measured costs, several targets).
     pub validation: Option<tessera_stages::partition::plan::Validation>,
+    /// How `-layout=auto` chose between channels-first and channels-last, where it did (set by the caller:
+    /// a plan does not record it).
+    pub layout: Option<tessera_stages::layout::LayoutChoice>,
 }
 
 /// Builds the report of a plan over the graph its node indices refer to.
@@ -220,6 +223,7 @@ pub fn explain_plan(model: &str, plan: &ExecPlan, g: &Graph, targets: &TargetSet
         by_backend,
         total,
         validation: plan.validation.clone(),
+        layout: None,
     })
 }
 
@@ -281,6 +285,23 @@ pub fn render_text(ex: &Explanation) -> String {
     let _ = writeln!(s, "{:<10} {:>10} {:>7} {:>12.1} {:>6.1}%", "total", t.partitions, t.nodes, t.cost_us, share(t.cost_us, t.cost_us));
     if let Some(v) = &ex.validation {
         s += &render_validation(v);
+    }
+    if let Some(l) = &ex.layout {
+        s += &render_layout(l);
+    }
+    s
+}
+
+/// The layout block: both layouts' plans, their estimates and measured medians, and the choice.
+fn render_layout(l: &tessera_stages::layout::LayoutChoice) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s);
+    let _ = writeln!(s, "layout (-layout=auto, by {}): {} used", l.by, l.chosen.name());
+    let _ = writeln!(s, "{:<12} {:>10} {:>12} {:>12}", "layout", "partitions", "estimate us", "median us");
+    for t in &l.trials {
+        let median = t.median_us.map(|m| format!("{m:.1}")).unwrap_or_else(|| "-".into());
+        let used = if t.layout == l.chosen { "  used" } else { "" };
+        let _ = writeln!(s, "{:<12} {:>10} {:>12.1} {:>12}{used}", t.layout.name(), t.partitions, t.estimated_us, median);
     }
     s
 }

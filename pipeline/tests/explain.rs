@@ -169,3 +169,30 @@ fn baselines_give_one_row_per_model_with_finite_ratios() {
         assert!((ratio - best / m["mix_ms"].as_f64().unwrap()).abs() < 1e-9);
     }
 }
+
+/// `-layout=auto` (the GPU targets' default) plans a convolutional model both ways and says which it kept and
+/// why; with analytical costs, by the plans' estimates, the lower kept. A model without convolutions is
+/// planned once and shows no layout block. No GPU needed: nothing is timed.
+#[test]
+fn layout_auto_plans_both_layouts_and_shows_the_choice() {
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("store");
+    let args = |spec: &'static str| ["explain", spec, "--costs", "analytical", "--target", "cuda -precision=fp16", "--target", "cuda -compiler=cudnn -precision=fp16", "--json"];
+    let json: serde_json::Value = serde_json::from_str(&tessera(&store, &args("fixture:resnet18:b8"))).unwrap();
+    let layout = &json["layout"];
+    assert_eq!(layout["by"], "estimates", "{layout}");
+    let trials = layout["trials"].as_array().unwrap();
+    let names: Vec<&str> = trials.iter().map(|t| t["layout"].as_str().unwrap()).collect();
+    assert_eq!(names, ["nchw", "nhwc"]);
+    let est: Vec<f64> = trials.iter().map(|t| t["estimated_us"].as_f64().unwrap()).collect();
+    let lower = if est[1] < est[0] { "nhwc" } else { "nchw" };
+    assert_eq!(layout["chosen"], lower, "{layout}");
+    // The plan shown is the chosen layout's: channels-last ops exactly when nhwc was kept.
+    let ops: Vec<&str> = json["partitions"].as_array().unwrap().iter().flat_map(|p| p["nodes"].as_array().unwrap().iter().map(|n| n["op"].as_str().unwrap())).collect();
+    assert_eq!(ops.contains(&"NhwcConv"), lower == "nhwc", "{ops:?}");
+    let text = tessera(&store, &args("fixture:resnet18:b8")[..8]);
+    assert!(text.contains("layout (-layout=auto, by estimates)"), "{text}");
+
+    let json: serde_json::Value = serde_json::from_str(&tessera(&store, &args("fixture:mlp3:b1"))).unwrap();
+    assert!(json["layout"].is_null(), "{}", json["layout"]);
+}

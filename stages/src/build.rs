@@ -3,7 +3,7 @@
 //! through the [`Driver`](crate::stage::Driver):
 //!
 //! load (graph document) -> [precision (the document in fp16, for `-precision=fp16`)] -> [layout (channels-last, for
-//! `-layout=nhwc`)] -> partition (execution plan; asks tune for costs) -> lower (one call per distinct
+//! `-layout=nhwc`; `auto` partitions both and keeps the faster)] -> partition (execution plan; asks tune for costs) -> lower (one call per distinct
 //! kernel) -> compile (one module per backend, module-at-a-time) -> link (one artifact).
 //!
 //! Keys are built from upstream output digests, so an unchanged output cuts off everything after it; the
@@ -14,8 +14,6 @@
 use crate::context::{Ctx, LazyGraph};
 use crate::load::{load_model, GraphSource};
 use crate::partition::plan::ExecPlan;
-use crate::partition::stage::Partition;
-use crate::stage::run;
 use anyhow::{Context, Result};
 use tessera_store::Digest;
 
@@ -28,6 +26,8 @@ pub struct PlannedModel<'a> {
     pub graph: LazyGraph<'a>,
     /// For reduced precision: the loaded graph and its calibration (which nodes stayed in fp32, and why).
     pub calibrated: Option<crate::precision::Calibrated<'a>>,
+    /// How `-layout=auto` chose between channels-first and channels-last (models with 2-D convolutions).
+    pub layout: Option<crate::layout::LayoutChoice>,
 }
 
 /// Runs the load and partition stages of one model.
@@ -36,10 +36,9 @@ pub fn plan_model<'a>(ctx: &Ctx<'a>, source: &dyn GraphSource) -> Result<Planned
     let (doc, built) = load_model(ctx, source).with_context(|| format!("model {name}: load"))?;
     let graph = LazyGraph::new(ctx.driver, doc, built);
     let (doc, graph, calibrated) = crate::precision::for_targets(ctx, doc, graph).with_context(|| format!("model {name}: precision"))?;
-    let (doc, graph) = crate::layout::for_targets(ctx, doc, graph).with_context(|| format!("model {name}: layout"))?;
-    let stage = Partition::new(ctx, &doc, &graph);
-    let (plan_digest, plan) = run(ctx.driver, &stage).with_context(|| format!("model {name}: partition"))?;
-    Ok(PlannedModel { doc, plan_digest, plan, graph, calibrated })
+    let (planned, layout) = crate::layout::plan_for_targets(ctx, doc, graph).with_context(|| format!("model {name}"))?;
+    let crate::layout::Planned { doc, graph, plan_digest, plan } = planned;
+    Ok(PlannedModel { doc, plan_digest, plan, graph, calibrated, layout })
 }
 
 #[cfg(test)]

@@ -302,3 +302,15 @@ fn precision_and_calibrate_keys_have_every_ingredient() {
     ]);
     assert_ne!(Calibrate { doc: d("g"), graph: &g }.key().unwrap(), Calibrate { doc: d("g2"), graph: &g }.key().unwrap());
 }
+
+#[test]
+fn layout_key_has_every_ingredient() {
+    use crate::context::LazyGraph;
+    use crate::layout::ChannelsLast;
+    let t = tempfile::tempdir().unwrap();
+    let driver = Direct(tessera_store::Store::open(t.path(), tessera_store::OpenOptions::writable()).unwrap());
+    let g = LazyGraph::new(&driver, d("g"), None);
+    let key = |doc: &str| ChannelsLast { doc: d(doc), graph: &g, store: &driver.0, built: OnceLock::new() }.key().unwrap();
+    all_distinct(&[("base", key("g")), ("graph", key("g2"))]);
+    assert_eq!(key("g"), key("g"));
+}

@@ -1,16 +1,28 @@
 //! Stage: layout. The model's graph document with its convolution chains channels-last, for `-layout=nhwc`
-//! (see [`crate::passes::layout`]), between precision and partition.
+//! and `-layout=auto` (see [`crate::passes::layout`]), between precision and partition; and the choice
+//! `-layout=auto` makes between the two documents' plans ([`plan_for_targets`]).
 //!
-//! It runs only for `-layout=nhwc`: an nchw build partitions the document the precision stage made, so adding
-//! the stage changed no nchw key. Keyed by that document's digest, so every model's channels-last graph (and
-//! its permuted weights, stored by digest) is computed once and shared by every target set asking for it.
+//! An nchw build partitions the document the precision stage made. The rewrite is keyed by that document's
+//! digest, so every model's channels-last graph (and its permuted weights, stored by digest) is computed once
+//! and shared by every target set asking for it.
+//!
+//! Why auto, measured: channels-last is not faster everywhere. On an H200 in fp16 (2026-11-26,
+//! bench/gpu_layout.md) it took ResNet-50 at batch 32 from 2.59 to 1.13 ms and ResNeXt-50 at batch 32 from
+//! 3.40 to 1.41 ms (cuDNN's NHWC kernels, no transforms), but MobileNetV2 at batch 1 went from 0.163 to
+//! 0.194 ms, EfficientNet-B0 from 0.368 to 0.396 and ConvNeXt-T from 0.70 to 0.84 (their depthwise layers run on
+//! our own kernels either way, and ConvNeXt's exported permutes around its channel LayerNorms stay).
 
+use crate::artifact::build_artifact;
 use crate::context::{Ctx, LazyGraph};
 use crate::ir::{serial::GraphDoc, Graph, Tensor};
-use crate::stage::{run_digest, DevicePolicy, Stage};
+use crate::partition::plan::ExecPlan;
+use crate::partition::stage::Partition;
+use crate::stage::{run, run_digest, DevicePolicy, Stage};
 use crate::target::Layout;
 use anyhow::{Context, Result};
+use serde::Serialize;
 use std::sync::OnceLock;
+use tessera_kernels::runtime::measure::median;
 use tessera_store::Digest;
 
 /// The stage's code version (with [`crate::passes::PASSES_VERSION`] in the key: the rewrite is a pass).
@@ -52,14 +64,106 @@ impl Stage for ChannelsLast<'_> {
     }
 }
 
-/// The document the partition stage works on for `ctx`'s layout, and its graph if it was built here: `doc`
-/// itself for nchw.
-pub fn for_targets<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) -> Result<(Digest, LazyGraph<'a>)> {
-    if ctx.targets.layout()? == Layout::Nchw {
-        return Ok((doc, graph));
+/// One layout's plan under `-layout=auto`: its document and plan, the plan's estimate and, where measured, its
+/// artifact's end-to-end median.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LayoutTrial {
+    pub layout: Layout,
+    pub doc: Digest,
+    pub plan: Digest,
+    pub partitions: usize,
+    pub estimated_us: f64,
+    pub artifact: Option<Digest>,
+    pub median_us: Option<f64>,
+}
+
+/// How `-layout=auto` chose (`tessera explain` shows it).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LayoutChoice {
+    pub chosen: Layout,
+    /// "measured end to end" or "estimates" (analytical costs, or a device this build does not time).
+    pub by: String,
+    pub trials: Vec<LayoutTrial>,
+}
+
+impl LayoutChoice {
+    /// The store objects of the layout not chosen (its document, plan and artifact), kept with the model's
+    /// so that a warm rebuild finds them and times nothing again.
+    pub fn roots(&self) -> Vec<Digest> {
+        self.trials.iter().filter(|t| t.layout != self.chosen).flat_map(|t| [Some(t.doc), Some(t.plan), t.artifact]).flatten().collect()
     }
-    let stage = ChannelsLast { doc, graph: &graph, store: ctx.driver.store(), built: OnceLock::new() };
-    let rewritten = run_digest(ctx.driver, &stage)?;
+}
+
+/// A model planned for one layout: its document, graph, plan digest and plan.
+pub struct Planned<'a> {
+    pub doc: Digest,
+    pub graph: LazyGraph<'a>,
+    pub plan_digest: Digest,
+    pub plan: ExecPlan,
+}
+
+fn partition<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) -> Result<Planned<'a>> {
+    let (plan_digest, plan) = run(ctx.driver, &Partition::new(ctx, &doc, &graph)).context("partition")?;
+    Ok(Planned { doc, graph, plan_digest, plan })
+}
+
+/// The document `doc` channels-last, and its graph if it was built here.
+fn channels_last<'a>(ctx: &Ctx<'a>, doc: Digest, graph: &LazyGraph<'a>) -> Result<(Digest, LazyGraph<'a>)> {
+    let stage = ChannelsLast { doc, graph, store: ctx.driver.store(), built: OnceLock::new() };
+    let rewritten = run_digest(ctx.driver, &stage).context("layout")?;
     let built = stage.built.into_inner();
     Ok((rewritten, LazyGraph::new(ctx.driver, rewritten, built)))
+}
+
+/// The plan for `ctx`'s layout of the document `doc` (what the precision stage made): nchw partitions it as it
+/// is, nhwc its channels-last rewrite, auto both, keeping the faster. Faster is measured end to end where
+/// artifacts are timed ([`crate::partition::validate::measures_end_to_end`]: both are built through the
+/// memoized stages and timed in two passes, as validation times its plans; the nchw plan is kept on a tie),
+/// else the lower estimate. A model the rewrite leaves unchanged (no 2-D convolution) is planned once.
+pub fn plan_for_targets<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) -> Result<(Planned<'a>, Option<LayoutChoice>)> {
+    match ctx.targets.layout()? {
+        Layout::Nchw => Ok((partition(ctx, doc, graph)?, None)),
+        Layout::Nhwc => {
+            let (d, g) = channels_last(ctx, doc, &graph)?;
+            Ok((partition(ctx, d, g)?, None))
+        }
+        Layout::Auto => {
+            let (d, g) = channels_last(ctx, doc, &graph)?;
+            if d == doc {
+                return Ok((partition(ctx, doc, graph)?, None));
+            }
+            let first = partition(ctx, doc, graph)?;
+            let last = partition(ctx, d, g)?;
+            let mut trials: Vec<LayoutTrial> = [(Layout::Nchw, &first), (Layout::Nhwc, &last)]
+                .into_iter()
+                .map(|(layout, p)| LayoutTrial {
+                    layout,
+                    doc: p.doc,
+                    plan: p.plan_digest,
+                    partitions: p.plan.partitions.len(),
+                    estimated_us: p.plan.estimated_us(),
+                    artifact: None,
+                    median_us: None,
+                })
+                .collect();
+            let measured = crate::partition::validate::measures_end_to_end(ctx);
+            if measured {
+                let mut labeled = Vec::with_capacity(2);
+                for (t, p) in trials.iter_mut().zip([&first, &last]) {
+                    let built = build_artifact(ctx, &p.plan_digest, &p.plan, &|| p.graph.get()).with_context(|| format!("building the {} plan", t.layout.name()))?;
+                    t.artifact = Some(built.artifact);
+                    labeled.push((t.layout.name().to_string(), built.artifact));
+                }
+                let timed = crate::partition::validate::time_plans(ctx, &labeled)?;
+                for (t, [a, b]) in trials.iter_mut().zip(timed) {
+                    let all: Vec<f64> = a.iter().chain(&b).copied().collect();
+                    t.median_us = Some(median(&all));
+                }
+            }
+            let score = |t: &LayoutTrial| t.median_us.unwrap_or(t.estimated_us);
+            let chosen = if score(&trials[1]) < score(&trials[0]) { Layout::Nhwc } else { Layout::Nchw };
+            let choice = LayoutChoice { chosen, by: if measured { "measured end to end" } else { "estimates" }.to_string(), trials };
+            Ok((if chosen == Layout::Nhwc { last } else { first }, Some(choice)))
+        }
+    }
 }

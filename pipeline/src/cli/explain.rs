@@ -103,7 +103,8 @@ pub fn run(args: ExplainArgs) -> Result<()> {
         Some(c) => c.kept()?,
         None => Vec::new(),
     };
-    let ex = explain_plan(&job.name, &plan, graph, &targets, &kept)?;
+    let mut ex = explain_plan(&job.name, &plan, graph, &targets, &kept)?;
+    ex.layout = planned.layout.clone();
     if let Some(path) = &args.svg {
         std::fs::write(path, svg::render(graph, &ex, &backends)).with_context(|| format!("writing {}", path.display()))?;
     }

@@ -73,9 +73,14 @@ const INPUT_SEED: u64 = crate::tune::INPUT_SEED;
 /// mix (not a baseline), more than one target, and every target on a device this build measures with an
 /// available backend (a plan that cannot run here cannot be timed).
 pub fn applies(ctx: &Ctx) -> bool {
+    ctx.prefer.is_none() && ctx.targets.targets.len() > 1 && measures_end_to_end(ctx)
+}
+
+/// Whether whole artifacts for `ctx`'s targets are timed here (or, in a build from records, their timings are
+/// recorded): measured costs and every target on a device this build measures with an available backend.
+/// `-layout=auto` times its two layouts' artifacts under the same condition.
+pub fn measures_end_to_end(ctx: &Ctx) -> bool {
     ctx.costs.measures()
-        && ctx.prefer.is_none()
-        && ctx.targets.targets.len() > 1
         && ctx.targets.targets.iter().all(|t| {
             // A build from records times nothing: it needs the records, not a backend that runs here.
             crate::tune::device_fingerprint(t).is_some()
@@ -146,7 +151,8 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
             }
         }
         if artifacts.len() > 1 {
-            let timed = time_plans(ctx, &artifacts, &trials)?;
+            let labeled: Vec<(String, Digest)> = artifacts.iter().map(|(i, d)| (trials[*i].label.clone(), *d)).collect();
+            let timed = time_plans(ctx, &labeled)?;
             for ((i, digest), [first, second]) in artifacts.iter().zip(timed) {
                 trials[*i].artifact = Some(*digest);
                 trials[*i].runs = (first.len() + second.len()) as u32;
@@ -229,16 +235,16 @@ impl Stage for TimePlans<'_> {
     }
 }
 
-/// The timings of `artifacts` (trial index, digest): recorded, else measured; a build from records that
-/// lacks them fails naming each trial and artifact.
-fn time_plans(ctx: &Ctx, artifacts: &[(usize, Digest)], trials: &[Trial]) -> Result<Vec<[Vec<f64>; 2]>> {
+/// The timings of `artifacts` (label, digest): recorded, else measured; a build from records that lacks them
+/// fails naming each one.
+pub fn time_plans(ctx: &Ctx, artifacts: &[(String, Digest)]) -> Result<Vec<[Vec<f64>; 2]>> {
     let devices = ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect();
     let stage = TimePlans { ctx, artifacts: artifacts.iter().map(|(_, d)| *d).collect(), devices };
     if ctx.costs.frozen() {
         let store = ctx.driver.store();
         let key = stage.key()?;
         if !store.memo_lookup(TimePlans::NAME, &key)?.is_some_and(|e| store.contains(&e.output)) {
-            let plans: Vec<String> = artifacts.iter().map(|(i, d)| format!("'{}' artifact {d}", trials[*i].label)).collect();
+            let plans: Vec<String> = artifacts.iter().map(|(label, d)| format!("'{label}' artifact {d}")).collect();
             let missing = vec![format!("validation timings of {}: time-plans key {key}", plans.join(", "))];
             return Err(MissingRecords { stage: TimePlans::NAME, missing }.into());
         }

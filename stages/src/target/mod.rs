@@ -321,11 +321,14 @@ impl Overflow {
 
 /// The layout convolution chains compute in (`-layout`; see `crate::passes::layout`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Layout {
     /// As imported: channels first, `[N, C, H, W]`.
     Nchw,
     /// Channels last, `[N, H, W, C]`, between the graph's inputs and outputs.
     Nhwc,
+    /// Both, the faster kept: measured end to end with measured costs, else by the plans' estimates.
+    Auto,
 }
 
 impl Layout {
@@ -333,12 +336,13 @@ impl Layout {
         match self {
             Layout::Nchw => "nchw",
             Layout::Nhwc => "nhwc",
+            Layout::Auto => "auto",
         }
     }
 
     /// The value of the `layout` attribute, as the registry's enum spells it.
     pub fn parse(s: &str) -> Option<Layout> {
-        [Layout::Nchw, Layout::Nhwc].into_iter().find(|l| l.name() == s)
+        [Layout::Nchw, Layout::Nhwc, Layout::Auto].into_iter().find(|l| l.name() == s)
     }
 }
 
@@ -434,7 +438,7 @@ impl TargetSet {
     }
 
     /// The layout of the set's targets with a `layout` attribute (GPU targets), which must agree as the precision
-    /// must (the graph is rewritten once for all of them); nchw when none has one.
+    /// must (the graph is rewritten once for all of them); nchw when none has one (CPU targets).
     pub fn layout(&self) -> Result<Layout, TargetError> {
         let mut found: Option<(&Target, Layout)> = None;
         for t in &self.targets {

@@ -15,7 +15,7 @@ fn canonical_form_fills_defaults_and_sorts() {
     assert_eq!(g.backend_name(), "gemm");
     assert!(!g.is_least_specialized());
     let n = Target::parse("cuda -compiler=cudnn -precision=fp16").unwrap();
-    assert_eq!(n.canonical(), "cuda -arch=sm_90 -compiler=cudnn -layout=nchw -overflow=keep-fp32 -precision=fp16 -tune-configs=16");
+    assert_eq!(n.canonical(), "cuda -arch=sm_90 -compiler=cudnn -layout=auto -overflow=keep-fp32 -precision=fp16 -tune-configs=16");
 }
 
 #[test]
@@ -87,14 +87,14 @@ fn target_sets_gain_the_fallback_and_reject_conflicts() {
 #[test]
 fn layout_is_one_per_set_and_the_fallback_inherits_it() {
     assert_eq!(TargetSet::parse(&["cpu".into()]).unwrap().layout().unwrap(), Layout::Nchw);
-    assert_eq!(TargetSet::parse(&["cuda".into()]).unwrap().layout().unwrap(), Layout::Nchw);
+    assert_eq!(TargetSet::parse(&["cuda".into()]).unwrap().layout().unwrap(), Layout::Auto);
     let set = TargetSet::parse(&["cuda -compiler=cudnn -layout=nhwc".into()]).unwrap();
     assert_eq!(set.layout().unwrap(), Layout::Nhwc);
     assert_eq!(set.fallback("cuda").unwrap().str_attr("layout"), "nhwc");
     let e = TargetSet::parse(&["cuda -layout=nhwc".into(), "cuda -compiler=cudnn".into()]).unwrap_err().0;
     assert!(e.contains("different layouts"), "{e}");
     let e = Target::parse("cuda -layout=nchwc").unwrap_err().0;
-    assert!(e.contains("nchw, nhwc"), "{e}");
+    assert!(e.contains("auto, nchw, nhwc"), "{e}");
     let e = Target::parse("cpu -layout=nhwc").unwrap_err().0;
     assert!(e.contains("layout"), "{e}");
 }
