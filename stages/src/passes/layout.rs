@@ -9,6 +9,9 @@
 //! a CUTLASS or our own implicit GEMM reads an NHWC image with the reduction dimension (input channels)
 //! contiguous.
 //!
+//! The model's own rank-4 transposes into and out of channels-last (exporters write them around ops that work on
+//! the last axis, like ConvNeXt's LayerNorm) are absorbed: between channels-last values they cancel.
+//!
 //! Each value of the original graph may be held in either form; a form is made when a reader needs it (a
 //! constant is permuted here, once, at compile time; anything else by a Transpose node). The graph's interface
 //! does not change: its inputs are read, and its outputs returned, as imported, under the same names. A value
@@ -99,6 +102,34 @@ impl Forms<'_> {
     }
 }
 
+impl Forms<'_> {
+    /// A model's own rank-4 Transpose, absorbed where the layouts make it free (an exported ConvNeXt permutes
+    /// to channels-last around each LayerNorm and back): reading a channels-last value, it becomes one
+    /// Transpose of that value (none when the permutations cancel); moving channels first
+    /// (`channels_first_perm`), its output's channels-last form is its input as it is. False: not absorbed.
+    fn transpose_absorbed(&mut self, node: &crate::ir::Node, perm: &[usize]) -> Result<bool, BuildError> {
+        let (x, out) = (node.inputs[0], node.outputs[0]);
+        if let Some(x_last) = self.last[x.index()] {
+            // x = x_last permuted by channels_first_perm (f), so out = x_last permuted by f[perm[j]].
+            let f = channels_first_perm(4);
+            let composed: Vec<usize> = perm.iter().map(|&p| f[p]).collect();
+            let id = if composed == [0, 1, 2, 3] {
+                x_last
+            } else {
+                self.h.add_node_named(node.name.clone(), Op::Transpose { perm: composed }, &[x_last], vec![self.g.value(out).name.clone()])?[0]
+            };
+            self.first[out.index()] = Some(id);
+            return Ok(true);
+        }
+        if perm == channels_first_perm(4).as_slice() {
+            let x_first = self.first(x)?;
+            self.last[out.index()] = Some(x_first);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
 /// Whether a node computes on a 2-D image (rank 4) in a float type.
 fn image_op(g: &Graph, inputs: &[ValueId]) -> bool {
     inputs.first().is_some_and(|&x| g.ty(x).rank() == 4 && matches!(g.ty(x).dtype, DType::F32 | DType::F16 | DType::BF16))
@@ -117,8 +148,14 @@ pub fn to_channels_last(g: &Graph) -> Result<Graph, BuildError> {
         let val = g.value(v);
         f.first[v.index()] = Some(f.h.add_input(val.name.clone(), val.ty.clone()));
     }
+    let is_output: Vec<bool> = (0..n).map(|i| g.outputs.iter().any(|o| o.index() == i)).collect();
     for node in &g.nodes {
         let out = node.outputs[0];
+        if let Op::Transpose { perm } = &node.op {
+            if perm.len() == 4 && !is_output[out.index()] && f.transpose_absorbed(node, perm)? {
+                continue;
+            }
+        }
         let out_name = format!("{}.nhwc", g.value(out).name);
         let has_last = |f: &Forms, v: ValueId| f.last[v.index()].is_some();
         let channels_last: Option<(Op, Vec<ValueId>)> = match &node.op {

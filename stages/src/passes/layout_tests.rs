@@ -182,3 +182,45 @@ proptest! {
         assert_same(&g, &h, 0.0);
     }
 }
+
+/// ConvNeXt's block as torchvision exports it: depthwise conv, permute to channels-last, LayerNorm over
+/// channels, the MLP, permute back, layer scale, residual. Channels-last, both permutes vanish: the only
+/// transposes left are the image in and the result out.
+#[test]
+fn an_exported_models_own_permutes_cancel_between_channels_last_values() {
+    let mut g = Graph::new("convnext_block");
+    let x = g.add_input("x", TensorType::f32([2, 8, 6, 6]));
+    let dw = conv(&mut g, "dw", x, 8, 3, conv_attrs(1, 1, 1, 8), true, 1);
+    let p1 = g.add("permute1", Op::Transpose { perm: vec![0, 2, 3, 1] }, &[dw]).unwrap();
+    let scale = weight(&mut g, "ln.w", &[8], 2);
+    let ln = g.add("ln", Op::LayerNorm { axis: 3, epsilon: 1e-6 }, &[p1, scale]).unwrap();
+    let w1 = weight(&mut g, "fc1", &[8, 16], 3);
+    let h = g.add("fc1.mm", Op::MatMul, &[ln, w1]).unwrap();
+    let h = g.add("gelu", Op::Gelu { approximate: crate::ir::GeluApprox::Erf }, &[h]).unwrap();
+    let w2 = weight(&mut g, "fc2", &[16, 8], 4);
+    let y = g.add("fc2.mm", Op::MatMul, &[h, w2]).unwrap();
+    let p2 = g.add("permute2", Op::Transpose { perm: vec![0, 3, 1, 2] }, &[y]).unwrap();
+    let gamma = weight(&mut g, "gamma", &[8, 1, 1], 5);
+    let scaled = g.add("layer_scale", Op::Binary(BinaryOp::Mul), &[p2, gamma]).unwrap();
+    let sum = g.add("residual", Op::Binary(BinaryOp::Add), &[scaled, x]).unwrap();
+    let next = conv(&mut g, "next", sum, 8, 1, conv_attrs(1, 0, 1, 1), true, 6);
+    g.outputs.push(next);
+    let h = to_channels_last(&g).unwrap();
+    crate::ir::verify(&h).unwrap();
+    let transposes: Vec<&str> = h.nodes.iter().filter(|n| n.op.name() == "Transpose").map(|n| n.name.as_str()).collect();
+    assert_eq!(transposes, ["x.to_nhwc", "next.to_nchw"]);
+    assert_same(&g, &h, 1e-6);
+}
+
+/// A permute whose result leaves the graph keeps its node and its name.
+#[test]
+fn a_permute_that_is_a_graph_output_stays() {
+    let mut g = Graph::new("out");
+    let x = g.add_input("x", TensorType::f32([1, 4, 5, 5]));
+    let c = conv(&mut g, "c", x, 4, 3, conv_attrs(1, 1, 1, 1), false, 1);
+    let p = g.add("permute", Op::Transpose { perm: vec![0, 2, 3, 1] }, &[c]).unwrap();
+    g.outputs.push(p);
+    let h = to_channels_last(&g).unwrap();
+    assert_eq!(h.value(h.outputs[0]).name, "permute");
+    assert_same(&g, &h, 0.0);
+}

@@ -8,6 +8,17 @@ use super::kernel::{is_float, ld, mem_type, st, Kernel};
 use crate::backend::c::nest::contiguous;
 use crate::ir::{NodeId, PoolAttrs};
 
+/// Statements placing the window of spatial dim `d` for the output position `r` (flat over the output's spatial
+/// dims; `stride`, `size`: of dim `d` in them): the output coordinate `o{d}`, the window's first input coordinate
+/// `i{d}` and the taps inside the input, `lo{d}..hi{d}`.
+fn window(p: &PoolAttrs, d: usize, stride: i64, size: usize, in_size: usize) -> String {
+    let (st, pad, dil, kk) = (p.strides[d], p.pads[d], p.dilations[d], p.kernel[d]);
+    format!(
+        "const int o{d} = (int)((r / {stride}u) % {size}u);\nconst int i{d} = o{d} * {st} - {pad};\nconst int lo{d} = i{d} < 0 ? (-i{d} + {dm}) / {dil} : 0;\nint hi{d} = {in_size} - i{d} <= 0 ? 0 : ({in_size} - i{d} + {dm}) / {dil};\nif (hi{d} > {kk}) hi{d} = {kk};\n",
+        dm = dil - 1
+    )
+}
+
 pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>) -> Result<(), String> {
     let g = k.g;
     let nd = g.node(node);
@@ -26,9 +37,8 @@ pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>) -> R
     let y = k.buf(nd.outputs[0], true);
     let mut b = format!("const unsigned pl = i / {}u;\nconst unsigned r = i % {}u;\nconst {}* xp = {x} + pl * {isz}u;\n", osz.max(1), osz.max(1), mem_type(d));
     for d in 0..sp {
-        let (st, pad, dil, kk, size, pe) = (p.strides[d], p.pads[d], p.dilations[d], p.kernel[d], in_sp[d], p.pads[sp + d]);
-        b.push_str(&format!("const int o{d} = (int)((r / {}u) % {}u);\nconst int i{d} = o{d} * {st} - {pad};\n", out_st[d], out_sp[d]));
-        b.push_str(&format!("const int lo{d} = i{d} < 0 ? (-i{d} + {dm}) / {dil} : 0;\nint hi{d} = {size} - i{d} <= 0 ? 0 : ({size} - i{d} + {dm}) / {dil};\nif (hi{d} > {kk}) hi{d} = {kk};\n", dm = dil - 1));
+        let (dil, kk, size, pe) = (p.dilations[d], p.kernel[d], in_sp[d], p.pads[sp + d]);
+        b.push_str(&window(p, d, out_st[d], out_sp[d], size));
         if avg == Some(true) {
             b.push_str(&format!("int ph{d} = {e} - i{d} <= 0 ? 0 : ({e} - i{d} + {dm}) / {dil};\nif (ph{d} > {kk}) ph{d} = {kk};\n", e = size + pe, dm = dil - 1));
         }
@@ -87,9 +97,7 @@ pub fn max_pool_channels_last(k: &mut Kernel, node: NodeId, p: &PoolAttrs) -> Re
         t = mem_type(d)
     );
     for d in 0..sp {
-        let (st, pad, dil, kk, size) = (p.strides[d], p.pads[d], p.dilations[d], p.kernel[d], in_sp[d]);
-        b.push_str(&format!("const int o{d} = (int)((r / {}u) % {}u);\nconst int i{d} = o{d} * {st} - {pad};\n", out_st[d], out_sp[d]));
-        b.push_str(&format!("const int lo{d} = i{d} < 0 ? (-i{d} + {dm}) / {dil} : 0;\nint hi{d} = {size} - i{d} <= 0 ? 0 : ({size} - i{d} + {dm}) / {dil};\nif (hi{d} > {kk}) hi{d} = {kk};\n", dm = dil - 1));
+        b.push_str(&window(p, d, out_st[d], out_sp[d], in_sp[d]));
     }
     b.push_str("float m = -0x1.fffffep+127f;\nbool nan = false;\n");
     for d in 0..sp {
