@@ -23,7 +23,8 @@ Relative error is max|got - want| / max|want|; it must be below 1e-4 (1e-2 for t
 Usage: python3 scripts/gpu/beyond_zoo.py TESSERA WORKDIR REPORT_DIR [--targets T ...] [--only NAME ...]
                                           [--costs measured|analytical]
   e.g. on the GPU machine: --targets "cuda" "cuda -precision=fp16" "cuda -precision=bf16"; the default
-  target `cpu` runs anywhere.
+  target `cpu` runs anywhere. A target set is one argument, its targets joined by " + "
+  ("cuda -precision=fp16 + cuda -compiler=cudnn -precision=fp16").
 Writes REPORT_DIR/beyond_zoo.json and beyond_zoo.md (one row per model x target); exits non-zero on any
 failure.
 """
@@ -381,8 +382,10 @@ def check_model(name, args, tessera, store):
                 row["torch_precision_note"] = why
         try:
             art_dir = os.path.join(work, f"art-{slug(target)}")
+            # A target set is written "T1 + T2 + ...": one --target each.
+            target_args = [a for t in target.split(" + ") for a in ("--target", t.strip())]
             row["compile_s"] = round(run([tessera, "compile", path, "--store", store, "--costs", args.costs,
-                                          "--target", target, "--out", art_dir]), 2)
+                                          *target_args, "--out", art_dir]), 2)
             run_dir = os.path.join(work, f"run-{slug(target)}")
             row["artifact_run_s"] = round(run([tessera, "run", os.path.join(art_dir, f"{name}.tsr"), *input_args,
                                                "--out", run_dir]), 2)
