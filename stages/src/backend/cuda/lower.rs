@@ -89,9 +89,9 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs:
                 Op::NhwcConv(a) => gemm(&mut |k| gemm::conv(k, *n, a, &alone, true)),
                 Op::ConvTranspose(a) => one(&mut |k| gemm::conv_transpose(k, *n, a)),
                 Op::BatchNorm { epsilon } => one(&mut |k| reduce::batch_norm(k, *n, *epsilon)),
-                Op::MaxPool(pa) => one(&mut |k| pool::pool(k, *n, pa, None)),
-                Op::NhwcMaxPool(pa) => one(&mut |k| pool::max_pool_channels_last(k, *n, pa)),
-                Op::AveragePool { pool: pa, count_include_pad } => one(&mut |k| pool::pool(k, *n, pa, Some(*count_include_pad))),
+                Op::MaxPool(pa) => one(&mut |k| pool::pool(k, *n, pa, None, false)),
+                Op::NhwcMaxPool(pa) => one(&mut |k| pool::pool(k, *n, pa, None, true)),
+                Op::AveragePool { pool: pa, count_include_pad } => one(&mut |k| pool::pool(k, *n, pa, Some(*count_include_pad), false)),
                 Op::GlobalAveragePool => {
                     let r = g.ty(node.inputs[0]).rank();
                     one(&mut |k| reduce::reduce(k, *n, ir::ReduceKind::Mean, &(2..r).collect::<Vec<_>>()))
