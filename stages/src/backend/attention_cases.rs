@@ -95,3 +95,76 @@ pub fn cases() -> Vec<AttnCase> {
         AttnCase { name: "rank2", q_lead: vec![], k_lead: vec![], v_lead: vec![], sq: 3, sk: 4, d: 5, dv: 2, mask: Some(vec![1]), ..base },
     ]
 }
+
+/// Attentions whose heads an exporter moved into place, as the zoo's exporters spell them: each graph computes
+/// its projection inside the graph (so its output is a kernel's own value) and moves Q, K and V into heads by
+/// a chain of Reshape, Transpose, Gather and Split, and the output back. Backends that read through views run
+/// none of that movement; the others run it as the graph says.
+pub fn head_chains() -> Vec<(&'static str, Graph)> {
+    use crate::ir::{Tensor, UnaryOp};
+    let attention = |g: &mut Graph, q, k, v, mask: Option<crate::ir::ValueId>| {
+        let attrs = AttentionAttrs { scale: 0.25, k_transposed: true, mask: mask.is_some(), keep_fill: None };
+        let mut inputs = vec![q, k, v];
+        inputs.extend(mask);
+        g.add("attention", Op::Attention(attrs), &inputs).unwrap()
+    };
+    // torchvision ViT: [S, B, 3E] -> Reshape, Unsqueeze, 5-D Transpose, Squeeze, Gather, heads; K transposed;
+    // the output back to [S, B, E], then an activation (so the transposed output is a value of the kernel).
+    let vit = |name: &'static str, s: usize, heads: usize, d: usize| {
+        let e = heads * d;
+        let mut g = Graph::new(name);
+        let x = g.add_input("x", TensorType::f32([s, 1, 3 * e]));
+        let qkv = g.add("proj", Op::Unary(UnaryOp::Neg), &[x]).unwrap();
+        let r = g.add("view_1", Op::Reshape { shape: vec![s, 1, 3, e] }, &[qkv]).unwrap();
+        let r = g.add("unsqueeze", Op::Reshape { shape: vec![1, s, 1, 3, e] }, &[r]).unwrap();
+        let t = g.add("transpose_1", Op::Transpose { perm: vec![3, 1, 2, 0, 4] }, &[r]).unwrap();
+        let t = g.add("squeeze", Op::Reshape { shape: vec![3, s, 1, e] }, &[t]).unwrap();
+        let mut heads_of = |i: i64| {
+            let idx = g.add_const(format!("i{i}"), Tensor::from_i64(Vec::<usize>::new(), &[i]));
+            let sel = g.add(format!("select_{i}"), Op::Gather { axis: 0 }, &[t, idx]).unwrap();
+            let h = g.add(format!("view_{i}"), Op::Reshape { shape: vec![s, heads, d] }, &[sel]).unwrap();
+            g.add(format!("heads_{i}"), Op::Transpose { perm: vec![1, 0, 2] }, &[h]).unwrap()
+        };
+        let (q, k, v) = (heads_of(0), heads_of(1), heads_of(2));
+        let q = g.add("q", Op::Reshape { shape: vec![1, heads, s, d] }, &[q]).unwrap();
+        let kt = g.add("kt", Op::Transpose { perm: vec![0, 2, 1] }, &[k]).unwrap();
+        let kt = g.add("kt4", Op::Reshape { shape: vec![1, heads, d, s] }, &[kt]).unwrap();
+        let v = g.add("v", Op::Reshape { shape: vec![1, heads, s, d] }, &[v]).unwrap();
+        let y = attention(&mut g, q, kt, v, None);
+        let y = g.add("permute", Op::Transpose { perm: vec![2, 0, 1, 3] }, &[y]).unwrap();
+        let y = g.add("merge", Op::Reshape { shape: vec![s, e] }, &[y]).unwrap();
+        let y = g.add("act", Op::Unary(UnaryOp::Relu), &[y]).unwrap();
+        g.outputs.push(y);
+        (name, g)
+    };
+    // GPT-2: one [B, S, 3E] projection split in three, each into heads [B, H, S, D], K transposed again;
+    // the output back to [B, S, E] as a graph output.
+    let gpt2 = || {
+        let (b, s, heads, d) = (2, 20, 2, 16);
+        let e = heads * d;
+        let mut g = Graph::new("heads_gpt2_split");
+        let x = g.add_input("x", TensorType::f32([b, s, 3 * e]));
+        let qkv = g.add("c_attn", Op::Unary(UnaryOp::Neg), &[x]).unwrap();
+        let parts = g.add_node("split", Op::Split { axis: 2, sizes: vec![e; 3] }, &[qkv]).unwrap();
+        let heads_of = |g: &mut Graph, i: usize, perm: Vec<usize>| {
+            let h = g.add(format!("view_{i}"), Op::Reshape { shape: vec![b, s, heads, d] }, &[parts[i]]).unwrap();
+            g.add(format!("heads_{i}"), Op::Transpose { perm }, &[h]).unwrap()
+        };
+        let q = heads_of(&mut g, 0, vec![0, 2, 1, 3]);
+        let kt = heads_of(&mut g, 1, vec![0, 2, 3, 1]);
+        let v = heads_of(&mut g, 2, vec![0, 2, 1, 3]);
+        let mask = g.add_input("mask", TensorType::f32([b, 1, 1, s]));
+        let y = attention(&mut g, q, kt, v, Some(mask));
+        let y = g.add("merge_heads", Op::Transpose { perm: vec![0, 2, 1, 3] }, &[y]).unwrap();
+        let y = g.add("merge", Op::Reshape { shape: vec![b, s, e] }, &[y]).unwrap();
+        g.outputs.push(y);
+        ("heads_gpt2_split", g)
+    };
+    vec![
+        // Head dims a multiple of 8: 16-byte copies of every operand straight from the projection.
+        vit("heads_vit_aligned", 37, 2, 16),
+        // Head dims of 12: odd heads start off 16-byte boundaries, so the copies go one element at a time.
+        vit("heads_vit_unaligned", 19, 3, 12),
+        gpt2(),
+    ]
+}

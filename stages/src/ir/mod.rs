@@ -7,6 +7,7 @@ pub mod infer;
 pub mod op;
 pub mod serial;
 pub mod verify;
+pub mod view;
 
 #[cfg(test)]
 mod hash_tests;
@@ -22,3 +23,4 @@ pub use infer::{attention_dims, broadcast_shapes, infer_op, AttentionDims, Infer
 pub use op::*;
 pub use tessera_kernels::tensor::{Tensor, TensorSizeError, TensorType};
 pub use verify::{verify, VerifyError};
+pub use view::{movement_view, StridedView};

@@ -15,9 +15,17 @@
 //! at that point. Because an open group has no outside consumer yet, nothing depends on it, so merging open
 //! groups or adding a node to one can never create a cycle, and each group's external inputs are all
 //! computed by items emitted before it.
+//!
+//! A backend whose kernels address some operands through strides ([`plan_with_views`]: the `cuda` backend's
+//! tensor-core attention) gets two more decisions:
+//! - a value made by movement (Reshape, Transpose, Gather of constant indices, Slice, Split) that only such
+//!   operands read is *virtual*: it is not stored, its movement runs no kernel, and its readers address its
+//!   source through [`Plan::view`];
+//! - such a node's output read only by a Transpose (through Reshapes) is stored straight into the Transpose's
+//!   output, through [`Plan::store`], and the Transpose runs no kernel.
 
 use super::nest::{broadcast, flat_stride};
-use crate::ir::{DType, Graph, NodeId, Op, ValueDef, ValueId};
+use crate::ir::{movement_view, DType, Graph, NodeId, Op, StridedView, ValueDef, ValueId};
 
 /// A fused loop: elementwise nodes over one domain, optionally fed by an anchor (MatMul/Conv) whose output
 /// has that domain.
@@ -67,6 +75,29 @@ pub struct Plan {
     pub storage: Vec<Option<Storage>>,
     /// Scratch buffers: (root value, bytes), indexed by `Storage::Scratch`.
     pub scratch: Vec<(ValueId, u64)>,
+    /// Per value: for a virtual value, the value its readers address and where its elements are in it.
+    pub view: Vec<Option<(ValueId, StridedView)>>,
+    /// Per value: for an output its node stores through a view, the value it is stored into and where.
+    pub store: Vec<Option<(ValueId, StridedView)>>,
+}
+
+/// Which operands a backend's kernels can read through a strided view (node, input position), and which
+/// nodes can store their first output through one.
+pub trait Views {
+    fn reads_view(&self, g: &Graph, node: NodeId, input: usize) -> bool;
+    fn stores_view(&self, g: &Graph, node: NodeId) -> bool;
+}
+
+/// Kernels that read and write every value as it is stored.
+pub struct NoViews;
+
+impl Views for NoViews {
+    fn reads_view(&self, _: &Graph, _: NodeId, _: usize) -> bool {
+        false
+    }
+    fn stores_view(&self, _: &Graph, _: NodeId) -> bool {
+        false
+    }
 }
 
 impl Group {
@@ -78,6 +109,96 @@ impl Group {
 
 fn is_alias(op: &Op) -> bool {
     matches!(op, Op::Reshape { .. } | Op::Identity)
+}
+
+/// The ops whose outputs a view can say (the steps [`movement_view`] composes).
+fn is_movement(op: &Op) -> bool {
+    matches!(op, Op::Reshape { .. } | Op::Identity | Op::Transpose { .. } | Op::Gather { .. } | Op::Slice { .. } | Op::Split { .. })
+}
+
+/// Virtual values and their views: a movement value is virtual when it is not a graph output and every
+/// use of it is either an operand read through a view or the input of a movement node none of whose outputs
+/// is stored; the source of each view read must itself be stored. Found by removing values from the
+/// candidates until both hold.
+fn read_views(g: &Graph, views: &dyn Views) -> Vec<Option<(ValueId, StridedView)>> {
+    let nv = g.values.len();
+    let consumers = g.consumers();
+    let mut is_output = vec![false; nv];
+    for &o in &g.outputs {
+        is_output[o.index()] = true;
+    }
+    let movement_made = |v: usize| g.producer(ValueId(v as u32)).is_some_and(|n| is_movement(&g.node(n).op));
+    let mut virt: Vec<bool> = (0..nv).map(|v| movement_made(v) && !is_output[v] && !consumers[v].is_empty()).collect();
+    loop {
+        let mut changed = false;
+        for v in 0..nv {
+            if !virt[v] {
+                continue;
+            }
+            let fine = consumers[v].iter().all(|&c| {
+                let node = g.node(c);
+                if is_movement(&node.op) && node.inputs[0].index() == v && node.inputs[1..].iter().all(|i| i.index() != v) {
+                    node.outputs.iter().all(|o| virt[o.index()] || (consumers[o.index()].is_empty() && !is_output[o.index()]))
+                } else {
+                    node.inputs.iter().enumerate().all(|(slot, i)| i.index() != v || views.reads_view(g, c, slot))
+                }
+            });
+            if !fine {
+                virt[v] = false;
+                changed = true;
+            }
+        }
+        // Each view's source is stored.
+        for v in 0..nv {
+            if virt[v] {
+                let (src, _) = movement_view(g, ValueId(v as u32));
+                if virt[src.index()] {
+                    virt[src.index()] = false;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    (0..nv).map(|v| virt[v].then(|| movement_view(g, ValueId(v as u32)))).collect()
+}
+
+/// The view through which `node`'s first output is stored into the output of the Transpose reading it (through
+/// Reshapes, each value read once and not a graph output), if there is one and the Transpose's output is stored.
+fn store_view(g: &Graph, node: NodeId, consumers: &[Vec<NodeId>], virt: &[Option<(ValueId, StridedView)>]) -> Option<(ValueId, StridedView)> {
+    let is_output = |v: ValueId| g.outputs.contains(&v);
+    let mut chain = vec![g.node(node).outputs[0]];
+    loop {
+        let v = *chain.last().expect("the chain starts with the output");
+        let [c] = consumers[v.index()][..] else { return None };
+        if is_output(v) || virt[v.index()].is_some() {
+            return None;
+        }
+        let reader = g.node(c);
+        match &reader.op {
+            Op::Reshape { .. } | Op::Identity => chain.push(reader.outputs[0]),
+            Op::Transpose { perm } => {
+                let target = reader.outputs[0];
+                if virt[target.index()].is_some() || (consumers[target.index()].is_empty() && !is_output(target)) {
+                    return None;
+                }
+                let mut inverse = vec![0; perm.len()];
+                for (k, &p) in perm.iter().enumerate() {
+                    inverse[p] = k;
+                }
+                // Back from the Transpose's output, stored contiguously, to the node's output.
+                let mut view = StridedView::contiguous(&g.ty(target).shape).transpose(&inverse);
+                chain.pop();
+                while let Some(v) = chain.pop() {
+                    view = view.reshape(&g.ty(v).shape)?;
+                }
+                return Some((target, view));
+            }
+            _ => return None,
+        }
+    }
 }
 
 fn is_anchor(g: &Graph, n: NodeId) -> bool {
@@ -232,9 +353,24 @@ fn epilogue_fusable(g: &Graph, grp: &Group, anchor: NodeId) -> bool {
     })
 }
 
-/// Groups the nodes, decides what is stored, and where.
+/// Groups the nodes, decides what is stored, and where, for kernels that read and write every value as it is
+/// stored.
 pub fn plan(g: &Graph) -> Plan {
+    plan_with_views(g, &NoViews)
+}
+
+/// [`plan`] for kernels that address the operands `views` names through strides.
+pub fn plan_with_views(g: &Graph, views: &dyn Views) -> Plan {
     let nv = g.values.len();
+    let view = read_views(g, views);
+    let consumers = g.consumers();
+    let mut store: Vec<Option<(ValueId, StridedView)>> = vec![None; nv];
+    for n in 0..g.nodes.len() {
+        let n = NodeId(n as u32);
+        if views.stores_view(g, n) {
+            store[g.node(n).outputs[0].index()] = store_view(g, n, &consumers, &view);
+        }
+    }
     let mut p = Planner { g, groups: Vec::new(), items: Vec::new(), group_of: vec![None; nv], open: Vec::new() };
     for i in 0..g.nodes.len() {
         p.visit(NodeId(i as u32));
@@ -253,8 +389,8 @@ pub fn plan(g: &Graph) -> Plan {
     }
 
     // Materialization: a group value is stored when read outside its group or listed as an output (through
-    // an alias too); every other value that exists is stored.
-    let consumers = g.consumers();
+    // an alias too); every other value that exists is stored, except virtual values and outputs stored through
+    // a view (and their aliases).
     let mut materialized = vec![false; nv];
     let mut output_class = vec![false; nv];
     for &o in &g.outputs {
@@ -262,7 +398,7 @@ pub fn plan(g: &Graph) -> Plan {
     }
     for v in 0..nv {
         let r = root[v].index();
-        if r != v {
+        if r != v || view[v].is_some() || store[v].is_some() {
             continue;
         }
         materialized[v] = match group_of[v] {
@@ -301,10 +437,21 @@ pub fn plan(g: &Graph) -> Plan {
             scratch.push((ValueId(v as u32), g.values[v].ty.size_bytes() as u64));
         }
     }
-    Plan { groups, items, root, group_of, materialized, storage, scratch }
+    Plan { groups, items, root, group_of, materialized, storage, scratch, view, store }
 }
 
 impl Plan {
+    /// Whether movement node `n` has anything to do: false when none of its outputs is stored (they are read
+    /// through views) or its input's producer already stored them through a view. Other nodes always run.
+    pub fn moves(&self, g: &Graph, n: NodeId) -> bool {
+        let node = g.node(n);
+        if !is_movement(&node.op) {
+            return true;
+        }
+        let input = self.root[node.inputs[0].index()];
+        self.store[input.index()].is_none() && node.outputs.iter().any(|o| self.materialized[o.index()])
+    }
+
     /// The values each item reads from memory (by alias root), for liveness.
     pub fn reads(&self, g: &Graph, item: &Item) -> Vec<ValueId> {
         let vals: Vec<ValueId> = match item {
@@ -316,7 +463,8 @@ impl Plan {
                 }
                 v
             }
-            Item::Node(n) => g.node(*n).inputs.clone(),
+            // A virtual operand is read from its view's source.
+            Item::Node(n) => g.node(*n).inputs.iter().map(|v| self.view[v.index()].as_ref().map_or(*v, |(src, _)| *src)).collect(),
             Item::Copy { from, .. } => vec![*from],
         };
         let mut roots: Vec<ValueId> = vals.iter().map(|v| self.root[v.index()]).collect();
@@ -336,7 +484,8 @@ impl Plan {
                 }
                 vals.into_iter().filter(|v| self.materialized[v.index()] && self.root[v.index()] == *v).collect()
             }
-            Item::Node(n) => g.node(*n).outputs.clone(),
+            // An output stored through a view writes the value it is stored into.
+            Item::Node(n) => g.node(*n).outputs.iter().map(|v| self.store[v.index()].as_ref().map_or(*v, |(to, _)| self.root[to.index()])).collect(),
             Item::Copy { .. } => Vec::new(),
         }
     }

@@ -172,8 +172,7 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs) -> Result<boo
     let types: Vec<_> = nd.inputs.iter().map(|&v| g.ty(v)).collect();
     let dims = attention_dims(a, &types).map_err(|e| e.0)?;
     let batch: usize = dims.batch.iter().product();
-    // fp16 operands run on tensor cores (an empty output or key axis keeps the trivial kernels below).
-    if super::attention_mma::applies([types[0].dtype, types[1].dtype, types[2].dtype], dims.d, dims.dv) && dims.sk > 0 && batch * dims.sq * dims.dv > 0 {
+    if on_tensor_cores(g, node, a) {
         let tiles = match k.knobs.attention {
             super::gemm::AttentionChoice::Auto => super::attention_mma::MmaTiles::for_problem(batch, dims.sq),
             super::gemm::AttentionChoice::Warps(warps) => super::attention_mma::MmaTiles { warps, bk: 64 },
@@ -183,6 +182,16 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs) -> Result<boo
     }
     let tiles = AttnTiles::for_problem(batch, dims.sq);
     attention_with(k, node, a, tiles)
+}
+
+/// Whether attention node `node` runs on the tensor-core kernel: fp16 or bf16 operands whose head dims it
+/// holds (an empty output or key axis keeps the trivial kernels of [`attention_with`]).
+pub fn on_tensor_cores(g: &crate::ir::Graph, node: NodeId, a: &AttentionAttrs) -> bool {
+    let nd = g.node(node);
+    let types: Vec<_> = nd.inputs.iter().map(|&v| g.ty(v)).collect();
+    let Ok(dims) = attention_dims(a, &types) else { return false };
+    let batch: usize = dims.batch.iter().product();
+    super::attention_mma::applies([types[0].dtype, types[1].dtype, types[2].dtype], dims.d, dims.dv) && dims.sk > 0 && batch * dims.sq * dims.dv > 0
 }
 
 /// The attention kernel with an explicit tile.

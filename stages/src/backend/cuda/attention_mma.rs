@@ -27,7 +27,7 @@ use super::kernel::{coords, is_half, mem_type, offset, zero, Kernel};
 use crate::backend::c::cexpr::f32_lit;
 use crate::backend::c::nest::broadcast;
 use crate::backend::c::plan::Storage;
-use crate::ir::{attention_dims, AttentionAttrs, DType, NodeId, ValueId};
+use crate::ir::{attention_dims, AttentionAttrs, DType, NodeId, StridedView, ValueId};
 
 /// Largest head dims (`D`, `Dv`) this kernel takes (the accumulator is `Dv / 2` registers per thread).
 pub const MAX_HEAD_DIM: usize = 128;
@@ -122,21 +122,25 @@ impl Layout {
     }
 }
 
-/// Strides over the batch dims of an operand `[lead.., rows, cols]`, in elements.
-fn matrix_strides(shape: &[usize], batch: &[usize]) -> Vec<i64> {
-    let r = shape.len();
-    let size = (shape[r - 2] * shape[r - 1]) as i64;
-    broadcast(&shape[..r - 2], batch).iter().map(|s| s * size).collect()
-}
-
 /// Whether `v` is an inline constant array (whose alignment is only its element's: no vector loads).
 fn is_const(k: &Kernel, v: ValueId) -> bool {
     let root = k.plan.root[v.index()];
     matches!(k.plan.storage[root.index()], Some(Storage::Const))
 }
 
+/// `expr * s` as an unsigned expression: a negative stride wraps exactly modulo 2^32 (the sums are in range).
+fn times(expr: &str, s: i64) -> String {
+    match s {
+        1 => expr.to_string(),
+        s if s < 0 => format!("({expr}) * (unsigned)({s})"),
+        s => format!("({expr}) * {s}u"),
+    }
+}
+
 /// A tile to copy into shared memory: `height x width` halves (padded extents) whose element `(r, c)` is the
-/// source's `src[base + (row0 + r) * stride + col0 + c]`, zero where `row0 + r >= rows` or `col0 + c >= cols`.
+/// source's `src[base + (row0 + r) * stride + (col0 + c) * col_stride]`, zero where `row0 + r >= rows` or
+/// `col0 + c >= cols`. `aligned`: `base` is a multiple of 8 halves whatever the batch matrix, in a buffer
+/// aligned to 16 bytes (not an inline constant array).
 struct Tile<'s> {
     dst: &'s str,
     ld: usize,
@@ -146,29 +150,63 @@ struct Tile<'s> {
     col0: &'s str,
     rows: usize,
     cols: usize,
-    stride: usize,
+    stride: i64,
+    col_stride: i64,
+    aligned: bool,
     height: usize,
     width: usize,
 }
 
 /// Code copying `t` by all `threads` threads: 16-byte groups by cp.async (zero-filled where out of range,
-/// so no branch) when every group is either whole or out of range and aligned (`cols` and the row stride
-/// multiples of 8 halves, the tile's first column a multiple of 8, the source not an inline constant
-/// array), else one half at a time.
-fn stage_tile(t: &Tile, threads: u32, vector: bool, zero: &str) -> String {
-    let Tile { dst, ld, src, base, row0, col0, rows, cols, stride, height, width } = *t;
-    if vector && cols % 8 == 0 && stride % 8 == 0 {
+/// so no branch) when every group is either whole or out of range and aligned (columns contiguous, `cols`,
+/// the row stride and the base multiples of 8 halves, the tile's first column a multiple of 8, the source
+/// not an inline constant array), else one half at a time.
+fn stage_tile(t: &Tile, threads: u32, zero: &str) -> String {
+    let Tile { dst, ld, src, base, row0, col0, rows, cols, stride, col_stride, aligned, height, width } = *t;
+    let row = times(&format!("{row0} + r"), stride);
+    if aligned && col_stride == 1 && cols % 8 == 0 && stride % 8 == 0 {
         let groups = width / 8;
         format!(
-            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned r = e / {groups}u, c = (e % {groups}u) * 8u;\nconst bool ok = {row0} + r < {rows}u && {col0} + c < {cols}u;\ntsr_cp16({dst} + r * {ld}u + c, ok ? (const void*)({src} + {base} + ({row0} + r) * {stride}u + {col0} + c) : (const void*){src}, ok ? 16u : 0u);\n}}\n",
+            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned r = e / {groups}u, c = (e % {groups}u) * 8u;\nconst bool ok = {row0} + r < {rows}u && {col0} + c < {cols}u;\ntsr_cp16({dst} + r * {ld}u + c, ok ? (const void*)({src} + {base} + {row} + {col0} + c) : (const void*){src}, ok ? 16u : 0u);\n}}\n",
             n = height * groups
         )
     } else {
+        let col = times(&format!("{col0} + c"), col_stride);
         format!(
-            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned r = e / {width}u, c = e % {width}u;\n{dst}[r * {ld}u + c] = ({row0} + r < {rows}u && {col0} + c < {cols}u) ? {src}[{base} + ({row0} + r) * {stride}u + {col0} + c] : {zero};\n}}\n",
+            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned r = e / {width}u, c = e % {width}u;\n{dst}[r * {ld}u + c] = ({row0} + r < {rows}u && {col0} + c < {cols}u) ? {src}[{base} + {row} + {col}] : {zero};\n}}\n",
             n = height * width
         )
     }
+}
+
+/// How the kernel addresses one operand or its output: the buffer, where the matrix of batch coordinates
+/// `z` starts (an unsigned expression), its row and column strides, and whether every start is a multiple of
+/// 8 elements (16 bytes) of a buffer aligned to 16 bytes.
+struct Operand {
+    buf: String,
+    base: String,
+    rows: i64,
+    cols: i64,
+    aligned: bool,
+}
+
+/// Operand or output `v` of the attention, through the view the plan reads or stores it by (its own buffer,
+/// stored contiguously, if none), over the batch `batch` (a broadcast dim of the operand has stride 0).
+fn operand(k: &mut Kernel, v: ValueId, batch: &[usize], write: bool) -> Operand {
+    let g = k.g;
+    let through = if write { &k.plan.store[v.index()] } else { &k.plan.view[v.index()] };
+    let (src, view) = through.clone().unwrap_or_else(|| (v, StridedView::contiguous(&g.ty(v).shape)));
+    let r = view.shape.len();
+    let lead = &view.shape[..r - 2];
+    let skip = batch.len() - lead.len();
+    let bs: Vec<i64> = (0..batch.len()).map(|d| if d < skip || lead[d - skip] == 1 { 0 } else { view.strides[d - skip] }).collect();
+    let base = match (view.offset, offset("z", &bs)) {
+        (0, o) => o,
+        (off, o) if off < 0 => format!("{o} + (unsigned)({off})"),
+        (off, o) => format!("{o} + {off}u"),
+    };
+    let aligned = view.offset % 8 == 0 && bs.iter().all(|s| s % 8 == 0) && !is_const(k, src);
+    Operand { buf: k.buf(src, write), base, rows: view.strides[r - 2], cols: view.strides[r - 1], aligned }
 }
 
 /// The attention node `node` as one tensor-core kernel in `k` with tile `tiles`; the caller has checked
@@ -187,7 +225,15 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     let dt = types[0].dtype;
     let (t, zero) = (mem_type(dt), zero(dt));
     let batch: usize = dims.batch.iter().product();
-    let lay = Layout::new(tiles, d, dv, a.k_transposed);
+    let nb = dims.batch.len();
+    let ops: Vec<Operand> = (0..3).map(|i| operand(k, nd.inputs[i], &dims.batch, false)).collect();
+    let out = operand(k, nd.outputs[0], &dims.batch, true);
+    let (q, kp, v) = (&ops[0], &ops[1], &ops[2]);
+    // K's strides along keys and along head dims, whichever way the operand holds it; its tiles are staged
+    // transposed (rows of head dims) when keys, not head dims, are contiguous.
+    let (key_stride, dim_stride) = if a.k_transposed { (kp.cols, kp.rows) } else { (kp.rows, kp.cols) };
+    let k_staged_transposed = dim_stride != 1 && key_stride == 1;
+    let lay = Layout::new(tiles, d, dv, k_staged_transposed);
     let q_tiles = sq.div_ceil(tiles.rows() as usize);
     let blocks = batch * q_tiles;
     if blocks >= 1 << 31 {
@@ -196,21 +242,15 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     let (bk, threads) = (tiles.bk as usize, tiles.threads());
     let Layout { dp, dvp, ldk, ldv, .. } = lay;
     let (dk_steps, s_tiles, o_tiles) = (dp / 16, bk / 8, dvp / 8);
-    let nb = dims.batch.len();
     let scores_shape = dims.scores_shape();
-
-    let ops: Vec<String> = (0..3).map(|i| k.buf(nd.inputs[i], false)).collect();
-    let vector: Vec<bool> = (0..3).map(|i| !is_const(k, nd.inputs[i])).collect();
-    let (q, kp, v) = (&ops[0], &ops[1], &ops[2]);
-    let y = k.buf(nd.outputs[0], true);
     let mut b = format!("extern __shared__ float4 tsr_smem[];\n{t}* const smem = reinterpret_cast<{t}*>(tsr_smem);\n");
     b.push_str(&format!(
         "const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, gr = lane >> 2, tq = lane & 3u;\nconst unsigned bi = blockIdx.x / {q_tiles}u, q0 = (blockIdx.x % {q_tiles}u) * {}u + warp * {WARP_ROWS}u;\n",
         tiles.rows()
     ));
     b.push_str(&coords(&dims.batch, "bi", "z", &vec![true; nb]));
-    for (i, name) in ["qb", "kb", "vb"].into_iter().enumerate() {
-        b.push_str(&format!("const unsigned {name} = {};\n", offset("z", &matrix_strides(&g.ty(nd.inputs[i]).shape, &dims.batch))));
+    for (o, name) in ops.iter().chain([&out]).zip(["qb", "kb", "vb", "yb"]) {
+        b.push_str(&format!("const unsigned {name} = {};\n", o.base));
     }
     // The masks: pointer, offset of the batch matrix, and (row, key) strides of their broadcast.
     let mut mask = |i: Option<usize>, name: &str, b: &mut String| {
@@ -225,8 +265,10 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
 
     // Q's A fragments: register i of step s holds row gr + (i & 1) * 8, columns s * 16 + tq * 2 + (i >> 1) * 8
     // and the next.
+    let (qbuf, q_at, q_next) = (&q.buf, format!("qb + {} + {}", times("r", q.rows), times("c", q.cols)), times("c + 1u", q.cols));
     b.push_str(&format!(
-        "unsigned qa[{dk_steps}][4];\n#pragma unroll\nfor (int s = 0; s < {dk_steps}; s++)\n#pragma unroll\nfor (int i = 0; i < 4; i++) {{\nconst unsigned r = q0 + gr + (i & 1) * 8u, c = s * 16u + tq * 2u + (i >> 1) * 8u;\nconst {t} lo = (r < {sq}u && c < {d}u) ? {q}[qb + r * {d}u + c] : {zero};\nconst {t} hi = (r < {sq}u && c + 1u < {d}u) ? {q}[qb + r * {d}u + c + 1u] : {zero};\nqa[s][i] = tsr_pack2(lo, hi);\n}}\n"
+        "unsigned qa[{dk_steps}][4];\n#pragma unroll\nfor (int s = 0; s < {dk_steps}; s++)\n#pragma unroll\nfor (int i = 0; i < 4; i++) {{\nconst unsigned r = q0 + gr + (i & 1) * 8u, c = s * 16u + tq * 2u + (i >> 1) * 8u;\nconst {t} lo = (r < {sq}u && c < {d}u) ? {qbuf}[{q_at}] : {zero};\nconst {t} hi = (r < {sq}u && c + 1u < {d}u) ? {qbuf}[qb + {} + {q_next}] : {zero};\nqa[s][i] = tsr_pack2(lo, hi);\n}}\n",
+        times("r", q.rows)
     ));
     b.push_str(&format!(
         "float acc[{o_tiles}][4];\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 4; e++) acc[n][e] = 0.0f;\nfloat m[2] = {{-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}}, l[2] = {{0.0f, 0.0f}};\n"
@@ -236,13 +278,13 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     let tiles_of = |k0: &str, stage: &str| -> String {
         let ks = format!("(smem + {stage} * {}u)", lay.stage);
         let vs = format!("(smem + {stage} * {}u + {}u)", lay.stage, lay.v_at);
-        let kt = if a.k_transposed {
-            Tile { dst: &ks, ld: ldk, src: kp, base: "kb", row0: "0u", col0: k0, rows: d, cols: sk, stride: sk, height: dp, width: bk }
+        let kt = if k_staged_transposed {
+            Tile { dst: &ks, ld: ldk, src: &kp.buf, base: "kb", row0: "0u", col0: k0, rows: d, cols: sk, stride: dim_stride, col_stride: 1, aligned: kp.aligned, height: dp, width: bk }
         } else {
-            Tile { dst: &ks, ld: ldk, src: kp, base: "kb", row0: k0, col0: "0u", rows: sk, cols: d, stride: d, height: bk, width: dp }
+            Tile { dst: &ks, ld: ldk, src: &kp.buf, base: "kb", row0: k0, col0: "0u", rows: sk, cols: d, stride: key_stride, col_stride: dim_stride, aligned: kp.aligned, height: bk, width: dp }
         };
-        let vt = Tile { dst: &vs, ld: ldv, src: v, base: "vb", row0: k0, col0: "0u", rows: sk, cols: dv, stride: dv, height: bk, width: dvp };
-        format!("{}{}tsr_cp_commit();\n", stage_tile(&kt, threads, vector[1], &zero), stage_tile(&vt, threads, vector[2], &zero))
+        let vt = Tile { dst: &vs, ld: ldv, src: &v.buf, base: "vb", row0: k0, col0: "0u", rows: sk, cols: dv, stride: v.rows, col_stride: v.cols, aligned: v.aligned, height: bk, width: dvp };
+        format!("{}{}tsr_cp_commit();\n", stage_tile(&kt, threads, &zero), stage_tile(&vt, threads, &zero))
     };
     b.push_str(&tiles_of("0u", "0u"));
     b.push_str(&format!(
@@ -255,7 +297,7 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     // Ks[n * 8 + gr][t * 16 + tq * 2 (+ 8)]; stored [D, Sk]: rows of dims, loaded transposed by ldmatrix for
     // key tiles n and n + 1 at once.
     b.push_str(&format!("float s[{s_tiles}][4];\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;\n"));
-    if a.k_transposed {
+    if k_staged_transposed {
         b.push_str(&format!(
             "#pragma unroll\nfor (int t = 0; t < {dk_steps}; t++)\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n += 2) {{\nunsigned kb4[4];\ntsr_ldmatrix_x4_trans(kb4, Ks + (t * 16u + ((lane >> 3) & 1u) * 8u + (lane & 7u)) * {ldk}u + n * 8u + (lane >> 4) * 8u);\ntsr_mma16816<{t}>(s[n], qa[t], kb4[0], kb4[1]);\ntsr_mma16816<{t}>(s[n + 1], qa[t], kb4[2], kb4[3]);\n}}\n"
         ));
@@ -303,8 +345,10 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     ));
     // The rows' outputs: the quad's sum of l, then acc / l (0 / 0 = NaN for a row of -inf scores).
     b.push_str(&format!(
-        "#pragma unroll\nfor (int h = 0; h < 2; h++) {{\nl[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);\nl[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);\nconst unsigned r = q0 + gr + h * 8u;\nif (r < {sq}u) {{\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 2; e++) {{\nconst unsigned c = n * 8u + tq * 2u + e;\nif (c < {dv}u) {y}[bi * {}u + r * {dv}u + c] = {};\n}}\n}}\n}}\n",
-        sq * dv,
+        "#pragma unroll\nfor (int h = 0; h < 2; h++) {{\nl[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);\nl[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);\nconst unsigned r = q0 + gr + h * 8u;\nif (r < {sq}u) {{\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 2; e++) {{\nconst unsigned c = n * 8u + tq * 2u + e;\nif (c < {dv}u) {}[yb + {} + {}] = {};\n}}\n}}\n}}\n",
+        out.buf,
+        times("r", out.rows),
+        times("c", out.cols),
         super::kernel::st(g.ty(nd.outputs[0]).dtype, "acc[n][2 * h + e] / l[h]")
     ));
     k.body.push_str(&b);

@@ -375,6 +375,32 @@ mod tests {
         }
     }
 
+    /// Attentions whose heads are moved into place by chains of Reshape, Transpose, Gather and Split: in fp16
+    /// the tensor-core kernel reads Q, K and V through views of the projection and stores its output through the
+    /// view of the Transpose after it, so the only kernels left are the projection's, the attention and the
+    /// activation after it (and the casts the precision pass adds); fp32 runs the movement as kernels.
+    #[test]
+    fn attention_reads_its_heads_through_views() {
+        use crate::backend::attention_cases::head_chains;
+        for (name, g) in head_chains() {
+            let g16 = crate::passes::precision::to_narrow(&g, DType::F16).unwrap();
+            let p = super::super::lower::cuda_plan(&g16);
+            let movement: Vec<_> = g16.nodes.iter().enumerate().filter(|(_, n)| matches!(n.op, crate::ir::Op::Transpose { .. } | crate::ir::Op::Gather { .. } | crate::ir::Op::Split { .. })).collect();
+            assert!(!movement.is_empty(), "{name}");
+            for (i, n) in movement {
+                assert!(!p.moves(&g16, crate::ir::NodeId(i as u32)), "{name}: {} ({}) still runs", n.name, n.op.name());
+            }
+            let attention = g16.nodes.iter().position(|n| matches!(n.op, crate::ir::Op::Attention(_))).unwrap();
+            assert!(p.store[g16.nodes[attention].outputs[0].index()].is_some(), "{name}: the output is stored through the transpose");
+            let fp32 = super::super::lower::cuda_plan(&g);
+            assert!(g.nodes.iter().enumerate().any(|(i, _)| !matches!(g.nodes[i].op, crate::ir::Op::Reshape { .. }) && fp32.moves(&g, crate::ir::NodeId(i as u32)) && matches!(g.nodes[i].op, crate::ir::Op::Transpose { .. })), "{name}: fp32 keeps its transposes");
+        }
+        for precision in [DType::F16, DType::BF16] {
+            check_in(head_chains().into_iter().map(|(n, g)| (n.to_string(), g)).collect(), precision);
+        }
+        check(head_chains().into_iter().map(|(n, g)| (n.to_string(), g)).collect());
+    }
+
     /// The other kernel families (elementwise math, scans, gathers and scatters) in fp16 and bf16: fp32
     /// arithmetic between 16-bit loads and stores.
     #[test]

@@ -7,10 +7,10 @@
 use super::gemm::{self, Knobs};
 use super::kernel::{const_array, Binding, Kernel};
 use super::{attention, movement, nd, pool, reduce, scan};
-use crate::backend::c::plan::{plan, Group, Item, Plan, Storage};
+use crate::backend::c::plan::{plan_with_views, Group, Item, Plan, Storage, Views};
 use crate::backend::c::scratch::{assign, Request};
 use crate::backend::FunctionInfo;
-use crate::ir::{self, Graph, Op, ValueId};
+use crate::ir::{self, Graph, NodeId, Op, ValueId};
 use serde::{Deserialize, Serialize};
 use tessera_kernels::runtime::cuda::format::{FunctionLaunches, Launch, LaunchArg};
 
@@ -46,6 +46,26 @@ pub fn unsupported(g: &Graph) -> Option<String> {
     None
 }
 
+/// What this backend's kernels address through strided views: the tensor-core attention reads Q, K and V
+/// and stores its output through them, so the heads' movement around it (out of a fused QKV projection,
+/// into and out of heads) runs no kernel.
+struct CudaViews;
+
+impl Views for CudaViews {
+    fn reads_view(&self, g: &Graph, node: NodeId, input: usize) -> bool {
+        input < 3 && self.stores_view(g, node)
+    }
+
+    fn stores_view(&self, g: &Graph, node: NodeId) -> bool {
+        matches!(&g.node(node).op, Op::Attention(a) if attention::on_tensor_cores(g, node, a))
+    }
+}
+
+/// The plan this backend lowers: [`crate::backend::c::plan`]'s, with [`CudaViews`].
+pub fn cuda_plan(g: &Graph) -> Plan {
+    plan_with_views(g, &CudaViews)
+}
+
 /// The kernels of one item.
 fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs: Knobs) -> Result<Vec<Kernel<'a>>, String> {
     let one = |f: &mut dyn FnMut(&mut Kernel<'a>) -> Result<(), String>| -> Result<Vec<Kernel<'a>>, String> {
@@ -77,6 +97,8 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs:
             movement::copy_value(k, *from, *output);
             Ok(())
         }),
+        // Movement whose outputs are read through views, or already stored by its input's producer.
+        Item::Node(n) if !p.moves(g, *n) => Ok(Vec::new()),
         Item::Node(n) => {
             let node = g.node(*n);
             let at = |e: String| format!("node '{}' ({}): {e}", node.name, node.op.name());
@@ -186,7 +208,7 @@ pub fn lower_with(g: &Graph, symbol: &str, knobs: Knobs) -> Result<Lowered, Stri
     if let Some(why) = unsupported(g) {
         return Err(why);
     }
-    let p = plan(g);
+    let p = cuda_plan(g);
     let (n_in, n_out) = (g.inputs.len(), g.outputs.len());
 
     let mut kernels: Vec<(usize, Kernel)> = Vec::new();

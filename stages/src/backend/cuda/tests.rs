@@ -467,6 +467,36 @@ fn attention_matches_the_reference_on_the_gpu() {
     assert!(failures.is_empty(), "{} of {} runs differ from the reference:\n{}", failures.len(), failures.len() + report.len(), failures.join("\n"));
 }
 
+/// The attentions of [`crate::backend::attention_cases::head_chains`] on the GPU: fp16 and bf16 read their heads
+/// through views of the projection and store through the output's transpose; fp32 moves them by kernels.
+#[test]
+#[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine"]
+fn attention_through_views_matches_the_reference_on_the_gpu() {
+    use tessera_kernels::runtime::cuda::call::call_gpu_function;
+    if std::env::var_os("TESSERA_GPU").is_none() {
+        eprintln!("skipping: set TESSERA_GPU=1 on a machine with an NVIDIA GPU");
+        return;
+    }
+    let mut failures = Vec::new();
+    for (ci, (name, g32)) in crate::backend::attention_cases::head_chains().into_iter().enumerate() {
+        let inputs = crate::interp::random_inputs(&g32, 300 + ci as u64);
+        let want = crate::interp::run_graph(&g32, &inputs).unwrap();
+        for (dt, tol) in [(DType::F32, 1e-4), (DType::F16, 1e-2), (DType::BF16, 1e-2)] {
+            let g = if dt == DType::F32 { g32.clone() } else { crate::passes::precision::to_narrow(&g32, dt).unwrap() };
+            let sym = format!("gpu_views_{ci}");
+            let lowered = CudaBackend.lower(&target(), &g, &sym).unwrap();
+            let module = CudaBackend.compile_module(&target(), std::slice::from_ref(&lowered)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let loaded = tessera_kernels::runtime::load_module(&module).unwrap_or_else(|e| panic!("{name}: {}", e.0));
+            let got = call_gpu_function(loaded.as_ref(), 0, &lowered.info, &inputs).unwrap_or_else(|e| panic!("{name} {dt}: {}", e.0));
+            match compare_to_reference(&got[0], &want[0], tol) {
+                Ok(err) => eprintln!("{name} {dt}: {err:.2e}"),
+                Err(e) => failures.push(format!("{name} {dt}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn a_bottleneck_gathers_its_3x3_input_per_column_and_streams_its_1x1_inputs() {
     let mut g = Graph::new("bneck");
