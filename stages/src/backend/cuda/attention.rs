@@ -174,8 +174,9 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs) -> Result<boo
     let batch: usize = dims.batch.iter().product();
     if on_tensor_cores(g, node, a) {
         let tiles = match k.knobs.attention {
-            super::gemm::AttentionChoice::Auto => super::attention_mma::MmaTiles::for_problem(batch, dims.sq),
-            super::gemm::AttentionChoice::Warps(warps) => super::attention_mma::MmaTiles { warps, bk: 64 },
+            super::gemm::AttentionChoice::Auto => super::attention_mma::MmaTiles::for_problem(batch, dims.sq, dims.sk),
+            super::gemm::AttentionChoice::Warps(warps) => super::attention_mma::MmaTiles { warps, bk: 64, split: 1 },
+            super::gemm::AttentionChoice::SplitKeys => super::attention_mma::MmaTiles::split_keys(dims.sk),
         };
         super::attention_mma::attention(k, node, a, tiles)?;
         return Ok(true);

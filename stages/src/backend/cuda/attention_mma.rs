@@ -42,10 +42,15 @@ const PAD: usize = 8;
 /// The kernel's shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MmaTiles {
-    /// Warps per block (each 16 query rows).
+    /// Warps per block along the query rows (each 16 rows).
     pub warps: u32,
-    /// Keys per shared-memory tile (a multiple of 16: one `P V` k-step per 16 keys).
+    /// Keys per warp per round (a multiple of 16: one `P V` k-step per 16 keys).
     pub bk: u32,
+    /// Key slices: the block's rows are computed `split` times over, each warp group walking every
+    /// `split`-th key tile with its own running max, sum and accumulator, combined through shared memory at
+    /// the end (FlashDecoding's split inside one block). Batch-1 attention has too few query tiles to fill
+    /// the GPU (ViT-B/16: 12 heads x 13 tiles of 16 rows), so one warp walking every key is latency-bound.
+    pub split: u32,
 }
 
 impl MmaTiles {
@@ -54,7 +59,12 @@ impl MmaTiles {
     }
 
     pub fn threads(&self) -> u32 {
-        self.warps * 32
+        self.warps * self.split * 32
+    }
+
+    /// Keys staged per round: one tile per key slice.
+    pub fn round_keys(&self) -> u32 {
+        self.bk * self.split
     }
 
     pub fn blocks(&self, batch: usize, sq: usize) -> usize {
@@ -64,22 +74,26 @@ impl MmaTiles {
     /// Why the tile is not valid, if it is not (`%` rather than `is_multiple_of`: the README promises Rust 1.85).
     #[allow(clippy::manual_is_multiple_of)]
     pub fn check(&self) -> Result<(), String> {
-        if (1..=8).contains(&self.warps) && self.bk > 0 && self.bk % 16 == 0 && self.bk <= 128 {
+        let split_ok = (1..=8).contains(&self.split) && self.warps * self.split <= 8 && self.round_keys() <= 256;
+        if (1..=8).contains(&self.warps) && self.bk > 0 && self.bk % 16 == 0 && self.bk <= 128 && split_ok {
             Ok(())
         } else {
-            Err(format!("tensor-core attention tile {self:?}: 1 to 8 warps, bk a multiple of 16 up to 128"))
+            Err(format!("tensor-core attention tile {self:?}: 1 to 8 warps in all, bk a multiple of 16 up to 128, at most 256 keys a round"))
         }
     }
 
-    /// The default for `batch` matrices of `sq` query rows: the most warps per block (they share each K/V
-    /// tile) whose blocks still fill the GPU ([`super::gemm::FILL_BLOCKS`]), else one warp per block (batch-1
-    /// inference: BERT-base at 128 tokens is 12 heads x 8 warps of rows).
-    pub fn for_problem(batch: usize, sq: usize) -> MmaTiles {
-        [4, 2]
-            .into_iter()
-            .map(|warps| MmaTiles { warps, bk: 64 })
-            .find(|t| t.blocks(batch, sq) >= super::gemm::FILL_BLOCKS)
-            .unwrap_or(MmaTiles { warps: 1, bk: 64 })
+    /// The default for `batch` matrices of `sq` query rows and `sk` keys: the most warps per block (they share
+    /// each K/V tile) whose blocks still fill the GPU ([`super::gemm::FILL_BLOCKS`]); else one warp of rows
+    /// with the keys split in up to four slices, 32 keys a tile (batch-1 inference: BERT-base at 128 tokens is
+    /// 12 heads x 8 warps of rows, each row computed by four warps over 32 keys each). Rounds of 128 keys keep a
+    /// block's two stages at 72 KiB for 64-dim heads, so three blocks fit an SM.
+    pub fn for_problem(batch: usize, sq: usize, sk: usize) -> MmaTiles {
+        [4, 2].into_iter().map(|warps| MmaTiles { warps, bk: 64, split: 1 }).find(|t| t.blocks(batch, sq) >= super::gemm::FILL_BLOCKS).unwrap_or_else(|| MmaTiles::split_keys(sk))
+    }
+
+    /// One warp of rows, the keys split in up to four slices of 32-key tiles.
+    pub fn split_keys(sk: usize) -> MmaTiles {
+        MmaTiles { warps: 1, bk: 32, split: sk.div_ceil(32).clamp(1, 4) as u32 }
     }
 }
 
@@ -109,7 +123,7 @@ pub struct Layout {
 
 impl Layout {
     pub fn new(t: MmaTiles, d: usize, dv: usize, k_transposed: bool) -> Layout {
-        let bk = t.bk as usize;
+        let bk = t.round_keys() as usize;
         let (dp, dvp) = (d.next_multiple_of(16), dv.next_multiple_of(16));
         let (ldk, k_rows) = if k_transposed { (bk + PAD, dp) } else { (dp + PAD, bk) };
         let ldv = dvp + PAD;
@@ -117,8 +131,23 @@ impl Layout {
         Layout { dp, dvp, ldk, ldv, v_at, stage: v_at + bk * ldv }
     }
 
-    pub fn bytes(&self) -> usize {
-        2 * self.stage * 2
+    /// Bytes of the two stages, and of the key slices' partial results after them (which reuse the stages).
+    pub fn bytes(&self, t: MmaTiles) -> usize {
+        (2 * self.stage * 2).max(Self::partial_bytes(t, self.dvp))
+    }
+
+    /// Floats of one warp's partial result in the combine: per lane its accumulator (`dvp / 8` tiles of 4),
+    /// then its two rows' max and sum.
+    fn partial_floats(dvp: usize) -> usize {
+        32 * (dvp / 2 + 4)
+    }
+
+    fn partial_bytes(t: MmaTiles, dvp: usize) -> usize {
+        if t.split > 1 {
+            (t.warps * (t.split - 1)) as usize * Self::partial_floats(dvp) * 4
+        } else {
+            0
+        }
     }
 }
 
@@ -209,6 +238,19 @@ fn operand(k: &mut Kernel, v: ValueId, batch: &[usize], write: bool) -> Operand 
     Operand { buf: k.buf(src, write), base, rows: view.strides[r - 2], cols: view.strides[r - 1], aligned }
 }
 
+/// Code combining the key slices' partial results into slice 0's warps (the others write theirs to shared
+/// memory, over the stages, and are done): per row the largest max `M`, and each slice's sum and accumulator
+/// scaled by `exp(m - M)` (against 0 when `M` is -inf, so a row with no finite score stays `0 / 0`). Each
+/// thread of slice 0 reads the same fragment positions of the others, so no layout changes hands. `l` is
+/// still a per-thread partial here: the sum over the quad comes after, as without a split.
+fn combine(t: MmaTiles, o_tiles: usize, floats: usize) -> String {
+    let (w, others) = (t.warps, t.split - 1);
+    format!(
+        "__syncthreads();\nfloat* const part = reinterpret_cast<float*>(tsr_smem);\nif (ks > 0u) {{\nfloat* const mine = part + ((ks - 1u) * {w}u + rw) * {floats}u + lane;\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 4; e++) mine[(n * 4 + e) * 32] = acc[n][e];\n#pragma unroll\nfor (int h = 0; h < 2; h++) {{\nmine[({acc_floats} + h) * 32] = m[h];\nmine[({acc_floats} + 2 + h) * 32] = l[h];\n}}\n}}\n__syncthreads();\nif (ks == 0u) {{\n#pragma unroll\nfor (int h = 0; h < 2; h++) {{\nfloat mx = m[h];\nfor (unsigned j = 0; j < {others}u; j++) mx = fmaxf(mx, part[(j * {w}u + rw) * {floats}u + lane + ({acc_floats} + h) * 32]);\nconst float base = mx == -__int_as_float(0x7f800000) ? 0.0f : mx;\nconst float own = expf(m[h] - base);\nl[h] *= own;\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++) {{\nacc[n][2 * h] *= own;\nacc[n][2 * h + 1] *= own;\n}}\nfor (unsigned j = 0; j < {others}u; j++) {{\nconst float* const theirs = part + (j * {w}u + rw) * {floats}u + lane;\nconst float f = expf(theirs[({acc_floats} + h) * 32] - base);\nl[h] += theirs[({acc_floats} + 2 + h) * 32] * f;\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++) {{\nacc[n][2 * h] += theirs[(n * 4 + 2 * h) * 32] * f;\nacc[n][2 * h + 1] += theirs[(n * 4 + 2 * h + 1) * 32] * f;\n}}\n}}\n}}\n}}\n",
+        acc_floats = o_tiles * 4
+    )
+}
+
 /// The attention node `node` as one tensor-core kernel in `k` with tile `tiles`; the caller has checked
 /// [`applies`], a non-empty output and `Sk > 0`.
 pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTiles) -> Result<(), String> {
@@ -239,14 +281,16 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     if blocks >= 1 << 31 {
         return Err(format!("{blocks} attention blocks (at most 2^31 - 1)"));
     }
-    let (bk, threads) = (tiles.bk as usize, tiles.threads());
+    let (bk, threads, round) = (tiles.bk as usize, tiles.threads(), tiles.round_keys() as usize);
     let Layout { dp, dvp, ldk, ldv, .. } = lay;
     let (dk_steps, s_tiles, o_tiles) = (dp / 16, bk / 8, dvp / 8);
     let scores_shape = dims.scores_shape();
     let mut b = format!("extern __shared__ float4 tsr_smem[];\n{t}* const smem = reinterpret_cast<{t}*>(tsr_smem);\n");
+    // Warp `warp` owns rows `rw` of the block's and walks key slice `ks`: keys `ks * bk..` of every round.
     b.push_str(&format!(
-        "const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, gr = lane >> 2, tq = lane & 3u;\nconst unsigned bi = blockIdx.x / {q_tiles}u, q0 = (blockIdx.x % {q_tiles}u) * {}u + warp * {WARP_ROWS}u;\n",
-        tiles.rows()
+        "const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, gr = lane >> 2, tq = lane & 3u;\nconst unsigned rw = warp % {w}u, ks = warp / {w}u;\nconst unsigned bi = blockIdx.x / {q_tiles}u, q0 = (blockIdx.x % {q_tiles}u) * {}u + rw * {WARP_ROWS}u;\n",
+        tiles.rows(),
+        w = tiles.warps
     ));
     b.push_str(&coords(&dims.batch, "bi", "z", &vec![true; nb]));
     for (o, name) in ops.iter().chain([&out]).zip(["qb", "kb", "vb", "yb"]) {
@@ -273,25 +317,29 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     b.push_str(&format!(
         "float acc[{o_tiles}][4];\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 4; e++) acc[n][e] = 0.0f;\nfloat m[2] = {{-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}}, l[2] = {{0.0f, 0.0f}};\n"
     ));
-    // The key tiles, two stages: tile `it + 1` is copied in while the warps compute on tile `it`.
-    let n_tiles = sk.div_ceil(bk);
+    // The key rounds, two stages: round `it + 1` is copied in while the warps compute on round `it`; a round
+    // holds one tile of `bk` keys per key slice.
+    let n_tiles = sk.div_ceil(round);
     let tiles_of = |k0: &str, stage: &str| -> String {
         let ks = format!("(smem + {stage} * {}u)", lay.stage);
         let vs = format!("(smem + {stage} * {}u + {}u)", lay.stage, lay.v_at);
         let kt = if k_staged_transposed {
-            Tile { dst: &ks, ld: ldk, src: &kp.buf, base: "kb", row0: "0u", col0: k0, rows: d, cols: sk, stride: dim_stride, col_stride: 1, aligned: kp.aligned, height: dp, width: bk }
+            Tile { dst: &ks, ld: ldk, src: &kp.buf, base: "kb", row0: "0u", col0: k0, rows: d, cols: sk, stride: dim_stride, col_stride: 1, aligned: kp.aligned, height: dp, width: round }
         } else {
-            Tile { dst: &ks, ld: ldk, src: &kp.buf, base: "kb", row0: k0, col0: "0u", rows: sk, cols: d, stride: key_stride, col_stride: dim_stride, aligned: kp.aligned, height: bk, width: dp }
+            Tile { dst: &ks, ld: ldk, src: &kp.buf, base: "kb", row0: k0, col0: "0u", rows: sk, cols: d, stride: key_stride, col_stride: dim_stride, aligned: kp.aligned, height: round, width: dp }
         };
-        let vt = Tile { dst: &vs, ld: ldv, src: &v.buf, base: "vb", row0: k0, col0: "0u", rows: sk, cols: dv, stride: v.rows, col_stride: v.cols, aligned: v.aligned, height: bk, width: dvp };
+        let vt = Tile { dst: &vs, ld: ldv, src: &v.buf, base: "vb", row0: k0, col0: "0u", rows: sk, cols: dv, stride: v.rows, col_stride: v.cols, aligned: v.aligned, height: round, width: dvp };
         format!("{}{}tsr_cp_commit();\n", stage_tile(&kt, threads, &zero), stage_tile(&vt, threads, &zero))
     };
     b.push_str(&tiles_of("0u", "0u"));
     b.push_str(&format!(
-        "for (unsigned it = 0; it < {n_tiles}u; it++) {{\nconst unsigned k0 = it * {bk}u;\nif (it + 1u < {n_tiles}u) {{\nconst unsigned k1 = k0 + {bk}u;\n{}tsr_cp_wait<1>();\n}} else tsr_cp_wait<0>();\n__syncthreads();\nconst {t}* const Ks = smem + (it & 1u) * {}u;\nconst {t}* const Vs = Ks + {}u;\n",
+        "for (unsigned it = 0; it < {n_tiles}u; it++) {{\nconst unsigned r0 = it * {round}u;\nif (it + 1u < {n_tiles}u) {{\nconst unsigned k1 = r0 + {round}u;\n{}tsr_cp_wait<1>();\n}} else tsr_cp_wait<0>();\n__syncthreads();\nconst unsigned k0 = r0 + ks * {bk}u;\nconst {t}* const Ks = smem + (it & 1u) * {}u + ks * {}u;\nconst {t}* const Vs = smem + (it & 1u) * {}u + {}u + ks * {}u;\n",
         tiles_of("k1", "((it + 1u) & 1u)"),
         lay.stage,
-        lay.v_at
+        if k_staged_transposed { bk } else { bk * ldk },
+        lay.stage,
+        lay.v_at,
+        bk * ldv
     ));
     // 1. Scores: tile n of 8 keys, step t of 16 head dims. K stored [Sk, D]: the B fragment is the pair
     // Ks[n * 8 + gr][t * 16 + tq * 2 (+ 8)]; stored [D, Sk]: rows of dims, loaded transposed by ldmatrix for
@@ -343,9 +391,12 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
         "#pragma unroll\nfor (int t = 0; t < {}; t++) {{\nunsigned pa[4] = {{tsr_pack_float2<{t}>(s[2 * t][0], s[2 * t][1]), tsr_pack_float2<{t}>(s[2 * t][2], s[2 * t][3]), tsr_pack_float2<{t}>(s[2 * t + 1][0], s[2 * t + 1][1]), tsr_pack_float2<{t}>(s[2 * t + 1][2], s[2 * t + 1][3])}};\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n += 2) {{\nunsigned vb4[4];\ntsr_ldmatrix_x4_trans(vb4, Vs + (t * 16u + ((lane >> 3) & 1u) * 8u + (lane & 7u)) * {ldv}u + n * 8u + (lane >> 4) * 8u);\ntsr_mma16816<{t}>(acc[n], pa, vb4[0], vb4[1]);\ntsr_mma16816<{t}>(acc[n + 1], pa, vb4[2], vb4[3]);\n}}\n}}\n__syncthreads();\n}}\n",
         bk / 16
     ));
+    if tiles.split > 1 {
+        b.push_str(&combine(tiles, o_tiles, Layout::partial_floats(dvp)));
+    }
     // The rows' outputs: the quad's sum of l, then acc / l (0 / 0 = NaN for a row of -inf scores).
     b.push_str(&format!(
-        "#pragma unroll\nfor (int h = 0; h < 2; h++) {{\nl[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);\nl[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);\nconst unsigned r = q0 + gr + h * 8u;\nif (r < {sq}u) {{\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 2; e++) {{\nconst unsigned c = n * 8u + tq * 2u + e;\nif (c < {dv}u) {}[yb + {} + {}] = {};\n}}\n}}\n}}\n",
+        "#pragma unroll\nfor (int h = 0; h < 2; h++) {{\nl[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);\nl[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);\nconst unsigned r = q0 + gr + h * 8u;\nif (ks == 0u && r < {sq}u) {{\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 2; e++) {{\nconst unsigned c = n * 8u + tq * 2u + e;\nif (c < {dv}u) {}[yb + {} + {}] = {};\n}}\n}}\n}}\n",
         out.buf,
         times("r", out.rows),
         times("c", out.cols),
@@ -354,7 +405,7 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     k.body.push_str(&b);
     k.grid = [blocks as u32, 1, 1];
     k.block = [threads, 1, 1];
-    k.shared_bytes = lay.bytes() as u32;
+    k.shared_bytes = lay.bytes(tiles) as u32;
     Ok(())
 }
 
@@ -364,13 +415,20 @@ mod tests {
 
     #[test]
     fn tiles_are_valid_and_chosen_by_problem_size() {
-        assert!(MmaTiles { warps: 4, bk: 64 }.check().is_ok());
-        assert!(MmaTiles { warps: 0, bk: 64 }.check().is_err());
-        assert!(MmaTiles { warps: 4, bk: 40 }.check().is_err(), "bk not a multiple of 16");
-        // BERT-base batch 8 (96 matrices of 128 rows) fills the GPU with two warps per block; batch 1 needs one.
-        assert_eq!(MmaTiles::for_problem(96, 128).warps, 2);
-        assert_eq!(MmaTiles::for_problem(12, 128).warps, 1);
-        assert_eq!(MmaTiles::for_problem(12 * 64, 512).warps, 4);
+        let t = |warps, bk, split| MmaTiles { warps, bk, split };
+        assert!(t(4, 64, 1).check().is_ok() && t(1, 32, 4).check().is_ok() && t(2, 64, 4).check().is_ok());
+        assert!(t(0, 64, 1).check().is_err());
+        assert!(t(4, 40, 1).check().is_err(), "bk not a multiple of 16");
+        assert!(t(4, 64, 4).check().is_err(), "16 warps");
+        assert!(t(1, 128, 4).check().is_err(), "512 keys a round");
+        // BERT-base batch 8 (96 matrices of 128 rows) fills the GPU with two warps per block; batch 1 needs one,
+        // its 128 keys split in four; a decode step (one query) splits its keys too.
+        assert_eq!(MmaTiles::for_problem(96, 128, 128), t(2, 64, 1));
+        assert_eq!(MmaTiles::for_problem(12, 128, 128), t(1, 32, 4));
+        assert_eq!(MmaTiles::for_problem(12, 197, 197), t(1, 32, 4));
+        assert_eq!(MmaTiles::for_problem(12, 1, 40), t(1, 32, 2));
+        assert_eq!(MmaTiles::for_problem(12 * 64, 512, 512).warps, 4);
+        assert_eq!(t(1, 32, 4).threads(), 128);
     }
 
     #[test]
@@ -387,19 +445,26 @@ mod tests {
     fn shared_layout_is_aligned_and_sized() {
         for (d, dv) in [(64, 64), (5, 3), (80, 80), (128, 128)] {
             for transposed in [false, true] {
-                let t = MmaTiles { warps: 4, bk: 64 };
+                let t = MmaTiles { warps: 1, bk: 32, split: 4 };
                 let l = Layout::new(t, d, dv, transposed);
                 assert!(l.dp >= d && l.dp % 16 == 0 && l.dvp >= dv && l.dvp % 16 == 0);
                 // Rows 16-byte aligned (ldmatrix, cp.async), V and the second stage too.
                 for at in [l.ldk, l.ldv, l.v_at, l.stage] {
                     assert_eq!(at % 8, 0, "{d} {dv} {transposed}: {l:?}");
                 }
-                assert!(l.bytes() <= 227 * 1024, "{d} {dv}: {} bytes", l.bytes());
+                assert!(l.bytes(t) <= 227 * 1024, "{d} {dv}: {} bytes", l.bytes(t));
+                // The slices' partial results fit where the stages were.
+                assert!(l.bytes(t) == 2 * l.stage * 2 || dv > 64, "{d} {dv}: {l:?}");
             }
         }
         // Two stages of K (64 keys x 64 dims, rows padded to 72) and V (the same).
-        assert_eq!(Layout::new(MmaTiles { warps: 4, bk: 64 }, 64, 64, false).bytes(), 2 * 2 * (64 * 72 + 64 * 72));
+        let t = MmaTiles { warps: 4, bk: 64, split: 1 };
+        assert_eq!(Layout::new(t, 64, 64, false).bytes(t), 2 * 2 * (64 * 72 + 64 * 72));
         // K transposed: 64 dims x 64 keys, rows padded to 72.
-        assert_eq!(Layout::new(MmaTiles { warps: 4, bk: 64 }, 64, 64, true).bytes(), 2 * 2 * (64 * 72 + 64 * 72));
+        assert_eq!(Layout::new(t, 64, 64, true).bytes(t), 2 * 2 * (64 * 72 + 64 * 72));
+        // Four slices of 32 keys: rounds of 128 keys; three slices' partials (32 lanes x 36 floats each).
+        let t = MmaTiles { warps: 1, bk: 32, split: 4 };
+        assert_eq!(Layout::new(t, 64, 64, false).bytes(t), 2 * 2 * (128 * 72 + 128 * 72));
+        assert_eq!(Layout::partial_bytes(t, 64), 3 * 32 * 36 * 4);
     }
 }

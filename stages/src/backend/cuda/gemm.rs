@@ -80,14 +80,18 @@ pub enum SplitChoice {
     Double,
 }
 
-/// How many warps a block of the tensor-core attention kernel has (each 16 query rows; they share each K/V tile).
+/// How a block of the tensor-core attention kernel is shaped: warps of 16 query rows sharing each K/V tile,
+/// or one warp of rows computed by several warps over slices of the keys.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttentionChoice {
-    /// The per-problem default (`MmaTiles::for_problem`: the most warps whose blocks still fill the GPU).
+    /// The per-problem default (`MmaTiles::for_problem`: the most warps whose blocks still fill the GPU, else
+    /// the keys split).
     #[default]
     Auto,
-    /// This many warps, 64 keys per tile.
+    /// This many warps of rows, 64 keys per tile, the keys not split.
     Warps(u32),
+    /// One warp of rows, the keys split (`MmaTiles::split_keys`).
+    SplitKeys,
 }
 
 /// The knobs of every GEMM (and tensor-core attention) of a kernel: what the `cuda` backend's configurations set.
@@ -100,9 +104,10 @@ pub struct Knobs {
 
 /// The knob settings the tune stage measures, by the name their configuration ends in; `default` first.
 /// The attention settings change only kernels with a tensor-core attention (`configs_for` measures a setting only
-/// where it changes the code): the default's one warp per block for ViT-B/16's 197 tokens took 34 us a layer on an
-/// H200 (2026-11-26), the measurement decides whether blocks sharing K/V tiles do better.
-pub const KNOB_SETTINGS: [(&str, Knobs); 7] = [
+/// where it changes the code): one warp of rows per block, the keys unsplit, took 34 us a layer for ViT-B/16's 197
+/// tokens on an H200 (2026-11-26; 13.4 us once K was read in its natural layout); the measurement decides between
+/// blocks sharing K/V tiles, one warp walking every key, and the keys split.
+pub const KNOB_SETTINGS: [(&str, Knobs); 9] = [
     ("default", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Auto, attention: AttentionChoice::Auto }),
     ("tiles-large", Knobs { tiles: TileChoice::Large, split: SplitChoice::Auto, attention: AttentionChoice::Auto }),
     ("tiles-small", Knobs { tiles: TileChoice::Small, split: SplitChoice::Auto, attention: AttentionChoice::Auto }),
@@ -110,6 +115,8 @@ pub const KNOB_SETTINGS: [(&str, Knobs); 7] = [
     ("split-double", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Double, attention: AttentionChoice::Auto }),
     ("attention-2warps", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Auto, attention: AttentionChoice::Warps(2) }),
     ("attention-4warps", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Auto, attention: AttentionChoice::Warps(4) }),
+    ("attention-1warp", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Auto, attention: AttentionChoice::Warps(1) }),
+    ("attention-split-keys", Knobs { tiles: TileChoice::Auto, split: SplitChoice::Auto, attention: AttentionChoice::SplitKeys }),
 ];
 
 /// The tile `choice` picks between `big` and `small` for `blocks` (the big tile's block count).

@@ -355,7 +355,7 @@ fn fp16_and_bf16_attention_run_on_tensor_cores_in_every_tile() {
         assert!(src(&g16).contains(&format!("tsr_mma16816<{cty}>(")) && src(&g16).contains("tsr_ldmatrix_x4_trans("), "{} {dt}: on tensor cores", c.name);
         assert!(!src(&g32).contains("tsr_mma16816<"), "{}: fp32 stays SIMT", c.name);
         let (n, a) = attention_node(&g16);
-        for (i, t) in [MmaTiles { warps: 1, bk: 16 }, MmaTiles { warps: 2, bk: 64 }, MmaTiles { warps: 4, bk: 128 }].into_iter().enumerate() {
+        for (i, t) in [MmaTiles { warps: 1, bk: 16, split: 1 }, MmaTiles { warps: 2, bk: 64, split: 1 }, MmaTiles { warps: 4, bk: 128, split: 1 }, MmaTiles { warps: 1, bk: 32, split: 4 }, MmaTiles { warps: 2, bk: 16, split: 3 }].into_iter().enumerate() {
             let p = crate::backend::c::plan::plan(&g16);
             let sym = format!("attn_mma_{}_{dt}_t{i}", c.name);
             let mut k = kernel::Kernel::new(&g16, &p, &sym);
@@ -443,7 +443,7 @@ fn attention_matches_the_reference_on_the_gpu() {
         // (label, graph, tile of the tensor-core kernel or the default lowering, tolerance)
         let mut runs: Vec<(String, &Graph, Option<MmaTiles>, f64)> = vec![("fp32".into(), &g32, None, 1e-4), ("fp16".into(), &g16, None, 1e-2), ("bf16".into(), &gbf, None, 1e-2)];
         if c.sk > 0 && c.sq > 0 {
-            for t in [MmaTiles { warps: 1, bk: 16 }, MmaTiles { warps: 2, bk: 32 }, MmaTiles { warps: 2, bk: 64 }, MmaTiles { warps: 4, bk: 64 }, MmaTiles { warps: 4, bk: 128 }] {
+            for t in [MmaTiles { warps: 1, bk: 16, split: 1 }, MmaTiles { warps: 2, bk: 32, split: 1 }, MmaTiles { warps: 2, bk: 64, split: 1 }, MmaTiles { warps: 4, bk: 64, split: 1 }, MmaTiles { warps: 4, bk: 128, split: 1 }, MmaTiles { warps: 1, bk: 32, split: 4 }, MmaTiles { warps: 1, bk: 64, split: 2 }, MmaTiles { warps: 2, bk: 16, split: 3 }] {
                 runs.push((format!("fp16 {t:?}"), &g16, Some(t), 1e-2));
                 runs.push((format!("bf16 {t:?}"), &gbf, Some(t), 1e-2));
             }
