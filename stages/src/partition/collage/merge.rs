@@ -2,9 +2,14 @@
 //! stays acyclic, and the result becomes a [`Partitioning`].
 //!
 //! Winners merge as whole units (never node by node, as [`crate::partition::merge_convex`] does), so a gemm
-//! epilogue always stays with its anchor.
+//! epilogue always stays with its anchor. A winner joins a producer's group; a group of data movement alone
+//! also joins the one group that reads it, on its target: kernels that read operands through views (the `cuda`
+//! backend's attention reading its heads out of a projection) can then skip the movement, which they cannot
+//! across a partition boundary.
 
 use super::dag::Dag;
+use super::rules::Kind;
+use crate::ir::Graph;
 use super::search::Chosen;
 use crate::partition::{CostSource, Partition, Partitioning};
 use crate::target::TargetSet;
@@ -14,7 +19,7 @@ use std::collections::BTreeSet;
 /// joins the group of one of its producers on the same target unless another producer group is reachable
 /// from that group (a path would leave the merged group and come back). Returns the groups (target, sorted
 /// nodes, summed cost) in a topological order.
-pub(crate) fn merge_winners(dag: &Dag, units: &[(usize, Vec<u32>, f64)]) -> Vec<(usize, Vec<u32>, f64)> {
+pub(crate) fn merge_winners(g: &Graph, dag: &Dag, units: &[(usize, Vec<u32>, f64)]) -> Vec<(usize, Vec<u32>, f64)> {
     let mut group_of = vec![usize::MAX; dag.len()];
     let mut groups: Vec<(usize, Vec<u32>, f64)> = Vec::new();
     let mut preds: Vec<BTreeSet<usize>> = Vec::new();
@@ -42,10 +47,33 @@ pub(crate) fn merge_winners(dag: &Dag, units: &[(usize, Vec<u32>, f64)]) -> Vec<
             }
         }
     }
+    // Movement alone joins its only reader on the same target. Its readers being one group, nothing else
+    // depends on it: folding it in cannot close a cycle (a path from the reader back to the movement's producers
+    // would already be one through the movement).
+    for gi in 0..groups.len() {
+        let movement = !groups[gi].1.is_empty() && groups[gi].1.iter().all(|&n| Kind::of(&g.nodes[n as usize].op) == Kind::Injective);
+        if !movement {
+            continue;
+        }
+        let readers: BTreeSet<usize> = groups[gi].1.iter().flat_map(|&n| dag.succs[n as usize].iter()).map(|&s| group_of[s as usize]).filter(|&r| r != gi).collect();
+        let [reader] = readers.into_iter().collect::<Vec<_>>()[..] else { continue };
+        if groups[reader].0 != groups[gi].0 {
+            continue;
+        }
+        let (nodes, cost) = (std::mem::take(&mut groups[gi].1), groups[gi].2);
+        for &n in &nodes {
+            group_of[n as usize] = reader;
+        }
+        groups[reader].1.extend(nodes);
+        groups[reader].2 += cost;
+        let moved = std::mem::take(&mut preds[gi]);
+        preds[reader].remove(&gi);
+        preds[reader].extend(moved);
+    }
     for g in &mut groups {
         g.1.sort_unstable();
     }
-    topo_order(&preds).into_iter().map(|i| std::mem::take(&mut groups[i])).collect()
+    topo_order(&preds).into_iter().map(|i| std::mem::take(&mut groups[i])).filter(|g| !g.1.is_empty()).collect()
 }
 
 /// Whether group `from` is an ancestor of group `to`.

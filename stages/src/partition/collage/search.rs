@@ -369,7 +369,7 @@ pub fn search_detailed(
         path.iter().map(|&ci| (Candidate { target: list[ci].target, nodes: list[ci].nodes.iter().map(|&x| NodeId(x)).collect() }, list[ci].cost)).collect();
 
     let units: Vec<(usize, Vec<u32>, f64)> = path.iter().map(|&ci| (list[ci].target, list[ci].nodes.clone(), list[ci].cost)).collect();
-    let chosen = merge_winners(&dag, &units)
+    let chosen = merge_winners(g, &dag, &units)
         .into_iter()
         .map(|(target, nodes, cost)| {
             let first = nodes[0];

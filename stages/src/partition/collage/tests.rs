@@ -471,6 +471,39 @@ fn adjacent_winners_on_one_target_merge() {
     assert_eq!(p.partitions[0].target, targets.targets[0]);
 }
 
+/// Movement whose producer is on another target joins the one group reading it; with two reading groups it
+/// stays a partition of its own.
+#[test]
+fn movement_alone_joins_its_only_reader() {
+    use super::merge::merge_winners;
+    let build = |second_reader: bool| {
+        let mut g = Graph::new("heads");
+        let x = g.add_input("x", TensorType::f32([4, 4]));
+        let w = g.add_const("w", Tensor::from_f32([4, 4], &[0.5; 16]));
+        let r = g.add("relu", Op::Unary(UnaryOp::Relu), &[x]).unwrap();
+        let m = g.add("mm", Op::MatMul, &[x, w]).unwrap();
+        let t = g.add("heads", Op::Transpose { perm: vec![1, 0] }, &[m]).unwrap();
+        let y = g.add("add", Op::Binary(BinaryOp::Add), &[r, t]).unwrap();
+        g.outputs.push(y);
+        if second_reader {
+            let e = g.add("exp", Op::Unary(UnaryOp::Exp), &[t]).unwrap();
+            g.outputs.push(e);
+        }
+        g
+    };
+    // relu on target 0, the MatMul on 1, the transpose and the add on 0, each its own winner.
+    let units = vec![(0, vec![0], 1.0), (1, vec![1], 2.0), (0, vec![2], 3.0), (0, vec![3], 4.0)];
+    let g = build(false);
+    let merged = merge_winners(&g, &super::dag::Dag::new(&g), &units);
+    assert_eq!(merged, vec![(1, vec![1], 2.0), (0, vec![0, 2, 3], 8.0)]);
+    // The exp (its own group on target 0) reads the transpose too: two readers, no fold.
+    let g = build(true);
+    let mut units2 = units.clone();
+    units2.push((0, vec![4], 5.0));
+    let merged = merge_winners(&g, &super::dag::Dag::new(&g), &units2);
+    assert!(merged.iter().any(|(t, n, _)| *t == 0 && n.contains(&2) && !n.contains(&3)), "{merged:?}");
+}
+
 #[test]
 fn a_missing_backend_or_bad_limits_is_an_error() {
     let g = conv_chain();
