@@ -3,7 +3,9 @@
 //! 1. [`remove_identities`]: Identity nodes (and Casts to the same dtype) disappear (their uses read the input).
 //! 2. [`fold_weight_transposes`]: a Transpose of a constant (Gemm's `transB` on a weight) becomes a transposed
 //!    constant, so MatMul reads the weight directly; [`transposes_as_reshapes`]: a Transpose that moves only
-//!    size-1 axes becomes a Reshape, which backends run as an alias (no copy).
+//!    size-1 axes becomes a Reshape, which backends run as an alias (no copy); [`batch_matmul_rows`]: a 2-D
+//!    MatMul (and its bias) whose output is only reshaped to split its rows becomes a MatMul over those batches,
+//!    so the op after it (a residual add) meets the MatMul without a Reshape between.
 //! 3. [`fold_batchnorm_into_conv`]: inference BatchNormalization after a Conv folds into its weight and bias.
 //! 4. [`fuse_gelu`]: erf- and tanh-GELU written out by exporters become one `Gelu`.
 //! 5. [`fuse_layernorm`]: decomposed layer normalization becomes one `LayerNorm`.
@@ -27,6 +29,7 @@ use crate::ir::{verify, Graph, Op, ValueDef, VerifyError};
 pub struct SimplifyReport {
     pub identities: usize,
     pub transposes: usize,
+    pub matmul_rows: usize,
     pub batchnorms: usize,
     pub gelus: usize,
     pub layernorms: usize,
@@ -42,6 +45,8 @@ pub fn simplify(g: &mut Graph) -> Result<SimplifyReport, VerifyError> {
     r.transposes = fold_weight_transposes(g);
     g.compact();
     r.transposes += transposes_as_reshapes(g);
+    g.compact();
+    r.matmul_rows = batch_matmul_rows(g);
     g.compact();
     r.batchnorms = fold_batchnorm_into_conv(g);
     g.compact();
@@ -132,6 +137,83 @@ pub fn transposes_as_reshapes(g: &mut Graph) -> usize {
     count
 }
 
+/// Rewrites `Reshape(.. Reshape(MatMul(a, w) [+ bias]))`, with `a` and `w` matrices, each value used once, and
+/// the last Reshape splitting the rows only (`[d0, .., dk, N]` with `d0 * .. * dk` the rows of `a`), as
+/// `MatMul(Reshape(a, [d0, .., dk, K]), w) [+ bias]`: the same GEMM over a batch that shares `w`. PyTorch's
+/// GPT-2 (`Conv1D`: `addmm` on `x.view(-1, nx)`, then `.view` back) and MultiheadAttention's out-projection
+/// export a Reshape between the GEMM and the residual add after it, and the libraries' epilogue chains stop
+/// at a Reshape, so the add ran as a kernel of its own (24 per GPT-2 forward). The bias, a vector along the
+/// last axis, broadcasts the same either way.
+pub fn batch_matmul_rows(g: &mut Graph) -> usize {
+    use crate::ir::BinaryOp;
+    let uses = Uses::new(g);
+    let reshape_of = |g: &Graph, v: crate::ir::ValueId| g.producer(v).filter(|&p| matches!(g.node(p).op, Op::Reshape { .. }));
+    // Consumers as the graph was: rewrites only add readers of values whose nodes come earlier.
+    let consumers = g.consumers();
+    let mut count = 0;
+    for i in 0..g.nodes.len() {
+        let Op::Reshape { shape: to } = &g.nodes[i].op else { continue };
+        let (to, last) = (to.clone(), g.nodes[i].outputs[0]);
+        // The outermost Reshape of a chain: one its output is not only reshaped again.
+        let reshaped_again = uses.single(last) && consumers[last.index()].iter().any(|&n| matches!(g.node(n).op, Op::Reshape { .. }));
+        if reshaped_again {
+            continue;
+        }
+        // Down the chain to the value before the first Reshape.
+        let mut y = g.nodes[i].inputs[0];
+        while let Some(p) = reshape_of(g, y).filter(|_| uses.single(y)) {
+            y = g.node(p).inputs[0];
+        }
+        if !uses.single(y) || reshape_of(g, y).is_some() {
+            continue;
+        }
+        let Some(p) = g.producer(y) else { continue };
+        let is_matmul = |v: crate::ir::ValueId| g.producer(v).filter(|&m| g.node(m).op == Op::MatMul && uses.single(v));
+        // y = MatMul(a, w), or y = Add of one with a bias along the last axis (either operand order).
+        let (mm, bias) = match &g.node(p).op {
+            Op::MatMul => (p, None),
+            Op::Binary(BinaryOp::Add) => {
+                let ins = &g.node(p).inputs;
+                match (0..2).find_map(|k| is_matmul(ins[k]).map(|m| (m, k))) {
+                    Some((m, k)) => (m, Some((ins[1 - k], k))),
+                    None => continue,
+                }
+            }
+            _ => continue,
+        };
+        let (a, w) = (g.node(mm).inputs[0], g.node(mm).inputs[1]);
+        let (sa, sw) = (g.ty(a).shape.clone(), g.ty(w).shape.clone());
+        if sa.len() != 2 || sw.len() != 2 || to.len() < 2 || to[to.len() - 1] != sw[1] || to[..to.len() - 1].iter().product::<usize>() != sa[0] {
+            continue;
+        }
+        if let Some((b, _)) = bias {
+            let sb = &g.ty(b).shape;
+            if sb.is_empty() || sb[sb.len() - 1] != sw[1] || sb[..sb.len() - 1].iter().any(|&d| d != 1) || sb.len() > to.len() {
+                continue;
+            }
+        }
+        let name = g.node(mm).name.clone();
+        let mut rows = to[..to.len() - 1].to_vec();
+        rows.push(sa[1]);
+        let Ok(a2) = g.add(format!("{name}/rows"), Op::Reshape { shape: rows }, &[a]) else { continue };
+        let Ok(m2) = g.add(format!("{name}/batched"), Op::MatMul, &[a2, w]) else { continue };
+        let out = match bias {
+            None => m2,
+            Some((b, k)) => {
+                let ins = if k == 0 { [m2, b] } else { [b, m2] };
+                let Ok(o) = g.add(format!("{}/batched", g.node(p).name), Op::Binary(BinaryOp::Add), &ins) else { continue };
+                o
+            }
+        };
+        if g.ty(out).shape != to {
+            continue;
+        }
+        g.replace_uses(last, out);
+        count += 1;
+    }
+    count
+}
+
 /// Test helpers shared by the simplification passes.
 #[cfg(test)]
 pub mod testing {
@@ -182,6 +264,46 @@ mod tests {
         assert_eq!(g.value(g.outputs[0]).name, "c");
         assert_eq!(g.value(g.outputs[1]).name, "d");
         assert_same_outputs(&g0, &g, 0.0);
+    }
+
+    /// GPT-2's Conv1D (rows flattened, GEMM and bias, rows back) before a residual add, and a chain of two
+    /// Reshapes after a bare MatMul (MultiheadAttention's out-projection): both become batched MatMuls the add
+    /// reads directly. A Reshape that regroups columns, or a MatMul output used twice, stays.
+    #[test]
+    fn matmuls_reshaped_to_split_rows_become_batched() {
+        use crate::ir::BinaryOp;
+        let mut g = Graph::new("conv1d");
+        let x = g.add_input("x", TensorType::f32([2, 3, 4]));
+        let w = g.add_const("w", Tensor::from_f32([4, 5], &(0..20).map(|i| i as f32 * 0.1).collect::<Vec<_>>()));
+        let b = g.add_const("b", Tensor::from_f32([5], &[0.5, -0.5, 1.0, 0.0, 2.0]));
+        let res = g.add_input("res", TensorType::f32([2, 3, 5]));
+        let flat = g.add("flat", Op::Reshape { shape: vec![6, 4] }, &[x]).unwrap();
+        let mm = g.add("mm", Op::MatMul, &[flat, w]).unwrap();
+        let y = g.add("bias", Op::Binary(BinaryOp::Add), &[b, mm]).unwrap();
+        let back = g.add("back", Op::Reshape { shape: vec![2, 3, 5] }, &[y]).unwrap();
+        let out = g.add("residual", Op::Binary(BinaryOp::Add), &[back, res]).unwrap();
+        // A bare MatMul reshaped twice, then added.
+        let mm2 = g.add("mm2", Op::MatMul, &[flat, w]).unwrap();
+        let r1 = g.add("r1", Op::Reshape { shape: vec![6, 1, 5] }, &[mm2]).unwrap();
+        let r2 = g.add("r2", Op::Reshape { shape: vec![1, 6, 5] }, &[r1]).unwrap();
+        let res2 = g.add_input("res2", TensorType::f32([1, 6, 5]));
+        let out2 = g.add("residual2", Op::Binary(BinaryOp::Add), &[r2, res2]).unwrap();
+        // Columns regrouped: stays.
+        let mm3 = g.add("mm3", Op::MatMul, &[flat, w]).unwrap();
+        let cols = g.add("cols", Op::Reshape { shape: vec![3, 10] }, &[mm3]).unwrap();
+        g.outputs.extend([out, out2, cols]);
+        let g0 = g.clone();
+        assert_eq!(batch_matmul_rows(&mut g), 2);
+        g.compact();
+        verify(&g).unwrap();
+        for name in ["residual", "residual2"] {
+            let add = g.nodes.iter().find(|n| n.name == name).unwrap();
+            let producers: Vec<&str> = add.inputs.iter().filter_map(|&v| g.producer(v)).map(|p| g.node(p).op.name()).collect();
+            assert!(producers.contains(&"Add") || producers.contains(&"MatMul"), "{name}: {producers:?}");
+            assert!(!producers.contains(&"Reshape"), "{name}: {producers:?}");
+        }
+        assert!(g.nodes.iter().any(|n| n.name == "cols"), "a column regrouping stays");
+        assert_same_outputs(&g0, &g, 1e-6);
     }
 
     #[test]
