@@ -420,6 +420,13 @@ fn with_attention_tile(mut lowered: LoweredKernel, g: &Graph, sym: &str, t: atte
     lowered
 }
 
+/// One lowered kernel compiled into its own module, loaded and run on GPU 0; `what` names the run in a panic.
+fn run_on_the_gpu(lowered: &LoweredKernel, what: &str, inputs: &[Tensor]) -> Vec<Tensor> {
+    let module = CudaBackend.compile_module(&target(), std::slice::from_ref(lowered)).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let loaded = tessera_kernels::runtime::load_module(&module).unwrap_or_else(|e| panic!("{what}: {}", e.0));
+    tessera_kernels::runtime::cuda::call::call_gpu_function(loaded.as_ref(), 0, &lowered.info, inputs).unwrap_or_else(|e| panic!("{what}: {}", e.0))
+}
+
 /// Every attention case, fp32 (SIMT kernel), fp16 and bf16 (tensor-core kernel, in each of its tile shapes),
 /// run on the GPU against the fp32 reference: 1e-4 in fp32, 1e-2 in fp16 and bf16, NaN exactly where the
 /// reference has it.
@@ -427,7 +434,6 @@ fn with_attention_tile(mut lowered: LoweredKernel, g: &Graph, sym: &str, t: atte
 #[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine"]
 fn attention_matches_the_reference_on_the_gpu() {
     use attention_mma::MmaTiles;
-    use tessera_kernels::runtime::cuda::call::call_gpu_function;
     if std::env::var_os("TESSERA_GPU").is_none() {
         eprintln!("skipping: set TESSERA_GPU=1 on a machine with an NVIDIA GPU");
         return;
@@ -454,9 +460,7 @@ fn attention_matches_the_reference_on_the_gpu() {
                 None => CudaBackend.lower(&target(), g, &sym).unwrap(),
                 Some(t) => with_attention_tile(CudaBackend.lower(&target(), g, &sym).unwrap(), g, &sym, t),
             };
-            let module = CudaBackend.compile_module(&target(), std::slice::from_ref(&lowered)).unwrap_or_else(|e| panic!("{}: {e}", c.name));
-            let loaded = tessera_kernels::runtime::load_module(&module).unwrap_or_else(|e| panic!("{}: {}", c.name, e.0));
-            let got = call_gpu_function(loaded.as_ref(), 0, &lowered.info, &inputs).unwrap_or_else(|e| panic!("{} {label}: {}", c.name, e.0));
+            let got = run_on_the_gpu(&lowered, &format!("{} {label}", c.name), &inputs);
             match compare_to_reference(&got[0], &want[0], tol) {
                 Ok(err) => report.push(format!("{} {label}: {err:.2e}", c.name)),
                 Err(e) => failures.push(format!("{} {label}: {e}", c.name)),
@@ -472,7 +476,6 @@ fn attention_matches_the_reference_on_the_gpu() {
 #[test]
 #[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine"]
 fn attention_through_views_matches_the_reference_on_the_gpu() {
-    use tessera_kernels::runtime::cuda::call::call_gpu_function;
     if std::env::var_os("TESSERA_GPU").is_none() {
         eprintln!("skipping: set TESSERA_GPU=1 on a machine with an NVIDIA GPU");
         return;
@@ -485,9 +488,7 @@ fn attention_through_views_matches_the_reference_on_the_gpu() {
             let g = if dt == DType::F32 { g32.clone() } else { crate::passes::precision::to_narrow(&g32, dt).unwrap() };
             let sym = format!("gpu_views_{ci}");
             let lowered = CudaBackend.lower(&target(), &g, &sym).unwrap();
-            let module = CudaBackend.compile_module(&target(), std::slice::from_ref(&lowered)).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let loaded = tessera_kernels::runtime::load_module(&module).unwrap_or_else(|e| panic!("{name}: {}", e.0));
-            let got = call_gpu_function(loaded.as_ref(), 0, &lowered.info, &inputs).unwrap_or_else(|e| panic!("{name} {dt}: {}", e.0));
+            let got = run_on_the_gpu(&lowered, &format!("{name} {dt}"), &inputs);
             match compare_to_reference(&got[0], &want[0], tol) {
                 Ok(err) => eprintln!("{name} {dt}: {err:.2e}"),
                 Err(e) => failures.push(format!("{name} {dt}: {e}")),
