@@ -8,6 +8,7 @@ mod fold_batchnorm;
 mod gelu;
 mod layernorm;
 mod pattern;
+mod siblings;
 pub mod precision;
 pub mod simplify;
 

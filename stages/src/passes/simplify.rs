@@ -11,6 +11,8 @@
 //! 5. [`fuse_layernorm`]: decomposed layer normalization becomes one `LayerNorm`.
 //! 6. [`fuse_attention`]: scaled dot-product attention (MatMul, scale, masks, Softmax, MatMul) becomes one
 //!    `Attention`.
+//! 7. [`merge_sibling_matmuls`]: MatMuls of one activation by constant weights (BERT's query, key and value
+//!    projections) become one MatMul over the weights side by side and a Split.
 //!
 //! Each is a small function over the graph that rewrites by adding nodes and redirecting uses; the graph is
 //! compacted after each (dead nodes go, topological order is restored) and verified at the end. Every rewrite
@@ -21,6 +23,7 @@ pub use super::attention::fuse_attention;
 pub use super::fold_batchnorm::fold_batchnorm_into_conv;
 pub use super::gelu::fuse_gelu;
 pub use super::layernorm::fuse_layernorm;
+pub use super::siblings::merge_sibling_matmuls;
 use super::pattern::Uses;
 use crate::ir::{verify, Graph, Op, ValueDef, VerifyError};
 
@@ -34,6 +37,7 @@ pub struct SimplifyReport {
     pub gelus: usize,
     pub layernorms: usize,
     pub attentions: usize,
+    pub siblings: usize,
 }
 
 /// Runs every simplification, then dead-code elimination and the verifier.
@@ -55,6 +59,8 @@ pub fn simplify(g: &mut Graph) -> Result<SimplifyReport, VerifyError> {
     r.layernorms = fuse_layernorm(g);
     g.compact();
     r.attentions = fuse_attention(g);
+    g.compact();
+    r.siblings = merge_sibling_matmuls(g);
     g.compact();
     verify(g)?;
     Ok(r)

@@ -1,12 +1,13 @@
 //! The `cublaslt` module format and its loader: each function is a list of cuBLASLt matmuls over the
 //! function's device arguments (the `cublas` backend's modules).
 //!
-//! A matmul is described row-major, as the IR thinks: `D[b] = relu?(A[b] (m x k) * B[b] (k x n) + C[b] + bias)`
+//! A matmul is described row-major, as the IR thinks: `D[b] = act(A[b] (m x k) * B[b] (k x n) + C[b] + bias)`
 //! with every operand dense, `b` over `batch` strided batches (a stride of 0 broadcasts an operand). cuBLASLt is
 //! column-major, so the loader hands it the transposed problem `D^T = B^T A^T` (a row-major matrix is its own
 //! transpose read column-major): no data moves and no transpose flag is set. cuBLASLt's epilogue computes
 //! `epilogue(alpha*A*B + beta*C + bias)`, which is why a fused chain may hold one bias, one residual (C, beta = 1)
-//! and a ReLU last, in any order of the two additions, and nothing else.
+//! and one activation last ([`Activation`]: ReLU, or GELU in its tanh form), in any order of the two additions,
+//! and nothing else.
 //!
 //! The module holds no code and no algorithm, only each matmul's `rank`: which of cuBLASLt's heuristic answers
 //! to take (0: its first choice). The loader asks the heuristic once per matmul, at load, with the real
@@ -48,11 +49,23 @@ pub struct Matmul {
     pub residual: Option<Operand>,
     /// A bias of `n` elements added to every row (the same for every batch).
     pub bias: Option<Operand>,
-    pub relu: bool,
+    /// The activation applied last.
+    pub activation: Activation,
     /// Where the workspace starts: the scratch argument and an offset; `WORKSPACE_BYTES` long.
     pub workspace: Operand,
     /// Which of the heuristic's algorithms to run, in its order (0: its first choice; below [`MAX_RANK`]).
     pub rank: u8,
+}
+
+/// The activation a matmul's epilogue applies last.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Activation {
+    #[default]
+    None,
+    Relu,
+    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, cuBLASLt's `GELU` epilogues (the tanh form: PyTorch fuses
+    /// `gelu(approximate="tanh")` into the same epilogue, and only that form).
+    GeluTanh,
 }
 
 /// Ranks a matmul may ask for: the heuristic's first few answers are the ones worth measuring.
@@ -79,7 +92,8 @@ impl CallDesc for Matmul {
         if self.rank > 0 {
             s.push_str(&format!(" algo#{}", self.rank));
         }
-        for (on, what) in [(self.bias.is_some(), " +bias"), (self.residual.is_some(), " +residual"), (self.relu, " relu")] {
+        let (relu, gelu) = (self.activation == Activation::Relu, self.activation == Activation::GeluTanh);
+        for (on, what) in [(self.bias.is_some(), " +bias"), (self.residual.is_some(), " +residual"), (relu, " relu"), (gelu, " gelu")] {
             if on {
                 s.push_str(what);
             }
@@ -239,11 +253,13 @@ impl PreparedMatmul {
             let mut desc = std::ptr::null_mut();
             ok(lt::cublasLtMatmulDescCreate(&mut desc, lt::cublasComputeType_t::CUBLAS_COMPUTE_32F, lt::cudaDataType::CUDA_R_32F), "cublasLtMatmulDescCreate")?;
             let mut this = PreparedMatmul { handle: handle.clone(), desc, layouts: [std::ptr::null_mut(); 3], algo: std::mem::zeroed(), ptrs: [0; 4], beta: 0.0, workspace: at(&mm.workspace) };
-            let epilogue = match (mm.bias.is_some(), mm.relu) {
-                (false, false) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
-                (false, true) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU,
-                (true, false) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
-                (true, true) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
+            let epilogue = match (mm.bias.is_some(), mm.activation) {
+                (false, Activation::None) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
+                (false, Activation::Relu) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU,
+                (false, Activation::GeluTanh) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU,
+                (true, Activation::None) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
+                (true, Activation::Relu) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
+                (true, Activation::GeluTanh) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
             };
             let set_desc = |attr: lt::cublasLtMatmulDescAttributes_t, buf: *const c_void, len: usize| ok(lt::cublasLtMatmulDescSetAttribute(desc, attr, buf, len), "cublasLtMatmulDescSetAttribute");
             set_desc(lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue as *const _ as *const c_void, std::mem::size_of_val(&epilogue))?;

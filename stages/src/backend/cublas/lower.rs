@@ -5,7 +5,7 @@ use super::support::{self, Epilogue};
 use crate::backend::library::{chain_ends, Places};
 use crate::backend::FunctionInfo;
 use crate::ir::{Graph, NodeId, Op, ValueId};
-use tessera_kernels::runtime::cuda::blas::{Matmul, WORKSPACE_BYTES};
+use tessera_kernels::runtime::cuda::blas::{Activation, Matmul, WORKSPACE_BYTES};
 
 /// The matmuls of a kernel graph and its function signature.
 pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Matmul>, FunctionInfo), String> {
@@ -33,7 +33,7 @@ pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Matmul>, FunctionInf
             d: places.result(g, end, d_stride),
             residual: None,
             bias: None,
-            relu: false,
+            activation: Activation::None,
             workspace: places.workspace(),
             rank: 0,
         };
@@ -41,7 +41,8 @@ pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Matmul>, FunctionInf
             match ep {
                 Epilogue::Bias(v) => call.bias = Some(places.read(g, v, 0).map_err(|m| node_err(at, m))?),
                 Epilogue::Residual(v) => call.residual = Some(places.read(g, v, d_stride).map_err(|m| node_err(at, m))?),
-                Epilogue::Relu => call.relu = true,
+                Epilogue::Relu => call.activation = Activation::Relu,
+                Epilogue::GeluTanh => call.activation = Activation::GeluTanh,
             }
         }
         calls.push(call);

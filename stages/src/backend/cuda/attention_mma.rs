@@ -3,11 +3,14 @@
 //! run on the tensor cores. The fp32 path and head dims above [`MAX_HEAD_DIM`] keep the SIMT kernel of
 //! [`super::attention`], whose semantics this one follows exactly (masks, NaN rows, empty key axes).
 //!
-//! A block has `warps` warps; each owns 16 query rows of one batch matrix and keeps, in registers,
+//! A block has `warps x split` warps ([`MmaTiles`]). With `split = 1` each warp owns 16 query rows of one batch
+//! matrix; with key slices (`split > 1`) `split` warps share the same 16 rows, each walking every `split`-th
+//! key tile, and their partial results are combined through shared memory at the end. Each warp keeps, in
+//! registers,
 //! - its Q rows as the A fragments of `QK^T` (loaded once, zero past `Sq` and past `D`);
 //! - the output accumulator (`16 x Dv`, the C fragments of `PV`), the running row max `m` and sum `l`.
 //!
-//! The block walks the keys in tiles of [`MmaTiles::bk`], staging the tile's K (`Ks[j][t]`) and V
+//! The block walks the keys in tiles of [`MmaTiles::bk`] (`bk` keys per warp per round), staging the tile's K (`Ks[j][t]`) and V
 //! (`Vs[j][c]`) in shared memory, zero past `Sk`, `D` and `Dv`; per tile each warp
 //! 1. computes its scores `S = Q K^T` (B fragments of K read as 32-bit pairs from `Ks`);
 //! 2. applies the scale, the keep mask and the additive mask element by element (each thread knows the row
