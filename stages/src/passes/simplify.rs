@@ -11,7 +11,10 @@
 //! 5. [`fuse_layernorm`]: decomposed layer normalization becomes one `LayerNorm`.
 //! 6. [`fuse_attention`]: scaled dot-product attention (MatMul, scale, masks, Softmax, MatMul) becomes one
 //!    `Attention`.
-//! 7. [`merge_sibling_matmuls`]: MatMuls of one activation by constant weights (BERT's query, key and value
+//! 7. [`collapse_reshapes`]: a Reshape of a Reshape reads the first one's input, and a Reshape back to its
+//!    input's shape disappears (exporters flatten rows for a GEMM and restore them; the rewrites above leave
+//!    such pairs between a GELU and the next GEMM).
+//! 8. [`merge_sibling_matmuls`]: MatMuls of one activation by constant weights (BERT's query, key and value
 //!    projections) become one MatMul over the weights side by side and a Split.
 //!
 //! Each is a small function over the graph that rewrites by adding nodes and redirecting uses; the graph is
@@ -37,6 +40,7 @@ pub struct SimplifyReport {
     pub gelus: usize,
     pub layernorms: usize,
     pub attentions: usize,
+    pub reshapes: usize,
     pub siblings: usize,
 }
 
@@ -59,6 +63,8 @@ pub fn simplify(g: &mut Graph) -> Result<SimplifyReport, VerifyError> {
     r.layernorms = fuse_layernorm(g);
     g.compact();
     r.attentions = fuse_attention(g);
+    g.compact();
+    r.reshapes = collapse_reshapes(g);
     g.compact();
     r.siblings = merge_sibling_matmuls(g);
     g.compact();
@@ -220,6 +226,35 @@ pub fn batch_matmul_rows(g: &mut Graph) -> usize {
     count
 }
 
+/// Collapses chains of Reshapes: each Reshape whose input is another Reshape's output reads that one's input
+/// instead (a Reshape depends only on the element order, which no Reshape changes), and a Reshape whose
+/// result has its input's shape is replaced by its input, unless it writes a graph output (outputs keep their
+/// names, as for Identities). The Reshapes left unread go with the next compaction.
+pub fn collapse_reshapes(g: &mut Graph) -> usize {
+    let mut count = 0;
+    for i in 0..g.nodes.len() {
+        if !matches!(g.nodes[i].op, Op::Reshape { .. }) {
+            continue;
+        }
+        let output = g.nodes[i].outputs[0];
+        // The shape the Reshape produced: its attribute may hold ONNX's -1 and 0, which depend on the input.
+        let shape = g.ty(output).shape.clone();
+        let mut root = g.nodes[i].inputs[0];
+        while let Some(p) = g.producer(root).filter(|&p| matches!(g.node(p).op, Op::Reshape { .. })) {
+            root = g.node(p).inputs[0];
+        }
+        if g.ty(root).shape == shape && !g.outputs.contains(&output) {
+            g.replace_uses(output, root);
+            count += 1;
+        } else if root != g.nodes[i].inputs[0] {
+            g.nodes[i].inputs[0] = root;
+            g.nodes[i].op = Op::Reshape { shape };
+            count += 1;
+        }
+    }
+    count
+}
+
 /// Test helpers shared by the simplification passes.
 #[cfg(test)]
 pub mod testing {
@@ -310,6 +345,32 @@ mod tests {
         }
         assert!(g.nodes.iter().any(|n| n.name == "cols"), "a column regrouping stays");
         assert_same_outputs(&g0, &g, 1e-6);
+    }
+
+    /// Flatten-then-restore around an op disappears; a chain ending in a new shape becomes one Reshape; a
+    /// Reshape writing a graph output stays (with its name).
+    #[test]
+    fn reshape_chains_collapse() {
+        let mut g = Graph::new("reshapes");
+        let x = g.add_input("x", TensorType::f32([1, 4, 6]));
+        let e = g.add("exp", Op::Unary(crate::ir::UnaryOp::Exp), &[x]).unwrap();
+        let flat = g.add("flat", Op::Reshape { shape: vec![4, 6] }, &[e]).unwrap();
+        let back = g.add("back", Op::Reshape { shape: vec![1, 4, 6] }, &[flat]).unwrap();
+        let n = g.add("neg", Op::Unary(crate::ir::UnaryOp::Neg), &[back]).unwrap();
+        let r1 = g.add("r1", Op::Reshape { shape: vec![24] }, &[n]).unwrap();
+        let r2 = g.add("r2", Op::Reshape { shape: vec![2, 12] }, &[r1]).unwrap();
+        let same = g.add("same", Op::Reshape { shape: vec![1, 4, 6] }, &[n]).unwrap();
+        g.outputs = vec![r2, same];
+        let before = g.clone();
+        assert_eq!(collapse_reshapes(&mut g), 2);
+        g.compact();
+        verify(&g).unwrap();
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
+        assert_eq!(ops, ["Exp", "Neg", "Reshape", "Reshape"], "{ops:?}");
+        let neg = g.nodes.iter().find(|n| n.name == "neg").unwrap();
+        assert_eq!(g.producer(neg.inputs[0]).map(|p| g.node(p).name.as_str()), Some("exp"));
+        assert_eq!(g.outputs.iter().map(|&o| g.value(o).name.as_str()).collect::<Vec<_>>(), ["r2", "same"]);
+        assert_same_outputs(&before, &g, 0.0);
     }
 
     #[test]
