@@ -265,6 +265,18 @@ mod tests {
                 let a = ConvAttrs { strides: vec![1, 2], pads: vec![2, 0, 0, 1], dilations: vec![2, 1], group: 2 };
                 vec![op(g, Op::Conv(a), &[x, w])]
             }),
+            // Depthwise on the row-window kernel: ConvNeXt's 7x7 with its bias, and a strided, dilated one with
+            // one-sided pads whose rows are not a multiple of the thread's row segment.
+            graph_of("conv_depthwise", |g| {
+                let x = input(g, "x", &[2, 6, 9, 11]);
+                let w = input(g, "w", &[6, 1, 7, 7]);
+                let b = input(g, "b", &[6]);
+                let a = ConvAttrs { strides: vec![1, 1], pads: vec![3; 4], dilations: vec![1, 1], group: 6 };
+                let v = input(g, "v", &[6, 1, 3, 2]);
+                let c = ConvAttrs { strides: vec![2, 3], pads: vec![1, 0, 0, 2], dilations: vec![1, 2], group: 6 };
+                let y = op(g, Op::Conv(a), &[x, w, b]);
+                vec![op(g, Op::Unary(crate::ir::UnaryOp::Relu), &[y]), op(g, Op::Conv(c), &[x, v])]
+            }),
             graph_of("conv_1d_and_3d", |g| {
                 let x = input(g, "x", &[2, 4, 13]);
                 let w = input(g, "w", &[8, 4, 5]);
@@ -445,6 +457,15 @@ mod tests {
                     let c = op(g, conv(1, 1, 1), &[x, w, b]);
                     vec![op(g, Op::Unary(UnaryOp::Relu), &[c])]
                 }),
+                graph_of("nhwc_depthwise", |g| {
+                    let x = input(g, "x", &[2, 12, 9, 11]);
+                    let w = input(g, "w", &[12, 1, 7, 7]);
+                    let b = input(g, "b", &[12]);
+                    let a = ConvAttrs { strides: vec![1, 1], pads: vec![3; 4], dilations: vec![1, 1], group: 12 };
+                    let v = input(g, "v", &[12, 1, 3, 2]);
+                    let c = ConvAttrs { strides: vec![2, 3], pads: vec![1, 0, 0, 2], dilations: vec![1, 2], group: 12 };
+                    vec![op(g, Op::Conv(a), &[x, w, b]), op(g, Op::Conv(c), &[x, v])]
+                }),
                 graph_of("nhwc_grouped_dilated", |g| {
                     let x = input(g, "x", &[3, 16, 9, 10]);
                     let w = input(g, "w", &[16, 8, 2, 3]);
@@ -462,7 +483,10 @@ mod tests {
                     let last = crate::passes::layout::to_channels_last(&narrow).unwrap();
                     assert!(last.nodes.iter().all(|n| !matches!(n.op, Op::Conv(_) | Op::MaxPool(_))), "{name}: channels-last throughout");
                     let src = postcard::from_bytes::<CudaCode>(&super::super::CudaBackend.lower(&t, &last, "probe").unwrap().code).unwrap().source;
-                    if precision != DType::F32 && name != "nhwc_grouped_dilated" {
+                    if name == "nhwc_depthwise" {
+                        assert!(src.contains("float win["), "{name}: on the row-window kernel");
+                    }
+                    if precision != DType::F32 && name != "nhwc_grouped_dilated" && name != "nhwc_depthwise" {
                         assert!(src.contains("nvcuda::wmma::mma_sync"), "{name}: on tensor cores");
                     }
                     (format!("{name} {precision}"), last, g)
