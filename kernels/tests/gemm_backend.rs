@@ -343,7 +343,7 @@ fn profiling_records_each_step_of_a_call() {
     let all: Vec<NodeId> = (0..g.nodes.len() as u32).map(NodeId).collect();
     // A symbol of its own: other tests of this binary may call modules while recording is on.
     let c = lower_nodes(&g, &all, "profiled_fn");
-    let m = GemmBackend.compile_module(&target(), &[c.lowered.clone()]).unwrap();
+    let m = GemmBackend.compile_module(&target(), std::slice::from_ref(&c.lowered)).unwrap();
     let module = load_module(&m).unwrap();
     let inputs = random_inputs(&g, 1);
     call(module.as_ref(), &m, 0, &g, &c.sig, &inputs);
