@@ -273,7 +273,7 @@ def profile_rows(ex, steps, threads, peak_gflops, bandwidth):
         rows.append({"step": st["step"], "backend": st["backend"], "first": p["nodes"][0]["name"],
                      "ops": ", ".join(f"{c} {o}" if c > 1 else o for o, c in ops.items()), "us": st["median_us"],
                      "gflop": p["gemm_flops"] / 1e9, "mb": p["boundary_bytes"] / 1e6, "floor_us": floor,
-                     "bound": "compute" if compute_us >= memory_us else "memory"})
+                     "bound": "compute" if compute_us >= memory_us else "memory", "parts": st.get("parts", [])})
     rows.sort(key=lambda r: -r["us"])
     return rows
 
@@ -289,6 +289,28 @@ def profile_md(title, rows, threads, peak_gflops, bandwidth):
     for r in rows:
         s += (f"| {r['step']} | {r['backend']} | {r['ops']} | {r['first']} | {r['us']:.1f} | {100 * r['us'] / total:.1f}% | "
               f"{r['gflop']:.3f} | {r['mb']:.2f} | {r['floor_us']:.1f} | {r['us'] / max(r['floor_us'], 1e-9):.1f} | {r['bound']} |\n")
+    # Inside gemm plan functions (a whole network can be one): each GEMM, im2col and depthwise step.
+    parts = [(r["step"], p) for r in rows for p in r.get("parts", [])]
+    if parts:
+        kinds = {}
+        for _, p in parts:
+            k = kinds.setdefault(p["what"].split()[0], [0, 0.0, 0, 0])
+            k[0] += 1
+            k[1] += p["median_us"]
+            k[2] += p["flops"]
+            k[3] += p["bytes"]
+        s += ("\n## Inside gemm plan functions\n\nBy kind (count, us, share of all steps, GFLOP/s, GB/s):\n\n"
+              "| kind | count | us | share | GFLOP/s | GB/s |\n|---|---|---|---|---|---|\n")
+        for k, (n, us, fl, by) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+            s += f"| {k} | {n} | {us:.0f} | {100 * us / total:.1f}% | {fl / max(us, 1e-9) / 1e3:.1f} | {by / max(us, 1e-9) / 1e3:.1f} |\n"
+        s += ("\nEvery step, slowest first (step.index inside the plan function; floor as above):\n\n"
+              "| step | what | us | share | MFLOP | MB | GFLOP/s | GB/s | floor us | x floor |\n|---|---|---|---|---|---|---|---|---|---|\n")
+        for st, p in sorted(parts, key=lambda sp: -sp[1]["median_us"]):
+            us = p["median_us"]
+            floor = max(p["flops"] / (peak_gflops * threads * 1e3), p["bytes"] / (bandwidth * 1e3))
+            s += (f"| {st}.{p['index']} | {p['what']} | {us:.1f} | {100 * us / total:.1f}% | {p['flops'] / 1e6:.1f} | "
+                  f"{p['bytes'] / 1e6:.2f} | {p['flops'] / max(us, 1e-9) / 1e3:.1f} | {p['bytes'] / max(us, 1e-9) / 1e3:.1f} | "
+                  f"{floor:.1f} | {us / max(floor, 1e-9):.1f} |\n")
     return s
 
 

@@ -327,6 +327,44 @@ fn a_module_of_several_functions() {
     }
 }
 
+#[test]
+fn profiling_records_each_step_of_a_call() {
+    use tessera_kernels::runtime::gemm::profile;
+    // A depthwise 3x3 (stride 2) with its bias and ReLU6, then a pointwise conv: two steps.
+    let mut g = Graph::new("profiled");
+    let x = g.add_input("x", TensorType::f32([1, 8, 10, 10]));
+    let wd = weight(&mut g, "wd", &[8, 1, 3, 3]);
+    let bd = weight(&mut g, "bd", &[8]);
+    let d = g.add("dw", Op::Conv(conv_attrs(&[2, 2], &[1, 1, 1, 1], &[1, 1], 8)), &[x, wd, bd]).unwrap();
+    let r = g.add("clip", Op::Clip { min: 0.0, max: 6.0 }, &[d]).unwrap();
+    let wp = weight(&mut g, "wp", &[16, 8, 1, 1]);
+    let y = g.add("pw", Op::Conv(conv_attrs(&[1, 1], &[0, 0, 0, 0], &[1, 1], 1)), &[r, wp]).unwrap();
+    g.outputs.push(y);
+    let all: Vec<NodeId> = (0..g.nodes.len() as u32).map(NodeId).collect();
+    // A symbol of its own: other tests of this binary may call modules while recording is on.
+    let c = lower_nodes(&g, &all, "profiled_fn");
+    let m = GemmBackend.compile_module(&target(), std::slice::from_ref(&c.lowered)).unwrap();
+    let module = load_module(&m).unwrap();
+    let inputs = random_inputs(&g, 1);
+    call(module.as_ref(), &m, 0, &g, &c.sig, &inputs);
+    profile::set_enabled(true);
+    let got = call(module.as_ref(), &m, 0, &g, &c.sig, &inputs);
+    let calls: Vec<_> = profile::take().into_iter().filter(|c| c.symbol == "profiled_fn").collect();
+    profile::set_enabled(false);
+    call(module.as_ref(), &m, 0, &g, &c.sig, &inputs);
+    assert!(profile::take().iter().all(|c| c.symbol != "profiled_fn"), "recorded while switched off");
+    // Recording changes nothing computed.
+    assert_close(&got[0], &run_graph(&g, &inputs).unwrap()[0].to_f32_vec(), "profiled");
+    assert_eq!(calls.len(), 1);
+    let what: Vec<&str> = calls[0].steps.iter().map(|s| s.what.as_str()).collect();
+    assert_eq!(what, ["depthwise 3x3 s2 c=8 10x10->5x5 +add,clip", "sgemm 16x25x8"]);
+    // 2 FLOPs per multiply-add: 8 planes x 25 outputs x 9 taps, and 16 x 25 x 8.
+    assert_eq!(calls[0].steps.iter().map(|s| s.flops).collect::<Vec<_>>(), [2 * 8 * 25 * 9, 2 * 16 * 25 * 8]);
+    // Input, weights and output (and the bias read by the epilogue), in bytes.
+    assert_eq!(calls[0].steps[1].bytes, 4 * (16 * 8 + 8 * 25 + 16 * 25));
+    assert_eq!(calls[0].steps[0].bytes, 4 * (8 * 100 + 8 * (25 + 9)) + 4 * 8);
+}
+
 // ---- Loading and calling errors ----
 
 fn small_module() -> Module {
@@ -529,6 +567,38 @@ mod properties {
             let c = g.outputs.pop().unwrap();
             let r = g.add("relu", Op::Unary(UnaryOp::Relu), &[c]).unwrap();
             g.outputs.push(r);
+            check(&g);
+        }
+
+        /// MobileNetV2's blocks at realistic plane sizes (14x14 to 40x40, stride 1 or 2): a pointwise conv with
+        /// its bias, then ReLU6 (Clip) and/or a residual Add, optionally behind a depthwise 3x3 with its own
+        /// bias and ReLU6 (the depthwise step's phase planes and wide rows, the epilogues' flat indices).
+        #[test]
+        fn pointwise_blocks_with_epilogues(
+            batch in 1usize..3, c in 1usize..40, m in 8usize..80, h in 14usize..40, w in 14usize..40,
+            depthwise in any::<bool>(), stride in 1usize..3, clip in any::<bool>(), residual in any::<bool>(),
+        ) {
+            let mut g = Graph::new("prop_pointwise");
+            let x = g.add_input("x", TensorType::f32([batch, c, h, w]));
+            let mut y = x;
+            if depthwise {
+                let wd = weight(&mut g, "wd", &[c, 1, 3, 3]);
+                let bd = weight(&mut g, "bd", &[c]);
+                y = g.add("dw", Op::Conv(conv_attrs(&[stride, stride], &[1, 1, 1, 1], &[1, 1], c)), &[y, wd, bd]).unwrap();
+                y = g.add("dw_clip", Op::Clip { min: 0.0, max: 6.0 }, &[y]).unwrap();
+            }
+            let wp = weight(&mut g, "wp", &[m, c, 1, 1]);
+            let bp = weight(&mut g, "bp", &[m]);
+            y = g.add("pw", Op::Conv(conv_attrs(&[1, 1], &[0, 0, 0, 0], &[1, 1], 1)), &[y, wp, bp]).unwrap();
+            if residual {
+                let shape = g.ty(y).shape.clone();
+                let r = g.add_input("r", TensorType::f32(shape));
+                y = g.add("res", Op::Binary(BinaryOp::Add), &[y, r]).unwrap();
+            }
+            if clip {
+                y = g.add("clip", Op::Clip { min: 0.0, max: 6.0 }, &[y]).unwrap();
+            }
+            g.outputs.push(y);
             check(&g);
         }
     }

@@ -13,6 +13,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tessera_kernels::artifact::Artifact;
+use tessera_kernels::runtime::gemm::profile::{self as gemm_profile, StepTime};
 use tessera_kernels::runtime::measure::percentile;
 pub use tessera_kernels::runtime::measure::{median, time_abba, Block};
 use tessera_kernels::runtime::Executable;
@@ -26,6 +27,22 @@ pub struct StepProfile {
     pub median_us: f64,
     /// For a GPU kernel, its launch shape (`grid XxYxZ, block N`).
     pub launch: Option<String>,
+    /// For a `gemm` plan function, each of its steps (a GEMM, an im2col, a depthwise convolution) in order:
+    /// a whole network can be one plan function.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartProfile>,
+}
+
+/// One step inside a `gemm` plan function under `--profile`.
+#[derive(Clone, Debug, Serialize)]
+pub struct PartProfile {
+    pub index: usize,
+    /// Kind and shape, e.g. `sgemm 96x12544x16 +add,clip`.
+    pub what: String,
+    pub flops: u64,
+    /// Bytes read and written at least once.
+    pub bytes: u64,
+    pub median_us: f64,
 }
 
 /// Times every step of one artifact: `warmup` untimed runs, then `iters` profiled runs; per-step medians.
@@ -47,6 +64,7 @@ pub fn profile_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> 
                 symbol: k.entry,
                 median_us: k.median_us,
                 launch: Some(format!("grid {}x{}x{}, block {}", k.grid[0], k.grid[1], k.grid[2], k.block.iter().product::<u32>())),
+                parts: Vec::new(),
             })
             .collect());
     }
@@ -54,20 +72,53 @@ pub fn profile_artifact(path: &Path, iters: usize, warmup: usize, seed: u64) -> 
         exe.run(&inputs)?;
     }
     let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(iters); exe.steps().len()];
+    // The steps that call `gemm` plan functions, in run order: each call's inner steps are recorded in it.
+    let gemm_steps: Vec<usize> = (0..exe.steps().len()).filter(|&s| exe.steps()[s].0 == "gemm").collect();
+    let mut parts: Vec<Vec<(StepTime, Vec<f64>)>> = vec![Vec::new(); exe.steps().len()];
     let mut times = Vec::new();
-    for _ in 0..iters {
-        exe.run_profiled(&inputs, &mut times)?;
-        for (s, t) in times.iter().enumerate() {
-            per_step[s].push(*t);
+    gemm_profile::set_enabled(true);
+    let runs = (|| {
+        for _ in 0..iters {
+            exe.run_profiled(&inputs, &mut times)?;
+            for (s, t) in times.iter().enumerate() {
+                per_step[s].push(*t);
+            }
+            let calls = gemm_profile::take();
+            if calls.len() != gemm_steps.len() {
+                bail!("{} gemm plan functions ran, the artifact has {} gemm steps", calls.len(), gemm_steps.len());
+            }
+            for (call, &s) in calls.into_iter().zip(&gemm_steps) {
+                if call.symbol != exe.steps()[s].1 {
+                    bail!("step {s} is gemm function '{}' but '{}' ran", exe.steps()[s].1, call.symbol);
+                }
+                if parts[s].is_empty() {
+                    parts[s] = call.steps.iter().map(|t| (t.clone(), Vec::with_capacity(iters))).collect();
+                }
+                for (p, t) in parts[s].iter_mut().zip(&call.steps) {
+                    p.1.push(t.ns as f64 / 1e3);
+                }
+            }
         }
-    }
+        Ok(())
+    })();
+    gemm_profile::set_enabled(false);
+    runs?;
     Ok(per_step
         .into_iter()
         .zip(exe.steps())
+        .zip(parts)
         .enumerate()
-        .map(|(step, (mut v, (backend, symbol)))| {
+        .map(|(step, ((mut v, (backend, symbol)), parts))| {
             v.sort_by(f64::total_cmp);
-            StepProfile { step, backend: backend.clone(), symbol: symbol.clone(), median_us: percentile(&v, 50.0), launch: None }
+            let parts = parts
+                .into_iter()
+                .enumerate()
+                .map(|(index, (t, mut us))| {
+                    us.sort_by(f64::total_cmp);
+                    PartProfile { index, what: t.what, flops: t.flops, bytes: t.bytes, median_us: percentile(&us, 50.0) }
+                })
+                .collect();
+            StepProfile { step, backend: backend.clone(), symbol: symbol.clone(), median_us: percentile(&v, 50.0), launch: None, parts }
         })
         .collect())
 }

@@ -13,6 +13,7 @@ pub mod fmath;
 mod exec;
 mod im2col;
 pub mod plan;
+pub mod profile;
 pub mod validate;
 
 use super::{LoadedModule, RuntimeError};

@@ -57,6 +57,20 @@ fn profile_table(model: &str, steps: &[StepProfile]) -> String {
             s += &format!("  {l}");
         }
         s.push('\n');
+        // Inside a gemm plan function: its steps, with their rates against their FLOPs and bytes.
+        for q in &p.parts {
+            let t = q.median_us.max(1e-9);
+            s += &format!(
+                "{:>5}  {:<8}  {:<w$}  {:>12.1}  {:>5.1}%  {:>7.1} GFLOP/s {:>6.1} GB/s\n",
+                format!(".{}", q.index),
+                "",
+                q.what,
+                q.median_us,
+                100.0 * q.median_us / total.max(1e-9),
+                q.flops as f64 / t / 1e3,
+                q.bytes as f64 / t / 1e3
+            );
+        }
     }
     s
 }

@@ -1,12 +1,20 @@
 //! Direct 2-D depthwise convolution: one input channel per group, so each output plane is one input plane
-//! correlated with one small filter. Planes run in parallel; within a plane, output rows are outer and taps
-//! inner, so a row stays in L1 while every tap adds into it, and along the row each tap is one contiguous
-//! slice loop over its valid range (no per-element bounds tests). With a column stride above 1 the input row
-//! is first split into its `stride` phases (every `stride`-th element from each offset), so a tap's inputs
-//! are contiguous too and the loop vectorizes (a stride-2 layer otherwise gathers element by element). The
-//! plane function is compiled for AVX-512, AVX2 and the baseline and chosen at run time (`multiversion`), so
-//! the same binary runs 16 floats wide where the machine can. The epilogue runs on each plane as soon as it
-//! is done.
+//! correlated with one small filter. Planes run in parallel, and each plane is computed as a few long
+//! contiguous loops rather than one short loop per (output row, tap):
+//!
+//! 1. The input plane is copied into `stride_h x stride_w` zero-padded *phase planes* (phase `(a, b)` holds
+//!    the padded input's rows `a, a + sh, ..` and columns `b, b + sw, ..`), each `pw` columns wide, where
+//!    `pw` is the output width plus the widest tap offset. The padding is written once per thread (it is the
+//!    same for every plane), only the valid region per plane.
+//! 2. Then every output row is `pw` wide ("wide" rows): tap `(i, j)` reads one phase plane at a fixed flat
+//!    offset, so for the whole plane `wide[q] += w[i, j] * phase[offset + q]` over `q < oh * pw`: flat
+//!    vector loops (a 3x3 kernel's nine taps in one pass, others three per pass), in chunks that stay in L1. The `pw - ow` extra columns of each row read past the row and are dropped.
+//! 3. The valid columns are copied into the output plane and the epilogue runs on it while it is in L1.
+//!
+//! The previous loop ran one slice loop per output row and tap: at 7x7 or 14x14 (MobileNetV2's last 13
+//! depthwise layers) those loops are shorter than one AVX-512 vector, and stride-2 layers re-split every
+//! input row for every output row. The tap loop is compiled for AVX-512, AVX2 and the baseline and chosen at
+//! run time (`multiversion`).
 
 use super::epilogue::{self, Op};
 use super::im2col::valid_range;
@@ -25,83 +33,144 @@ pub struct Geometry {
     pub dilations: [usize; 2],
 }
 
-/// One kernel column: its valid output columns, and where its inputs start in the phase-split row
-/// (`phase`, then `first` within that phase).
-struct Tap {
-    range: std::ops::Range<usize>,
-    phase: usize,
-    first: usize,
+/// Where a plane's phase planes and wide rows lie, for one geometry.
+struct Layout {
+    /// Rows of each phase plane, and its width (also the width of a wide output row).
+    rows: usize,
+    pw: usize,
+    /// Elements per phase plane: `rows * pw`, plus the widest column offset (the last wide row's extra
+    /// columns read that far past the plane).
+    plane: usize,
+    /// Per tap, row-major over the kernel: its first element in the phase planes.
+    taps: Vec<usize>,
 }
+
+impl Layout {
+    fn new(g: &Geometry) -> Layout {
+        let [kh, kw] = g.kernel;
+        let [oh, ow] = g.output;
+        let [sh, sw] = g.strides;
+        let [dh, dw] = g.dilations;
+        // Tap (i, j) reads padded row (r + oi) * sh + ph of output row r, with oi = i*dh / sh, ph = i*dh % sh.
+        let (max_oi, max_oj) = ((kh - 1) * dh / sh, (kw - 1) * dw / sw);
+        let (rows, pw) = (oh + max_oi, ow + max_oj);
+        let plane = rows * pw + max_oj;
+        let taps = (0..kh * kw)
+            .map(|t| {
+                let (i, j) = (t / kw * dh, t % kw * dw);
+                ((i % sh) * sw + j % sw) * plane + (i / sh) * pw + j / sw
+            })
+            .collect();
+        Layout { rows, pw, plane, taps }
+    }
+
+    /// Copies the valid region of input plane `xp` into its phase planes (the padding stays as it was: 0).
+    fn split(&self, xp: &[f32], g: &Geometry, phases: &mut [f32]) {
+        let [ih, iw] = g.input;
+        let [sh, sw] = g.strides;
+        let [pt, pl] = g.pads_begin;
+        for (ph, dst) in phases.chunks_exact_mut(self.plane).enumerate() {
+            let (a, b) = (ph / sw, ph % sw);
+            let cols = valid_range(self.pw, sw, b as i64 - pl as i64, iw);
+            let ys = valid_range(self.rows, sh, a as i64 - pt as i64, ih);
+            if cols.is_empty() {
+                continue;
+            }
+            // The first valid column's input lies inside the row, so this is not negative.
+            let x0 = cols.start * sw + b - pl;
+            for y in ys {
+                let src = &xp[(y * sh + a - pt) * iw..][..iw];
+                gather(&mut dst[y * self.pw..][cols.clone()], &src[x0..], sw);
+            }
+        }
+    }
+}
+
+/// `dst[i] = src[i * stride]`. Stride 2 (every stride-2 layer) is its own loop with the stride a constant, which
+/// LLVM vectorizes as wide loads and shuffles; an iterator's `step_by` stays one element at a time.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma", "aarch64+neon"))]
+fn gather(dst: &mut [f32], src: &[f32], stride: usize) {
+    match stride {
+        1 => dst.copy_from_slice(&src[..dst.len()]),
+        2 => {
+            let src = &src[..2 * dst.len() - 1];
+            for (i, o) in dst.iter_mut().enumerate() {
+                *o = src[2 * i];
+            }
+        }
+        _ => dst.iter_mut().zip(src.iter().step_by(stride)).for_each(|(o, v)| *o = *v),
+    }
+}
+
+/// Flat-index chunk of the wide output accumulated by all taps before the next: 16 KiB.
+const CHUNK: usize = 4096;
 
 /// `out` holds `batch * channels * multiplier` planes; `base` is the epilogue's flat index of `out[0]`.
 pub fn depthwise(x: &[f32], w: &[f32], out: &mut [f32], g: &Geometry, ops: &[Op], base: u64) {
     let [ih, iw] = g.input;
-    let [kh, kw] = g.kernel;
     let [oh, ow] = g.output;
-    let sw = g.strides[1];
-    let (isz, taps, ps) = (ih * iw, kh * kw, oh * ow);
+    let (isz, taps, ps) = (ih * iw, g.kernel[0] * g.kernel[1], oh * ow);
     if ps == 0 {
         return;
     }
     let planes_per_sample = g.channels * g.multiplier;
-    // Per kernel column: its valid output column range and the position of its first input.
-    let cols: Vec<Tap> = (0..kw)
-        .map(|j| {
-            let off = (j * g.dilations[1]) as i64 - g.pads_begin[1] as i64;
-            let range = valid_range(ow, sw, off, iw);
-            // The first valid output column's input lies inside the row, so this is not negative.
-            let at = if range.is_empty() { 0 } else { ((range.start * sw) as i64 + off) as usize };
-            Tap { range, phase: at % sw, first: at / sw }
-        })
-        .collect();
-    let phase_len = iw.div_ceil(sw);
+    let l = Layout::new(g);
+    let phases_len = l.plane * g.strides[0] * g.strides[1];
     out.par_chunks_mut(ps).enumerate().for_each_init(
-        || vec![0f32; phase_len * sw],
-        |split, (p, plane)| {
+        || (vec![0f32; phases_len], vec![0f32; oh * l.pw]),
+        |(phases, wide), (p, plane)| {
             let (b, co) = (p / planes_per_sample, p % planes_per_sample);
             let ci = co / g.multiplier;
-            let xp = &x[(b * g.channels + ci) * isz..][..isz];
-            let wp = &w[co * taps..][..taps];
-            plane_rows(xp, wp, plane, g, &cols, split);
+            l.split(&x[(b * g.channels + ci) * isz..][..isz], g, phases);
+            accumulate(&w[co * taps..][..taps], &l.taps, phases, wide);
+            for (orow, wrow) in plane.chunks_exact_mut(ow).zip(wide.chunks_exact(l.pw)) {
+                orow.copy_from_slice(&wrow[..ow]);
+            }
             epilogue::apply(ops, plane, base + (p * ps) as u64);
         },
     );
 }
 
-/// One output plane. `split` holds `stride` phases of `iw.div_ceil(stride)` elements (unused at stride 1).
+/// `wide[q] = sum over taps t of wt[t] * phases[offsets[t] + q]`, by chunks: a long chunk of a 3x3 kernel (all
+/// of MobileNetV2's) in one pass, nine loads and one store per element; others three taps per pass.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma", "aarch64+neon"))]
-fn plane_rows(xp: &[f32], wp: &[f32], plane: &mut [f32], g: &Geometry, cols: &[Tap], split: &mut [f32]) {
-    let [ih, iw] = g.input;
-    let [kh, kw] = g.kernel;
-    let ow = g.output[1];
-    let [sh, sw] = g.strides;
-    let phase_len = iw.div_ceil(sw);
-    for (r, orow) in plane.chunks_mut(ow).enumerate() {
-        orow.fill(0.0);
-        for i in 0..kh {
-            let y = (r * sh + i * g.dilations[0]) as i64 - g.pads_begin[0] as i64;
-            if y < 0 || y >= ih as i64 {
-                continue;
+fn accumulate(wt: &[f32], offsets: &[usize], phases: &[f32], wide: &mut [f32]) {
+    for (c, out) in wide.chunks_mut(CHUNK).enumerate() {
+        let q0 = c * CHUNK;
+        let n = out.len();
+        // Measured on MobileNetV2: 10% faster on its 28x28 to 112x112 planes, 30% slower on its 7x7 planes
+        // (a 56-element plane leaves nine remainders), hence only on long chunks.
+        if let (true, Ok(w), Ok(o)) = (n >= 256, <&[f32; 9]>::try_from(wt), <&[usize; 9]>::try_from(offsets)) {
+            let [s0, s1, s2, s3, s4, s5, s6, s7, s8] = o.map(|o| &phases[o + q0..][..n]);
+            for q in 0..n {
+                out[q] = w[0] * s0[q]
+                    + w[1] * s1[q]
+                    + w[2] * s2[q]
+                    + w[3] * s3[q]
+                    + w[4] * s4[q]
+                    + w[5] * s5[q]
+                    + w[6] * s6[q]
+                    + w[7] * s7[q]
+                    + w[8] * s8[q];
             }
-            let xrow = &xp[y as usize * iw..][..iw];
-            let src_row: &[f32] = if sw == 1 {
-                xrow
-            } else {
-                for (k, &v) in xrow.iter().enumerate() {
-                    split[(k % sw) * phase_len + k / sw] = v;
-                }
-                split
-            };
-            for (j, tap) in cols.iter().enumerate() {
-                if tap.range.is_empty() {
-                    continue;
-                }
-                let wv = wp[i * kw + j];
-                let dst = &mut orow[tap.range.clone()];
-                let src = &src_row[tap.phase * phase_len + tap.first..][..dst.len()];
-                for (o, v) in dst.iter_mut().zip(src) {
-                    *o += wv * v;
-                }
+            continue;
+        }
+        out.fill(0.0);
+        let mut t = 0;
+        while t + 3 <= offsets.len() {
+            let (w0, w1, w2) = (wt[t], wt[t + 1], wt[t + 2]);
+            let s0 = &phases[offsets[t] + q0..][..n];
+            let s1 = &phases[offsets[t + 1] + q0..][..n];
+            let s2 = &phases[offsets[t + 2] + q0..][..n];
+            for q in 0..n {
+                out[q] += w0 * s0[q] + w1 * s1[q] + w2 * s2[q];
+            }
+            t += 3;
+        }
+        for t in t..offsets.len() {
+            let (w0, s0) = (wt[t], &phases[offsets[t] + q0..][..n]);
+            for (o, v) in out.iter_mut().zip(s0) {
+                *o += w0 * v;
             }
         }
     }
@@ -110,6 +179,40 @@ fn plane_rows(xp: &[f32], wp: &[f32], plane: &mut [f32], g: &Geometry, cols: &[T
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The definition, one output element at a time, then the epilogue.
+    fn direct(x: &[f32], w: &[f32], g: &Geometry, batch: usize, ops: &[Op], base: u64) -> Vec<f32> {
+        let ([ih, iw], [kh, kw], [oh, ow]) = (g.input, g.kernel, g.output);
+        let planes = g.channels * g.multiplier;
+        let mut out = vec![0f32; batch * planes * oh * ow];
+        for b in 0..batch {
+            for co in 0..planes {
+                for r in 0..oh {
+                    for c in 0..ow {
+                        let mut s = 0f64;
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let y = (r * g.strides[0] + i * g.dilations[0]) as i64 - g.pads_begin[0] as i64;
+                                let xx = (c * g.strides[1] + j * g.dilations[1]) as i64 - g.pads_begin[1] as i64;
+                                if (0..ih as i64).contains(&y) && (0..iw as i64).contains(&xx) {
+                                    let v = x[(b * g.channels + co / g.multiplier) * ih * iw + y as usize * iw + xx as usize];
+                                    s += w[co * kh * kw + i * kw + j] as f64 * v as f64;
+                                }
+                            }
+                        }
+                        out[((b * planes + co) * oh + r) * ow + c] = s as f32;
+                    }
+                }
+            }
+        }
+        epilogue::apply(ops, &mut out, base);
+        out
+    }
+
+    fn data(len: usize, seed: u32) -> Vec<f32> {
+        (0..len).map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) as f32 / 32768.0 - 1.0).collect()
+    }
 
     #[test]
     fn matches_a_direct_loop() {
@@ -123,27 +226,53 @@ mod tests {
             pads_begin: [1, 0],
             dilations: [1, 2],
         };
-        let batch = 2;
-        let x: Vec<f32> = (0..batch * 3 * 42).map(|i| (i % 11) as f32 - 5.0).collect();
+        // Small integers and halves: every sum is exact in f32, whatever the order.
+        let x: Vec<f32> = (0..2 * 3 * 42).map(|i| (i % 11) as f32 - 5.0).collect();
         let w: Vec<f32> = (0..6 * 6).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
-        let mut out = vec![f32::NAN; batch * 6 * 12];
+        let mut out = vec![f32::NAN; 2 * 6 * 12];
         depthwise(&x, &w, &mut out, &g, &[Op::Relu], 0);
-        for b in 0..batch {
-            for co in 0..6 {
-                for r in 0..4 {
-                    for c in 0..3 {
-                        let mut s = 0f32;
-                        for i in 0..3 {
-                            for j in 0..2 {
-                                let (y, xx) = ((r * 2 + i) as i64 - 1, (c * 2 + j * 2) as i64);
-                                if (0..7).contains(&y) && (0..6).contains(&xx) {
-                                    s += w[co * 6 + i * 2 + j] * x[(b * 3 + co / 2) * 42 + y as usize * 6 + xx as usize];
-                                }
-                            }
-                        }
-                        assert_eq!(out[((b * 6 + co) * 4 + r) * 3 + c], s.max(0.0));
-                    }
-                }
+        assert_eq!(out, direct(&x, &w, &g, 2, &[Op::Relu], 0));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        /// Any geometry (kernel, strides, dilations, pads up to the dilated kernel's extent, multipliers) and
+        /// a fused per-channel bias and clip give the direct loop's result.
+        #[test]
+        fn random_geometries(
+            batch in 1usize..3, channels in 1usize..5, multiplier in 1usize..3,
+            input in prop::collection::vec(1usize..32, 2), kernel in prop::collection::vec(1usize..6, 2),
+            strides in prop::collection::vec(1usize..4, 2), dilations in prop::collection::vec(1usize..3, 2),
+            pads in prop::collection::vec(0usize..5, 4), three_by_three in any::<bool>(),
+        ) {
+            // Half the cases are 3x3, which takes the one-pass loop on planes of 256 wide elements and more.
+            let kernel = if three_by_three { vec![3, 3] } else { kernel };
+            let ext = |d: usize| dilations[d] * (kernel[d] - 1);
+            let pads: Vec<usize> = (0..4).map(|i| pads[i].min(ext(i % 2))).collect();
+            let span = |d: usize| input[d] + pads[d] + pads[d + 2];
+            prop_assume!(span(0) > ext(0) && span(1) > ext(1));
+            let out = |d: usize| (span(d) - ext(d) - 1) / strides[d] + 1;
+            let g = Geometry {
+                channels,
+                multiplier,
+                input: [input[0], input[1]],
+                kernel: [kernel[0], kernel[1]],
+                output: [out(0), out(1)],
+                strides: [strides[0], strides[1]],
+                pads_begin: [pads[0], pads[1]],
+                dilations: [dilations[0], dilations[1]],
+            };
+            let planes = channels * multiplier;
+            let x = data(batch * channels * input[0] * input[1], 1);
+            let w = data(planes * kernel[0] * kernel[1], 2);
+            let bias = data(planes, 3);
+            let ops = [Op::Add { src: &bias, inner: (g.output[0] * g.output[1]) as u64 }, Op::Clip { min: -0.5, max: 0.75 }];
+            let want = direct(&x, &w, &g, batch, &ops, 0);
+            let mut got = vec![f32::NAN; want.len()];
+            depthwise(&x, &w, &mut got, &g, &ops, 0);
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                prop_assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "element {}: got {}, want {}", i, a, b);
             }
         }
     }

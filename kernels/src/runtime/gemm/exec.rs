@@ -8,6 +8,7 @@
 use super::depthwise::{self, Geometry};
 use super::epilogue::{self, Op};
 use super::im2col::{self, Window};
+use super::profile;
 use crate::runtime::gemm::plan::{Buf, Depthwise2d, EpOp, Epilogue, GeluKind, Im2col, Mat, PlanFunction, Sgemm, Step, View};
 
 /// The buffers of one call: argument and scratch base pointers, and the plan's constants.
@@ -73,12 +74,15 @@ impl Mem<'_> {
 /// # Safety
 /// `f` was validated against the signature the buffers of `mem` follow, and those buffers are live.
 pub unsafe fn run(f: &PlanFunction, mem: &Mem) {
-    for step in &f.steps {
-        match step {
-            Step::Sgemm(s) => sgemm(s, mem),
-            Step::Im2col(s) => im2col(s, mem),
-            Step::Depthwise2d(s) => depthwise(s, mem),
-        }
+    let one = |step: &Step| match step {
+        Step::Sgemm(s) => sgemm(s, mem),
+        Step::Im2col(s) => im2col(s, mem),
+        Step::Depthwise2d(s) => depthwise(s, mem),
+    };
+    if profile::enabled() {
+        profile::timed(&f.symbol, &f.steps, one);
+    } else {
+        f.steps.iter().for_each(one);
     }
 }
 

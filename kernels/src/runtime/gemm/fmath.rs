@@ -10,6 +10,9 @@
 //! 1 ulp, tanh 1.5, sigmoid 2.6, GELU (erf form) 7 ulps, GELU (tanh form) 32 ulps in its negative tail.
 
 #![allow(clippy::excessive_precision)]
+// Line for line the C prelude's formulas (checked bit for bit against it), so kept in its spelling: its clamp
+// chain, its literal of log2(e), its `r = r - ...` steps.
+#![allow(clippy::manual_clamp, clippy::approx_constant, clippy::assign_op_pattern)]
 
 /// e^(a + b) for `a` exact and `b` small beside it (see the prelude's `tsr_expf_sum`).
 #[inline(always)]
