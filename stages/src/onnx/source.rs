@@ -28,7 +28,8 @@ pub fn import_version() -> CodeVersion {
     CodeVersion::new(IMPORT_VERSION, &[crate::code::digests::IMPORT])
 }
 
-/// Every `location` of external data that a tensor anywhere in the model names, sorted and deduplicated.
+/// Every `location` of external data that a tensor anywhere in the decoded model names, sorted and deduplicated
+/// (what [`scan_external_locations`] reads from the bytes).
 pub fn external_locations(model: &ModelProto) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     if let Some(g) = &model.graph {
@@ -92,6 +93,102 @@ fn tensor(t: &TensorProto, out: &mut BTreeSet<String>) {
     }
 }
 
+/// The messages [`scan_external_locations`] descends into.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Msg {
+    Model,
+    Graph,
+    Node,
+    Attribute,
+    Tensor,
+    Entry,
+    Sparse,
+    Training,
+    Function,
+}
+
+/// The message in field `field` of `msg`, for the fields that lead to a tensor (the schema's tags, `proto.rs`).
+fn child(msg: Msg, field: u64) -> Option<Msg> {
+    use Msg::*;
+    match (msg, field) {
+        (Model, 7) | (Attribute, 6 | 11) | (Training, 1 | 2) => Some(Graph),
+        (Model, 20) => Some(Training),
+        (Model, 25) => Some(Function),
+        (Graph, 1) | (Function, 7) => Some(Node),
+        (Node, 5) | (Function, 11) => Some(Attribute),
+        (Graph, 5) | (Attribute, 5 | 10) | (Sparse, 1 | 2) => Some(Tensor),
+        (Graph, 15) | (Attribute, 22 | 23) => Some(Sparse),
+        (Tensor, 13) => Some(Entry),
+        _ => None,
+    }
+}
+
+fn varint(b: &[u8], at: &mut usize) -> Result<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let Some(&byte) = b.get(*at) else { bail!("truncated varint") };
+        *at += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    bail!("a varint longer than 10 bytes")
+}
+
+/// [`external_locations`] of the model serialized in `bytes`, read from the protobuf wire format without
+/// decoding it: every other field, tensor data included, is skipped over, so a model of hundreds of megabytes
+/// is scanned without copying its weights. Errors on bytes that are not a well-formed protobuf message.
+pub fn scan_external_locations(bytes: &[u8]) -> Result<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    walk(bytes, Msg::Model, 0, &mut out)?;
+    Ok(out)
+}
+
+fn walk(b: &[u8], msg: Msg, depth: u32, out: &mut BTreeSet<String>) -> Result<()> {
+    // prost's own recursion limit.
+    if depth > 100 {
+        bail!("messages nested more than 100 deep");
+    }
+    let (mut key, mut value) = (None, None);
+    let mut at = 0;
+    let skip = |at: &mut usize, n: usize| -> Result<()> {
+        *at = at.checked_add(n).filter(|&e| e <= b.len()).context("truncated field")?;
+        Ok(())
+    };
+    while at < b.len() {
+        let tag = varint(b, &mut at)?;
+        let field = tag >> 3;
+        match tag & 7 {
+            0 => {
+                varint(b, &mut at)?;
+            }
+            1 => skip(&mut at, 8)?,
+            5 => skip(&mut at, 4)?,
+            2 => {
+                let len = usize::try_from(varint(b, &mut at)?)?;
+                let start = at;
+                skip(&mut at, len)?;
+                let body = &b[start..at];
+                match (msg, field) {
+                    (Msg::Entry, 1) => key = Some(std::str::from_utf8(body)?.to_string()),
+                    (Msg::Entry, 2) => value = Some(std::str::from_utf8(body)?.to_string()),
+                    _ => {
+                        if let Some(c) = child(msg, field) {
+                            walk(body, c, depth + 1, out)?;
+                        }
+                    }
+                }
+            }
+            wire => bail!("wire type {wire} in field {field} (groups are not used by ONNX)"),
+        }
+    }
+    if msg == Msg::Entry && key.as_deref() == Some("location") {
+        out.insert(value.unwrap_or_default());
+    }
+    Ok(())
+}
+
 /// Stage: the external data locations an ONNX model file names. Output: the sorted locations.
 pub struct ExternalFiles<'a> {
     /// Key ingredient: the model file's blake3.
@@ -111,13 +208,11 @@ impl Stage for ExternalFiles<'_> {
         Ok(self.key_builder().input_digest("file", &self.file).finish()?)
     }
     fn compute(&self) -> Result<Vec<String>> {
-        use prost::Message;
         let bytes = (self.read)()?;
         if Digest(*blake3::hash(&bytes).as_bytes()) != self.file {
             bail!("the model file changed while it was being compiled");
         }
-        let model = ModelProto::decode(bytes.as_slice()).context("not a valid ONNX model (protobuf decoding failed)")?;
-        Ok(external_locations(&model).into_iter().collect())
+        Ok(scan_external_locations(&bytes).context("not a valid ONNX model")?.into_iter().collect())
     }
 }
 
@@ -189,6 +284,28 @@ mod tests {
         let model = ModelProto { graph: Some(g), ..Default::default() };
         let got: Vec<String> = external_locations(&model).into_iter().collect();
         assert_eq!(got, ["attr.bin", "sparse.bin", "sub.bin", "w.bin"]);
+        // The wire-format scan finds the same, in a model with functions and training graphs too.
+        let mut model = model;
+        model.functions.push(crate::onnx::proto::FunctionProto {
+            node: vec![NodeProto { attribute: vec![AttributeProto { tensors: vec![ext("fn.bin")], ..Default::default() }], ..Default::default() }],
+            ..Default::default()
+        });
+        model.training_info.push(crate::onnx::proto::TrainingInfoProto {
+            algorithm: Some(GraphProto { initializer: vec![ext("train.bin")], ..Default::default() }),
+            ..Default::default()
+        });
+        model.ir_version = Some(8);
+        model.doc_string = Some("location".into());
+        use prost::Message;
+        let bytes = model.encode_to_vec();
+        let scanned: Vec<String> = scan_external_locations(&bytes).unwrap().into_iter().collect();
+        assert_eq!(scanned, external_locations(&model).into_iter().collect::<Vec<_>>());
+        assert_eq!(scanned, ["attr.bin", "fn.bin", "sparse.bin", "sub.bin", "train.bin", "w.bin"]);
+        // A real export (no external data), and bytes cut short.
+        let bert = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/src/onnx/testdata/bert_tiny_opset17.onnx")).unwrap();
+        assert!(scan_external_locations(&bert).unwrap().is_empty());
+        assert!(scan_external_locations(&bert[..bert.len() / 2]).is_err());
+        assert!(scan_external_locations(&bytes[..bytes.len() - 3]).is_err());
     }
 
     #[test]
