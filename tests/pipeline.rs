@@ -232,3 +232,33 @@ fn ctx_with_prefer<'a>(
 ) -> tessera::build::Ctx<'a> {
     tessera::build::Ctx::new(memo, targets, backends).with_costs(CostMode::Measured).with_prefer(Some(prefer.to_string()))
 }
+
+/// A held-out model whose weights changed (the same graph, every initializer no kernel embeds rewritten)
+/// compiles no kernel and tunes nothing: only the ONNX file's external-data list, load, partition and link
+/// run again, the artifact holds the new weights (it matches the reference interpreter on the changed model),
+/// and the rebuild costs about what a warm one does. Measured costs, so that the cold build does tune; one
+/// backend, so that no plan validation times artifacts (which embed the weights). tests/gpu.rs has the same
+/// for GPU targets.
+#[test]
+fn changed_weights_compile_no_kernel_and_tune_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("bert.onnx");
+    std::fs::copy(tessera_tests::bert_tiny_onnx(), &model).unwrap();
+    let (store, out) = (tmp.path().join("store"), tmp.path().join("out"));
+    let targets = ["cpu".to_string()];
+    let cold = compile_with(&store, &out, &model, &targets, CostMode::Measured);
+    assert!(executions(&cold, "tune") > 0 && executions(&cold, "lower") > 0 && executions(&cold, "compile") > 0, "{:?}", cold.stages);
+    let warm = compile_with(&store, &out, &model, &targets, CostMode::Measured);
+    for (stage, st) in &warm.stages {
+        assert_eq!(st.executions, 0, "warm run executed {stage}");
+    }
+    assert!(tessera_tests::change_large_initializers(&tessera_tests::bert_tiny_onnx(), &model) >= 10);
+    let changed = compile_with(&store, &out, &model, &targets, CostMode::Measured);
+    let ran: BTreeSet<&str> = changed.stages.iter().filter(|(_, s)| s.executions > 0).map(|(n, _)| n.as_str()).collect();
+    assert_eq!(ran, BTreeSet::from(["link", "load", "onnx-externals", "partition"]), "{:?}", changed.stages);
+    assert_ne!(changed.artifacts[0].digest, cold.artifacts[0].digest, "the weights are in the artifact");
+    let job = &jobs_from_inputs(&[model], &Default::default()).unwrap()[0];
+    check_against_reference(job, &out.join("bert.tsr"));
+    // Bound like a warm rebuild (a loose bound for a shared machine; the figures are in bench/compile.md).
+    assert!(changed.seconds < 3.0 * warm.seconds + 1.0 && changed.seconds < cold.seconds / 2.0, "cold {:.2} s, warm {:.2} s, changed weights {:.2} s", cold.seconds, warm.seconds, changed.seconds);
+}

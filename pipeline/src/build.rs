@@ -3,7 +3,7 @@
 //! link). Here: where models come from (fixtures, ONNX files), the zoo's scheduling of models over the
 //! cores, and what a compiled model reports.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use tessera_stages::artifact::build_artifact;
 use tessera_stages::build::{plan_model, PlannedModel};
 use tessera_stages::load::GraphSource;
+use tessera_stages::onnx::source::{self as onnx_source, ExternalFiles};
+use tessera_stages::stage::Driver;
 pub use tessera_stages::context::Ctx;
 use tessera_stages::ir::Graph;
 use crate::provenance::ModelOrigin;
@@ -63,11 +65,27 @@ pub struct ModelResult {
 
 /// Imports or builds a model's graph and runs the graph passes every stage expects.
 pub fn load_graph(job: &ModelJob) -> Result<Graph> {
+    load_graph_of(job, None)
+}
+
+/// [`load_graph`]; with `file`, an ONNX model file is imported from bytes that must still have that blake3 (the
+/// digest its recipe was made of), so the document recorded under a recipe is the one of the file it names.
+fn load_graph_of(job: &ModelJob, file: Option<Digest>) -> Result<Graph> {
     let mut g = match &job.source {
         ModelSource::Fixture { model, options } => tessera_fixtures::build_with(model, options)?,
         ModelSource::Onnx { path, shapes } => {
             let opts = tessera_stages::onnx::ImportOptions { shapes: shapes.clone() };
-            tessera_stages::onnx::import_file(path, &opts)?
+            match file {
+                None => tessera_stages::onnx::import_file(path, &opts)?,
+                Some(want) => {
+                    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+                    if Digest::of(&bytes) != want {
+                        bail!("model {}: {} changed while it was being compiled", job.name, path.display());
+                    }
+                    let base = path.parent().map(|p| if p.as_os_str().is_empty() { std::path::Path::new(".") } else { p });
+                    tessera_stages::onnx::import_bytes(&bytes, base, &path.display().to_string(), &opts)?
+                }
+            }
         }
     };
     g.name = job.name.clone();
@@ -77,14 +95,9 @@ pub fn load_graph(job: &ModelJob) -> Result<Graph> {
     Ok(g)
 }
 
-impl GraphSource for ModelJob {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Fixture models are keyed by their recipe, so a hit skips generating weights; ONNX files are
-    /// imported every time and keyed by the graph they produce.
-    fn recipe(&self) -> Result<Option<Digest>> {
+impl ModelJob {
+    /// A fixture's recipe: its name, builder options and the fixtures' code version (`None` for an ONNX file).
+    pub fn fixture_recipe(&self) -> Result<Option<Digest>> {
         match &self.source {
             ModelSource::Fixture { model, options } => Ok(Some(canonical_digest(&(
                 &self.name,
@@ -93,6 +106,69 @@ impl GraphSource for ModelJob {
             ))?)),
             ModelSource::Onnx { .. } => Ok(None),
         }
+    }
+
+    /// What keying this job's load stage needs, computed once for one build: its recipe and, for an ONNX
+    /// file, the file's blake3 (also what its artifact's provenance records, so the file is hashed once).
+    ///
+    /// An ONNX job's recipe holds the file's blake3, every external data file it names with its blake3, the
+    /// shapes, the name and the importer's code version ([`onnx_source::recipe`]): a rebuild of an unchanged
+    /// model hashes its files and reads the recorded document, without importing it. Which external files the
+    /// model names is memoized by the file's digest ([`ExternalFiles`]). Content, never a file's time, names it.
+    /// A file that cannot be read or decoded gets no recipe: the load stage then imports it to key it, and the
+    /// import reports why it cannot, as before.
+    pub fn prepare(&self, driver: &dyn Driver) -> Result<Prepared<'_>> {
+        let ModelSource::Onnx { path, shapes } = &self.source else {
+            return Ok(Prepared { job: self, recipe: self.fixture_recipe()?, file: None });
+        };
+        let keyed = || -> Result<(Digest, Digest)> {
+            let file = onnx_source::file_digest(path)?;
+            let read = || Ok(std::fs::read(path)?);
+            let (_, locations) = tessera_stages::stage::run(driver, &ExternalFiles { file, read: &read })?;
+            Ok((onnx_source::recipe(&self.name, path, file, &locations, shapes)?, file))
+        };
+        Ok(match keyed() {
+            Ok((recipe, file)) => Prepared { job: self, recipe: Some(recipe), file: Some(file) },
+            Err(e) => {
+                tracing::debug!(model = %self.name, "no recipe, keyed by its imported document: {e:#}");
+                Prepared { job: self, recipe: None, file: None }
+            }
+        })
+    }
+}
+
+/// A job prepared for one build ([`ModelJob::prepare`]): the graph source its load stage runs.
+pub struct Prepared<'j> {
+    pub job: &'j ModelJob,
+    recipe: Option<Digest>,
+    /// An ONNX file's blake3, when it was read.
+    pub file: Option<Digest>,
+}
+
+impl GraphSource for Prepared<'_> {
+    fn name(&self) -> &str {
+        &self.job.name
+    }
+
+    fn recipe(&self, _: &dyn Driver) -> Result<Option<Digest>> {
+        Ok(self.recipe)
+    }
+
+    /// Builds the graph (on a load miss); an ONNX file must still be the one its recipe hashed.
+    fn build(&self) -> Result<Graph> {
+        load_graph_of(self.job, self.file)
+    }
+}
+
+impl GraphSource for ModelJob {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Fixture models are keyed by their recipe, so a hit skips generating weights; ONNX files by their
+    /// files' content (see [`ModelJob::prepare`]).
+    fn recipe(&self, driver: &dyn Driver) -> Result<Option<Digest>> {
+        Ok(self.prepare(driver)?.recipe)
     }
 
     fn build(&self) -> Result<Graph> {
@@ -109,15 +185,18 @@ impl GraphSource for ModelJob {
 /// model's timing runs, and multi-threaded gemm kernels measured up to 4x their cost in the model
 /// (bench/collage.md); one model at a time, they measure as in a single-model build.
 pub fn compile_models(ctx: &Ctx, jobs: &[ModelJob], on_model: &(dyn Fn(&ModelResult) + Sync)) -> Vec<Result<ModelResult>> {
+    // Each job is prepared (an ONNX file hashed) once for both passes.
+    let prepared: Vec<Result<Prepared>> = jobs.par_iter().map(|j| j.prepare(ctx.driver)).collect();
     if ctx.costs.measures() {
-        for j in jobs {
+        for p in prepared.iter().flatten() {
             // A failure here is reported by `compile_model` below, which runs the stage again.
-            let _ = plan_model(ctx, j);
+            let _ = plan_model(ctx, p);
         }
     }
-    jobs.par_iter()
-        .map(|j| {
-            let r = compile_model(ctx, j)?;
+    prepared
+        .into_par_iter()
+        .map(|p| {
+            let r = compile_prepared(ctx, &p?)?;
             on_model(&r);
             Ok(r)
         })
@@ -126,9 +205,14 @@ pub fn compile_models(ctx: &Ctx, jobs: &[ModelJob], on_model: &(dyn Fn(&ModelRes
 
 /// Compiles one model; the artifact stays in the store (see [`ModelResult::artifact`]).
 pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
-    let PlannedModel { doc, plan_digest, plan, graph, layout, .. } = plan_model(ctx, job)?;
+    compile_prepared(ctx, &job.prepare(ctx.driver)?)
+}
+
+fn compile_prepared(ctx: &Ctx, prepared: &Prepared) -> Result<ModelResult> {
+    let job = prepared.job;
+    let PlannedModel { doc, plan_digest, plan, graph, layout, .. } = plan_model(ctx, prepared)?;
     // After the load stage read the model, so a file it cannot read is reported by it, as every build reports it.
-    let origin = ModelOrigin::of(job)?;
+    let origin = ModelOrigin::of(job, prepared.file)?;
     let built = build_artifact(ctx, &plan_digest, &plan, &|| graph.get()).with_context(|| format!("model {}", job.name))?;
 
     let (mut by_backend, mut tuned_configs) = (BTreeMap::new(), BTreeMap::new());

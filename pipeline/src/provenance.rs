@@ -6,7 +6,7 @@ use crate::build::{ModelJob, ModelSource};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
-use tessera_kernels::artifact::provenance::Stamper;
+use tessera_kernels::artifact::provenance::{Stamper, FLAG_PROVENANCE};
 use tessera_kernels::artifact::{Blake3, Provenance, SourceModel};
 use tessera_stages::context::Ctx;
 use tessera_stages::device::{gpu_assumed, gpu_fingerprint, DeviceFingerprint};
@@ -28,22 +28,24 @@ pub struct ModelOrigin {
 }
 
 impl ModelOrigin {
-    /// The origin of `job`: an ONNX file's name (no folder) and blake3, or a fixture's spec and recipe digest
-    /// (what the load stage keys it by). Reads an ONNX file whole, once.
-    pub fn of(job: &ModelJob) -> Result<ModelOrigin> {
+    /// The origin of `job`: an ONNX file's name (no folder) and blake3 (`file` when the build already hashed
+    /// it, else read here whole, once), or a fixture's spec and recipe digest (what the load stage keys it by).
+    pub fn of(job: &ModelJob, file: Option<Digest>) -> Result<ModelOrigin> {
         match &job.source {
             ModelSource::Onnx { path, shapes } => {
-                let mut h = blake3::Hasher::new();
-                h.update_mmap_rayon(path).with_context(|| format!("model {}: hashing {}", job.name, path.display()))?;
+                let digest = match file {
+                    Some(d) => d,
+                    None => tessera_stages::onnx::source::file_digest(path).with_context(|| format!("model {}: hashing {}", job.name, path.display()))?,
+                };
                 let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                 let options = shapes
                     .iter()
                     .map(|(input, dims)| (format!("shape.{input}"), dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")))
                     .collect();
-                Ok(ModelOrigin { source: SourceModel { kind: "onnx".into(), name, digest: Blake3(*h.finalize().as_bytes()) }, options })
+                Ok(ModelOrigin { source: SourceModel { kind: "onnx".into(), name, digest: Blake3(digest.0) }, options })
             }
             ModelSource::Fixture { model, options } => {
-                let recipe = tessera_stages::load::GraphSource::recipe(job)?.context("a fixture has a recipe")?;
+                let recipe = job.fixture_recipe()?.context("a fixture has a recipe")?;
                 let mut spec = format!("fixture:{model}:b{}", options.batch);
                 if let Some(s) = options.seq {
                     spec.push_str(&format!(":s{s}"));
@@ -106,21 +108,56 @@ impl BuildRecord {
     }
 }
 
+/// Where the flags word sits in an artifact's header (the layout of `tessera_kernels::artifact::provenance`,
+/// which keeps it private; `the_flags_word_is_where_the_stamper_sets_it` checks it against the stamper).
+const FLAGS_AT: usize = 12;
+
+/// Whether the file at `path` holds exactly the payload `d` (`payload_len` bytes) stamped with `section`: the
+/// stamped file is the payload with its flags word set to [`FLAG_PROVENANCE`] and the section appended, so it
+/// is when its first `payload_len` bytes, flags cleared, hash to `d` (the payload digest, as
+/// `Artifact::payload_digest` computes it), its flags word is the stamp's and the rest is the section. One read
+/// of the file; the store's copy is not read.
+fn holds_stamped(path: &Path, d: &Digest, payload_len: u64, section: &[u8]) -> std::io::Result<bool> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() || meta.len() != payload_len + section.len() as u64 || payload_len < tessera_kernels::artifact::HEADER_LEN as u64 {
+        return Ok(false);
+    }
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; (8 << 20).min(payload_len as usize)];
+    let mut left = payload_len;
+    let mut first = true;
+    while left > 0 {
+        let n = (buf.len() as u64).min(left) as usize;
+        f.read_exact(&mut buf[..n])?;
+        if first {
+            if buf[FLAGS_AT..FLAGS_AT + 4] != FLAG_PROVENANCE.to_le_bytes() {
+                return Ok(false);
+            }
+            buf[FLAGS_AT..FLAGS_AT + 4].copy_from_slice(&0u32.to_le_bytes());
+            first = false;
+        }
+        h.update_rayon(&buf[..n]);
+        left -= n as u64;
+    }
+    if h.finalize().as_bytes() != &d.0 {
+        return Ok(false);
+    }
+    let mut tail = Vec::with_capacity(section.len());
+    f.read_to_end(&mut tail)?;
+    Ok(tail == section)
+}
+
 /// Writes the store's artifact `d` to `path` with `provenance` stamped on, atomically (temp file + rename), so
 /// a reader never sees half a file; returns the file's size. A file already holding exactly these bytes is
-/// left alone: rebuilding an unchanged zoo rewrites nothing.
+/// left alone (checked by one read of the file: [`holds_stamped`]): rebuilding an unchanged zoo rewrites nothing.
 pub fn write_artifact(store: &Store, d: &Digest, provenance: &Provenance, path: &Path) -> Result<u64> {
-    let section = Stamper::new(std::io::sink(), provenance)?.section_len();
+    let section = tessera_kernels::artifact::provenance::encode_section(provenance).context("encoding the provenance")?;
     // (An artifact only the remote tier holds has no local size yet: it is written.)
-    if let (Ok(meta), Some(payload)) = (std::fs::metadata(path), store.objects().size_of(d)) {
-        if meta.is_file() && meta.len() == payload + section {
-            let mut s = Stamper::new(blake3::Hasher::new(), provenance)?;
-            store.get_to_writer(d, &mut s)?;
-            let want = s.finish()?.finalize();
-            let mut h = blake3::Hasher::new();
-            if h.update_mmap_rayon(path).is_ok() && h.finalize() == want {
-                return Ok(meta.len());
-            }
+    if let Some(payload) = store.objects().size_of(d) {
+        if holds_stamped(path, d, payload, &section).unwrap_or(false) {
+            return Ok(payload + section.len() as u64);
         }
     }
     let tmp = path.with_extension("tsr.tmp");
@@ -163,12 +200,53 @@ mod tests {
         assert_eq!(options, [("prefer", "gemm"), ("shape.x", "1x3")]);
     }
 
+    /// The one word the stamper changes in a payload's first bytes is the flags word at [`FLAGS_AT`]; a file
+    /// holding the stamped payload is recognised, and one differing in any part (payload, flags, section) is not.
+    #[test]
+    fn the_flags_word_is_where_the_stamper_sets_it() {
+        let mut payload = vec![0u8; 64];
+        payload[..8].copy_from_slice(&tessera_kernels::artifact::MAGIC);
+        payload[8..12].copy_from_slice(&tessera_kernels::artifact::FORMAT_VERSION.to_le_bytes());
+        // No body, 64 bytes of data: a 128-byte payload.
+        payload[24..32].copy_from_slice(&64u64.to_le_bytes());
+        payload.extend((0..64u8).map(|i| i.wrapping_mul(7)));
+        let p = Provenance {
+            tessera_version: "t".into(),
+            source_revision: "r".into(),
+            source: SourceModel { kind: "onnx".into(), name: "m.onnx".into(), digest: Blake3([1; 32]) },
+            targets: vec!["cpu".into()],
+            precision: "fp32".into(),
+            costs: "analytical".into(),
+            options: BTreeMap::new(),
+        };
+        let stamped = tessera_kernels::artifact::provenance::with_provenance(&payload, &p).unwrap();
+        let changed: Vec<usize> = (0..payload.len()).filter(|&i| payload[i] != stamped[i]).collect();
+        assert_eq!(changed, [FLAGS_AT], "the stamper changes the flags word's first byte only");
+        let section = tessera_kernels::artifact::provenance::encode_section(&p).unwrap();
+        assert_eq!(&stamped[payload.len()..], &section[..]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.tsr");
+        let d = Digest::of(&payload);
+        let holds = |bytes: &[u8]| {
+            std::fs::write(&path, bytes).unwrap();
+            holds_stamped(&path, &d, payload.len() as u64, &section).unwrap()
+        };
+        assert!(holds(&stamped));
+        for at in [0, FLAGS_AT, 40, 100, stamped.len() - 1] {
+            let mut other = stamped.clone();
+            other[at] ^= 4;
+            assert!(!holds(&other), "a byte changed at {at}");
+        }
+        assert!(!holds(&payload), "the payload without its stamp");
+        assert!(!holds(&stamped[..stamped.len() - 1]));
+    }
+
     #[test]
     fn a_fixture_is_named_by_its_spec_and_digested_by_its_recipe() {
         let job = crate::explain::parse_fixture_spec("fixture:bert-tiny:b2:s16").unwrap();
-        let o = ModelOrigin::of(&job).unwrap();
+        let o = ModelOrigin::of(&job, None).unwrap();
         assert_eq!((o.source.kind.as_str(), o.source.name.as_str()), ("fixture", "fixture:bert-tiny:b2:s16"));
-        let recipe = tessera_stages::load::GraphSource::recipe(&job).unwrap().unwrap();
+        let recipe = job.fixture_recipe().unwrap().unwrap();
         assert_eq!(o.source.digest, Blake3(recipe.0));
         assert!(o.options.is_empty());
         // The spec parses back to the same job: `tessera explain` can be given it.

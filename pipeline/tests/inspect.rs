@@ -48,7 +48,7 @@ fn inspect_describes_what_the_artifact_holds_and_how_it_was_built() {
     let p = &d["provenance"];
     assert_eq!(p["tessera_version"], tessera::provenance::VERSION);
     assert_eq!(p["source_revision"], tessera::provenance::SOURCE_REVISION);
-    let origin = tessera::provenance::ModelOrigin::of(&tessera::explain::parse_fixture_spec("fixture:mlp3:b1").unwrap()).unwrap();
+    let origin = tessera::provenance::ModelOrigin::of(&tessera::explain::parse_fixture_spec("fixture:mlp3:b1").unwrap(), None).unwrap();
     assert_eq!((p["source"]["kind"].as_str(), p["source"]["name"].as_str()), (Some("fixture"), Some("fixture:mlp3:b1")));
     assert_eq!(p["source"]["digest"].as_str().unwrap(), origin.source.digest.to_hex());
     let targets: Vec<String> = a.body.modules.iter().map(|m| m.target.clone()).collect();

@@ -30,7 +30,7 @@ fn provenance_is_what_the_build_recorded() {
     let p = m.provenance().expect("the pipeline records provenance");
     assert_eq!((p.tessera_version.as_str(), p.source_revision.as_str()), (tessera::provenance::VERSION, tessera::provenance::SOURCE_REVISION));
     let job = tessera::explain::parse_fixture_spec("fixture:mlp3:b8").unwrap();
-    assert_eq!(p.source, tessera::provenance::ModelOrigin::of(&job).unwrap().source);
+    assert_eq!(p.source, tessera::provenance::ModelOrigin::of(&job, None).unwrap().source);
     assert_eq!((p.source.kind.as_str(), p.source.name.as_str()), ("fixture", "fixture:mlp3:b8"));
     let targets = tessera::zoo::resolve_targets(&["cpu".into(), "cpu -compiler=gemm".into()], &tessera::zoo::all_backends()).unwrap();
     assert_eq!(p.targets, targets.targets.iter().map(|t| t.canonical()).collect::<Vec<_>>());

@@ -9,7 +9,7 @@ use crate::ir::{Graph, Tensor};
 use crate::link::{Link, LinkInput, LinkStep, ValueRef};
 use crate::lower::{kernel_graph, Lower};
 use crate::partition::plan::{ExecPlan, PlanRef};
-use crate::stage::{run, run_digest};
+use crate::stage::{load, run_digest};
 use crate::target::Target;
 use anyhow::{Context, Result};
 use rayon::prelude::*;
@@ -53,23 +53,25 @@ pub fn build_artifact<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, grap
 
     // Stage: compile, one module per target that won partitions, in target-set order.
     let used_targets: Vec<&Target> = ctx.targets.targets.iter().filter(|t| plan.partitions.iter().any(|p| &p.target == *t)).collect();
-    let mut modules: Vec<(Digest, Module)> = Vec::new();
+    // Digests only: a hit does not read or decode the module (its code can be megabytes); the link stage's
+    // input reads the modules when the link runs.
+    let mut module_digests: Vec<Digest> = Vec::new();
     for t in &used_targets {
         let backend = ctx.backend(t)?;
         let kernels: Vec<Digest> = lowered.iter().filter(|((lt, _, _), _)| lt == *t).map(|(_, d)| *d).collect();
         let stage = Compile { target: t, backend, lowered: &kernels, toolchain: backend.environment(t), driver: ctx.driver };
-        modules.push(run(ctx.driver, &stage).with_context(|| format!("compile for {t}"))?);
+        module_digests.push(run_digest(ctx.driver, &stage).with_context(|| format!("compile for {t}"))?);
     }
 
     // Stage: link.
-    let module_digests: Vec<Digest> = modules.iter().map(|(d, _)| *d).collect();
-    let input = || link_input(ctx, plan, &used_targets, &modules);
+    let input = || link_input(ctx, plan, &used_targets, &module_digests);
     let artifact = run_digest(ctx.driver, &Link { plan_digest, modules: &module_digests, format_version: FORMAT_VERSION, input: &input }).context("link")?;
     Ok(BuiltArtifact { artifact, lowered: lowered.into_values().collect(), modules: module_digests })
 }
 
-fn link_input(ctx: &Ctx, plan: &ExecPlan, used_targets: &[&Target], modules: &[(Digest, Module)]) -> Result<LinkInput> {
+fn link_input(ctx: &Ctx, plan: &ExecPlan, used_targets: &[&Target], module_digests: &[Digest]) -> Result<LinkInput> {
     let store = ctx.driver.store();
+    let modules: Vec<Module> = module_digests.iter().map(|d| load::<Compile>(ctx.driver, d)).collect::<Result<_>>()?;
     let constants: Vec<Tensor> = plan
         .constants
         .iter()
@@ -83,7 +85,7 @@ fn link_input(ctx: &Ctx, plan: &ExecPlan, used_targets: &[&Target], modules: &[(
     let mut steps = Vec::with_capacity(plan.partitions.len());
     for p in &plan.partitions {
         let mi = used_targets.iter().position(|t| **t == p.target).expect("module per used target");
-        let module = &modules[mi].1;
+        let module = &modules[mi];
         let fi = module
             .functions
             .iter()
@@ -98,7 +100,7 @@ fn link_input(ctx: &Ctx, plan: &ExecPlan, used_targets: &[&Target], modules: &[(
         outputs: plan.outputs.iter().map(|(n, r)| (n.clone(), to_ref(r))).collect(),
         values: plan.values.clone(),
         constants,
-        modules: modules.iter().map(|(_, m)| m.clone()).collect(),
+        modules,
         steps,
     })
 }

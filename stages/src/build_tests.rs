@@ -245,7 +245,7 @@ impl GraphSource for Source {
     fn name(&self) -> &str {
         "m"
     }
-    fn recipe(&self) -> Result<Option<Digest>> {
+    fn recipe(&self, _: &dyn crate::stage::Driver) -> Result<Option<Digest>> {
         Ok(self.recipe)
     }
     fn build(&self) -> Result<Graph> {
@@ -260,7 +260,7 @@ fn load_key_is_the_recipe_or_the_document() {
     let key_with = |recipe: Option<&str>, document: Option<&[u8]>, passes: u8| {
         let passes_version = crate::code::CodeVersion::new(1, &[[passes; 32]]);
         let source = Source { recipe: recipe.map(d) };
-        let load = Load { source: &source, store: &store, document: document.map(<[u8]>::to_vec), passes_version, built: OnceLock::new() };
+        let load = Load { source: &source, store: &store, recipe: source.recipe, document: document.map(<[u8]>::to_vec), passes_version, built: OnceLock::new() };
         load.key().unwrap()
     };
     let key = |recipe: Option<&str>, document: Option<&[u8]>| key_with(recipe, document, 1);

@@ -2,7 +2,7 @@
 //! its constants stored separately by digest.
 
 use crate::ir::{serial::GraphDoc, Graph, Tensor};
-use crate::stage::{run_digest, DevicePolicy, Stage};
+use crate::stage::{run_digest, DevicePolicy, Driver, Stage};
 use anyhow::{bail, Result};
 use std::sync::OnceLock;
 use tessera_store::Digest;
@@ -16,10 +16,10 @@ pub trait GraphSource: Sync {
     /// The model's name.
     fn name(&self) -> &str;
     /// A digest of everything that determines the graph when that is known without building it (a
-    /// fixture's recipe and the fixtures' version), so a hit skips building; `None` when the graph must be
-    /// built to be keyed (an imported file: the import is the cheapest way to find every external data
-    /// file a recipe would need).
-    fn recipe(&self) -> Result<Option<Digest>>;
+    /// fixture's recipe and the fixtures' version; an ONNX file's content, the external data files it names,
+    /// its shapes and the importer's version), so a hit skips building; `None` when the graph must be built to
+    /// be keyed. `driver` memoizes what computing it needs (an ONNX file's list of external data files).
+    fn recipe(&self, driver: &dyn Driver) -> Result<Option<Digest>>;
     /// Builds the graph and runs the graph passes every stage expects.
     fn build(&self) -> Result<Graph>;
 }
@@ -28,6 +28,8 @@ pub trait GraphSource: Sync {
 pub struct Load<'a> {
     pub source: &'a dyn GraphSource,
     pub store: &'a tessera_store::Store,
+    /// Key ingredient: the source's recipe ([`GraphSource::recipe`], computed once per load).
+    pub recipe: Option<Digest>,
     /// Key ingredient for sources without a recipe: the document's bytes, from a graph built beforehand.
     pub document: Option<Vec<u8>>,
     /// Key ingredient: the graph passes' version ([`crate::passes::PASSES_VERSION`]).
@@ -51,7 +53,7 @@ impl Stage for Load<'_> {
     }
     fn key(&self) -> Result<Digest> {
         let k = self.key_builder().env("passes", &self.passes_version);
-        Ok(match (&self.document, self.source.recipe()?) {
+        Ok(match (&self.document, self.recipe) {
             (_, Some(recipe)) => k.input_digest("recipe", &recipe),
             (Some(doc), None) => k.input_bytes("graph_document", doc),
             (None, None) => bail!("model {}: a source without a recipe is keyed by its built document", self.source.name()),
@@ -79,8 +81,9 @@ impl Stage for Load<'_> {
 /// Runs the load stage of one model: the graph document's digest, and the graph if it was built.
 pub fn load_model(ctx: &crate::context::Ctx, source: &dyn GraphSource) -> Result<(Digest, Option<Graph>)> {
     let store = ctx.driver.store();
-    let mut load = Load { source, store, document: None, passes_version: crate::passes::code_version(), built: OnceLock::new() };
-    if source.recipe()?.is_none() {
+    let recipe = source.recipe(ctx.driver)?;
+    let mut load = Load { source, store, recipe, document: None, passes_version: crate::passes::code_version(), built: OnceLock::new() };
+    if recipe.is_none() {
         let g = crate::stage::guarded(DevicePolicy::Busy, || source.build())?;
         load.document = Some(load.document_of(&g)?);
         let _ = load.built.set(g);

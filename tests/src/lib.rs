@@ -30,3 +30,40 @@ pub fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f64) {
         b[worst.1]
     );
 }
+
+/// The ONNX export of a tiny BERT (`stages/src/onnx/testdata`, static shapes `[1, 8]`): a held-out model for the
+/// incremental-rebuild tests.
+pub fn bert_tiny_onnx() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../stages/src/onnx/testdata/bert_tiny_opset17.onnx")
+}
+
+/// Writes to `to` the ONNX model at `from` with every large initializer changed (more than
+/// `tessera_stages::backend::INLINE_CONST_MAX` elements: those no kernel embeds), each f32 value scaled by 1.25
+/// and shifted; the graph, the shapes and the small initializers stay as they are. Returns how many initializers
+/// changed.
+pub fn change_large_initializers(from: &std::path::Path, to: &std::path::Path) -> usize {
+    use prost::Message;
+    use tessera_stages::onnx::proto::ModelProto;
+    let mut model = ModelProto::decode(std::fs::read(from).unwrap().as_slice()).unwrap();
+    let graph = model.graph.as_mut().expect("a graph");
+    let mut changed = 0;
+    for t in &mut graph.initializer {
+        let elements: i64 = t.dims.iter().product();
+        // f32 only (data type 1), stored as raw bytes or as float_data.
+        if t.data_type != Some(1) || elements as usize <= tessera_stages::backend::INLINE_CONST_MAX {
+            continue;
+        }
+        let change = |v: f32| v * 1.25 + 0.01;
+        if let Some(raw) = t.raw_data.as_mut().filter(|r| !r.is_empty()) {
+            for c in raw.chunks_exact_mut(4) {
+                let v = change(f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+        } else {
+            t.float_data.iter_mut().for_each(|v| *v = change(*v));
+        }
+        changed += 1;
+    }
+    std::fs::write(to, model.encode_to_vec()).unwrap();
+    changed
+}

@@ -59,6 +59,7 @@ mod tests {
             "TARGETS" => digests::TARGETS,
             "LOAD" => digests::LOAD,
             "PASSES" => digests::PASSES,
+            "IMPORT" => digests::IMPORT,
             "PRECISION" => digests::PRECISION,
             "LAYOUT" => digests::LAYOUT,
             "CALIBRATE" => digests::CALIBRATE,

@@ -38,6 +38,7 @@ pub mod ops;
 /// so builds need no code generation; `regen.sh` beside it regenerates it.
 #[allow(clippy::all, missing_docs, rustdoc::all)]
 pub mod proto;
+pub mod source;
 pub mod tensor;
 #[cfg(test)]
 mod tests;
