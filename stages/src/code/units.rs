@@ -16,8 +16,8 @@ pub const UNITS: &[Unit] = &[
     Unit { name: "LOAD", paths: &["src/load.rs", "src/ir/serial.rs"] },
     Unit { name: "PASSES", paths: &["src/passes"] },
     // What an ONNX file imports to (the ONNX recipe of the load stage): the importer, the IR it builds and
-    // the interpreter its eager folding runs. (`src/ir/view.rs` is digested here as part of `src/ir`; that
-    // does not version the `cuda` kernels it shapes, which is what the pin test above waits for.)
+    // the interpreter its eager folding runs. (`src/ir/view.rs` is digested here as part of `src/ir`, and
+    // again in the backend units below, which is what versions the `cuda` kernels it shapes.)
     Unit { name: "IMPORT", paths: &["src/onnx", "src/ir", "src/interp"] },
     Unit { name: "PRECISION", paths: &["src/precision.rs"] },
     Unit { name: "LAYOUT", paths: &["src/layout.rs"] },
