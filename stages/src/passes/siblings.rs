@@ -93,16 +93,15 @@ pub fn merge_sibling_matmuls(g: &mut Graph) -> usize {
         let Ok(mut y) = g.add(format!("{name}/siblings"), Op::MatMul, &[x, w]) else { continue };
         if biased {
             // Each bias as a vector of its columns, then side by side.
-            let vectors: Option<Vec<Tensor>> = members
+            let vectors: Vec<Tensor> = members
                 .iter()
                 .map(|m| {
                     let (_, b) = m.bias.expect("a biased group's members have biases");
                     let mut t = g.constant(b).expect("a bias is constant").clone();
                     t.ty.shape = vec![m.n];
-                    Some(t)
+                    t
                 })
                 .collect();
-            let Some(vectors) = vectors else { continue };
             let Some(b) = concat(&vectors.iter().collect::<Vec<_>>(), 0) else { continue };
             let b = g.add_const(format!("{name}/siblings_bias"), b);
             let Ok(biased_y) = g.add(format!("{name}/siblings_bias_add"), Op::Binary(BinaryOp::Add), &[y, b]) else { continue };

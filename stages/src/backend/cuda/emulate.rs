@@ -211,6 +211,21 @@ mod tests {
         g.add(name, op, inputs).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Two depthwise convolutions of one `[2, channels, 9, 11]` image for the row-window kernel: ConvNeXt's
+    /// 7x7 with its bias and a ReLU, and a strided, dilated one with one-sided pads whose rows are not a
+    /// multiple of the thread's row segment.
+    fn depthwise_pair(g: &mut Graph, channels: usize) -> Vec<crate::ir::ValueId> {
+        use crate::ir::{ConvAttrs, Op, UnaryOp};
+        let x = input(g, "x", &[2, channels, 9, 11]);
+        let w = input(g, "w", &[channels, 1, 7, 7]);
+        let b = input(g, "b", &[channels]);
+        let a = ConvAttrs { strides: vec![1, 1], pads: vec![3; 4], dilations: vec![1, 1], group: channels };
+        let v = input(g, "v", &[channels, 1, 3, 2]);
+        let c = ConvAttrs { strides: vec![2, 3], pads: vec![1, 0, 0, 2], dilations: vec![1, 2], group: channels };
+        let y = op(g, Op::Conv(a), &[x, w, b]);
+        vec![op(g, Op::Unary(UnaryOp::Relu), &[y]), op(g, Op::Conv(c), &[x, v])]
+    }
+
     /// The fp32 GEMM kernel in each of its shapes: batched with a broadcast operand, a batch sharing one B
     /// (folded into one GEMM), K split across blocks (a second kernel sums the slices), and
     /// convolutions (implicit GEMM, with and without a split), each with a fused epilogue.
@@ -265,18 +280,7 @@ mod tests {
                 let a = ConvAttrs { strides: vec![1, 2], pads: vec![2, 0, 0, 1], dilations: vec![2, 1], group: 2 };
                 vec![op(g, Op::Conv(a), &[x, w])]
             }),
-            // Depthwise on the row-window kernel: ConvNeXt's 7x7 with its bias, and a strided, dilated one with
-            // one-sided pads whose rows are not a multiple of the thread's row segment.
-            graph_of("conv_depthwise", |g| {
-                let x = input(g, "x", &[2, 6, 9, 11]);
-                let w = input(g, "w", &[6, 1, 7, 7]);
-                let b = input(g, "b", &[6]);
-                let a = ConvAttrs { strides: vec![1, 1], pads: vec![3; 4], dilations: vec![1, 1], group: 6 };
-                let v = input(g, "v", &[6, 1, 3, 2]);
-                let c = ConvAttrs { strides: vec![2, 3], pads: vec![1, 0, 0, 2], dilations: vec![1, 2], group: 6 };
-                let y = op(g, Op::Conv(a), &[x, w, b]);
-                vec![op(g, Op::Unary(crate::ir::UnaryOp::Relu), &[y]), op(g, Op::Conv(c), &[x, v])]
-            }),
+            graph_of("conv_depthwise", |g| depthwise_pair(g, 6)),
             graph_of("conv_1d_and_3d", |g| {
                 let x = input(g, "x", &[2, 4, 13]);
                 let w = input(g, "w", &[8, 4, 5]);
@@ -425,7 +429,7 @@ mod tests {
     }
 
     /// `-layout=nhwc`'s kernels: channels-last convolutions (implicit GEMM with its epilogue, split along K,
-    /// grouped and dilated with one-sided pads, depthwise on the direct kernel), max pool and a residual chain,
+    /// grouped and dilated with one-sided pads, depthwise on the row-window kernel), max pool and a residual chain,
     /// in fp32 (exactly) and fp16 (tensor cores), against the channels-first reference.
     #[test]
     fn channels_last_kernels_match_the_reference() {
@@ -457,15 +461,7 @@ mod tests {
                     let c = op(g, conv(1, 1, 1), &[x, w, b]);
                     vec![op(g, Op::Unary(UnaryOp::Relu), &[c])]
                 }),
-                graph_of("nhwc_depthwise", |g| {
-                    let x = input(g, "x", &[2, 12, 9, 11]);
-                    let w = input(g, "w", &[12, 1, 7, 7]);
-                    let b = input(g, "b", &[12]);
-                    let a = ConvAttrs { strides: vec![1, 1], pads: vec![3; 4], dilations: vec![1, 1], group: 12 };
-                    let v = input(g, "v", &[12, 1, 3, 2]);
-                    let c = ConvAttrs { strides: vec![2, 3], pads: vec![1, 0, 0, 2], dilations: vec![1, 2], group: 12 };
-                    vec![op(g, Op::Conv(a), &[x, w, b]), op(g, Op::Conv(c), &[x, v])]
-                }),
+                graph_of("nhwc_depthwise", |g| depthwise_pair(g, 12)),
                 graph_of("nhwc_grouped_dilated", |g| {
                     let x = input(g, "x", &[3, 16, 9, 10]);
                     let w = input(g, "w", &[16, 8, 2, 3]);
