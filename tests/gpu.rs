@@ -29,7 +29,7 @@ use tessera_store::{OpenOptions, Store};
 /// `cudnn` taking the MatMuls and convolutions the search gives them), each in fp32 and in fp16 and bf16
 /// storage with fp32 accumulation; `cutlass` with `cuda` (the rest) in each precision, and the four GPU
 /// backends together in fp16 and bf16; channels-last (`-layout=nhwc`) on `cuda` alone in fp32 and with the
-/// libraries in fp16; and their tolerances.
+/// libraries in fp16; and their tolerances: 1e-4 in fp32, 1e-2 in fp16, [`BF16_TOLERANCE`] in bf16.
 const TARGETS: [(&[&str], f64); 13] = [
     (&["cuda -compiler=nvrtc"], 1e-4),
     (&["cuda -compiler=nvrtc -precision=fp16"], 1e-2),
@@ -41,16 +41,24 @@ const TARGETS: [(&[&str], f64); 13] = [
         &["cuda -compiler=nvrtc -precision=fp16", "cuda -compiler=cublas -precision=fp16", "cuda -compiler=cudnn -precision=fp16", "cuda -compiler=cutlass -precision=fp16"],
         1e-2,
     ),
-    (&["cuda -compiler=nvrtc -precision=bf16"], 1e-2),
-    (&["cuda -compiler=nvrtc -precision=bf16", "cuda -compiler=cublas -precision=bf16", "cuda -compiler=cudnn -precision=bf16"], 1e-2),
-    (&["cuda -compiler=nvrtc -precision=bf16", "cuda -compiler=cutlass -precision=bf16"], 1e-2),
+    (&["cuda -compiler=nvrtc -precision=bf16"], BF16_TOLERANCE),
+    (&["cuda -compiler=nvrtc -precision=bf16", "cuda -compiler=cublas -precision=bf16", "cuda -compiler=cudnn -precision=bf16"], BF16_TOLERANCE),
+    (&["cuda -compiler=nvrtc -precision=bf16", "cuda -compiler=cutlass -precision=bf16"], BF16_TOLERANCE),
     (
         &["cuda -compiler=nvrtc -precision=bf16", "cuda -compiler=cublas -precision=bf16", "cuda -compiler=cudnn -precision=bf16", "cuda -compiler=cutlass -precision=bf16"],
-        1e-2,
+        BF16_TOLERANCE,
     ),
     (&["cuda -compiler=nvrtc -layout=nhwc"], 1e-4),
     (&["cuda -compiler=nvrtc -precision=fp16 -layout=nhwc", "cuda -compiler=cublas -precision=fp16 -layout=nhwc", "cuda -compiler=cudnn -precision=fp16 -layout=nhwc"], 1e-2),
 ];
+
+/// bf16's error budget: fp16's 1e-2 in units of the type's roundoff (bf16 keeps 8 bits of mantissa, fp16 11:
+/// eight times as coarse). 1e-2 cannot hold in bf16 for the arithmetic alone: measured in the interpreter
+/// (2026-11-26), MobileNetV2, BERT-tiny and BERT-mini stay at 1.6e-2 to 1.9e-2 with everything in fp32 but
+/// the bf16 rounding of each MatMul's, convolution's and attention's inputs, and their RMS error in bf16 is
+/// 7-8x fp16's (MobileNetV2 2.0e-2 against 2.7e-3); PyTorch's own bf16 error on the beyond-zoo set is of the
+/// same size (bench/beyond_zoo.md). A kernel bug still shows: wrong results are off by O(1), and NaN never passes.
+const BF16_TOLERANCE: f64 = 8e-2;
 
 /// The precision a target set asks for (`fp32` when its first target names none).
 fn precision_of<'a>(target: &[&'a str]) -> &'a str {

@@ -22,7 +22,8 @@ pub const UNITS: &[Unit] = &[
     Unit { name: "PRECISION", paths: &["src/precision.rs"] },
     Unit { name: "LAYOUT", paths: &["src/layout.rs"] },
     Unit { name: "CALIBRATE", paths: &["src/calibrate.rs", "src/interp"] },
-    Unit { name: "PARTITION", paths: &["src/partition"] },
+    // The plan records each input's integer bound (`interp::int_input_bounds`), which the artifact carries.
+    Unit { name: "PARTITION", paths: &["src/partition", "src/interp/random.rs"] },
     Unit { name: "TUNE", paths: &["src/tune.rs", "src/device.rs", "src/interp/random.rs"] },
     Unit { name: "LOWER", paths: &["src/lower.rs"] },
     Unit { name: "COMPILE", paths: &["src/compile.rs"] },

@@ -9,10 +9,14 @@
 //! - integers: uniform in [0, B) by multiply-shift of a 32-bit draw, with B = [`INT_INPUT_BOUND`] (100)
 //!   lowered to the axis size wherever the input (directly or through Reshape, Cast, Transpose and
 //!   other index-preserving ops) indexes a Gather, GatherElements, GatherND or ScatterND, so every index is valid (BERT's
-//!   token_type_ids index a table of 2 rows);
+//!   token_type_ids index a table of 2 rows); and B = 2 wherever it is cast to a float or to bool: an
+//!   integer read as a number or a truth value is a 0/1 mask (`attention_mask`, which exporters turn into
+//!   `(1 - mask) * lowest`, or count with CumSum into position ids). Values up to 99 there are no mask at
+//!   all: they push scores to +-1e6 and positions past their table, which no real input does and which
+//!   made fp16 calibration fail on OPT;
 //! - bools: a fair coin (lowest bit of a draw).
 
-use crate::ir::{Graph, Op, Tensor};
+use crate::ir::{DType, Graph, Op, Tensor};
 pub use tessera_kernels::random::{random_tensor, INT_INPUT_BOUND};
 
 /// Ops through which integer values reach their output unchanged (as a multiset of values), on the
@@ -36,8 +40,12 @@ fn passes_values(op: &Op, input_pos: usize) -> bool {
     }
 }
 
+/// The exclusive bound of an integer input cast to a float or to bool (a 0/1 mask): values 0 and 1.
+pub const MASK_BOUND: i64 = 2;
+
 /// For each graph input, the exclusive bound its integer values must respect: the smallest axis size
-/// it (or a value copied from it) indexes, capped at [`INT_INPUT_BOUND`].
+/// it (or a value copied from it) indexes, [`MASK_BOUND`] where it is cast to a float or bool, capped at
+/// [`INT_INPUT_BOUND`].
 pub fn int_input_bounds(g: &Graph) -> Vec<i64> {
     let consumers = g.consumers();
     g.inputs
@@ -66,6 +74,7 @@ pub fn int_input_bounds(g: &Graph) -> Vec<i64> {
                                 let dim = dims.iter().copied().min().unwrap_or(1) as i64;
                                 bound = bound.min(dim.max(1));
                             }
+                            Op::Cast { to } if to.is_float() || *to == DType::Bool => bound = bound.min(MASK_BOUND),
                             op if passes_values(op, pos) => stack.extend(node.outputs.iter().copied()),
                             _ => {}
                         }

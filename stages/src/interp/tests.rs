@@ -621,6 +621,30 @@ fn random_inputs_are_seeded_nonzero_and_respect_gather_bounds() {
     run_graph(&g, &a).unwrap();
 }
 
+/// An integer input read as a float or a truth value is a 0/1 mask, and gets 0s and 1s: HF's
+/// `(1 - mask) * lowest` and OPT's position ids (a CumSum of the mask) mean nothing for values up to 99.
+/// An input that only indexes a Gather keeps the gathered axis's bound.
+#[test]
+fn integer_inputs_read_as_floats_or_bools_are_masks() {
+    let mut g = Graph::new("t");
+    let mask = g.add_input("attention_mask", TensorType::new(DType::I64, [2, 300]));
+    let flag = g.add_input("flag", TensorType::new(DType::I32, [300]));
+    let ids = g.add_input("ids", TensorType::new(DType::I64, [300]));
+    let t = g.add("t", Op::Transpose { perm: vec![1, 0] }, &[mask]).unwrap();
+    let as_f = g.add("as_f", Op::Cast { to: DType::F32 }, &[t]).unwrap();
+    let as_b = g.add("as_b", Op::Cast { to: DType::Bool }, &[flag]).unwrap();
+    let table = g.add_const("table", f(&[1000, 1], &[0.; 1000]));
+    let e = g.add("e", Op::Gather { axis: 0 }, &[table, ids]).unwrap();
+    g.outputs.extend([as_f, as_b, e]);
+    assert_eq!(crate::interp::int_input_bounds(&g), vec![2, 2, INT_INPUT_BOUND]);
+    let a = random_inputs(&g, 3);
+    for m in &a[..2] {
+        let v = m.to_i64_vec();
+        assert!(v.iter().all(|&x| x == 0 || x == 1) && v.contains(&0) && v.contains(&1), "{v:?}");
+    }
+    assert!(a[2].to_i64_vec().iter().any(|&x| x > 50));
+}
+
 // ---- properties: the fast kernels against direct loops on random geometry ----
 
 mod props {
