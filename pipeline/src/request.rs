@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tessera_kernels::runtime::Registry;
+use tessera_stages::calibrate::CalibrationDir;
 use tessera_stages::context::{CostMode, Ctx};
 use tessera_stages::device::{assume_gpu, GpuFingerprint};
 use tessera_store::remote::keyfile::{load_signing_key, load_trust};
@@ -23,6 +24,9 @@ pub struct CompileRequest {
     pub inputs: Vec<String>,
     /// Fixed shapes of ONNX inputs given directly, by input name.
     pub shapes: BTreeMap<String, Vec<usize>>,
+    /// fp16 builds: a directory of calibration inputs ([`tessera_stages::calibrate::CalibrationDir`]) used
+    /// instead of random ones; None: random inputs.
+    pub calibration: Option<PathBuf>,
     /// Target strings or JSON texts; empty: every backend this machine can run.
     pub targets: Vec<String>,
     /// Where partition costs come from; [`CostMode::Recorded`] is a frozen build.
@@ -43,6 +47,7 @@ impl std::fmt::Debug for CompileRequest {
         f.debug_struct("CompileRequest")
             .field("inputs", &self.inputs)
             .field("shapes", &self.shapes)
+            .field("calibration", &self.calibration)
             .field("targets", &self.targets)
             .field("costs", &self.costs)
             .field("measured_on", &self.measured_on)
@@ -85,6 +90,7 @@ impl CompileRequest {
         CompileRequest {
             inputs,
             shapes: BTreeMap::new(),
+            calibration: None,
             targets: Vec::new(),
             costs: CostMode::default(),
             measured_on: None,
@@ -111,10 +117,14 @@ impl CompileRequest {
         self.assume_measured_gpu()?;
         let backends = all_backends();
         let targets = resolve_targets(&self.targets, &backends)?;
+        let calibration = self.calibration.as_ref().map(|d| CalibrationDir::new(d.clone())).transpose()?;
         let mut store = self.store.open()?;
         let mut summary = {
             let memo = Memo::new(&store).with_observer(on_stage);
-            let ctx = Ctx::new(&memo, &targets, &backends).with_costs(self.costs).with_runtime(&self.runtime);
+            let ctx = Ctx::new(&memo, &targets, &backends)
+                .with_costs(self.costs)
+                .with_runtime(&self.runtime)
+                .with_calibration(calibration.as_ref());
             compile_all_in(&memo, &ctx, jobs, &self.out, on_model)?
         };
         // A capped store (`tessera store config --max-size`) is brought back under its cap once the build is

@@ -91,3 +91,76 @@ fn overflow_bf16_keeps_the_nodes_in_bf16_and_bf16_builds_keep_none() {
     let err = failure(&["compile", "m.onnx", "--target", "cuda -precision=bf16", "--target", "cuda -compiler=cublas -precision=fp16", "--costs", "analytical", "--store", "s", "--out", "o"], t.path());
     assert!(err.contains("different precisions"), "{err}");
 }
+
+/// x (1x64) * 250 * 250 -> * 1.6e-5 -> MatMul -> y: constants in fp16's range, the second product at
+/// 62500|x|, beyond the range for random inputs (|x| < 1) and inside it for |x| up to 0.5.
+fn input_scaled_model(path: &std::path::Path) {
+    write(
+        path,
+        vec![
+            node("Mul", "scale_a", &["x", "k"], "a"),
+            node("Mul", "scale_b", &["a", "k"], "big"),
+            node("Mul", "scale_down", &["big", "down"], "small"),
+            node("MatMul", "mm", &["small", "w"], "y"),
+        ],
+        vec![f32_value("x", &[1, 64])],
+        vec![f32_value("y", &[1, 16])],
+        vec![
+            f32_initializer("k", &[64], vec![250.0; 64]),
+            f32_initializer("down", &[64], vec![1.6e-5; 64]),
+            f32_initializer("w", &[64, 16], (0..64 * 16).map(|i| ((i % 7) as f32 - 3.0) * 0.05).collect()),
+        ],
+    );
+}
+
+/// Writes one calibration sample: `x.npy` filled with `value`.
+fn sample(dir: &std::path::Path, value: f32) {
+    std::fs::create_dir_all(dir).unwrap();
+    let x = tessera_stages::ir::Tensor::from_f32([1, 64], &[value; 64]);
+    tessera_stages::npy::write(&dir.join("x.npy"), &x).unwrap();
+}
+
+/// `--calibration DIR`: the user's inputs replace the random ones. Random inputs take the model's values
+/// beyond fp16's range; inputs of 0.1 keep them in it (6250), so nothing is kept and `-overflow=error` builds;
+/// a second sample of 2.0 (125000) keeps the nodes again; `DIR/<model>/` is that model's own; a missing input, a wrong shape and a stray file are
+/// refused, naming the file.
+#[test]
+fn user_calibration_inputs_replace_the_random_ones() {
+    let t = tempfile::tempdir().unwrap();
+    input_scaled_model(&t.path().join("m.onnx"));
+    let explain = |cal: &str| json(&["explain", "m.onnx", "--target", "cuda -precision=fp16", "--costs", "analytical", "--store", "s", "--json", "--calibration", cal], t.path());
+    let random = kept_of(&json(&["explain", "m.onnx", "--target", "cuda -precision=fp16", "--costs", "analytical", "--store", "s", "--json"], t.path()));
+    assert_eq!(random.into_iter().map(|(n, _)| n).collect::<Vec<_>>(), ["scale_b", "scale_down"], "random inputs leave the range");
+    sample(&t.path().join("small"), 0.1);
+    assert!(kept_of(&explain("small")).is_empty(), "inputs of 0.1 stay in range");
+    common::cli::ok(&["compile", "m.onnx", "--target", "cuda -precision=fp16 -overflow=error", "--costs", "analytical", "--store", "s", "--out", "o", "--calibration", "small"], t.path());
+    // Two samples, one per subdirectory: the larger one decides.
+    sample(&t.path().join("two/a"), 0.1);
+    sample(&t.path().join("two/b"), 2.0);
+    let names: Vec<String> = kept_of(&explain("two")).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["scale_b", "scale_down"]);
+    // A model's own directory wins over the shared one.
+    sample(&t.path().join("shared"), 2.0);
+    sample(&t.path().join("shared/m"), 0.1);
+    assert!(kept_of(&explain("shared")).is_empty(), "shared/m is the model's own");
+    // Bad samples are named.
+    std::fs::create_dir_all(t.path().join("empty")).unwrap();
+    let err = failure(&["explain", "m.onnx", "--target", "cuda -precision=fp16", "--costs", "analytical", "--store", "s", "--calibration", "empty"], t.path());
+    assert!(err.contains("no .npy files"), "{err}");
+    let wrong = t.path().join("wrong");
+    std::fs::create_dir_all(&wrong).unwrap();
+    tessera_stages::npy::write(&wrong.join("x.npy"), &tessera_stages::ir::Tensor::from_f32([1, 8], &[0.1; 8])).unwrap();
+    let err = failure(&["explain", "m.onnx", "--target", "cuda -precision=fp16", "--costs", "analytical", "--store", "s", "--calibration", "wrong"], t.path());
+    assert!(err.contains("x.npy") && err.contains("shape"), "{err}");
+    sample(&t.path().join("stray"), 0.1);
+    std::fs::copy(t.path().join("stray/x.npy"), t.path().join("stray/mask.npy")).unwrap();
+    let err = failure(&["explain", "m.onnx", "--target", "cuda -precision=fp16", "--costs", "analytical", "--store", "s", "--calibration", "stray"], t.path());
+    assert!(err.contains("mask.npy") && err.contains("names no input"), "{err}");
+    let missing = t.path().join("missing");
+    std::fs::create_dir_all(&missing).unwrap();
+    std::fs::copy(t.path().join("stray/x.npy"), missing.join("y.npy")).unwrap();
+    let err = failure(&["explain", "m.onnx", "--target", "cuda -precision=fp16", "--costs", "analytical", "--store", "s", "--calibration", "missing"], t.path());
+    assert!(err.contains("no file x.npy for input 'x'"), "{err}");
+    let err = failure(&["explain", "m.onnx", "--target", "cuda -precision=fp16", "--costs", "analytical", "--store", "s", "--calibration", "nowhere"], t.path());
+    assert!(err.contains("nowhere") && err.contains("not a directory"), "{err}");
+}

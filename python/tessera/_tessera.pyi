@@ -41,6 +41,7 @@ def compile(
     *,
     targets: Optional[Sequence[str]] = None,
     shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    calibration: Optional[_Path] = None,
     store: Optional[_Path] = None,
     costs: str = "measured",
     wait: bool = False,

@@ -35,7 +35,7 @@ pub fn plan_model<'a>(ctx: &Ctx<'a>, source: &dyn GraphSource) -> Result<Planned
     let name = source.name();
     let (doc, built) = load_model(ctx, source).with_context(|| format!("model {name}: load"))?;
     let graph = LazyGraph::new(ctx.driver, doc, built);
-    let (doc, graph, calibrated) = crate::precision::for_targets(ctx, doc, graph).with_context(|| format!("model {name}: precision"))?;
+    let (doc, graph, calibrated) = crate::precision::for_targets(ctx, name, doc, graph).with_context(|| format!("model {name}: precision"))?;
     let (planned, layout) = crate::layout::plan_for_targets(ctx, doc, graph).with_context(|| format!("model {name}"))?;
     let crate::layout::Planned { doc, graph, plan_digest, plan } = planned;
     Ok(PlannedModel { doc, plan_digest, plan, graph, calibrated, layout })

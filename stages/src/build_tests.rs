@@ -300,7 +300,19 @@ fn precision_and_calibrate_keys_have_every_ingredient() {
         ("precision bf16", key("g", Precision::Bf16, Overflow::KeepFp32, "r")),
         ("ranges", key("g", Precision::Fp16, Overflow::KeepFp32, "r2")),
     ]);
-    assert_ne!(Calibrate { doc: d("g"), graph: &g }.key().unwrap(), Calibrate { doc: d("g2"), graph: &g }.key().unwrap());
+    assert_ne!(Calibrate { doc: d("g"), graph: &g, given: None }.key().unwrap(), Calibrate { doc: d("g2"), graph: &g, given: None }.key().unwrap());
+    // The user's calibration inputs enter by content.
+    let inputs = |v: f32| {
+        let dir = t.path().join(format!("cal-{v}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        crate::npy::write(&dir.join("x.npy"), &crate::ir::Tensor::from_f32([2], &[v, v])).unwrap();
+        crate::calibrate::CalibrationInputs::read(&dir).unwrap()
+    };
+    let (a, b) = (inputs(0.5), inputs(0.25));
+    let cal = |given| Calibrate { doc: d("g"), graph: &g, given }.key().unwrap();
+    assert_ne!(cal(Some(&a)), cal(Some(&b)));
+    assert_ne!(cal(Some(&a)), cal(None));
+    assert_eq!(cal(Some(&a)), cal(Some(&inputs(0.5))));
 }
 
 #[test]

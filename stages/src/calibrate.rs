@@ -3,10 +3,14 @@
 //! narrow type's range before it rewrites the graph (`crate::precision`), instead of shipping an artifact
 //! that returns NaN for inputs like the ones it was compiled with.
 //!
-//! The calibration inputs are the random inputs the tests draw ([`random_inputs`], seeds
+//! The calibration inputs are the user's where they gave some (`--calibration DIR`: [`CalibrationDir`],
+//! [`CalibrationInputs`]), else the random inputs the tests draw ([`random_inputs`], seeds
 //! `1..=CALIBRATION_RUNS`): tessera checks every compiled model against the reference on such inputs, so
-//! an artifact that keeps them in range passes its own check. Only values a node computes are measured;
-//! constants are measured from their data by the reader ([`Ranges::max_abs_of`]).
+//! an artifact that keeps them in range passes its own check. A user's inputs replace the random ones rather
+//! than join them: random values can mean nothing to a model (token ids, masks, audio) and push values out of
+//! range where real inputs never go, keeping nodes in fp32 for nothing; the artifact then holds for inputs
+//! like the user's. Only values a node computes are measured; constants are measured from their data by the
+//! reader ([`Ranges::max_abs_of`]).
 //!
 //! Magnitudes of 1e30 and more are not counted: exporters write "minus infinity" masks as f32's lowest
 //! value (Hugging Face's `finfo.min`), meant as infinities, which fp16 saturates to +-65504 and softmax
@@ -16,14 +20,16 @@
 
 use crate::context::LazyGraph;
 use crate::interp::{random_inputs, run_graph_observed};
-use crate::ir::{Graph, ValueDef, ValueId};
+use crate::ir::{Graph, Tensor, ValueDef, ValueId};
 use crate::stage::{DevicePolicy, Stage};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use tessera_store::Digest;
 
 /// The stage's code version.
-pub const CALIBRATE_VERSION: u32 = 1;
+pub const CALIBRATE_VERSION: u32 = 2;
 
 /// How many calibration inputs are drawn (seeds 1..=this). One: the reference costs about as much as the
 /// rest of a cold CPU-side build of the model (BERT-base: 2.5 s), and the headroom of `precision::LIMIT`
@@ -59,21 +65,157 @@ pub fn max_abs(xs: &[f32]) -> f32 {
     xs.iter().filter(|x| x.is_finite() && x.abs() < SENTINEL).fold(0f32, |m, x| m.max(x.abs()))
 }
 
-/// Runs the reference on the calibration inputs and records every computed value's range.
-pub fn measure(g: &Graph) -> Result<Ranges> {
+/// Runs the reference on the calibration inputs (`given`'s samples, else the random ones) and records every
+/// computed value's range.
+pub fn measure(g: &Graph, given: Option<&CalibrationInputs>) -> Result<Ranges> {
+    let samples: Vec<(String, Vec<Tensor>)> = match given {
+        Some(c) => c.samples_for(g)?,
+        None => (1..=CALIBRATION_RUNS).map(|seed| (format!("random input {seed}"), random_inputs(g, seed))).collect(),
+    };
     let mut max: Vec<Option<f32>> = vec![None; g.values.len()];
-    for seed in 1..=CALIBRATION_RUNS {
-        let inputs = random_inputs(g, seed);
-        run_graph_observed(g, &inputs, |v, t| {
+    for (what, inputs) in &samples {
+        run_graph_observed(g, inputs, |v, t| {
             if t.dtype().is_float() {
                 let m = max_abs(&t.to_f32_vec());
                 let slot = &mut max[v.index()];
                 *slot = Some(slot.map_or(m, |old| old.max(m)));
             }
         })
-        .with_context(|| format!("graph '{}': running the reference on calibration input {seed}", g.name))?;
+        .with_context(|| format!("graph '{}': running the reference on calibration {what}", g.name))?;
     }
-    Ok(Ranges { runs: CALIBRATION_RUNS as u32, max_abs: max })
+    Ok(Ranges { runs: samples.len() as u32, max_abs: max })
+}
+
+/// The directory a user's calibration inputs come from (`--calibration DIR`), for every model of a build:
+/// a model's inputs are in `DIR/<model name>/` where that directory exists, else in `DIR` itself.
+#[derive(Clone, Debug)]
+pub struct CalibrationDir {
+    root: PathBuf,
+}
+
+impl CalibrationDir {
+    /// `root` must be a directory.
+    pub fn new(root: impl Into<PathBuf>) -> Result<Self> {
+        let root = root.into();
+        if !root.is_dir() {
+            bail!("calibration directory {}: not a directory", root.display());
+        }
+        Ok(CalibrationDir { root })
+    }
+
+    /// The calibration inputs of the model named `model`.
+    pub fn for_model(&self, model: &str) -> Result<CalibrationInputs> {
+        let own = self.root.join(crate::npy::file_stem(model));
+        CalibrationInputs::read(if own.is_dir() { &own } else { &self.root })
+    }
+}
+
+/// A user's calibration inputs for one model: one or more samples, each a directory holding one NumPy file
+/// per model input, named as `tessera run --out` names them (`<input name>.npy`, characters other than ASCII
+/// letters, digits, `-`, `_` and `.` replaced by `_`). A directory with `.npy` files is one sample; one
+/// without is a set of samples, one per subdirectory (in name order). Read once, in full: the key is their
+/// content.
+#[derive(Clone, Debug)]
+pub struct CalibrationInputs {
+    samples: Vec<Sample>,
+}
+
+#[derive(Clone, Debug)]
+struct Sample {
+    dir: PathBuf,
+    /// File name -> contents.
+    files: BTreeMap<String, Vec<u8>>,
+}
+
+/// The `.npy` files directly in `dir`, by name (sorted), with their contents.
+fn npy_files(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("calibration directory {}: cannot read", dir.display()))? {
+        let path = entry.with_context(|| format!("calibration directory {}: cannot read", dir.display()))?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else { continue };
+        if path.is_file() && name.ends_with(".npy") {
+            let bytes = std::fs::read(&path).with_context(|| format!("calibration input {}: cannot read", path.display()))?;
+            files.insert(name, bytes);
+        }
+    }
+    Ok(files)
+}
+
+impl CalibrationInputs {
+    /// Reads the samples under `dir` (see the type's documentation).
+    pub fn read(dir: &Path) -> Result<Self> {
+        let files = npy_files(dir)?;
+        if !files.is_empty() {
+            return Ok(CalibrationInputs { samples: vec![Sample { dir: dir.to_path_buf(), files }] });
+        }
+        let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("calibration directory {}: cannot read", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_dir())
+            .collect();
+        subdirs.sort();
+        let mut samples = Vec::new();
+        for sub in subdirs {
+            let files = npy_files(&sub)?;
+            if !files.is_empty() {
+                samples.push(Sample { dir: sub, files });
+            }
+        }
+        if samples.is_empty() {
+            bail!(
+                "calibration directory {}: no .npy files (one sample: a file <input name>.npy for each model input; several: one subdirectory each)",
+                dir.display()
+            );
+        }
+        Ok(CalibrationInputs { samples })
+    }
+
+    /// How many samples there are.
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Whether there are none (never, for inputs [`CalibrationInputs::read`] made).
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// What the calibration's key names: each sample's files, by name, with the blake3 of their contents,
+    /// in sample order (where the files lie is not part of it).
+    pub fn digest(&self) -> Digest {
+        let named: Vec<Vec<(&str, Digest)>> =
+            self.samples.iter().map(|s| s.files.iter().map(|(n, b)| (n.as_str(), Digest::of(b))).collect()).collect();
+        Digest::of(&postcard::to_stdvec(&named).expect("names and digests encode"))
+    }
+
+    /// Each sample as `g`'s inputs, in graph order, named for errors: every input needs its file, of its
+    /// dtype (or one `npy::read_as` converts) and shape, and every file must name an input.
+    pub fn samples_for(&self, g: &Graph) -> Result<Vec<(String, Vec<Tensor>)>> {
+        let mut out = Vec::with_capacity(self.samples.len());
+        for sample in &self.samples {
+            let mut inputs = Vec::with_capacity(g.inputs.len());
+            let mut used = std::collections::BTreeSet::new();
+            for &v in &g.inputs {
+                let val = g.value(v);
+                let file = format!("{}.npy", crate::npy::file_stem(&val.name));
+                let path = sample.dir.join(&file);
+                let Some(bytes) = sample.files.get(&file) else {
+                    bail!("calibration sample {}: no file {file} for input '{}' ({})", sample.dir.display(), val.name, val.ty);
+                };
+                let t = crate::npy::read_bytes_as(bytes, &path, val.ty.dtype).with_context(|| format!("calibration input '{}'", val.name))?;
+                if t.shape() != val.ty.shape.as_slice() {
+                    bail!("calibration input {}: shape {:?}, but input '{}' is {}", path.display(), t.shape(), val.name, val.ty);
+                }
+                used.insert(file);
+                inputs.push(t);
+            }
+            if let Some(extra) = sample.files.keys().find(|f| !used.contains(*f)) {
+                bail!("calibration sample {}: {extra} names no input of model '{}'", sample.dir.display(), g.name);
+            }
+            out.push((format!("sample {}", sample.dir.display()), inputs));
+        }
+        Ok(out)
+    }
 }
 
 /// Stage: calibrate. Output: [`Ranges`] of the loaded document.
@@ -81,6 +223,8 @@ pub struct Calibrate<'a> {
     /// The loaded document.
     pub doc: Digest,
     pub graph: &'a LazyGraph<'a>,
+    /// The user's calibration inputs; None: the random ones.
+    pub given: Option<&'a CalibrationInputs>,
 }
 
 impl Stage for Calibrate<'_> {
@@ -91,10 +235,15 @@ impl Stage for Calibrate<'_> {
         crate::code::CodeVersion::new(CALIBRATE_VERSION, &[crate::code::digests::CALIBRATE])
     }
     fn key(&self) -> Result<Digest> {
-        Ok(self.key_builder().input_digest("graph", &self.doc).input("runs", &CALIBRATION_RUNS).finish()?)
+        let k = self.key_builder().input_digest("graph", &self.doc);
+        Ok(match self.given {
+            None => k.input("runs", &CALIBRATION_RUNS),
+            Some(c) => k.input_digest("calibration", &c.digest()),
+        }
+        .finish()?)
     }
     fn compute(&self) -> Result<Ranges> {
-        measure(self.graph.get()?)
+        measure(self.graph.get()?, self.given)
     }
 }
 
@@ -112,11 +261,32 @@ mod tests {
         let y = g.add("y", Op::Binary(BinaryOp::Mul), &[x, big]).unwrap();
         let m = g.add("m", Op::Binary(BinaryOp::Add), &[x, low]).unwrap();
         g.outputs = vec![y, m];
-        let r = measure(&g).unwrap();
+        let r = measure(&g, None).unwrap();
         assert_eq!(r.runs, CALIBRATION_RUNS as u32);
         assert!(r.max_abs_of(&g, y).unwrap() > 1e3, "{r:?}");
         assert!(r.max_abs_of(&g, m).unwrap() < 1e3, "the -3.4e38 mask is a sentinel, not a value: {r:?}");
         assert_eq!(r.max_abs_of(&g, big), Some(1e5));
         assert_eq!(r.max_abs_of(&g, x), None);
+    }
+
+    /// The digest names the inputs' content and order, not where they lie: the same files elsewhere give the
+    /// same digest, a changed value another (the stage's key: `build_tests`).
+    #[test]
+    fn calibration_digest_follows_the_content() {
+        let t = tempfile::tempdir().unwrap();
+        let write = |dir: &str, v: f32| {
+            let d = t.path().join(dir);
+            std::fs::create_dir_all(&d).unwrap();
+            crate::npy::write(&d.join("x.npy"), &Tensor::from_f32([4], &[v; 4])).unwrap();
+            CalibrationInputs::read(&d).unwrap()
+        };
+        let (a, b, c) = (write("a", 0.5), write("b", 0.5), write("c", 0.25));
+        assert_eq!(a.digest(), b.digest());
+        assert_ne!(a.digest(), c.digest());
+        let mut g = Graph::new("m");
+        let x = g.add_input("x", TensorType::f32([4]));
+        let y = g.add("y", Op::Binary(BinaryOp::Add), &[x, x]).unwrap();
+        g.outputs = vec![y];
+        assert_eq!(measure(&g, Some(&c)).unwrap().max_abs_of(&g, y), Some(0.5));
     }
 }

@@ -25,11 +25,18 @@ pub struct Ctx<'a> {
     /// How the runtime loads each module format, for the kernels and plans the compiler measures: the
     /// built-in formats, plus those of backends added from outside.
     pub runtime: &'a Registry,
+    /// The user's calibration inputs for reduced-precision builds (`--calibration DIR`); None: random ones.
+    pub calibration: Option<&'a crate::calibrate::CalibrationDir>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(driver: &'a dyn Driver, targets: &'a TargetSet, backends: &'a [Box<dyn Backend>]) -> Self {
-        Ctx { driver, targets, backends, costs: CostMode::default(), prefer: None, runtime: Registry::builtin() }
+        Ctx { driver, targets, backends, costs: CostMode::default(), prefer: None, runtime: Registry::builtin(), calibration: None }
+    }
+
+    pub fn with_calibration(mut self, calibration: Option<&'a crate::calibrate::CalibrationDir>) -> Self {
+        self.calibration = calibration;
+        self
     }
 
     pub fn with_runtime(mut self, runtime: &'a Registry) -> Self {

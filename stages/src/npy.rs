@@ -266,6 +266,19 @@ pub fn written_dtype(dtype: DType) -> DType {
     }
 }
 
+/// The file stem a tensor named `name` is written under and read from (`tessera run --out`, calibration
+/// inputs): ASCII letters, digits, `-`, `_` and `.` kept, anything else `_`, `_` prefixed to an empty name or
+/// one starting with `.`, cut to 120 bytes.
+pub fn file_stem(name: &str) -> String {
+    let mut s: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect();
+    if s.is_empty() || s.starts_with('.') {
+        s.insert(0, '_');
+    }
+    s.truncate(120);
+    s
+}
+
 #[cfg(test)]
 mod tests {
 

@@ -14,7 +14,7 @@
 //! fp16 graph (and its f16 constants, stored by digest) is computed once and shared by every target set
 //! that asks for it.
 
-use crate::calibrate::{Calibrate, Ranges};
+use crate::calibrate::{Calibrate, CalibrationInputs, Ranges};
 use crate::context::{Ctx, LazyGraph};
 use crate::ir::{serial::GraphDoc, DType, Graph, Tensor};
 use crate::stage::{run, run_digest, DevicePolicy, Stage};
@@ -150,14 +150,20 @@ impl Calibrated<'_> {
 }
 
 /// The document the partition stage works on for `ctx`'s precision, and its graph if it was built here:
-/// the loaded one itself for fp32; for reduced precision also what it was reduced from.
-pub fn for_targets<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) -> Result<(Digest, LazyGraph<'a>, Option<Calibrated<'a>>)> {
+/// the loaded one itself for fp32; for reduced precision also what it was reduced from. `model` names the
+/// model (whose calibration inputs `ctx.calibration` holds).
+pub fn for_targets<'a>(ctx: &Ctx<'a>, model: &str, doc: Digest, graph: LazyGraph<'a>) -> Result<(Digest, LazyGraph<'a>, Option<Calibrated<'a>>)> {
     let precision = ctx.targets.precision()?;
     if precision == Precision::Fp32 {
         return Ok((doc, graph, None));
     }
     // Only fp16 can overflow where fp32 does not: bf16 builds skip the calibration (a reference run).
-    let ranges = if precision == Precision::Fp16 { Some(calibrate(ctx, doc, &graph)?) } else { None };
+    let ranges = if precision == Precision::Fp16 {
+        let given = ctx.calibration.map(|dir| dir.for_model(model)).transpose()?;
+        Some(calibrate(ctx, doc, &graph, given.as_ref())?)
+    } else {
+        None
+    };
     let overflow = ctx.targets.overflow()?;
     let stage = ReducePrecision { doc, graph: &graph, precision, overflow, ranges, store: ctx.driver.store(), built: OnceLock::new() };
     let reduced = run_digest(ctx.driver, &stage)?;
@@ -166,7 +172,8 @@ pub fn for_targets<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) -> Resu
     Ok((reduced, LazyGraph::new(ctx.driver, reduced, built), calibrated))
 }
 
-/// The calibrate stage's output for the loaded document `doc` (memoized: computed once per model).
-pub fn calibrate<'a>(ctx: &Ctx<'a>, doc: Digest, graph: &LazyGraph<'a>) -> Result<(Digest, Ranges)> {
-    run(ctx.driver, &Calibrate { doc, graph })
+/// The calibrate stage's output for the loaded document `doc` on the user's inputs `given` or the random
+/// ones (memoized: computed once per model and inputs).
+pub fn calibrate<'a>(ctx: &Ctx<'a>, doc: Digest, graph: &LazyGraph<'a>, given: Option<&CalibrationInputs>) -> Result<(Digest, Ranges)> {
+    run(ctx.driver, &Calibrate { doc, graph, given })
 }

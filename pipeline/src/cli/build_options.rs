@@ -11,6 +11,7 @@ use clap::Args;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tessera_stages::backend::Backend;
+use tessera_stages::calibrate::CalibrationDir;
 use tessera_stages::target::TargetSet;
 use std::path::Path;
 use tessera_store::{RemoteOptions, RemoteUrl, Store};
@@ -24,6 +25,11 @@ pub struct BuildOptions {
     /// Fix an ONNX input's shape, e.g. `--shape input_ids=1x128` (applies to ONNX files given directly).
     #[arg(long = "shape")]
     pub shapes: Vec<String>,
+    /// fp16 builds: calibrate on these inputs instead of random ones: `<input name>.npy` for each model input
+    /// (the names `tessera run --out` writes), one sample per directory; a directory without `.npy` files
+    /// holds one sample per subdirectory, and `DIR/<model name>/` is used for that model where it exists.
+    #[arg(long, value_name = "DIR")]
+    pub calibration: Option<PathBuf>,
     /// The store (default: $TESSERA_STORE, else .tessera in the working directory).
     #[arg(long, env = "TESSERA_STORE")]
     pub store: Option<PathBuf>,
@@ -120,6 +126,11 @@ impl BuildOptions {
         parse_shapes(&self.shapes)
     }
 
+    /// The `--calibration` directory, checked to be one.
+    pub fn calibration(&self) -> Result<Option<CalibrationDir>> {
+        self.calibration.as_ref().map(|d| CalibrationDir::new(d.clone()).context("--calibration")).transpose()
+    }
+
     /// The canonical target set (the given targets, or every backend this machine can run).
     pub fn targets(&self, backends: &[Box<dyn Backend>]) -> Result<TargetSet> {
         resolve_targets(&self.targets, backends)
@@ -152,6 +163,7 @@ impl BuildOptions {
         Ok(CompileRequest {
             inputs: inputs.to_vec(),
             shapes: self.shapes()?,
+            calibration: self.calibration.clone(),
             targets: self.targets.clone(),
             // The request assumes the measured GPU when it compiles.
             costs: self.costs()?,

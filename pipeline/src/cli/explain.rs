@@ -91,7 +91,8 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     let targets = args.build.targets(&backends)?;
     let store = args.build.open_store()?;
     let memo = Memo::new(&store);
-    let ctx = Ctx::new(&memo, &targets, &backends).with_costs(costs);
+    let calibration = args.build.calibration()?;
+    let ctx = Ctx::new(&memo, &targets, &backends).with_costs(costs).with_calibration(calibration.as_ref());
     let planned = plan_model(&ctx, &job)?;
     store.flush()?;
     let graph = planned.graph.get()?;

@@ -191,13 +191,7 @@ impl RunReport {
 
 /// A tensor name as a file stem (see the module documentation for the rule).
 pub fn sanitize_file_stem(name: &str) -> String {
-    let mut s: String =
-        name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect();
-    if s.is_empty() || s.starts_with('.') {
-        s.insert(0, '_');
-    }
-    s.truncate(120);
-    s
+    npy::file_stem(name)
 }
 
 /// Assigns unique file stems, in order, adding `_2`, `_3`, ... to repeats (compared case-insensitively).
