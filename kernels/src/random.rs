@@ -43,3 +43,25 @@ pub fn random_tensor(ty: &TensorType, seed: u64, stream: u64, int_bound: i64) ->
     Tensor::from_bytes(ty.clone(), bytes).unwrap_or_else(|e| unreachable!("random_tensor: {e}"))
 }
 
+/// A random padding mask of integer type `ty` from stream `stream` of `seed`: along the last axis, each row
+/// is 1 for a run of random length (1 to the axis length, uniform) and 0 after it, as tokenizers pad a batch.
+pub fn random_mask(ty: &TensorType, seed: u64, stream: u64) -> Tensor {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    rng.set_stream(stream);
+    let len = ty.shape.last().copied().unwrap_or(1).max(1);
+    let rows = ty.numel() / len;
+    let mut bytes: Vec<u8> = Vec::with_capacity(ty.size_bytes());
+    for _ in 0..rows {
+        let ones = 1 + ((rng.next_u32() as u64 * len as u64) >> 32) as usize;
+        for j in 0..len {
+            let v = (j < ones) as i64;
+            match ty.dtype {
+                DType::I64 => bytes.extend(v.to_le_bytes()),
+                DType::I32 => bytes.extend((v as i32).to_le_bytes()),
+                DType::Bool => bytes.push(v as u8),
+                d => unreachable!("random_mask: {d} is not an integer or bool type"),
+            }
+        }
+    }
+    Tensor::from_bytes(ty.clone(), bytes).unwrap_or_else(|e| unreachable!("random_mask: {e}"))
+}

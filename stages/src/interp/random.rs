@@ -13,11 +13,15 @@
 //!   integer read as a number or a truth value is a 0/1 mask (`attention_mask`, which exporters turn into
 //!   `(1 - mask) * lowest`, or count with CumSum into position ids). Values up to 99 there are no mask at
 //!   all: they push scores to +-1e6 and positions past their table, which no real input does and which
-//!   made fp16 calibration fail on OPT;
+//!   made fp16 calibration fail on OPT. Masks are drawn as padding masks (`random_mask`: each row a run
+//!   of 1s of random length, at least one, then 0s), not independent bits: independent bits mask whole
+//!   rows of a causal model's attention (query 0 with key 0 masked), whose softmax then mixes scores
+//!   offset by the mask value (-1e4), information no 16-bit type keeps and no real input asks for.
+//!   (`tessera run` on an artifact, which has no graph, draws a mask's 0s and 1s independently;)
 //! - bools: a fair coin (lowest bit of a draw).
 
 use crate::ir::{DType, Graph, Op, Tensor};
-pub use tessera_kernels::random::{random_tensor, INT_INPUT_BOUND};
+pub use tessera_kernels::random::{random_mask, random_tensor, INT_INPUT_BOUND};
 
 /// Ops through which integer values reach their output unchanged (as a multiset of values), on the
 /// input positions that carry them.
@@ -47,11 +51,18 @@ pub const MASK_BOUND: i64 = 2;
 /// it (or a value copied from it) indexes, [`MASK_BOUND`] where it is cast to a float or bool, capped at
 /// [`INT_INPUT_BOUND`].
 pub fn int_input_bounds(g: &Graph) -> Vec<i64> {
+    int_input_uses(g).into_iter().map(|(bound, _)| bound).collect()
+}
+
+/// For each graph input: its bound ([`int_input_bounds`]), and whether it is a mask (cast to a float or
+/// bool, with room for 0 and 1).
+fn int_input_uses(g: &Graph) -> Vec<(i64, bool)> {
     let consumers = g.consumers();
     g.inputs
         .iter()
         .map(|&input| {
             let mut bound = INT_INPUT_BOUND;
+            let mut mask = false;
             let mut seen = vec![false; g.values.len()];
             let mut stack = vec![input];
             while let Some(v) = stack.pop() {
@@ -74,25 +85,32 @@ pub fn int_input_bounds(g: &Graph) -> Vec<i64> {
                                 let dim = dims.iter().copied().min().unwrap_or(1) as i64;
                                 bound = bound.min(dim.max(1));
                             }
-                            Op::Cast { to } if to.is_float() || *to == DType::Bool => bound = bound.min(MASK_BOUND),
+                            Op::Cast { to } if to.is_float() || *to == DType::Bool => {
+                                bound = bound.min(MASK_BOUND);
+                                mask = true;
+                            }
                             op if passes_values(op, pos) => stack.extend(node.outputs.iter().copied()),
                             _ => {}
                         }
                     }
                 }
             }
-            bound
+            (bound, mask && bound == MASK_BOUND)
         })
         .collect()
 }
 
 /// Random inputs for every graph input, in `g.inputs` order (see the module documentation for the
-/// distribution). Integer inputs that index a Gather stay inside the gathered axis.
+/// distribution). Integer inputs that index a Gather stay inside the gathered axis; masks are padding
+/// masks ([`random_mask`]).
 pub fn random_inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
-    let bounds = int_input_bounds(g);
+    let uses = int_input_uses(g);
     g.inputs
         .iter()
         .enumerate()
-        .map(|(i, &v)| random_tensor(g.ty(v), seed, i as u64, bounds[i]))
+        .map(|(i, &v)| match uses[i] {
+            (_, true) if g.ty(v).dtype.is_int() => random_mask(g.ty(v), seed, i as u64),
+            (bound, _) => random_tensor(g.ty(v), seed, i as u64, bound),
+        })
         .collect()
 }
