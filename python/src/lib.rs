@@ -3,7 +3,8 @@
 //! `load(path)` gives a [`Model`]; `model.run({name: ndarray})` returns `{name: ndarray}`. Inputs are
 //! borrowed from C-contiguous arrays in place (others are made contiguous first, one copy); outputs are
 //! allocated as Rust vectors, written by the run, and handed to NumPy as the arrays' own memory (no copy
-//! after the run). The GIL is released while the model loads and runs. Dict order is the caller's; nothing
+//! after the run). Tensors of other frameworks (torch, CuPy, JAX) come in through DLPack, in place, on the
+//! host or the GPU, and `out=` takes DLPack tensors the outputs are written into (dlpack.rs). The GIL is released while the model loads and runs. Dict order is the caller's; nothing
 //! is hashed. With the `compiler` feature (default), `compile(...)` runs the compiler (compile.rs) and
 //! `cli_main(argv)` the `tessera` command line (cli.rs), the wheel's `tessera` command.
 
@@ -11,12 +12,13 @@
 mod cli;
 #[cfg(feature = "compiler")]
 mod compile;
+mod dlpack;
 
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tessera_runtime::{DType, TensorInfo, TensorView, TensorViewMut};
+use tessera_runtime::{DType, DeviceTensor, TensorInfo, TensorView, TensorViewMut};
 
 pyo3::create_exception!(_tessera, Error, PyException, "A tessera error: the message names the file, model, input or output at fault.");
 
@@ -66,6 +68,42 @@ impl Held<'_> {
     }
 }
 
+/// An input as the run reads it: a NumPy array, or a DLPack tensor of another framework.
+enum Input<'py> {
+    Numpy(Held<'py>, Vec<usize>),
+    Dl(dlpack::Borrowed),
+}
+
+impl Input<'_> {
+    fn place(&self) -> dlpack::Place {
+        match self {
+            Input::Numpy(..) => dlpack::Place::Host,
+            Input::Dl(b) => b.place,
+        }
+    }
+
+    /// The host view of a host input.
+    fn view(&self) -> TensorView<'_> {
+        match self {
+            Input::Numpy(h, shape) => h.view(shape),
+            // SAFETY: the producer's memory lives as long as `b`, and nothing writes it during the run.
+            Input::Dl(b) => TensorView::from_bytes(b.dtype, &b.shape, unsafe { b.host_bytes() }),
+        }
+    }
+}
+
+/// Takes input `name`: a NumPy array, or any object with `__dlpack__` (torch, CuPy, JAX tensors).
+fn take_input<'py>(py: Python<'py>, name: &str, value: &Bound<'py, PyAny>) -> PyResult<Input<'py>> {
+    if value.cast::<PyUntypedArray>().is_ok() {
+        let (h, shape) = hold(py, name, value)?;
+        return Ok(Input::Numpy(h, shape));
+    }
+    if dlpack::is_dlpack(value) {
+        return Ok(Input::Dl(dlpack::borrow(py, &format!("input '{name}'"), value)?));
+    }
+    Err(Error::new_err(format!("input '{name}' must be a NumPy array or a DLPack tensor (torch, CuPy, JAX), got {}", value.get_type().name()?)))
+}
+
 /// Borrows `value` (input `name`) as a contiguous array of a tessera dtype.
 fn hold<'py>(py: Python<'py>, name: &str, value: &Bound<'py, PyAny>) -> PyResult<(Held<'py>, Vec<usize>)> {
     let Ok(arr) = value.cast::<PyUntypedArray>() else {
@@ -91,6 +129,8 @@ fn hold<'py>(py: Python<'py>, name: &str, value: &Bound<'py, PyAny>) -> PyResult
 /// An output's memory: a vector the run writes and NumPy then owns.
 enum OutBuf {
     F32(Vec<f32>),
+    /// f16 bits, handed to NumPy as float16.
+    F16(Vec<u16>),
     I64(Vec<i64>),
     I32(Vec<i32>),
     Bool(Vec<u8>),
@@ -101,16 +141,23 @@ impl OutBuf {
         let n = d.numel();
         Ok(match d.dtype {
             DType::F32 => OutBuf::F32(vec![0.0; n]),
+            DType::F16 => OutBuf::F16(vec![0; n]),
             DType::I64 => OutBuf::I64(vec![0; n]),
             DType::I32 => OutBuf::I32(vec![0; n]),
             DType::Bool => OutBuf::Bool(vec![0; n]),
-            other => return Err(Error::new_err(format!("output '{}' is {other}, which the Python API does not return yet", d.name))),
+            other => {
+                return Err(Error::new_err(format!(
+                    "output '{}' is {other}, which NumPy has no type for: give it a tensor to be written into, run(..., out={{'{}': torch.empty(..., dtype=torch.bfloat16)}})",
+                    d.name, d.name
+                )))
+            }
         })
     }
 
     fn view<'a>(&'a mut self, d: &'a TensorInfo) -> TensorViewMut<'a> {
         match self {
             OutBuf::F32(v) => TensorViewMut::from_slice(&d.shape, v),
+            OutBuf::F16(v) => TensorViewMut::from_bytes(DType::F16, &d.shape, bytes_of_mut(v)),
             OutBuf::I64(v) => TensorViewMut::from_slice(&d.shape, v),
             OutBuf::I32(v) => TensorViewMut::from_slice(&d.shape, v),
             OutBuf::Bool(v) => TensorViewMut::from_bytes(DType::Bool, &d.shape, v),
@@ -121,12 +168,19 @@ impl OutBuf {
     fn into_numpy<'py>(self, py: Python<'py>, shape: &[usize]) -> PyResult<Bound<'py, PyAny>> {
         Ok(match self {
             OutBuf::F32(v) => PyArray1::from_vec(py, v).reshape(shape)?.into_any(),
+            OutBuf::F16(v) => PyArray1::from_vec(py, v).reshape(shape)?.into_any().call_method1("view", ("float16",))?,
             OutBuf::I64(v) => PyArray1::from_vec(py, v).reshape(shape)?.into_any(),
             OutBuf::I32(v) => PyArray1::from_vec(py, v).reshape(shape)?.into_any(),
             // Bytes 0 or 1, viewed as NumPy bools.
             OutBuf::Bool(v) => PyArray1::from_vec(py, v).reshape(shape)?.into_any().call_method1("view", ("bool",))?,
         })
     }
+}
+
+/// A `u16` vector's bytes.
+fn bytes_of_mut(v: &mut [u16]) -> &mut [u8] {
+    // SAFETY: u16 has no padding and u8 any alignment; the length covers the same memory.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, v.len() * 2) }
 }
 
 #[pymethods]
@@ -164,21 +218,50 @@ impl Model {
         Ok(Some(py.import("json")?.call_method1("loads", (json,))?))
     }
 
-    /// Runs the model on `{input name: ndarray}` (every input, its exact dtype and shape) and returns
-    /// `{output name: ndarray}` in model order. The GIL is released while the model runs.
-    fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
-        let mut held = Vec::with_capacity(inputs.len());
+    /// Runs the model on `{input name: tensor}` (every input, its exact dtype and shape): NumPy arrays, or
+    /// DLPack tensors (torch, CuPy, JAX) read in place, on the host or, for a GPU model, on GPU 0. Returns
+    /// `{output name: ndarray}` in model order; with `out={output name: DLPack tensor}`, writes the outputs
+    /// into those tensors instead (on the host: every output; on the GPU: the ones named) and returns `out`.
+    /// GPU tensors need `out=` on the GPU (tessera allocates no memory for the caller), and the run
+    /// synchronizes the device before reading them. The GIL is released while the model runs.
+    #[pyo3(signature = (inputs, out=None))]
+    fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>, out: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyDict>> {
+        let mut held: Vec<(String, Input)> = Vec::with_capacity(inputs.len());
         for (k, v) in inputs.iter() {
             let name: String = k.extract().map_err(|_| Error::new_err(format!("input names must be strings, got {}", k.repr().map(|r| r.to_string()).unwrap_or_default())))?;
-            let (h, shape) = hold(py, &name, &v)?;
-            held.push((name, h, shape));
+            let input = take_input(py, &name, &v)?;
+            held.push((name, input));
         }
-        let views: Vec<(&str, TensorView)> = held.iter().map(|(n, h, s)| (n.as_str(), h.view(s))).collect();
+        let mut outs: Vec<(String, Bound<'py, PyAny>, dlpack::Borrowed)> = Vec::new();
+        if let Some(out) = out {
+            for (k, v) in out.iter() {
+                let name: String = k.extract().map_err(|_| Error::new_err("output names in out= must be strings"))?;
+                if !dlpack::is_dlpack(&v) {
+                    return Err(Error::new_err(format!("out['{name}'] must be a DLPack tensor (torch, CuPy, JAX, NumPy), got {}", v.get_type().name()?)));
+                }
+                let b = dlpack::borrow(py, &format!("out['{name}']"), &v)?;
+                outs.push((name, v, b));
+            }
+        }
+        let on_gpu = held.iter().any(|(_, i)| i.place() != dlpack::Place::Host) || outs.iter().any(|(_, _, b)| b.place != dlpack::Place::Host);
+        if on_gpu {
+            return self.run_on_gpu(py, &held, out, &outs);
+        }
+        let views: Vec<(&str, TensorView)> = held.iter().map(|(n, i)| (n.as_str(), i.view())).collect();
+        let model = &self.inner;
+        if let Some(out_dict) = out {
+            let mut targets: Vec<(&str, TensorViewMut)> = outs
+                .iter()
+                // SAFETY: the caller's output tensors, alive as long as `outs`; nothing else uses them during the run.
+                .map(|(n, _, b)| (n.as_str(), TensorViewMut::from_bytes(b.dtype, &b.shape, unsafe { b.host_bytes_mut() })))
+                .collect();
+            py.detach(|| model.run_into(&views, &mut targets)).map_err(err)?;
+            return Ok(out_dict.clone());
+        }
         let infos = self.inner.outputs();
         let mut bufs = infos.iter().map(OutBuf::new).collect::<PyResult<Vec<_>>>()?;
         {
             let mut outs: Vec<(&str, TensorViewMut)> = infos.iter().zip(bufs.iter_mut()).map(|(d, b)| (d.name.as_str(), b.view(d))).collect();
-            let model = &self.inner;
             py.detach(|| model.run_into(&views, &mut outs)).map_err(err)?;
         }
         let result = PyDict::new(py);
@@ -191,6 +274,55 @@ impl Model {
     fn __repr__(&self) -> String {
         let names = |l: &[TensorInfo]| l.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
         format!("<tessera.Model '{}': inputs {}; outputs {}>", self.inner.name(), names(self.inner.inputs()), names(self.inner.outputs()))
+    }
+}
+
+impl Model {
+    /// A run whose tensors are on the GPU: every input and every `out=` tensor there, none copied.
+    fn run_on_gpu<'py>(
+        &self,
+        py: Python<'py>,
+        held: &[(String, Input)],
+        out: Option<&Bound<'py, PyDict>>,
+        outs: &[(String, Bound<'py, PyAny>, dlpack::Borrowed)],
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let side = |p: dlpack::Place| if p == dlpack::Place::Host { "the host" } else { "the GPU" };
+        let first_gpu = held.iter().map(|(n, i)| (n, i.place())).chain(outs.iter().map(|(n, _, b)| (n, b.place))).find(|(_, p)| *p != dlpack::Place::Host);
+        let (gpu_name, _) = first_gpu.expect("called for a run with a GPU tensor");
+        for (name, input) in held {
+            if input.place() == dlpack::Place::Host {
+                return Err(Error::new_err(format!("input '{name}' is on {} but '{gpu_name}' is on the GPU: give every tensor of a run on one side", side(input.place()))));
+            }
+        }
+        let Some(out_dict) = out.filter(|_| !outs.is_empty()) else {
+            return Err(Error::new_err("GPU inputs need out= tensors on the GPU to write the outputs into (tessera allocates no device memory for callers)"));
+        };
+        for (name, _, b) in outs {
+            if b.place == dlpack::Place::Host {
+                return Err(Error::new_err(format!("out['{name}'] is on the host but '{gpu_name}' is on the GPU: give every tensor of a run on one side")));
+            }
+        }
+        fn dev(b: &dlpack::Borrowed) -> DeviceTensor<'_> {
+            DeviceTensor::new(b.dtype, &b.shape, b.address())
+        }
+        let ins: Vec<(&str, DeviceTensor)> = held
+            .iter()
+            .map(|(n, i)| match i {
+                Input::Dl(b) => (n.as_str(), dev(b)),
+                Input::Numpy(..) => unreachable!("NumPy arrays are on the host, refused above"),
+            })
+            .collect();
+        let targets: Vec<(&str, DeviceTensor)> = outs.iter().map(|(n, _, b)| (n.as_str(), dev(b))).collect();
+        let model = &self.inner;
+        py.detach(|| {
+            // The producers' streams are theirs: wait for all the device's work before reading.
+            tessera_runtime::synchronize_gpu()?;
+            // SAFETY: DLPack tensors on GPU 0 the caller owns, alive for the call (`held`, `outs`); the run
+            // checks dtypes, shapes and allocation sizes; outputs are the caller's distinct tensors.
+            unsafe { model.run_device(&ins, &targets) }
+        })
+        .map_err(err)?;
+        Ok(out_dict.clone())
     }
 }
 

@@ -29,7 +29,10 @@ class Model:
     def provenance(self) -> Optional[Dict[str, Any]]:
         """How the artifact was built: tessera_version, source_revision, source (kind, name, digest), targets,
         precision, costs, options; None for an artifact written before tessera recorded provenance."""
-    def run(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]: ...
+    def run(self, inputs: Mapping[str, Any], out: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        """Inputs: NumPy arrays or DLPack tensors (torch, CuPy, JAX), read in place, on the host or GPU 0.
+        Returns NumPy arrays, or with `out=` writes into those DLPack tensors and returns `out`."""
+        ...
 
 def load(path: Union[str, os.PathLike]) -> Model: ...
 

@@ -80,3 +80,10 @@ impl Model {
         Ok(bound)
     }
 }
+
+/// Waits for all work on GPU 0, every stream included: for callers whose device inputs were written on a
+/// stream they cannot hand tessera (Python's DLPack path synchronizes so before a device run). An
+/// [`ErrorKind::Run`] error where there is no usable GPU.
+pub fn synchronize_gpu() -> Result<(), Error> {
+    tessera_kernels::runtime::cuda::device::synchronize().map_err(|e| Error::new(ErrorKind::Run, e))
+}

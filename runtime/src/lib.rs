@@ -40,7 +40,7 @@ mod error;
 mod model;
 mod view;
 
-pub use device::DeviceTensor;
+pub use device::{synchronize_gpu, DeviceTensor};
 pub use error::{Error, ErrorKind};
 pub use model::{Model, TensorInfo};
 pub use view::{Element, TensorView, TensorViewMut, Writable};

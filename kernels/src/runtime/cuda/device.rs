@@ -57,6 +57,14 @@ pub fn info() -> Result<DeviceInfo, String> {
     })
 }
 
+/// Waits for all work on GPU 0 (every stream of its context, the caller's included): what a caller that
+/// hands tessera device memory written on a stream tessera does not know does before the run reads it.
+pub fn synchronize() -> Result<(), String> {
+    let ctx = context()?;
+    ctx.bind_to_thread().map_err(|e| format!("GPU 0: {e}"))?;
+    ctx.synchronize().map_err(|e| format!("GPU 0: {e}"))
+}
+
 /// `n` rounded up to 256 bytes, the alignment of every device buffer tessera lays out.
 pub fn align256(n: u64) -> u64 {
     n.div_ceil(256) * 256
