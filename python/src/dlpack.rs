@@ -144,9 +144,11 @@ fn dtype_of(t: DLDataType) -> Option<DType> {
 
 /// Takes `value` (the tensor `what` names in errors) through its `__dlpack__`.
 ///
-/// Host tensors are asked for with no stream; CUDA tensors with `stream=-1` (no synchronization from the
-/// producer): the caller synchronizes the device before reading them ([`crate`]'s run does).
-pub fn borrow(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>) -> PyResult<Borrowed> {
+/// Host tensors are asked for with no stream. CUDA tensors with the consumer's `stream` (the CUstream the run
+/// is ordered on: the producer makes its pending writes visible to it), or with `stream=-1` (no
+/// synchronization from the producer) when there is none: the caller then synchronizes the device before
+/// reading them ([`crate`]'s run does).
+pub fn borrow(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>, stream: Option<u64>) -> PyResult<Borrowed> {
     let (device_type, device_id): (i32, i32) = value.call_method0("__dlpack_device__")?.extract()?;
     let place = match device_type {
         DL_CPU | DL_CUDA_HOST => Place::Host,
@@ -157,7 +159,10 @@ pub fn borrow(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>) -> PyResult<
         value.call_method0("__dlpack__")?
     } else {
         let kwargs = PyDict::new(py);
-        kwargs.set_item("stream", -1)?;
+        match stream {
+            Some(s) => kwargs.set_item("stream", s)?,
+            None => kwargs.set_item("stream", -1)?,
+        }
         value.call_method("__dlpack__", (), Some(&kwargs))?
     };
     // SAFETY: `capsule` is a live object; GetPointer checks its name and type, and fails (setting a Python

@@ -93,13 +93,13 @@ impl Input<'_> {
 }
 
 /// Takes input `name`: a NumPy array, or any object with `__dlpack__` (torch, CuPy, JAX tensors).
-fn take_input<'py>(py: Python<'py>, name: &str, value: &Bound<'py, PyAny>) -> PyResult<Input<'py>> {
+fn take_input<'py>(py: Python<'py>, name: &str, value: &Bound<'py, PyAny>, stream: Option<u64>) -> PyResult<Input<'py>> {
     if value.cast::<PyUntypedArray>().is_ok() {
         let (h, shape) = hold(py, name, value)?;
         return Ok(Input::Numpy(h, shape));
     }
     if dlpack::is_dlpack(value) {
-        return Ok(Input::Dl(dlpack::borrow(py, &format!("input '{name}'"), value)?));
+        return Ok(Input::Dl(dlpack::borrow(py, &format!("input '{name}'"), value, stream)?));
     }
     Err(Error::new_err(format!("input '{name}' must be a NumPy array or a DLPack tensor (torch, CuPy, JAX), got {}", value.get_type().name()?)))
 }
@@ -222,14 +222,21 @@ impl Model {
     /// DLPack tensors (torch, CuPy, JAX) read in place, on the host or, for a GPU model, on GPU 0. Returns
     /// `{output name: ndarray}` in model order; with `out={output name: DLPack tensor}`, writes the outputs
     /// into those tensors instead (on the host: every output; on the GPU: the ones named) and returns `out`.
-    /// GPU tensors need `out=` on the GPU (tessera allocates no memory for the caller), and the run
-    /// synchronizes the device before reading them. The GIL is released while the model runs.
-    #[pyo3(signature = (inputs, out=None))]
-    fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>, out: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyDict>> {
+    /// GPU tensors need `out=` on the GPU (tessera allocates no memory for the caller). Without `stream`, the
+    /// run synchronizes the device before reading them and returns when the outputs are written; with
+    /// `stream` (a CUstream handle: `torch.cuda.current_stream().cuda_stream`), the producers order their
+    /// writes before it (DLPack's stream argument), the run is enqueued on it and the call returns at once:
+    /// work the caller enqueues on that stream afterwards sees the outputs. The GIL is released while the
+    /// model runs.
+    #[pyo3(signature = (inputs, out=None, stream=None))]
+    fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>, out: Option<&Bound<'py, PyDict>>, stream: Option<u64>) -> PyResult<Bound<'py, PyDict>> {
+        if stream == Some(0) {
+            return Err(Error::new_err("stream=0 is the legacy default stream, which tessera cannot order against: give a stream's handle, or none"));
+        }
         let mut held: Vec<(String, Input)> = Vec::with_capacity(inputs.len());
         for (k, v) in inputs.iter() {
             let name: String = k.extract().map_err(|_| Error::new_err(format!("input names must be strings, got {}", k.repr().map(|r| r.to_string()).unwrap_or_default())))?;
-            let input = take_input(py, &name, &v)?;
+            let input = take_input(py, &name, &v, stream)?;
             held.push((name, input));
         }
         let mut outs: Vec<(String, Bound<'py, PyAny>, dlpack::Borrowed)> = Vec::new();
@@ -239,13 +246,16 @@ impl Model {
                 if !dlpack::is_dlpack(&v) {
                     return Err(Error::new_err(format!("out['{name}'] must be a DLPack tensor (torch, CuPy, JAX, NumPy), got {}", v.get_type().name()?)));
                 }
-                let b = dlpack::borrow(py, &format!("out['{name}']"), &v)?;
+                let b = dlpack::borrow(py, &format!("out['{name}']"), &v, stream)?;
                 outs.push((name, v, b));
             }
         }
         let on_gpu = held.iter().any(|(_, i)| i.place() != dlpack::Place::Host) || outs.iter().any(|(_, _, b)| b.place != dlpack::Place::Host);
         if on_gpu {
-            return self.run_on_gpu(py, &held, out, &outs);
+            return self.run_on_gpu(py, &held, out, &outs, stream);
+        }
+        if stream.is_some() {
+            return Err(Error::new_err("stream= is for GPU tensors: this run's tensors are on the host"));
         }
         let views: Vec<(&str, TensorView)> = held.iter().map(|(n, i)| (n.as_str(), i.view())).collect();
         let model = &self.inner;
@@ -285,6 +295,7 @@ impl Model {
         held: &[(String, Input)],
         out: Option<&Bound<'py, PyDict>>,
         outs: &[(String, Bound<'py, PyAny>, dlpack::Borrowed)],
+        stream: Option<u64>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let side = |p: dlpack::Place| if p == dlpack::Place::Host { "the host" } else { "the GPU" };
         let first_gpu = held.iter().map(|(n, i)| (n, i.place())).chain(outs.iter().map(|(n, _, b)| (n, b.place))).find(|(_, p)| *p != dlpack::Place::Host);
@@ -315,11 +326,14 @@ impl Model {
         let targets: Vec<(&str, DeviceTensor)> = outs.iter().map(|(n, _, b)| (n.as_str(), dev(b))).collect();
         let model = &self.inner;
         py.detach(|| {
-            // The producers' streams are theirs: wait for all the device's work before reading.
-            tessera_runtime::synchronize_gpu()?;
-            // SAFETY: DLPack tensors on GPU 0 the caller owns, alive for the call (`held`, `outs`); the run
-            // checks dtypes, shapes and allocation sizes; outputs are the caller's distinct tensors.
-            unsafe { model.run_device(&ins, &targets) }
+            if stream.is_none() {
+                // The producers' streams are theirs: wait for all the device's work before reading.
+                tessera_runtime::synchronize_gpu()?;
+            }
+            // SAFETY: DLPack tensors on GPU 0 the caller owns, alive for the call (`held`, `outs`) and, with a
+            // stream, kept by the caller until the stream passes the run (the documented contract of `stream=`);
+            // the run checks dtypes, shapes and allocation sizes; outputs are the caller's distinct tensors.
+            unsafe { model.run_device_on(&ins, &targets, stream) }
         })
         .map_err(err)?;
         Ok(out_dict.clone())

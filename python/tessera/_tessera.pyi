@@ -29,9 +29,10 @@ class Model:
     def provenance(self) -> Optional[Dict[str, Any]]:
         """How the artifact was built: tessera_version, source_revision, source (kind, name, digest), targets,
         precision, costs, options; None for an artifact written before tessera recorded provenance."""
-    def run(self, inputs: Mapping[str, Any], out: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    def run(self, inputs: Mapping[str, Any], out: Optional[Mapping[str, Any]] = None, stream: Optional[int] = None) -> Dict[str, Any]:
         """Inputs: NumPy arrays or DLPack tensors (torch, CuPy, JAX), read in place, on the host or GPU 0.
-        Returns NumPy arrays, or with `out=` writes into those DLPack tensors and returns `out`."""
+        Returns NumPy arrays, or with `out=` writes into those DLPack tensors and returns `out`; `stream` (a
+        CUstream handle) enqueues a GPU run on it and returns at once."""
         ...
 
 def load(path: Union[str, os.PathLike]) -> Model: ...

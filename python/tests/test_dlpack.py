@@ -86,6 +86,8 @@ def test_dlpack_refusals_say_why():
     # A wrong shape is the runtime's usual error, naming the output.
     with pytest.raises(tessera.Error, match=re.escape(f"'{out_name}'")):
         m.run({name: x}, out={out_name: np.zeros((1,), np.float32)})
+    with pytest.raises(tessera.Error, match=re.escape("stream= is for GPU tensors")):
+        m.run({name: x}, stream=12345)
     m.run({name: x})  # still usable
 
 
@@ -120,6 +122,17 @@ def test_torch_tensors_on_the_gpu():
     for k in want:
         assert out[k].is_cuda
         assert out[k].cpu().numpy().tobytes() == want[k].tobytes(), k
+    # On torch's stream, asynchronously: inputs written, the run, and a read of the outputs all enqueued on one
+    # stream with no synchronization between them; only the end waits.
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        dev2 = {k: v * 1 for k, v in dev.items()}
+        out2 = {k: torch.zeros_like(v) for k, v in out.items()}
+        m.run(dev2, out=out2, stream=s.cuda_stream)
+        read = {k: v * 1 for k, v in out2.items()}
+    s.synchronize()
+    for k in want:
+        assert read[k].cpu().numpy().tobytes() == want[k].tobytes(), f"{k} on the caller's stream"
     with pytest.raises(tessera.Error, match="tessera allocates no device memory"):
         m.run(dev)
     host_in = {**dev, next(iter(dev)): torch.from_numpy(next(iter(inputs.values())))}

@@ -214,6 +214,24 @@ enum TesseraStatus tessera_model_run_device(const struct TesseraModel *model,
                                             const struct TesseraDeviceTensor *outputs,
                                             size_t n_outputs);
 
+// `tessera_model_run_device` ordered on the caller's CUDA stream `stream` (a `CUstream` or `cudaStream_t` of GPU
+// 0's primary context) and asynchronous: the run waits for the work enqueued on `stream` before the call (no
+// synchronization needed after writing the inputs), returns once it is enqueued, and work enqueued on
+// `stream` afterwards sees the outputs. Errors found before enqueueing (names, dtypes, shapes, pointers) are
+// returned; a kernel failure surfaces on `stream`, as for the caller's own kernels. A plan with host steps runs
+// synchronously. A null `stream` is `TESSERA_STATUS_ERROR_INVALID_ARGUMENT` (the legacy default stream is
+// not one tessera can order against: use `tessera_model_run_device`).
+//
+// # Safety
+// As `tessera_model_run_device`, with "during the call" extended to "until `stream` reaches the call"; `stream`
+// is a live stream of GPU 0's primary context.
+enum TesseraStatus tessera_model_run_device_async(const struct TesseraModel *model,
+                                                  const struct TesseraDeviceTensor *inputs,
+                                                  size_t n_inputs,
+                                                  const struct TesseraDeviceTensor *outputs,
+                                                  size_t n_outputs,
+                                                  void *stream);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -83,3 +83,35 @@ pub unsafe extern "C" fn tessera_model_run_device(
         Ok(unsafe { m.model.run_device(&ins, &outs) }?)
     })
 }
+
+/// `tessera_model_run_device` ordered on the caller's CUDA stream `stream` (a `CUstream` or `cudaStream_t` of GPU
+/// 0's primary context) and asynchronous: the run waits for the work enqueued on `stream` before the call (no
+/// synchronization needed after writing the inputs), returns once it is enqueued, and work enqueued on
+/// `stream` afterwards sees the outputs. Errors found before enqueueing (names, dtypes, shapes, pointers) are
+/// returned; a kernel failure surfaces on `stream`, as for the caller's own kernels. A plan with host steps runs
+/// synchronously. A null `stream` is `TESSERA_STATUS_ERROR_INVALID_ARGUMENT` (the legacy default stream is
+/// not one tessera can order against: use `tessera_model_run_device`).
+///
+/// # Safety
+/// As `tessera_model_run_device`, with "during the call" extended to "until `stream` reaches the call"; `stream`
+/// is a live stream of GPU 0's primary context.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_model_run_device_async(
+    model: *const TesseraModel,
+    inputs: *const TesseraDeviceTensor,
+    n_inputs: usize,
+    outputs: *const TesseraDeviceTensor,
+    n_outputs: usize,
+    stream: *mut std::ffi::c_void,
+) -> TesseraStatus {
+    guard(|| {
+        // SAFETY (this block): the caller's promises above.
+        let m = unsafe { model_arg(model) }?;
+        if stream.is_null() {
+            return Err(invalid("stream is null: give the CUstream to order the run on (tessera_model_run_device runs synchronously)".to_string()));
+        }
+        let ins = unsafe { device_args(inputs, n_inputs, "input") }?;
+        let outs = unsafe { device_args(outputs, n_outputs, "output") }?;
+        Ok(unsafe { m.model.run_device_on(&ins, &outs, Some(stream as u64)) }?)
+    })
+}

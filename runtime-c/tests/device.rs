@@ -58,6 +58,8 @@ fn bad_calls_are_statuses_with_messages() {
         assert_eq!(tessera_model_run_device(m, null(), 1, null(), 0), TesseraStatus::ErrorInvalidArgument);
         assert!(last().contains("inputs is null"), "{}", last());
         assert_eq!(tessera_model_run_device(null(), &ok, 1, null(), 0), TesseraStatus::ErrorInvalidArgument);
+        assert_eq!(tessera_model_run_device_async(m, &ok, 1, null(), 0, null_mut()), TesseraStatus::ErrorInvalidArgument);
+        assert!(last().contains("stream is null"), "{}", last());
         tessera_model_free(m);
     }
 }
@@ -110,11 +112,29 @@ fn device_pointers_match_host_memory_runs_on_the_gpu() {
                 result::memcpy_dtoh_sync(&mut got, p).unwrap();
                 assert!(&got == w, "{name}: output {:?} from device pointers differs from the host-memory run", CStr::from_ptr(t.name));
             }
+            // On the caller's stream, asynchronously: inputs written, the run and the outputs read back are all
+            // enqueued on one stream with no synchronization between them; only the end waits. The outputs are
+            // cleared first, so equal bytes are this run's.
+            let stream = result::stream::create(result::stream::StreamKind::NonBlocking).unwrap();
+            for (&p, t) in dev_out.iter().zip(&outs) {
+                result::memset_d8_sync(p, 0, t.size_bytes).unwrap();
+            }
+            for (x, &p) in inputs.iter().zip(&dev_in) {
+                result::memcpy_htod_async(p, x.bytes(), stream).unwrap();
+            }
+            assert_eq!(tessera_model_run_device_async(m, d_in.as_ptr(), d_in.len(), d_out.as_ptr(), d_out.len(), stream.cast()), TesseraStatus::Ok, "{}", last());
+            let mut got: Vec<Vec<u8>> = outs.iter().map(|t| vec![0u8; t.size_bytes]).collect();
+            for (g, &p) in got.iter_mut().zip(&dev_out) {
+                result::memcpy_dtoh_async(g, p, stream).unwrap();
+            }
+            result::stream::synchronize(stream).unwrap();
+            result::stream::destroy(stream).unwrap();
+            assert!(got == want, "{name}: the asynchronous run on the caller's stream differs from the host-memory run");
             for p in dev_in.into_iter().chain(dev_out) {
                 result::free_sync(p).unwrap();
             }
             tessera_model_free(m);
         }
-        println!("{name}: C device-pointer run matches the host-memory run");
+        println!("{name}: C device-pointer runs (synchronous, and asynchronous on the caller's stream) match the host-memory run");
     }
 }

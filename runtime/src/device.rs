@@ -48,6 +48,21 @@ impl Model {
     /// Every pointer is device memory the caller owns, holding (inputs) or receiving (outputs) its tensor,
     /// which no other work reads or writes during the call; no output overlaps another buffer of the call.
     pub unsafe fn run_device(&self, inputs: &[(&str, DeviceTensor<'_>)], outputs: &[(&str, DeviceTensor<'_>)]) -> Result<(), Error> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.run_device_on(inputs, outputs, None) }
+    }
+
+    /// [`run_device`](Model::run_device) on the caller's CUDA stream (a `CUstream`, or a `cudaStream_t`: the
+    /// same handle, on GPU 0's primary context), asynchronously: the run waits for the work the caller
+    /// enqueued on `stream` before the call (no synchronization needed after writing the inputs), the call
+    /// returns once the run is enqueued, and work the caller enqueues on `stream` afterwards sees the outputs.
+    /// `None` is `run_device`. The session's device memory is as for every run (runs of one session queue
+    /// behind each other on its stream); a plan with host steps (a mixed host/GPU plan) runs synchronously.
+    ///
+    /// # Safety
+    /// As [`run_device`](Model::run_device), with "during the call" extended to "until `stream` reaches the
+    /// point of the call"; `stream` is a live stream of GPU 0's primary context.
+    pub unsafe fn run_device_on(&self, inputs: &[(&str, DeviceTensor<'_>)], outputs: &[(&str, DeviceTensor<'_>)], stream: Option<u64>) -> Result<(), Error> {
         if !self.is_gpu() {
             return Err(Error::new(ErrorKind::Input, format!("model '{}' runs on the host: device pointers are for GPU artifacts (give host memory to run or run_into)", self.name())));
         }
@@ -58,7 +73,7 @@ impl Model {
         };
         let outs = self.bind_device(outputs, false)?;
         // SAFETY: the caller's promise, passed on.
-        self.with_session(|s| unsafe { s.run_device(&ins, &outs) })
+        self.with_session(|s| unsafe { s.run_device_on(&ins, &outs, stream) })
     }
 
     /// Per model input (or output), the pointer given for it, after checking names, dtypes and shapes.

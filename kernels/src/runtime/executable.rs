@@ -268,6 +268,17 @@ impl Session {
     /// As [`DeviceEngine::run_device`]: the pointers are the caller's device memory, holding or receiving the
     /// tensors, untouched by other work during the call, outputs overlapping nothing else.
     pub unsafe fn run_device(&mut self, inputs: &[u64], outputs: &[Option<u64>]) -> Result<(), RuntimeError> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.run_device_on(inputs, outputs, None) }
+    }
+
+    /// [`run_device`](Self::run_device) ordered on the caller's `CUstream` `stream` and asynchronous (`None`:
+    /// synchronous); see [`DeviceEngine::run_device`].
+    ///
+    /// # Safety
+    /// As [`run_device`](Self::run_device), until the caller's stream reaches the call; `stream` is a live
+    /// stream of GPU 0's primary context.
+    pub unsafe fn run_device_on(&mut self, inputs: &[u64], outputs: &[Option<u64>], stream: Option<u64>) -> Result<(), RuntimeError> {
         let p = &*self.program;
         p.check_count(inputs.len())?;
         if outputs.len() != p.outputs.len() {
@@ -279,7 +290,7 @@ impl Session {
         let ins: Vec<(&str, u64)> = p.inputs.iter().zip(inputs).map(|((n, _, _), &ptr)| (n.as_str(), ptr)).collect();
         let outs: Vec<Option<(&str, u64)>> = p.outputs.iter().zip(outputs).map(|((n, _, _), ptr)| ptr.map(|ptr| (n.as_str(), ptr))).collect();
         // SAFETY: the caller's promise, passed on.
-        unsafe { d.run_device(&ins, &outs) }.map_err(|e| RuntimeError(format!("model '{}': {}", p.model, e.0)))
+        unsafe { d.run_device(&ins, &outs, stream.map(|s| s as cudarc::driver::sys::CUstream)) }.map_err(|e| RuntimeError(format!("model '{}': {}", p.model, e.0)))
     }
 
     /// Runs the model on `inputs` (tensors of its input types, in order) and returns its outputs in order.

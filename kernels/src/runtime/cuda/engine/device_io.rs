@@ -27,14 +27,23 @@ impl DeviceEngine {
     /// One run from caller-owned device memory: `inputs[i]` is `(name, CUdeviceptr)` of input `i` (model
     /// order, exactly its type's size), and each `outputs[o]` given receives output `o`. Every pointer is
     /// checked to lie inside one allocation of GPU 0's context with room for its tensor. The copies and the
-    /// graph replay run on the engine's stream, which is synchronized before returning: the caller must have
+    /// graph replay run on the engine's stream.
+    ///
+    /// With `caller: None`, the engine's stream is synchronized before returning: the caller must have
     /// finished writing the inputs before the call (the engine's stream does not wait for the caller's), and
-    /// may read the outputs as soon as it returns.
+    /// may read the outputs as soon as it returns. With `caller: Some(stream)` (a `CUstream` of GPU 0's
+    /// context), the run is ordered on that stream and asynchronous: the engine's stream waits for what the
+    /// caller enqueued on it before (an event), and the caller's stream waits for the outputs' copies (another
+    /// event), so work the caller enqueues after the call sees the outputs; the call returns once the work is
+    /// enqueued. The session's arena is reused safely by its next run, whose copies queue behind this run's on
+    /// the engine's stream. A plan with host steps cannot be asynchronous: it synchronizes as without a stream.
     ///
     /// # Safety
     /// Every pointer is device memory the caller owns, holding (inputs) or receiving (outputs) the tensor, and
-    /// no other work reads or writes it during the call; outputs do not overlap each other or any input.
-    pub unsafe fn run_device(&mut self, inputs: &[(&str, u64)], outputs: &[Option<(&str, u64)>]) -> Result<(), RuntimeError> {
+    /// no other work reads or writes it until the run is over (with a stream: until the caller's stream
+    /// reaches the point of the call); outputs do not overlap each other or any input; `caller` is a live
+    /// stream of GPU 0's context.
+    pub unsafe fn run_device(&mut self, inputs: &[(&str, u64)], outputs: &[Option<(&str, u64)>], caller: Option<sys::CUstream>) -> Result<(), RuntimeError> {
         self.ctx.bind_to_thread().map_err(gpu)?;
         for ((name, ptr), st) in inputs.iter().zip(&self.inputs) {
             if st.bytes > 0 {
@@ -50,6 +59,11 @@ impl DeviceEngine {
         if self.host.is_some() {
             // The stream may still be copying the previous run's values out of the host arena: wait first.
             self.stream.synchronize().map_err(gpu)?;
+        }
+        if let Some(caller) = caller {
+            // What the caller enqueued before the call (writing the inputs, say) comes first.
+            // SAFETY: the caller's live stream (its promise) and ours, both of the bound context.
+            unsafe { order_after(stream, caller) }?;
         }
         for ((_, ptr), st) in inputs.iter().zip(&self.inputs) {
             if st.bytes == 0 {
@@ -82,6 +96,26 @@ impl DeviceEngine {
                 _ => unsafe { result::memcpy_dtod_async(*ptr, st.device, st.bytes, stream) }.map_err(gpu)?,
             }
         }
-        self.stream.synchronize().map_err(|e| RuntimeError(format!("GPU 0: a kernel or a copy failed: {e}")))
+        match caller {
+            // SAFETY: as above; the caller's stream now waits for the outputs' copies.
+            Some(caller) if self.host.is_none() => unsafe { order_after(caller, stream) },
+            _ => self.stream.synchronize().map_err(|e| RuntimeError(format!("GPU 0: a kernel or a copy failed: {e}"))),
+        }
+    }
+}
+
+/// Makes `waiter` wait for the work enqueued on `first` so far: an event recorded there, waited on here, and
+/// destroyed (the driver frees it once it has completed).
+///
+/// # Safety
+/// Both are live streams of the current context.
+unsafe fn order_after(waiter: sys::CUstream, first: sys::CUstream) -> Result<(), RuntimeError> {
+    let mut event: sys::CUevent = std::ptr::null_mut();
+    // SAFETY: an out-parameter, then the event just made, on the caller's streams (the function's contract).
+    unsafe {
+        sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32).result().map_err(gpu)?;
+        let ordered = sys::cuEventRecord(event, first).result().and_then(|_| sys::cuStreamWaitEvent(waiter, event, 0).result());
+        sys::cuEventDestroy_v2(event).result().map_err(gpu)?;
+        ordered.map_err(|e| RuntimeError(format!("GPU 0: cannot order the run after the caller's stream: {e}")))
     }
 }
