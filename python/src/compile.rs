@@ -23,7 +23,8 @@ pub enum Inputs {
 ///
 /// `targets`: target strings (`["cpu", "cpu -compiler=gemm"]`, `["cuda -precision=fp16"]`); `None` or empty
 /// means every backend this machine can run. `shapes`: `{onnx input name: (dims...)}` (the CLI's
-/// `--shape`). `store`: the content-addressed store (default `$TESSERA_STORE`, else `.tessera` in the
+/// `--shape`). `batch`: batch sizes, as the CLI's `--batch` (`[1, 8]`: one artifact with a plan per size).
+/// `store`: the content-addressed store (default `$TESSERA_STORE`, else `.tessera` in the
 /// working directory); `wait`: wait for another writer of it instead of failing. `costs`: `"measured"`,
 /// `"analytical"` or `"recorded"` (the store's recorded measurements only, as the CLI's `--frozen`). `remote`: a
 /// remote tier URL as the CLI's `--remote` takes it (default `$TESSERA_REMOTE`; signing and trust key files from
@@ -34,7 +35,7 @@ pub enum Inputs {
 /// (which names the file or model at fault); when some models fail, the others' artifacts are still
 /// written and the error lists every failure.
 #[pyfunction]
-#[pyo3(signature = (inputs, out, *, targets=None, shapes=None, store=None, costs="measured", wait=false, remote=None, remote_read_only=false))]
+#[pyo3(signature = (inputs, out, *, targets=None, shapes=None, batch=None, store=None, costs="measured", wait=false, remote=None, remote_read_only=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn compile<'py>(
     py: Python<'py>,
@@ -42,6 +43,7 @@ pub fn compile<'py>(
     out: PathBuf,
     targets: Option<Vec<String>>,
     shapes: Option<BTreeMap<String, Vec<usize>>>,
+    batch: Option<Vec<usize>>,
     store: Option<PathBuf>,
     costs: &str,
     wait: bool,
@@ -56,6 +58,7 @@ pub fn compile<'py>(
     // A store of `None` resolves as the CLI's does (`tessera_store::resolve_dir`: $TESSERA_STORE, else `.tessera`).
     let request = CompileRequest {
         shapes: shapes.unwrap_or_default(),
+        batches: batch.unwrap_or_default(),
         targets: targets.unwrap_or_default(),
         costs,
         store: StoreRequest { dir: store, wait, remote: remote_request(remote, remote_read_only)? },

@@ -152,6 +152,7 @@ impl BuildOptions {
         Ok(CompileRequest {
             inputs: inputs.to_vec(),
             shapes: self.shapes()?,
+            batches: Vec::new(),
             targets: self.targets.clone(),
             // The request assumes the measured GPU when it compiles.
             costs: self.costs()?,

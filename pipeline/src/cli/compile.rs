@@ -14,11 +14,18 @@ use std::sync::Mutex;
 #[derive(Args, Debug)]
 pub struct CompileArgs {
     /// ONNX models (named after the file stem), zoo manifests (.toml), or fixture specs
-    /// `fixture:MODEL[:bN][:sN][:iN]`.
+    /// `fixture:MODEL[:bN][:sN][:iN]` (N of `:bN` may list batch sizes, as --batch does).
     #[arg(required = true)]
     pub inputs: Vec<String>,
     #[command(flatten)]
     pub build: BuildOptions,
+    /// Batch sizes for the ONNX files and fixture specs given here: `1,8,32` plans those sizes into one
+    /// artifact that serves any batch up to the largest (the smallest plan that fits, inputs zero-padded);
+    /// a range `1-32` plans its ends and the powers of two between them; one size sets the batch. For ONNX
+    /// files each size replaces the leading dimension of every input given by --shape. Manifest entries
+    /// take `batch = [1, 8]`.
+    #[arg(long = "batch", value_name = "SIZES", value_parser = parse_batch_arg)]
+    pub batch: Option<Vec<usize>>,
     /// Where artifacts go, as <model>.tsr.
     #[arg(long, default_value = "out")]
     pub out: PathBuf,
@@ -41,6 +48,10 @@ pub struct CompileArgs {
     pub summary_out: Option<PathBuf>,
 }
 
+fn parse_batch_arg(s: &str) -> Result<Vec<usize>, String> {
+    tessera_fixtures::batch::parse_batches(s)
+}
+
 fn parse_shard(s: &str) -> Result<ShardArg, String> {
     s.parse::<ShardArg>().map_err(|e| format!("{e:#}"))
 }
@@ -48,7 +59,8 @@ fn parse_shard(s: &str) -> Result<ShardArg, String> {
 const STAGES: [&str; 5] = ["load", "partition", "lower", "compile", "link"];
 
 pub fn run(args: CompileArgs) -> Result<()> {
-    let request = args.build.request(&args.inputs, &args.out)?;
+    let mut request = args.build.request(&args.inputs, &args.out)?;
+    request.batches = args.batch.clone().unwrap_or_default();
     if args.check {
         return check(&request.jobs()?, args.json);
     }
