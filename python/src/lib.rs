@@ -144,7 +144,14 @@ impl Model {
         self.inner.name()
     }
 
-    /// `[(name, numpy dtype name, shape), ...]` in model order.
+    /// A batched model's batch sizes, ascending (compiled with `batch=[1, 8]` / `--batch 1,8`): `run` takes any
+    /// batch up to the largest, on the smallest plan that fits (inputs zero-padded). `[]` for a model of one plan.
+    #[getter]
+    fn batch_sizes(&self) -> Vec<usize> {
+        self.inner.batch_sizes().to_vec()
+    }
+
+    /// `[(name, numpy dtype name, shape), ...]` in model order (a batched model's: its largest plan's).
     #[getter]
     fn inputs(&self) -> Vec<(String, &'static str, Vec<usize>)> {
         describe(self.inner.inputs())
@@ -164,8 +171,9 @@ impl Model {
         Ok(Some(py.import("json")?.call_method1("loads", (json,))?))
     }
 
-    /// Runs the model on `{input name: ndarray}` (every input, its exact dtype and shape) and returns
-    /// `{output name: ndarray}` in model order. The GIL is released while the model runs.
+    /// Runs the model on `{input name: ndarray}` (every input, its exact dtype and shape; a batched model's
+    /// with any batch up to its largest plan's) and returns `{output name: ndarray}` in model order (of the
+    /// run's batch). The GIL is released while the model runs.
     fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
         let mut held = Vec::with_capacity(inputs.len());
         for (k, v) in inputs.iter() {
@@ -174,7 +182,10 @@ impl Model {
             held.push((name, h, shape));
         }
         let views: Vec<(&str, TensorView)> = held.iter().map(|(n, h, s)| (n.as_str(), h.view(s))).collect();
-        let infos = self.inner.outputs();
+        // A batched model's outputs have the run's batch: the inputs' leading dimension (the run checks they agree).
+        let batch = held.first().and_then(|(_, _, s)| s.first().copied()).unwrap_or(0);
+        let infos = self.inner.outputs_at(batch);
+        let infos = &infos;
         let mut bufs = infos.iter().map(OutBuf::new).collect::<PyResult<Vec<_>>>()?;
         {
             let mut outs: Vec<(&str, TensorViewMut)> = infos.iter().zip(bufs.iter_mut()).map(|(d, b)| (d.name.as_str(), b.view(d))).collect();

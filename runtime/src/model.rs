@@ -113,6 +113,18 @@ impl Model {
         &self.largest().outputs
     }
 
+    /// The outputs a run of `batch` rows gives: a batched model's outputs with that leading dimension (whether
+    /// or not a plan serves it: a run says), the outputs of a model of one plan as they are.
+    pub fn outputs_at(&self, batch: usize) -> Vec<TensorInfo> {
+        let mut outs = self.outputs().to_vec();
+        if !self.batches.is_empty() {
+            for o in &mut outs {
+                o.shape[0] = batch;
+            }
+        }
+        outs
+    }
+
     /// The batch sizes of a batched model's plans, ascending (a run of batch `b` uses the smallest `>= b`,
     /// its inputs zero-padded to it); empty for a model of one plan, whose inputs have fixed shapes.
     pub fn batch_sizes(&self) -> &[usize] {
