@@ -24,8 +24,22 @@ fn batch_sizes_and_a_padded_run() {
         let run = |rows: usize, out: &mut Vec<f32>| {
             let in_shape = [rows, 784];
             let out_shape = [rows, 10];
-            let t = TesseraTensor { name: input.as_ptr(), dtype: TesseraDtype::F32 as i32, rank: 2, shape: in_shape.as_ptr(), data: x.as_ptr().cast(), size_bytes: rows * 784 * 4 };
-            let mut o = TesseraTensorMut { name: logits.as_ptr(), dtype: TesseraDtype::F32 as i32, rank: 2, shape: out_shape.as_ptr(), data: out.as_mut_ptr().cast(), size_bytes: rows * 40 };
+            let t = TesseraTensor {
+                name: input.as_ptr(),
+                dtype: TesseraDtype::F32 as i32,
+                rank: 2,
+                shape: in_shape.as_ptr(),
+                data: x.as_ptr().cast(),
+                size_bytes: rows * 784 * 4,
+            };
+            let mut o = TesseraTensorMut {
+                name: logits.as_ptr(),
+                dtype: TesseraDtype::F32 as i32,
+                rank: 2,
+                shape: out_shape.as_ptr(),
+                data: out.as_mut_ptr().cast(),
+                size_bytes: rows * 40,
+            };
             tessera_model_run(m, &t, 1, &mut o, 1)
         };
         let mut out = vec![0f32; 30];

@@ -24,8 +24,8 @@ pub struct CompileArgs {
     /// a range `1-32` plans its ends and the powers of two between them; one size sets the batch. For ONNX
     /// files each size replaces the leading dimension of every input given by --shape. Manifest entries
     /// take `batch = [1, 8]`.
-    #[arg(long = "batch", value_name = "SIZES", value_parser = parse_batch_arg)]
-    pub batch: Option<Vec<usize>>,
+    #[arg(long = "batch", value_name = "SIZES")]
+    pub batch: Option<String>,
     /// Where artifacts go, as <model>.tsr.
     #[arg(long, default_value = "out")]
     pub out: PathBuf,
@@ -48,10 +48,6 @@ pub struct CompileArgs {
     pub summary_out: Option<PathBuf>,
 }
 
-fn parse_batch_arg(s: &str) -> Result<Vec<usize>, String> {
-    tessera_fixtures::batch::parse_batches(s)
-}
-
 fn parse_shard(s: &str) -> Result<ShardArg, String> {
     s.parse::<ShardArg>().map_err(|e| format!("{e:#}"))
 }
@@ -60,7 +56,9 @@ const STAGES: [&str; 5] = ["load", "partition", "lower", "compile", "link"];
 
 pub fn run(args: CompileArgs) -> Result<()> {
     let mut request = args.build.request(&args.inputs, &args.out)?;
-    request.batches = args.batch.clone().unwrap_or_default();
+    if let Some(b) = &args.batch {
+        request.batches = tessera_fixtures::batch::parse_batches(b).map_err(|e| anyhow::anyhow!("--batch {b}: {e}"))?;
+    }
     if args.check {
         return check(&request.jobs()?, args.json);
     }
