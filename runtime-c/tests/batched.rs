@@ -19,7 +19,7 @@ fn batch_sizes_and_a_padded_run() {
         assert_eq!(tessera_model_batch_count(m), 2);
         assert_eq!((tessera_model_batch_size(m, 0), tessera_model_batch_size(m, 1), tessera_model_batch_size(m, 2)), (1, 8, 0));
         assert_eq!(tessera_model_batch_count(std::ptr::null()), 0);
-        let x: Vec<f32> = (0..3 * 784).map(|i| ((i % 97) as f32) / 97.0 - 0.5).collect();
+        let x: Vec<f32> = (0..9 * 784).map(|i| ((i % 97) as f32) / 97.0 - 0.5).collect();
         let (input, logits) = (CString::new("input").unwrap(), CString::new("logits").unwrap());
         let run = |rows: usize, out: &mut Vec<f32>| {
             let in_shape = [rows, 784];
@@ -45,7 +45,7 @@ fn batch_sizes_and_a_padded_run() {
         let mut out = vec![0f32; 30];
         assert_eq!(run(3, &mut out), TesseraStatus::Ok);
         let rust = Model::load(common::artifact(common::BATCHED)).unwrap();
-        let want = rust.run(&[("input", TensorView::from_slice(&[3, 784], &x))]).unwrap();
+        let want = rust.run(&[("input", TensorView::from_slice(&[3, 784], &x[..3 * 784]))]).unwrap();
         assert_eq!(out, want[0].to_f32_vec());
         let mut big = vec![0f32; 90];
         assert_ne!(run(9, &mut big), TesseraStatus::Ok);
