@@ -8,7 +8,7 @@ use common::*;
 use tessera_kernels::artifact::batched::join;
 use tessera_kernels::artifact::provenance::with_provenance;
 use tessera_kernels::artifact::{Artifact, Blake3, Provenance, SourceModel, BATCHED_FORMAT_VERSION};
-use tessera_kernels::runtime::Executable;
+use tessera_kernels::batch::BatchedExecutable;
 use tessera_stages::ir::{Tensor, TensorType};
 use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
 
@@ -72,7 +72,7 @@ fn one_artifact_serves_every_batch_up_to_its_largest_plan() {
     assert_eq!(a.provenance.as_ref(), Some(&p));
     assert_eq!(u32::from_le_bytes(stamped[8..12].try_into().unwrap()), BATCHED_FORMAT_VERSION);
     assert_eq!(a.data().len(), 24, "W once");
-    let mut exe = Executable::load(&a).unwrap();
+    let mut exe = BatchedExecutable::load(&a).unwrap();
     assert_eq!(exe.batches(), [1, 8]);
     for b in [1usize, 3, 8, 5, 1] {
         let x: Vec<f32> = (0..b * 3).map(|i| i as f32 * 0.5 - 2.0).collect();

@@ -359,14 +359,20 @@ mod tests {
         }
         assert_eq!(parse_fixture_spec("fixture:mlp3").unwrap().name, "mlp3-b1");
         assert_eq!(parse_fixture_spec("fixture:resnet18:i32:b2").unwrap().name, "resnet18-b2-i32");
+        // Several batch sizes: one batched job, its source at the smallest.
+        let j = parse_fixture_spec("fixture:bert-tiny:b8,1:s16").unwrap();
+        assert_eq!((j.name.as_str(), j.batches.as_slice()), ("bert-tiny-b1_8-s16", &[1, 8][..]));
+        assert!(matches!(j.source, ModelSource::Fixture { options, .. } if options.batch == 1));
+        assert_eq!(parse_fixture_spec("fixture:mlp3:b1-4").unwrap().batches, [1, 2, 4]);
         for (bad, says) in [
             ("fixture:", "names no model"),
             ("fixture:nope", "unknown model"),
             ("fixture:mlp3:x4", "'x4' is not an option"),
-            ("fixture:mlp3:b", "batch '' is not"),
+            ("fixture:mlp3:b", "'' is not a size"),
             ("fixture:mlp3:b1:b2", "given twice"),
             ("fixture:mlp3:s12", "not a sequence model"),
-            ("fixture:mlp3:b0", "batch must be"),
+            ("fixture:mlp3:b0", "at least 1, got 0"),
+            ("fixture:mlp3:b1,1", "1 is given twice"),
         ] {
             let e = format!("{:#}", parse_fixture_spec(bad).unwrap_err());
             assert!(e.contains(says), "{bad}: {e}");

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tessera_kernels::artifact::{Artifact, Provenance};
 use std::borrow::Cow;
-use tessera_kernels::runtime::{batch, Program, RuntimeError, Session};
+use tessera_kernels::batch;
+use tessera_kernels::runtime::{Program, RuntimeError, Session};
 use tessera_kernels::{DType, Tensor, TensorType};
 
 /// A model input or output: name, element type and shape.
@@ -79,7 +80,9 @@ impl Model {
     }
 
     fn from_artifact(a: &Artifact) -> Result<Model, Error> {
-        let programs = Program::load_plans(a, tessera_kernels::runtime::Registry::builtin()).map_err(|e| Error::new(ErrorKind::Load, e.0))?;
+        // Each plan loads as an artifact of its own, with its own host copy of the weights (see
+        // `tessera_kernels::batch` for why they are not shared yet).
+        let programs = (0..a.plan_count()).map(|i| Program::load(&a.plan_artifact(i))).collect::<Result<Vec<_>, _>>().map_err(|e| Error::new(ErrorKind::Load, e.0))?;
         let mut plans = Vec::with_capacity(programs.len());
         for program in programs {
             let inputs = program.inputs().map(|(n, t)| TensorInfo::new(n, t)).collect();
@@ -155,9 +158,10 @@ impl Model {
         self.plans.iter().map(|p| p.program.session_bytes()).max().unwrap_or(0)
     }
 
-    /// Host memory of the weights, shared by every run (and by every plan of a batched model).
+    /// Host memory of the weights, shared by every run. A batched model's plans hold a copy each (the file
+    /// holds them once): this is their sum.
     pub fn weight_bytes(&self) -> usize {
-        self.largest().program.constant_bytes()
+        self.plans.iter().map(|p| p.program.constant_bytes()).sum()
     }
 
     /// Sessions allocated so far (at least 1 per plan): the largest number of runs that were in flight at

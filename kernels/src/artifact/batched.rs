@@ -6,7 +6,7 @@
 //! steps, modules and memory plan); the plans share one data section in which every constant is stored once,
 //! by content digest, whichever plans name it. The runtime picks, for an input of batch `b`, the plan of the
 //! smallest batch size `>= b`, zero-pads the inputs to it and returns the first `b` rows of every output
-//! ([`crate::runtime::batch`]).
+//! ([`crate::batch`]).
 //!
 //! What makes that sound, and what [`validate`] therefore requires of every file: at least two plans, batch
 //! sizes strictly ascending from 1 up; one model name; the same inputs and outputs in every plan (names,

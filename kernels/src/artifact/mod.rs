@@ -272,8 +272,9 @@ pub struct Artifact {
     /// payload straight from the linker or the store).
     pub provenance: Option<Provenance>,
     /// The whole file; the data section is `bytes[data_start..payload_len]`. Kept whole so that opening a
-    /// file with hundreds of megabytes of weights does not copy them before the runtime uploads them.
-    bytes: Vec<u8>,
+    /// file with hundreds of megabytes of weights does not copy them before the runtime uploads them, and
+    /// shared, so that a batched artifact's [`plan_artifact`](Self::plan_artifact)s do not copy them either.
+    bytes: std::sync::Arc<Vec<u8>>,
     data_start: usize,
     payload_len: usize,
 }
@@ -305,7 +306,44 @@ impl Artifact {
             b.plans.into_iter().map(|p| p.body).collect()
         };
         let body = plans.remove(0);
-        Ok(Artifact { file: file.to_string(), body, batches, more: plans, provenance, bytes, data_start, payload_len })
+        Ok(Artifact { file: file.to_string(), body, batches, more: plans, provenance, bytes: std::sync::Arc::new(bytes), data_start, payload_len })
+    }
+
+    /// Plan `i` of a batched artifact as an artifact of that one plan (sharing this one's bytes, not copying
+    /// them), for the runtime to load as it loads any artifact; plan 0 of an artifact of one plan is itself.
+    /// Panics on an index out of range.
+    pub fn plan_artifact(&self, i: usize) -> Artifact {
+        let mut a = Artifact { body: self.plan(i).clone(), batches: Vec::new(), more: Vec::new(), ..self.clone_shallow() };
+        a.file = match self.batches.get(i) {
+            Some(b) => format!("{} (plan for batch {b})", self.file),
+            None => self.file.clone(),
+        };
+        a
+    }
+
+    /// This artifact without its plans' bodies cloned (the caller sets them).
+    fn clone_shallow(&self) -> Artifact {
+        Artifact {
+            file: self.file.clone(),
+            body: Body {
+                model: String::new(),
+                inputs: vec![],
+                outputs: vec![],
+                values: vec![],
+                arena_bytes: 0,
+                scratch_bytes: 0,
+                steps: vec![],
+                modules: vec![],
+                constants: vec![],
+                transfers: vec![],
+            },
+            batches: Vec::new(),
+            more: Vec::new(),
+            provenance: self.provenance.clone(),
+            bytes: self.bytes.clone(),
+            data_start: self.data_start,
+            payload_len: self.payload_len,
+        }
     }
 
     /// The batch sizes of a batched artifact's plans, ascending; empty for an artifact of one plan (whatever
@@ -380,7 +418,7 @@ impl Artifact {
         if batches.is_empty() {
             return Err(format!("model '{}' holds one plan: its inputs have fixed shapes (no batch size to choose)", self.body.model));
         }
-        let plan = self.plan(crate::runtime::batch::choose(&batches, batch).map_err(|e| format!("model '{}': {e}", self.body.model))?);
+        let plan = self.plan(crate::batch::choose(&batches, batch).map_err(|e| format!("model '{}': {e}", self.body.model))?);
         Ok(plan
             .inputs
             .iter()

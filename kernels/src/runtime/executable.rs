@@ -53,9 +53,8 @@ pub struct Program {
     /// above are not used.
     device: Option<Mutex<DeviceEngine>>,
     modules: Vec<Box<dyn LoadedModule>>,
-    /// The constants every session's pointers point into; never written after load. Shared by the programs
-    /// of a batched artifact's plans, whose constants index one data section.
-    constants: Arc<HostBuffer>,
+    /// The constants every session's pointers point into; never written after load.
+    constants: HostBuffer,
 }
 
 impl Program {
@@ -67,20 +66,7 @@ impl Program {
     /// [`load`](Self::load), loading modules through `registry` (one holding loaders added from outside this
     /// crate, say).
     pub fn load_with(a: &Artifact, registry: &Registry) -> Result<Arc<Program>, RuntimeError> {
-        Self::load_plan(a, 0, registry, &OnceConstants::default())
-    }
-
-    /// One program per plan of `a` (one for an artifact of one plan), in plan order: a batched artifact's
-    /// plans share one copy of the constants on the host.
-    pub fn load_plans(a: &Artifact, registry: &Registry) -> Result<Vec<Arc<Program>>, RuntimeError> {
-        let constants = OnceConstants::default();
-        (0..a.plan_count()).map(|i| Self::load_plan(a, i, registry, &constants)).collect()
-    }
-
-    /// Loads plan `plan` of `a`; host constants come from `constants`, uploaded by the first plan that needs
-    /// them. (A GPU plan uploads its own copy to its engine: GPU engines do not share memory yet.)
-    fn load_plan(a: &Artifact, plan: usize, registry: &Registry, constants: &OnceConstants) -> Result<Arc<Program>, RuntimeError> {
-        let b = a.plan(plan);
+        let b = &a.body;
         let mut modules = Vec::with_capacity(b.modules.len());
         for (i, m) in b.modules.iter().enumerate() {
             modules.push(registry.load(m).map_err(|e| RuntimeError(format!("artifact {}: module {i}: {}", a.file, e.0)))?);
@@ -106,7 +92,7 @@ impl Program {
             names,
             device: None,
             modules: Vec::new(),
-            constants: Arc::new(HostBuffer::zeroed(0, "unused host constants of a GPU artifact")?),
+            constants: HostBuffer::zeroed(0, "unused host constants of a GPU artifact")?,
         };
         if modules.iter().any(|m| m.gpu().is_some()) {
             // The engine owns the modules: its launches and host calls refer to them.
@@ -114,7 +100,7 @@ impl Program {
             program.device = Some(Mutex::new(device));
             return Ok(Arc::new(program));
         }
-        program.constants = constants.get(a)?;
+        program.constants = HostBuffer::from_bytes(a.data(), &format!("constants of model '{}'", b.model))?;
         for s in &b.steps {
             let start = program.args.len();
             program.args.extend_from_slice(&s.args);
@@ -208,20 +194,6 @@ impl Program {
             }
         }
         Ok(())
-    }
-}
-
-/// The host copy of an artifact's constants, made once for all of its plans.
-#[derive(Default)]
-struct OnceConstants(std::sync::OnceLock<Arc<HostBuffer>>);
-
-impl OnceConstants {
-    fn get(&self, a: &Artifact) -> Result<Arc<HostBuffer>, RuntimeError> {
-        if let Some(c) = self.0.get() {
-            return Ok(c.clone());
-        }
-        let c = Arc::new(HostBuffer::from_bytes(a.data(), &format!("constants of model '{}'", a.body.model))?);
-        Ok(self.0.get_or_init(|| c).clone())
     }
 }
 
@@ -399,14 +371,9 @@ fn zeroed_shared(len: usize) -> Arc<[u8]> {
     unsafe { Arc::<[u8]>::new_zeroed_slice(len).assume_init() }
 }
 
-/// A loaded artifact with one session: ready to [`run`](Executable::run) from one thread at a time. A batched
-/// artifact has one session per plan, each made at the first run its plan serves ([`super::batch`]).
+/// A loaded artifact with one session: ready to [`run`](Executable::run) from one thread at a time.
 pub struct Executable {
-    /// The session of plan 0 (the only plan, or the smallest batch size's).
     session: Session,
-    /// A batched artifact's batch sizes (empty for one plan) and its later plans, with their sessions.
-    batches: Vec<usize>,
-    more: Vec<(Arc<Program>, Option<Session>)>,
 }
 
 impl Executable {
@@ -419,41 +386,7 @@ impl Executable {
     /// [`load`](Self::load), loading modules through `registry` (one holding loaders added from outside this
     /// crate, say).
     pub fn load_with(a: &Artifact, registry: &Registry) -> Result<Executable, RuntimeError> {
-        let mut programs = Program::load_plans(a, registry)?.into_iter();
-        let session = Session::new(programs.next().expect("an artifact has a plan"))?;
-        let more = programs.map(|p| (p, None)).collect();
-        Ok(Executable { session, batches: a.batches().iter().map(|&b| b as usize).collect(), more })
-    }
-
-    /// A batched artifact's batch sizes, ascending (empty for an artifact of one plan).
-    pub fn batches(&self) -> &[usize] {
-        &self.batches
-    }
-
-    /// The plan serving `inputs` and its session (made now if it is the plan's first run); a batched artifact's
-    /// inputs padded to that plan's shapes.
-    fn session_for<'t>(&mut self, inputs: &'t [Tensor]) -> Result<(&mut Session, Option<super::batch::Dispatch>, std::borrow::Cow<'t, [Tensor]>), RuntimeError> {
-        if self.batches.is_empty() {
-            return Ok((&mut self.session, None, std::borrow::Cow::Borrowed(inputs)));
-        }
-        let p0 = self.session.program.clone();
-        let names: Vec<&str> = p0.inputs.iter().map(|(n, _, _)| n.as_str()).collect();
-        let types: Vec<TensorType> = p0.inputs.iter().map(|(_, t, _)| t.clone()).collect();
-        let given: Vec<(crate::DType, &[usize])> = inputs.iter().map(|t| (t.dtype(), t.shape())).collect();
-        let d = super::batch::dispatch(&self.batches, &names, &types, &given).map_err(|e| RuntimeError(format!("model '{}': {e}", p0.model)))?;
-        let session = match d.plan {
-            0 => &mut self.session,
-            p => {
-                let (program, session) = &mut self.more[p - 1];
-                match session {
-                    Some(s) => s,
-                    None => session.insert(Session::new(program.clone())?),
-                }
-            }
-        };
-        let plan_types: Vec<TensorType> = session.program.inputs.iter().map(|(_, t, _)| t.clone()).collect();
-        let padded = super::batch::pad_tensors(&d, inputs, &plan_types);
-        Ok((session, Some(d), std::borrow::Cow::Owned(padded)))
+        Ok(Executable { session: Session::new(Program::load_with(a, registry)?)? })
     }
 
     fn program(&self) -> &Program {
@@ -474,16 +407,9 @@ impl Executable {
         self.program().outputs()
     }
 
-    /// Runs the model on `inputs` (in the artifact's input order) and returns its outputs in order. A batched
-    /// artifact takes inputs of any batch up to its largest plan's, runs the smallest plan that fits (inputs
-    /// zero-padded to it) and returns the run's rows of every output.
+    /// Runs the model on `inputs` (in the artifact's input order) and returns its outputs in order.
     pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
-        let (session, d, inputs) = self.session_for(inputs)?;
-        let out = session.run(&inputs)?;
-        Ok(match d {
-            Some(d) => out.into_iter().map(|t| super::batch::slice(&d, t)).collect(),
-            None => out,
-        })
+        self.session.run(inputs)
     }
 
     /// Whether the artifact runs on the GPU.
@@ -526,12 +452,7 @@ impl Executable {
     /// [`run`](Self::run), also timing every step: `step_us[s]` receives step `s`'s wall time in
     /// microseconds (the clock is read between steps only, so the total matches an unprofiled run closely).
     pub fn run_profiled(&mut self, inputs: &[Tensor], step_us: &mut Vec<f64>) -> Result<Vec<Tensor>, RuntimeError> {
-        let (session, d, inputs) = self.session_for(inputs)?;
-        let out = session.run_profiled(&inputs, step_us)?;
-        Ok(match d {
-            Some(d) => out.into_iter().map(|t| super::batch::slice(&d, t)).collect(),
-            None => out,
-        })
+        self.session.run_profiled(inputs, step_us)
     }
 
     /// The steps in run order: (backend, function symbol).

@@ -19,7 +19,6 @@ pub use executable::{Executable, Program, Session};
 pub use pool::{on_runtime_pool, set_threads, threads};
 pub use registry::{ModuleLoader, Registry};
 
-pub mod batch;
 pub mod c;
 pub mod cuda;
 pub mod gemm;

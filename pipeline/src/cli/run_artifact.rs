@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tessera_kernels::artifact::{Artifact, Buf};
-use tessera_kernels::runtime::Executable;
+use tessera_kernels::batch::BatchedExecutable;
 use tessera_stages::ir::Tensor;
 use tessera_stages::npy;
 
@@ -64,7 +64,7 @@ pub fn run_artifact_at(path: &Path, input_args: &[String], seed: u64, batch: Opt
         }
     }
 
-    let mut exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
+    let mut exe = BatchedExecutable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
     let start = std::time::Instant::now();
     let outputs = exe.run(&inputs)?;
     let seconds = start.elapsed().as_secs_f64();

@@ -7,11 +7,16 @@
 //! buffer of the plan's shape (rows `b..B` zero) and every output's first `b` rows are returned: inputs and
 //! outputs are row-major with the batch leading, so the first `b` rows are the first bytes.
 //!
-//! Memory: each plan keeps its own memory plan (it was planned and checked as its own model), and a session
-//! of one plan is made only when a run needs it, so a server that sees only batch 8 holds only the batch-8
-//! plan's activations; the constants are one copy for all plans ([`super::Program::load_plans`]).
+//! Memory: each plan is loaded as an artifact of its own ([`Artifact::plan_artifact`]) with its own memory
+//! plan and sessions (it was planned and checked as its own model). The file holds the weights once, but each
+//! loaded plan keeps its own host copy of them: sharing one copy needs the executor ([`crate::runtime`]) to take
+//! its constants from outside, and the executor's source is part of the code version of every measurement
+//! (`RUNTIME` unit), whose change would orphan the GPU records `fixtures/frozen` rebuilds from. So this module
+//! sits outside it: nothing here is used by a measurement.
 
+use crate::artifact::Artifact;
 use crate::dtype::DType;
+use crate::runtime::{Executable, Registry, RuntimeError};
 use crate::tensor::{Tensor, TensorType};
 use std::borrow::Cow;
 
@@ -123,6 +128,50 @@ pub fn pad_tensors(d: &Dispatch, inputs: &[Tensor], plan_inputs: &[TensorType]) 
             Cow::Owned(v) => Tensor::from_bytes(ty.clone(), v).expect("padded to the plan's size"),
         })
         .collect()
+}
+
+/// An artifact loaded to run from one thread (`tessera run`), any plan of it: a batched artifact's runs go to
+/// the smallest plan that fits (inputs padded, outputs sliced), an artifact of one plan's to it as they are.
+pub struct BatchedExecutable {
+    model: String,
+    /// Empty for an artifact of one plan.
+    batches: Vec<usize>,
+    plans: Vec<Executable>,
+}
+
+impl BatchedExecutable {
+    /// Loads every plan of `a` (through the built-in [`Registry`]).
+    pub fn load(a: &Artifact) -> Result<BatchedExecutable, RuntimeError> {
+        Self::load_with(a, Registry::builtin())
+    }
+
+    /// [`load`](Self::load), loading modules through `registry`.
+    pub fn load_with(a: &Artifact, registry: &Registry) -> Result<BatchedExecutable, RuntimeError> {
+        let plans = (0..a.plan_count()).map(|i| Executable::load_with(&a.plan_artifact(i), registry)).collect::<Result<_, _>>()?;
+        Ok(BatchedExecutable { model: a.body.model.clone(), batches: a.batches().iter().map(|&b| b as usize).collect(), plans })
+    }
+
+    /// The batch sizes of the plans, ascending (empty for an artifact of one plan).
+    pub fn batches(&self) -> &[usize] {
+        &self.batches
+    }
+
+    /// Runs `inputs` (in the model's input order): on the one plan, or on the smallest plan that fits their
+    /// batch, returning outputs of their batch.
+    pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        if self.batches.is_empty() {
+            return self.plans[0].run(inputs);
+        }
+        let first = &self.plans[0];
+        let names: Vec<&str> = first.inputs().map(|(n, _)| n).collect();
+        let types: Vec<TensorType> = first.inputs().map(|(_, t)| t.clone()).collect();
+        let given: Vec<(DType, &[usize])> = inputs.iter().map(|t| (t.dtype(), t.shape())).collect();
+        let d = dispatch(&self.batches, &names, &types, &given).map_err(|e| RuntimeError(format!("model '{}': {e}", self.model)))?;
+        let plan = &mut self.plans[d.plan];
+        let plan_types: Vec<TensorType> = plan.inputs().map(|(_, t)| t.clone()).collect();
+        let out = plan.run(&pad_tensors(&d, inputs, &plan_types))?;
+        Ok(out.into_iter().map(|t| slice(&d, t)).collect())
+    }
 }
 
 #[cfg(test)]
