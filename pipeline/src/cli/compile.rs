@@ -187,9 +187,10 @@ pub fn print_summary(s: &Summary) {
         "compiled {} models in {:.2}s: {} partitions, {} unique kernels (dedupe {:.2}x), costs: {}",
         s.models, s.seconds, s.partitions, s.unique_kernels, s.dedupe_ratio, s.cost_source
     );
-    println!("{:<10} {:>10} {:>10} {:>10}", "stage", "executed", "cached", "time");
+    // 12 wide: the longest stage name (`link-batches`) stays in its column.
+    println!("{:<12} {:>10} {:>10} {:>10}", "stage", "executed", "cached", "time");
     for (stage, st) in &s.stages {
-        println!("{:<10} {:>10} {:>10} {:>9.2}s", stage, st.executions, st.hits, st.exec_micros as f64 / 1e6);
+        println!("{:<12} {:>10} {:>10} {:>9.2}s", stage, st.executions, st.hits, st.exec_micros as f64 / 1e6);
     }
     if let Some(r) = &s.remote {
         println!(
