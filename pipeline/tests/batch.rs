@@ -146,3 +146,21 @@ fn batched_value(name: &str, width: i64) -> tessera_stages::onnx::proto::ValueIn
         ..Default::default()
     }
 }
+
+/// A convolutional network the same way: ResNet-18 at 32x32 planned at 1 and 4, batch 3 padded onto the 4-plan
+/// and batch 1 on its own, both matching the reference interpreter.
+#[test]
+fn a_resnet_serves_a_padded_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let rows = compile(t, "fixture:resnet18:i32", &["--batch", "1,4"]);
+    assert_eq!(rows[0]["model"], "resnet18-b1_4-i32");
+    let path = t.join("out/resnet18-b1_4-i32.tsr");
+    for batch in [3usize, 1] {
+        let out = t.join(format!("run{batch}"));
+        ok(&["run", path.to_str().unwrap(), "--batch", &batch.to_string(), "--seed", "9", "--out", out.to_str().unwrap()], t);
+        let g = load_graph(&parse_fixture_spec(&format!("fixture:resnet18:b{batch}:i32")).unwrap()).unwrap();
+        let want = run_graph(&g, &random_inputs(&g, 9)).unwrap();
+        close(&format!("resnet18 batch {batch}"), &npy::read(&out.join("logits.npy")).unwrap(), &want[0]);
+    }
+}
