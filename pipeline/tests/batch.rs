@@ -66,6 +66,8 @@ fn one_artifact_serves_batch_1_to_8_with_the_weights_once() {
     assert!(constant_bytes >= weights as u64 * 9 / 10 && constant_bytes <= weights as u64, "{constant_bytes}");
     let text = ok(&["inspect", path.to_str().unwrap()], t);
     assert!(text.contains("plans (2): batch sizes 1, 8") && text.contains("batch 8 ") && text.contains("input f32[8x784]"), "{text}");
+    let text = ok(&["explain", path.to_str().unwrap()], t);
+    assert!(text.contains("plans for batch sizes 1, 8: the partitions below are the first plan's (batch 1)"), "{text}");
 
     // Drawn inputs at batch N are the reference interpreter's for the model built at N (same seed).
     for batch in [1usize, 3, 8] {
