@@ -50,6 +50,10 @@ fn round_trip_with_the_weights_stored_once() {
     assert_eq!(a.constant_bytes(0), Tensor::from_f32([256], &[0.5; 256]).bytes());
     let singles = payload(1).len() + payload(8).len();
     assert!(bytes.len() + 1024 <= singles, "joined {} bytes, the two single plans {singles}", bytes.len());
+    // Each plan as an artifact of its own (what the runtime loads), over the same data section.
+    let p8 = a.plan_artifact(1);
+    assert_eq!((&p8.body, p8.batches(), p8.plan_count(), p8.data()), (a.plan(1), &[][..], 1, a.data()));
+    assert!(p8.file.contains("plan for batch 8"), "{}", p8.file);
     // Pure: joining again gives the same bytes.
     assert_eq!(bytes, joined(&[1, 8]));
     // Random inputs at any batch up to the largest plan, from the plan serving it.

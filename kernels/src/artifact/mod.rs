@@ -310,33 +310,16 @@ impl Artifact {
     }
 
     /// Plan `i` of a batched artifact as an artifact of that one plan (sharing this one's bytes, not copying
-    /// them), for the runtime to load as it loads any artifact; plan 0 of an artifact of one plan is itself.
-    /// Panics on an index out of range.
+    /// them), for the runtime to load as it loads any artifact; its data section, provenance and payload digest
+    /// are the whole file's. Plan 0 of an artifact of one plan is the artifact itself. Panics on an index out
+    /// of range.
     pub fn plan_artifact(&self, i: usize) -> Artifact {
-        let mut a = Artifact { body: self.plan(i).clone(), batches: Vec::new(), more: Vec::new(), ..self.clone_shallow() };
-        a.file = match self.batches.get(i) {
-            Some(b) => format!("{} (plan for batch {b})", self.file),
-            None => self.file.clone(),
-        };
-        a
-    }
-
-    /// This artifact without its plans' bodies cloned (the caller sets them).
-    fn clone_shallow(&self) -> Artifact {
         Artifact {
-            file: self.file.clone(),
-            body: Body {
-                model: String::new(),
-                inputs: vec![],
-                outputs: vec![],
-                values: vec![],
-                arena_bytes: 0,
-                scratch_bytes: 0,
-                steps: vec![],
-                modules: vec![],
-                constants: vec![],
-                transfers: vec![],
+            file: match self.batches.get(i) {
+                Some(b) => format!("{} (plan for batch {b})", self.file),
+                None => self.file.clone(),
             },
+            body: self.plan(i).clone(),
             batches: Vec::new(),
             more: Vec::new(),
             provenance: self.provenance.clone(),
