@@ -6,6 +6,7 @@
 //! application embeds it alone; the compiler (`tessera-stages`) depends on it, never the reverse.
 
 pub mod artifact;
+pub mod batch;
 pub mod code;
 pub mod dtype;
 pub mod module;

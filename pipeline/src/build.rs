@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use tessera_stages::artifact::build_artifact;
@@ -16,6 +16,9 @@ use tessera_stages::stage::Driver;
 pub use tessera_stages::context::Ctx;
 use tessera_stages::ir::Graph;
 use crate::provenance::ModelOrigin;
+use tessera_fixtures::batch::batches_text;
+use tessera_kernels::artifact::BATCHED_FORMAT_VERSION;
+use tessera_stages::link::LinkBatches;
 use tessera_store::{canonical_digest, Digest};
 
 /// Where a model comes from.
@@ -30,6 +33,9 @@ pub enum ModelSource {
 pub struct ModelJob {
     pub name: String,
     pub source: ModelSource,
+    /// Several batch sizes, ascending: one artifact holding a plan per size (`--batch 1,8`, a manifest's
+    /// `batch = [1, 8]`), the source at the smallest. Empty: one plan, at the source's own batch.
+    pub batches: Vec<usize>,
 }
 
 /// The outcome of compiling one model.
@@ -55,12 +61,24 @@ pub struct ModelResult {
     pub nodes: usize,
     pub estimated_us: f64,
     pub cost_source: String,
+    /// A batched artifact's plans (one per batch size, ascending); empty for one plan.
+    pub plans: Vec<PlanResult>,
     /// Every object the build uses (graph document, constants, plan, kernels, modules, artifact), for gc roots.
     #[serde(skip)]
     pub objects: Vec<Digest>,
     /// Where the model came from, for the provenance its artifact file records.
     #[serde(skip)]
     pub origin: ModelOrigin,
+}
+
+/// One plan of a batched artifact: the model compiled at one batch size.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlanResult {
+    pub batch: usize,
+    /// The payload digest of the model's single-plan artifact at this batch size (in the store).
+    pub artifact: Digest,
+    pub partitions: usize,
+    pub estimated_us: f64,
 }
 
 /// Imports or builds a model's graph and runs the graph passes every stage expects.
@@ -96,6 +114,30 @@ fn load_graph_of(job: &ModelJob, file: Option<Digest>) -> Result<Graph> {
 }
 
 impl ModelJob {
+    /// The jobs of its plans: itself for one batch size; else one job per size, each of one batch size (a
+    /// fixture built at it, an ONNX file's given shapes leading with it) and named as this job, since every
+    /// plan of the artifact is the same model. Each is a model of its own to the stages, so the store shares
+    /// what the sizes have in common (the weights, batch-independent kernels).
+    pub fn plan_jobs(&self) -> Result<Vec<ModelJob>> {
+        if self.batches.is_empty() {
+            return Ok(vec![self.clone()]);
+        }
+        if let ModelSource::Onnx { shapes, .. } = &self.source {
+            tessera_fixtures::batch::batch_leads(shapes).map_err(|e| anyhow::anyhow!("model {}: --batch: {e}", self.name))?;
+        }
+        Ok(self
+            .batches
+            .iter()
+            .map(|&b| {
+                let source = match &self.source {
+                    ModelSource::Fixture { model, options } => ModelSource::Fixture { model: model.clone(), options: tessera_fixtures::ModelOptions { batch: b, ..*options } },
+                    ModelSource::Onnx { path, shapes } => ModelSource::Onnx { path: path.clone(), shapes: tessera_fixtures::batch::shapes_at_batch(shapes, b) },
+                };
+                ModelJob { name: self.name.clone(), source, batches: Vec::new() }
+            })
+            .collect())
+    }
+
     /// A fixture's recipe: its name, builder options and the fixtures' code version (`None` for an ONNX file).
     pub fn fixture_recipe(&self) -> Result<Option<Digest>> {
         match &self.source {
@@ -185,18 +227,27 @@ impl GraphSource for ModelJob {
 /// model's timing runs, and multi-threaded gemm kernels measured up to 4x their cost in the model
 /// (bench/collage.md); one model at a time, they measure as in a single-model build.
 pub fn compile_models(ctx: &Ctx, jobs: &[ModelJob], on_model: &(dyn Fn(&ModelResult) + Sync)) -> Vec<Result<ModelResult>> {
+    // One job per plan (per batch size of a batched job).
+    let plan_jobs: Vec<Result<Vec<ModelJob>>> = jobs.iter().map(ModelJob::plan_jobs).collect();
     // Each job is prepared (an ONNX file hashed) once for both passes.
-    let prepared: Vec<Result<Prepared>> = jobs.par_iter().map(|j| j.prepare(ctx.driver)).collect();
+    let prepared: Vec<Result<Vec<Prepared>>> = plan_jobs
+        .par_iter()
+        .map(|p| match p {
+            Ok(plans) => plans.iter().map(|j| j.prepare(ctx.driver)).collect(),
+            Err(e) => Err(anyhow::anyhow!("{e:#}")),
+        })
+        .collect();
     if ctx.costs.measures() {
-        for p in prepared.iter().flatten() {
+        for p in prepared.iter().flatten().flatten() {
             // A failure here is reported by `compile_model` below, which runs the stage again.
             let _ = plan_model(ctx, p);
         }
     }
     prepared
         .into_par_iter()
-        .map(|p| {
-            let r = compile_prepared(ctx, &p?)?;
+        .zip(jobs)
+        .map(|(p, job)| {
+            let r = compile_plans(ctx, job, &p?)?;
             on_model(&r);
             Ok(r)
         })
@@ -205,7 +256,60 @@ pub fn compile_models(ctx: &Ctx, jobs: &[ModelJob], on_model: &(dyn Fn(&ModelRes
 
 /// Compiles one model; the artifact stays in the store (see [`ModelResult::artifact`]).
 pub fn compile_model(ctx: &Ctx, job: &ModelJob) -> Result<ModelResult> {
-    compile_prepared(ctx, &job.prepare(ctx.driver)?)
+    let plans = job.plan_jobs()?;
+    let prepared: Vec<Prepared> = plans.iter().map(|j| j.prepare(ctx.driver)).collect::<Result<_>>()?;
+    compile_plans(ctx, job, &prepared)
+}
+
+/// Compiles `job` from its plans' prepared jobs: the one plan's artifact, or every batch size's joined into one
+/// batched artifact (the `link-batches` stage: the weights stored once).
+fn compile_plans(ctx: &Ctx, job: &ModelJob, prepared: &[Prepared]) -> Result<ModelResult> {
+    if job.batches.is_empty() {
+        return compile_prepared(ctx, &prepared[0]);
+    }
+    let results: Vec<ModelResult> = prepared.par_iter().map(|p| compile_prepared(ctx, p)).collect::<Result<_>>()?;
+    let plans: Vec<(u64, Digest)> = job.batches.iter().zip(&results).map(|(&b, r)| (b as u64, r.artifact)).collect();
+    let store = ctx.driver.store();
+    let payloads = || plans.iter().map(|(_, d)| Ok(store.get(d)?)).collect::<Result<Vec<Vec<u8>>>>();
+    let stage = LinkBatches { model: &job.name, plans: &plans, format_version: BATCHED_FORMAT_VERSION, payloads: &payloads };
+    let artifact = tessera_stages::stage::run_digest(ctx.driver, &stage).with_context(|| format!("model {}: joining the plans of batch sizes {}", job.name, batches_text(&job.batches)))?;
+    Ok(joined_result(job, results, artifact, store.objects().size_of(&artifact).unwrap_or(0)))
+}
+
+/// The result of a batched job: its joined artifact, with the per-plan results summed (partitions, kernels,
+/// objects) and listed ([`ModelResult::plans`]); the estimate is the largest plan's.
+fn joined_result(job: &ModelJob, results: Vec<ModelResult>, artifact: Digest, artifact_bytes: u64) -> ModelResult {
+    let plans = job
+        .batches
+        .iter()
+        .zip(&results)
+        .map(|(&batch, r)| PlanResult { batch, artifact: r.artifact, partitions: r.partitions, estimated_us: r.estimated_us })
+        .collect();
+    let mut it = results.into_iter();
+    let mut joined = it.next().expect("a batched job has plans");
+    for r in it {
+        joined.partitions += r.partitions;
+        for (k, v) in r.partitions_by_backend {
+            *joined.partitions_by_backend.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in r.tuned_configs {
+            *joined.tuned_configs.entry(k).or_insert(0) += v;
+        }
+        joined.kernels.extend(r.kernels);
+        joined.lowered.extend(r.lowered);
+        joined.nodes += r.nodes;
+        joined.estimated_us = r.estimated_us;
+        joined.objects.extend(r.objects);
+    }
+    joined.objects.push(artifact);
+    joined.objects.sort();
+    joined.objects.dedup();
+    joined.artifact = artifact;
+    joined.artifact_bytes = artifact_bytes;
+    joined.plans = plans;
+    // The source is the smallest plan's (its fixture spec or ONNX file); `batch` lists every plan.
+    joined.origin.options.insert("batch".into(), batches_text(&job.batches));
+    joined
 }
 
 fn compile_prepared(ctx: &Ctx, prepared: &Prepared) -> Result<ModelResult> {
@@ -246,6 +350,7 @@ fn compile_prepared(ctx: &Ctx, prepared: &Prepared) -> Result<ModelResult> {
         nodes: plan.partitions.iter().map(|p| p.nodes.len()).sum(),
         estimated_us: plan.estimated_us(),
         cost_source: plan.cost_source.clone(),
+        plans: Vec::new(),
         objects,
         origin,
     })

@@ -24,7 +24,7 @@ use tessera_stages::precision::KeptNode;
 use tessera_stages::target::TargetSet;
 
 /// The syntax of a fixture spec, for help texts and errors.
-pub const FIXTURE_SPEC_HELP: &str = "fixture:MODEL[:bBATCH][:sSEQ][:iIMAGE] (e.g. fixture:bert-base:b1:s128, fixture:resnet18:i32)";
+pub const FIXTURE_SPEC_HELP: &str = "fixture:MODEL[:bBATCH][:sSEQ][:iIMAGE] (e.g. fixture:bert-base:b1:s128, fixture:resnet18:i32; BATCH may list several sizes, fixture:mlp3:b1,8)";
 
 /// Parses `fixture:MODEL[:bN][:sN][:iN]` into a job named as a manifest entry with the same options would be
 /// (`<model>-b<batch>[-s<seq>][-i<image>]`), so explain, baselines and compile agree on model names.
@@ -36,6 +36,7 @@ pub fn parse_fixture_spec(spec: &str) -> Result<ModelJob> {
         bail!("'{spec}': the fixture spec names no model: expected {FIXTURE_SPEC_HELP}");
     }
     let mut options = ModelOptions { batch: 1, seq: None, image: None };
+    let mut batches = Vec::new();
     let mut seen = [false; 3];
     for p in parts {
         let (slot, which) = match p.chars().next() {
@@ -47,15 +48,27 @@ pub fn parse_fixture_spec(spec: &str) -> Result<ModelJob> {
         if std::mem::replace(&mut seen[slot], true) {
             bail!("'{spec}': {which} is given twice");
         }
+        if slot == 0 {
+            // Several batch sizes: one artifact with a plan per size (see `tessera compile --batch`).
+            let sizes = tessera_fixtures::batch::parse_batches(&p[1..]).map_err(|e| anyhow::anyhow!("'{spec}': {e}"))?;
+            options.batch = sizes[0];
+            if sizes.len() > 1 {
+                batches = sizes;
+            }
+            continue;
+        }
         let n: usize = p[1..].parse().map_err(|_| anyhow::anyhow!("'{spec}': {which} '{}' is not a positive integer", &p[1..]))?;
         match slot {
-            0 => options.batch = n,
             1 => options.seq = Some(n),
             _ => options.image = Some(n),
         }
     }
     tessera_fixtures::registry::resolve(model, &options).with_context(|| format!("fixture spec '{spec}'"))?;
-    Ok(ModelJob { name: tessera_fixtures::default_name(model, &options), source: ModelSource::Fixture { model: model.to_string(), options } })
+    if let Some(&last) = batches.last() {
+        tessera_fixtures::registry::resolve(model, &ModelOptions { batch: last, ..options }).with_context(|| format!("fixture spec '{spec}'"))?;
+    }
+    let name = tessera_fixtures::batch::default_batched_name(model, &options, &batches);
+    Ok(ModelJob { name, source: ModelSource::Fixture { model: model.to_string(), options }, batches })
 }
 
 /// The job for `tessera explain MODEL`: with `manifest`, MODEL is an entry name of that manifest; otherwise
@@ -74,7 +87,7 @@ pub fn job_for_model(model: &str, manifest: Option<&Path>, shapes: &BTreeMap<Str
             Source::Fixture { model, options } => ModelSource::Fixture { model, options },
             Source::Onnx { resolved, shapes, .. } => ModelSource::Onnx { path: resolved, shapes },
         };
-        return Ok(ModelJob { name: e.name, source });
+        return Ok(ModelJob { name: e.name, source, batches: e.batches });
     }
     if model.starts_with("fixture:") {
         return parse_fixture_spec(model);
@@ -346,14 +359,20 @@ mod tests {
         }
         assert_eq!(parse_fixture_spec("fixture:mlp3").unwrap().name, "mlp3-b1");
         assert_eq!(parse_fixture_spec("fixture:resnet18:i32:b2").unwrap().name, "resnet18-b2-i32");
+        // Several batch sizes: one batched job, its source at the smallest.
+        let j = parse_fixture_spec("fixture:bert-tiny:b8,1:s16").unwrap();
+        assert_eq!((j.name.as_str(), j.batches.as_slice()), ("bert-tiny-b1_8-s16", &[1, 8][..]));
+        assert!(matches!(j.source, ModelSource::Fixture { options, .. } if options.batch == 1));
+        assert_eq!(parse_fixture_spec("fixture:mlp3:b1-4").unwrap().batches, [1, 2, 4]);
         for (bad, says) in [
             ("fixture:", "names no model"),
             ("fixture:nope", "unknown model"),
             ("fixture:mlp3:x4", "'x4' is not an option"),
-            ("fixture:mlp3:b", "batch '' is not"),
+            ("fixture:mlp3:b", "'' is not a size"),
             ("fixture:mlp3:b1:b2", "given twice"),
             ("fixture:mlp3:s12", "not a sequence model"),
-            ("fixture:mlp3:b0", "batch must be"),
+            ("fixture:mlp3:b0", "at least 1, got 0"),
+            ("fixture:mlp3:b1,1", "1 is given twice"),
         ] {
             let e = format!("{:#}", parse_fixture_spec(bad).unwrap_err());
             assert!(e.contains(says), "{bad}: {e}");

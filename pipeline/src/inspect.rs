@@ -21,6 +21,14 @@ pub struct ArtifactReport {
     /// that build the same payload.
     pub payload_digest: String,
     pub model: String,
+    /// A batched artifact's batch sizes, one plan each (a run of batch N uses the smallest plan >= N); absent for
+    /// an artifact of one plan. The fields below describe the first plan (the smallest batch), except the
+    /// constants, which are every unique constant of the file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub batches: Vec<u64>,
+    /// A batched artifact's plans, one per batch size; absent for an artifact of one plan.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plans: Vec<PlanRow>,
     /// How it was built; `null` for an artifact written before tessera recorded provenance.
     pub provenance: Option<Provenance>,
     pub inputs: Vec<TensorRow>,
@@ -36,6 +44,22 @@ pub struct ArtifactReport {
     pub steps: usize,
     pub steps_per_backend: BTreeMap<String, usize>,
     pub transfers: usize,
+}
+
+/// One plan of a batched artifact.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanRow {
+    pub batch: u64,
+    pub inputs: Vec<TensorRow>,
+    pub outputs: Vec<TensorRow>,
+    pub arena_bytes: u64,
+    pub scratch_bytes: u64,
+    pub steps: usize,
+    pub steps_per_backend: BTreeMap<String, usize>,
+    pub modules: usize,
+    pub module_bytes: usize,
+    /// Constants this plan reads (stored once in the file, however many plans read them).
+    pub constants: usize,
 }
 
 /// An input or output.
@@ -107,14 +131,46 @@ pub fn describe(path: &Path) -> anyhow::Result<ArtifactReport> {
         let kernel = m.functions[s.function as usize].symbol.clone();
         partitions.push(PartitionRow { step: i, backend: m.backend.clone(), target: m.target.clone(), module: s.module, kernel });
     }
-    let constants: Vec<ConstantRow> =
-        b.constants.iter().map(|c| ConstantRow { ty: c.ty.to_string(), bytes: c.ty.size_bytes() as u64, digest: hex(&c.digest) }).collect();
+    // Every unique constant of the file, in order of first use over the plans (a batched artifact stores each
+    // once, whichever plans read it).
+    let mut seen = std::collections::BTreeSet::new();
+    let constants: Vec<ConstantRow> = (0..a.plan_count())
+        .flat_map(|i| a.plan(i).constants.iter())
+        .filter(|c| seen.insert(c.digest))
+        .map(|c| ConstantRow { ty: c.ty.to_string(), bytes: c.ty.size_bytes() as u64, digest: hex(&c.digest) })
+        .collect();
+    let plans = a
+        .batches()
+        .iter()
+        .enumerate()
+        .map(|(i, &batch)| {
+            let p = a.plan(i);
+            let mut per: BTreeMap<String, usize> = BTreeMap::new();
+            for s in &p.steps {
+                *per.entry(p.modules[s.module as usize].backend.clone()).or_insert(0) += 1;
+            }
+            PlanRow {
+                batch,
+                inputs: p.inputs.iter().map(|i| TensorRow::new(&i.name, &i.ty)).collect(),
+                outputs: p.outputs.iter().map(|o| TensorRow::new(&o.name, &o.ty)).collect(),
+                arena_bytes: p.arena_bytes,
+                scratch_bytes: p.scratch_bytes,
+                steps: p.steps.len(),
+                steps_per_backend: per,
+                modules: p.modules.len(),
+                module_bytes: p.modules.iter().map(|m| m.bytes.len()).sum(),
+                constants: p.constants.len(),
+            }
+        })
+        .collect();
     Ok(ArtifactReport {
         file: path.display().to_string(),
         file_bytes,
         blake3,
         payload_digest: a.payload_digest().to_hex(),
         model: b.model.clone(),
+        batches: a.batches().to_vec(),
+        plans,
         provenance: a.provenance.clone(),
         inputs: b.inputs.iter().map(|i| TensorRow::new(&i.name, &i.ty)).collect(),
         outputs: b.outputs.iter().map(|o| TensorRow::new(&o.name, &o.ty)).collect(),

@@ -2,7 +2,7 @@
 //! `tessera.compile` and Rust programs all build. The CLI only parses its arguments into one
 //! (`cli::build_options`); every build goes through [`CompileRequest::compile`].
 
-use crate::build::{ModelJob, ModelResult};
+use crate::build::{ModelJob, ModelResult, ModelSource};
 use crate::explain::jobs_from_specs;
 use crate::memo::Memo;
 use crate::zoo::{all_backends, compile_all_in, resolve_targets, Summary};
@@ -27,6 +27,11 @@ pub struct CompileRequest {
     /// fp16 builds: a directory of calibration inputs ([`tessera_stages::calibrate::CalibrationDir`]) used
     /// instead of random ones; None: random inputs.
     pub calibration: Option<PathBuf>,
+    /// Batch sizes for the ONNX files and fixture specs given directly (manifest entries say their own):
+    /// several make one artifact with a plan per size (`tessera compile --batch 1,8`); one sets the batch.
+    /// For an ONNX file each size replaces the leading dimension of every input `shapes` fixes. Empty: the
+    /// inputs' own batch.
+    pub batches: Vec<usize>,
     /// Target strings or JSON texts; empty: every backend this machine can run.
     pub targets: Vec<String>,
     /// Where partition costs come from; [`CostMode::Recorded`] is a frozen build.
@@ -48,6 +53,7 @@ impl std::fmt::Debug for CompileRequest {
             .field("inputs", &self.inputs)
             .field("shapes", &self.shapes)
             .field("calibration", &self.calibration)
+            .field("batches", &self.batches)
             .field("targets", &self.targets)
             .field("costs", &self.costs)
             .field("measured_on", &self.measured_on)
@@ -91,6 +97,7 @@ impl CompileRequest {
             inputs,
             shapes: BTreeMap::new(),
             calibration: None,
+            batches: Vec::new(),
             targets: Vec::new(),
             costs: CostMode::default(),
             measured_on: None,
@@ -100,9 +107,29 @@ impl CompileRequest {
         }
     }
 
-    /// The models the inputs name.
+    /// The models the inputs name, [`batches`](Self::batches) applied.
     pub fn jobs(&self) -> Result<Vec<ModelJob>> {
-        jobs_from_specs(&self.inputs, &self.shapes)
+        if self.batches.is_empty() {
+            return jobs_from_specs(&self.inputs, &self.shapes);
+        }
+        let sizes = tessera_fixtures::batch::check_batches(&self.batches).map_err(|e| anyhow::anyhow!("--batch: {e}"))?;
+        let mut jobs = Vec::new();
+        for input in &self.inputs {
+            let mut these = jobs_from_specs(std::slice::from_ref(input), &self.shapes)?;
+            if !input.ends_with(".toml") {
+                for j in &mut these {
+                    with_batches(j, &sizes, input)?;
+                }
+            }
+            jobs.extend(these);
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for j in &jobs {
+            if !seen.insert(j.name.clone()) {
+                bail!("two models are named '{}': give each model once", j.name);
+            }
+        }
+        Ok(jobs)
     }
 
     /// Compiles every model of the request; each artifact is written to `out/<model>.tsr`. A model that
@@ -147,6 +174,30 @@ impl CompileRequest {
         }
         Ok(())
     }
+}
+
+/// `job` (from `input`, an ONNX file or a fixture spec) at the batch sizes `sizes` (checked, ascending): one
+/// sets its batch, several make it a batched job (see [`ModelJob::batches`]).
+fn with_batches(job: &mut ModelJob, sizes: &[usize], input: &str) -> Result<()> {
+    let several = if sizes.len() > 1 { sizes.to_vec() } else { Vec::new() };
+    match &mut job.source {
+        ModelSource::Fixture { model, options } => {
+            if input.split(':').skip(2).any(|p| p.starts_with('b')) {
+                bail!("{input}: the spec gives a batch and --batch gives batch sizes; give them in one place");
+            }
+            for &b in [sizes[0], sizes[sizes.len() - 1]].iter() {
+                tessera_fixtures::registry::resolve(model, &tessera_fixtures::ModelOptions { batch: b, ..*options }).with_context(|| format!("{input} at batch {b}"))?;
+            }
+            options.batch = sizes[0];
+            job.name = tessera_fixtures::batch::default_batched_name(model, options, &several);
+        }
+        ModelSource::Onnx { shapes, .. } => {
+            tessera_fixtures::batch::batch_leads(shapes).map_err(|e| anyhow::anyhow!("{input}: --batch: {e}"))?;
+            *shapes = tessera_fixtures::batch::shapes_at_batch(shapes, sizes[0]);
+        }
+    }
+    job.batches = several;
+    Ok(())
 }
 
 impl StoreRequest {

@@ -27,7 +27,7 @@ pub fn jobs_from_inputs(inputs: &[PathBuf], shapes: &BTreeMap<String, Vec<usize>
                     .and_then(|s| s.to_str())
                     .with_context(|| format!("{}: the file name is not valid UTF-8", input.display()))?
                     .to_string();
-                jobs.push(ModelJob { name, source: ModelSource::Onnx { path: input.clone(), shapes: shapes.clone() } });
+                jobs.push(ModelJob { name, source: ModelSource::Onnx { path: input.clone(), shapes: shapes.clone() }, batches: Vec::new() });
             }
             Some("toml") => {
                 let m = load_manifest(input)?;
@@ -44,7 +44,7 @@ pub fn jobs_from_inputs(inputs: &[PathBuf], shapes: &BTreeMap<String, Vec<usize>
                         Source::Fixture { model, options } => ModelSource::Fixture { model, options },
                         Source::Onnx { resolved, shapes, .. } => ModelSource::Onnx { path: resolved, shapes },
                     };
-                    jobs.push(ModelJob { name: e.name, source });
+                    jobs.push(ModelJob { name: e.name, source, batches: e.batches });
                 }
             }
             _ => bail!("{}: expected an ONNX model (.onnx) or a zoo manifest (.toml)", input.display()),
@@ -148,7 +148,12 @@ pub struct ArtifactRow {
     /// Partitions per tuned configuration other than their backend's default.
     #[serde(default)]
     pub tuned_configs: BTreeMap<String, usize>,
+    /// For a batched artifact, its largest plan's estimate.
     pub estimated_us: f64,
+    /// A batched artifact's plans, one per batch size (each with the payload digest of the model's
+    /// single-plan artifact at that size, in the store); absent for one plan.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plans: Vec<crate::build::PlanResult>,
     /// Distinct (backend, kernel signature) pairs of this model, for tests and reports.
     #[serde(skip)]
     pub kernels: BTreeSet<(String, Digest)>,
@@ -202,6 +207,7 @@ pub fn compile_all_in(memo: &Memo, ctx: &Ctx, jobs: &[ModelJob], out: &Path, on_
             partitions_by_backend: r.partitions_by_backend.clone(),
             tuned_configs: r.tuned_configs.clone(),
             estimated_us: r.estimated_us,
+            plans: r.plans.clone(),
             kernels: r.lowered.clone(),
         });
     }

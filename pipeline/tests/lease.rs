@@ -26,6 +26,7 @@ fn compile_with(store: &Path, remote: Option<&str>, out: &Path, costs: CostMode)
     let opts = BuildOptions {
         targets: vec!["cpu".into()],
         shapes: vec![],
+        calibration: None,
         store: Some(store.to_path_buf()),
         wait: false,
         costs,

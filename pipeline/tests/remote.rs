@@ -22,6 +22,7 @@ fn options(store: &Path, remote: Option<&str>) -> BuildOptions {
     BuildOptions {
         targets: vec!["cpu".into()],
         shapes: vec![],
+        calibration: None,
         store: Some(store.to_path_buf()),
         wait: false,
         costs: CostMode::Analytical,

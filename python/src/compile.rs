@@ -23,8 +23,9 @@ pub enum Inputs {
 ///
 /// `targets`: target strings (`["cpu", "cpu -compiler=gemm"]`, `["cuda -precision=fp16"]`); `None` or empty
 /// means every backend this machine can run. `shapes`: `{onnx input name: (dims...)}` (the CLI's
-/// `--shape`). `calibration`: a directory of fp16 calibration inputs (the CLI's `--calibration`: `<input>.npy`
-/// per model input, one sample per directory) used instead of random inputs. `store`: the content-addressed store (default `$TESSERA_STORE`, else `.tessera` in the
+/// `--shape`). `batch`: batch sizes, as the CLI's `--batch` (`[1, 8]`: one artifact with a plan per size).
+/// `calibration`: a directory of fp16 calibration inputs (the CLI's `--calibration`: `<input>.npy` per model
+/// input, one sample per directory) used instead of random inputs. `store`: the content-addressed store (default `$TESSERA_STORE`, else `.tessera` in the
 /// working directory); `wait`: wait for another writer of it instead of failing. `costs`: `"measured"`,
 /// `"analytical"` or `"recorded"` (the store's recorded measurements only, as the CLI's `--frozen`). `remote`: a
 /// remote tier URL as the CLI's `--remote` takes it (default `$TESSERA_REMOTE`; signing and trust key files from
@@ -35,7 +36,7 @@ pub enum Inputs {
 /// (which names the file or model at fault); when some models fail, the others' artifacts are still
 /// written and the error lists every failure.
 #[pyfunction]
-#[pyo3(signature = (inputs, out, *, targets=None, shapes=None, calibration=None, store=None, costs="measured", wait=false, remote=None, remote_read_only=false))]
+#[pyo3(signature = (inputs, out, *, targets=None, shapes=None, batch=None, calibration=None, store=None, costs="measured", wait=false, remote=None, remote_read_only=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn compile<'py>(
     py: Python<'py>,
@@ -43,6 +44,7 @@ pub fn compile<'py>(
     out: PathBuf,
     targets: Option<Vec<String>>,
     shapes: Option<BTreeMap<String, Vec<usize>>>,
+    batch: Option<Vec<usize>>,
     calibration: Option<PathBuf>,
     store: Option<PathBuf>,
     costs: &str,
@@ -59,6 +61,7 @@ pub fn compile<'py>(
     let request = CompileRequest {
         shapes: shapes.unwrap_or_default(),
         calibration,
+        batches: batch.unwrap_or_default(),
         targets: targets.unwrap_or_default(),
         costs,
         store: StoreRequest { dir: store, wait, remote: remote_request(remote, remote_read_only)? },

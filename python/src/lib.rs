@@ -82,6 +82,13 @@ impl Input<'_> {
         }
     }
 
+    fn shape(&self) -> &[usize] {
+        match self {
+            Input::Numpy(_, shape) => shape,
+            Input::Dl(b) => &b.shape,
+        }
+    }
+
     /// The host view of a host input.
     fn view(&self) -> TensorView<'_> {
         match self {
@@ -198,7 +205,14 @@ impl Model {
         self.inner.name()
     }
 
-    /// `[(name, numpy dtype name, shape), ...]` in model order.
+    /// A batched model's batch sizes, ascending (compiled with `batch=[1, 8]` / `--batch 1,8`): `run` takes any
+    /// batch up to the largest, on the smallest plan that fits (inputs zero-padded). `[]` for a model of one plan.
+    #[getter]
+    fn batch_sizes(&self) -> Vec<usize> {
+        self.inner.batch_sizes().to_vec()
+    }
+
+    /// `[(name, numpy dtype name, shape), ...]` in model order (a batched model's: its largest plan's).
     #[getter]
     fn inputs(&self) -> Vec<(String, &'static str, Vec<usize>)> {
         describe(self.inner.inputs())
@@ -218,7 +232,8 @@ impl Model {
         Ok(Some(py.import("json")?.call_method1("loads", (json,))?))
     }
 
-    /// Runs the model on `{input name: tensor}` (every input, its exact dtype and shape): NumPy arrays, or
+    /// Runs the model on `{input name: tensor}` (every input, its exact dtype and shape; a batched model's with
+    /// any batch up to its largest plan's, the outputs then of the run's batch): NumPy arrays, or
     /// DLPack tensors (torch, CuPy, JAX) read in place, on the host or, for a GPU model, on GPU 0. Returns
     /// `{output name: ndarray}` in model order; with `out={output name: DLPack tensor}`, writes the outputs
     /// into those tensors instead (on the host: every output; on the GPU: the ones named) and returns `out`.
@@ -268,7 +283,10 @@ impl Model {
             py.detach(|| model.run_into(&views, &mut targets)).map_err(err)?;
             return Ok(out_dict.clone());
         }
-        let infos = self.inner.outputs();
+        // A batched model's outputs have the run's batch: the inputs' leading dimension (the run checks they agree).
+        let batch = held.first().and_then(|(_, i)| i.shape().first().copied()).unwrap_or(0);
+        let infos = self.inner.outputs_at(batch);
+        let infos = &infos;
         let mut bufs = infos.iter().map(OutBuf::new).collect::<PyResult<Vec<_>>>()?;
         {
             let mut outs: Vec<(&str, TensorViewMut)> = infos.iter().zip(bufs.iter_mut()).map(|(d, b)| (d.name.as_str(), b.view(d))).collect();

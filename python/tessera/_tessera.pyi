@@ -22,6 +22,10 @@ class Model:
     @property
     def name(self) -> str: ...
     @property
+    def batch_sizes(self) -> List[int]:
+        """A batched model's batch sizes, ascending: run takes any batch up to the largest, on the smallest plan
+        that fits (inputs zero-padded); [] for a model of one plan."""
+    @property
     def inputs(self) -> List[TensorDesc]: ...
     @property
     def outputs(self) -> List[TensorDesc]: ...
@@ -45,6 +49,7 @@ def compile(
     *,
     targets: Optional[Sequence[str]] = None,
     shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    batch: Optional[Sequence[int]] = None,
     calibration: Optional[_Path] = None,
     store: Optional[_Path] = None,
     costs: str = "measured",

@@ -91,3 +91,26 @@ def test_a_remote_is_taken_as_the_cli_takes_it(tmp_path, monkeypatch):
     with pytest.raises(tessera.Error, match=r"remote: .*ftp"):
         tessera.compile(ONNX, tmp_path / "out", targets=["cpu"], store=tmp_path / "s3", costs="analytical")
 
+
+
+def test_batch_sizes_make_one_artifact_serving_every_batch_up_to_the_largest(tmp_path):
+    import numpy as np
+
+    got = tessera.compile("fixture:mlp3", tmp_path / "out", targets=ZOO_TARGETS, store=tmp_path / "store", costs="analytical", batch=[1, 8])
+    assert list(got) == ["mlp3-b1_8"]
+    m = tessera.load(got["mlp3-b1_8"])
+    assert m.batch_sizes == [1, 8]
+    assert m.inputs == [("input", "float32", [8, 784])]
+    assert m.provenance["options"]["batch"] == "1,8"
+    # The plan for 8 against the zoo's batch-8 artifact (built by the CLI with the same targets and costs),
+    # batch 3 padded onto it, batch 1 on its own plan.
+    plain = tessera.load(env_path("TESSERA_ZOO") / "mlp3-b8.tsr")
+    assert plain.batch_sizes == []
+    x = np.random.default_rng(7).uniform(-1, 1, size=(8, 784)).astype(np.float32)
+    want = plain.run({"input": x})["logits"]
+    for rows in [8, 3, 1]:
+        out = m.run({"input": x[:rows]})["logits"]
+        assert out.shape == (rows, 10)
+        np.testing.assert_allclose(out, want[:rows], rtol=1e-4, atol=1e-5)
+    with pytest.raises(tessera.Error, match=r"batch 9.*1, 8"):
+        m.run({"input": np.zeros((9, 784), np.float32)})

@@ -170,7 +170,24 @@ enum TesseraStatus tessera_model_output(const struct TesseraModel *model,
                                         size_t index,
                                         struct TesseraTensorInfo *out);
 
-// Runs the model: every input once, by name, of its exact dtype and shape; the outputs named in
+// Number of plans of a batched model (compiled with `--batch 1,8`), one per batch size; 0 for a model of one
+// plan (whose inputs have fixed shapes) or if `model` is null. A batched model runs inputs of any batch
+// (leading dimension) up to its largest plan's, on the smallest plan that fits.
+//
+// # Safety
+// `model` is null or a live model.
+size_t tessera_model_batch_count(const struct TesseraModel *model);
+
+// The batch size of plan `index` of a batched model (ascending in `index`); 0 for an index out of range, a
+// model of one plan, or a null `model`.
+//
+// # Safety
+// `model` is null or a live model.
+size_t tessera_model_batch_size(const struct TesseraModel *model,
+                                size_t index);
+
+// Runs the model: every input once, by name, of its exact dtype and shape (a batched model's with any batch
+// up to its largest plan's, outputs then of that batch); the outputs named in
 // `outputs` are written into their buffers (others are not copied). Callable from many threads at once
 // on one model: each run has its own activation memory, the weights are shared.
 //

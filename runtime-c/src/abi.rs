@@ -285,7 +285,31 @@ pub unsafe extern "C" fn tessera_model_output(model: *const TesseraModel, index:
     guard(|| describe(&unsafe { model_arg(model) }?.outputs, index, out, "output"))
 }
 
-/// Runs the model: every input once, by name, of its exact dtype and shape; the outputs named in
+/// Number of plans of a batched model (compiled with `--batch 1,8`), one per batch size; 0 for a model of one
+/// plan (whose inputs have fixed shapes) or if `model` is null. A batched model runs inputs of any batch
+/// (leading dimension) up to its largest plan's, on the smallest plan that fits.
+///
+/// # Safety
+/// `model` is null or a live model.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_model_batch_count(model: *const TesseraModel) -> usize {
+    // SAFETY: the caller's promise.
+    guard_value(0, || unsafe { model.as_ref() }.map(|m| m.model.batch_sizes().len()))
+}
+
+/// The batch size of plan `index` of a batched model (ascending in `index`); 0 for an index out of range, a
+/// model of one plan, or a null `model`.
+///
+/// # Safety
+/// `model` is null or a live model.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_model_batch_size(model: *const TesseraModel, index: usize) -> usize {
+    // SAFETY: the caller's promise.
+    guard_value(0, || unsafe { model.as_ref() }.and_then(|m| m.model.batch_sizes().get(index).copied()))
+}
+
+/// Runs the model: every input once, by name, of its exact dtype and shape (a batched model's with any batch
+/// up to its largest plan's, outputs then of that batch); the outputs named in
 /// `outputs` are written into their buffers (others are not copied). Callable from many threads at once
 /// on one model: each run has its own activation memory, the weights are shared.
 ///

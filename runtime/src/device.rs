@@ -3,7 +3,7 @@
 //! of it, on the engine's stream; nothing passes through host memory.
 
 use crate::error::{Error, ErrorKind};
-use crate::model::{check, names, Model};
+use crate::model::{check, names, Model, TensorInfo};
 use tessera_kernels::DType;
 
 /// A tensor in GPU memory the caller owns: dtype, shape and a `CUdeviceptr` on GPU 0's primary context (the
@@ -66,19 +66,22 @@ impl Model {
         if !self.is_gpu() {
             return Err(Error::new(ErrorKind::Input, format!("model '{}' runs on the host: device pointers are for GPU artifacts (give host memory to run or run_into)", self.name())));
         }
-        let ins = self.bind_device(inputs, true)?.into_iter().collect::<Option<Vec<u64>>>();
+        let shapes: Vec<(&str, &[usize])> = inputs.iter().map(|(n, t)| (*n, t.shape())).collect();
+        let (plan, plan_inputs, plan_outputs) = self.device_plan(&shapes)?;
+        let ins = self.bind_device(inputs, plan_inputs, true)?.into_iter().collect::<Option<Vec<u64>>>();
         let Some(ins) = ins else {
-            let missing: Vec<String> = self.inputs().iter().filter(|d| !inputs.iter().any(|(n, _)| *n == d.name)).map(|d| format!("'{}'", d.name)).collect();
+            let missing: Vec<String> = plan_inputs.iter().filter(|d| !inputs.iter().any(|(n, _)| *n == d.name)).map(|d| format!("'{}'", d.name)).collect();
             return Err(Error::new(ErrorKind::Input, format!("model '{}': missing input{} {}", self.name(), if missing.len() > 1 { "s" } else { "" }, missing.join(", "))));
         };
-        let outs = self.bind_device(outputs, false)?;
+        let outs = self.bind_device(outputs, plan_outputs, false)?;
         // SAFETY: the caller's promise, passed on.
-        self.with_session(|s| unsafe { s.run_device_on(&ins, &outs, stream) })
+        self.with_session(plan, |s| unsafe { s.run_device_on(&ins, &outs, stream) })
     }
 
-    /// Per model input (or output), the pointer given for it, after checking names, dtypes and shapes.
-    fn bind_device(&self, given: &[(&str, DeviceTensor<'_>)], inputs: bool) -> Result<Vec<Option<u64>>, Error> {
-        let (list, kind, what) = if inputs { (self.inputs(), ErrorKind::Input, "input") } else { (self.outputs(), ErrorKind::Output, "output") };
+    /// Per model input (or output) of `list` (the plan's), the pointer given for it, after checking names,
+    /// dtypes and shapes.
+    fn bind_device(&self, given: &[(&str, DeviceTensor<'_>)], list: &[TensorInfo], inputs: bool) -> Result<Vec<Option<u64>>, Error> {
+        let (kind, what) = if inputs { (ErrorKind::Input, "input") } else { (ErrorKind::Output, "output") };
         let fail = |msg: String| Error::new(kind, format!("model '{}': {msg}", self.name()));
         let mut bound: Vec<Option<u64>> = vec![None; list.len()];
         for (name, t) in given {

@@ -163,6 +163,21 @@ fn link_key_has_every_ingredient() {
 }
 
 #[test]
+fn link_batches_key_has_every_ingredient() {
+    let no_payloads = || -> Result<Vec<Vec<u8>>> { unreachable!("keys only") };
+    let key = |plans: &[(u64, Digest)], format_version: u32| {
+        crate::link::LinkBatches { model: "m", plans, format_version, payloads: &no_payloads }.key().unwrap()
+    };
+    all_distinct(&[
+        ("base", key(&[(1, d("a")), (8, d("b"))], 4)),
+        ("a plan's artifact", key(&[(1, d("a")), (8, d("c"))], 4)),
+        ("a batch size", key(&[(1, d("a")), (16, d("b"))], 4)),
+        ("another plan", key(&[(1, d("a")), (8, d("b")), (32, d("c"))], 4)),
+        ("artifact format", key(&[(1, d("a")), (8, d("b"))], 5)),
+    ]);
+}
+
+#[test]
 fn targets_key_has_the_target_set() {
     let a = TargetSet::parse(&["cpu".to_string()]).unwrap();
     let b = TargetSet::parse(&["cpu".to_string(), "cpu -compiler=gemm".to_string()]).unwrap();

@@ -279,3 +279,40 @@ impl Stage for Link<'_> {
     }
 }
 
+
+/// Stage: join the single-plan artifacts of one model compiled at several batch sizes into one batched
+/// artifact, every constant stored once ([`tessera_kernels::artifact::batched::join`]). Its output is the
+/// batched payload's bytes.
+pub struct LinkBatches<'a> {
+    pub model: &'a str,
+    /// (batch size, the payload digest of the model's artifact at that size), batch sizes ascending.
+    pub plans: &'a [(u64, Digest)],
+    /// Key ingredient: the batched format's version ([`tessera_kernels::artifact::BATCHED_FORMAT_VERSION`]).
+    pub format_version: u32,
+    /// The means: the payloads the digests above name, in the same order.
+    pub payloads: &'a (dyn Fn() -> anyhow::Result<Vec<Vec<u8>>> + Sync),
+}
+
+impl Stage for LinkBatches<'_> {
+    const NAME: &'static str = "link-batches";
+    const DEVICE: DevicePolicy = DevicePolicy::Busy;
+    type Output = Vec<u8>;
+    fn version(&self) -> crate::code::CodeVersion {
+        crate::code::CodeVersion::new(LINK_VERSION, &[crate::code::digests::LINK, crate::code::runtime_digests::ARTIFACT])
+    }
+    // The model's name is in every plan's body, so in the digests: the key needs only them.
+    fn key(&self) -> anyhow::Result<Digest> {
+        Ok(self.key_builder().input("plans", self.plans).env("artifact_format", &self.format_version).finish()?)
+    }
+    fn compute(&self) -> anyhow::Result<Vec<u8>> {
+        let payloads = (self.payloads)()?;
+        let plans: Vec<(u64, &[u8])> = self.plans.iter().zip(&payloads).map(|((b, _), p)| (*b, p.as_slice())).collect();
+        tessera_kernels::artifact::batched::join(&plans).map_err(|msg| anyhow::Error::new(LinkError { model: self.model.to_string(), msg }))
+    }
+    fn encode(out: &Vec<u8>) -> anyhow::Result<Vec<u8>> {
+        Ok(out.clone())
+    }
+    fn decode(bytes: &[u8]) -> anyhow::Result<Vec<u8>> {
+        Ok(bytes.to_vec())
+    }
+}

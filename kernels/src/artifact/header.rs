@@ -9,6 +9,12 @@ pub const MAGIC: [u8; 8] = *b"TESSERA\x1a";
 /// either. The provenance section is announced by a header flag and has its own version
 /// ([`super::provenance::PROVENANCE_VERSION`]): adding it left every payload's bytes as they were.
 pub const FORMAT_VERSION: u32 = 3;
+/// Version of a payload holding several plans, one per batch size (see [`super::batched`]): the same header,
+/// padding and data section as [`FORMAT_VERSION`], the body a postcard [`BatchedBody`](super::batched::BatchedBody)
+/// instead of one [`Body`]. A version of its own rather than a flag: a runtime that reads only single plans
+/// refuses such a file by its version, and single-plan files keep every byte they had. Bump both versions on
+/// any change to the body encoding.
+pub const BATCHED_FORMAT_VERSION: u32 = 4;
 /// Size of the header; the body starts here.
 pub const HEADER_LEN: usize = 64;
 
@@ -22,27 +28,39 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// Writes header, body, padding and the data section.
 pub fn encode(body: &Body, data: &[u8]) -> Result<Vec<u8>, postcard::Error> {
-    let encoded = postcard::to_stdvec(body)?;
+    Ok(frame(FORMAT_VERSION, &postcard::to_stdvec(body)?, data))
+}
+
+/// Writes a payload of several plans (version [`BATCHED_FORMAT_VERSION`]); the caller validated it.
+pub(crate) fn encode_batched(body: &super::batched::BatchedBody, data: &[u8]) -> Result<Vec<u8>, postcard::Error> {
+    Ok(frame(BATCHED_FORMAT_VERSION, &postcard::to_stdvec(body)?, data))
+}
+
+/// Header, an encoded body, padding and the data section, with the header's lengths and digest.
+fn frame(version: u32, encoded: &[u8], data: &[u8]) -> Vec<u8> {
     let data_start = align_up((HEADER_LEN + encoded.len()) as u64) as usize;
     let mut out = Vec::with_capacity(data_start + data.len());
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&(encoded.len() as u64).to_le_bytes());
     out.extend_from_slice(&(data.len() as u64).to_le_bytes());
     out.extend_from_slice(&[0; 32]);
     debug_assert_eq!(out.len(), HEADER_LEN);
-    out.extend_from_slice(&encoded);
+    out.extend_from_slice(encoded);
     out.resize(data_start, 0);
     out.extend_from_slice(data);
     let digest = blake3::hash(&out[HEADER_LEN..]);
     out[32..64].copy_from_slice(digest.as_bytes());
-    Ok(out)
+    out
 }
 
-/// A decoded file: its body, its data section, and its provenance when the header says one follows.
+/// A decoded file: its plans, its data section, and its provenance when the header says one follows.
 pub(crate) struct Decoded<'a> {
-    pub body: Body,
+    /// One body (version [`FORMAT_VERSION`]), or one per batch size (version [`BATCHED_FORMAT_VERSION`]).
+    pub plans: Vec<Body>,
+    /// The batch size of each plan of a version-4 file; empty for a single plan.
+    pub batches: Vec<u64>,
     pub data: &'a [u8],
     /// Where the payload ends (the data section's end): the section, if any, starts here.
     pub payload_len: usize,
@@ -64,7 +82,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded<'_>, ArtifactErrorKind> {
         return Err(ArtifactErrorKind::BadMagic);
     }
     let version = u32_at(bytes, 8);
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != BATCHED_FORMAT_VERSION {
         return Err(ArtifactErrorKind::Version { found: version });
     }
     let flags = u32_at(bytes, 12);
@@ -90,10 +108,13 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded<'_>, ArtifactErrorKind> {
     if bytes[body_end..data_start].iter().any(|&b| b != 0) {
         return Err(ArtifactErrorKind::Invalid("non-zero padding between body and data".into()));
     }
-    let (body, rest) = postcard::take_from_bytes::<Body>(&bytes[HEADER_LEN..body_end]).map_err(ArtifactErrorKind::Decode)?;
-    if !rest.is_empty() {
-        return Err(ArtifactErrorKind::Invalid(format!("{} bytes after the body", rest.len())));
-    }
+    let encoded = &bytes[HEADER_LEN..body_end];
+    let (plans, batches) = if version == FORMAT_VERSION {
+        (vec![take_all::<Body>(encoded)?], Vec::new())
+    } else {
+        let b = take_all::<super::batched::BatchedBody>(encoded)?;
+        b.plans.into_iter().map(|p| (p.body, p.batch)).unzip()
+    };
     let provenance = match stamped {
         false => None,
         true if payload_len == bytes.len() => {
@@ -101,7 +122,16 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded<'_>, ArtifactErrorKind> {
         }
         true => Some(decode_section(&bytes[payload_len..])?),
     };
-    Ok(Decoded { body, data: &bytes[data_start..payload_len], payload_len, provenance })
+    Ok(Decoded { plans, batches, data: &bytes[data_start..payload_len], payload_len, provenance })
+}
+
+/// Decodes a whole body: nothing may follow the encoding.
+fn take_all<T: serde::de::DeserializeOwned>(encoded: &[u8]) -> Result<T, ArtifactErrorKind> {
+    let (value, rest) = postcard::take_from_bytes::<T>(encoded).map_err(ArtifactErrorKind::Decode)?;
+    if !rest.is_empty() {
+        return Err(ArtifactErrorKind::Invalid(format!("{} bytes after the body", rest.len())));
+    }
+    Ok(value)
 }
 
 #[cfg(test)]
@@ -128,7 +158,7 @@ mod tests {
         let data = vec![7u8; 100];
         let bytes = encode(&body(), &data).unwrap();
         let d = decode(&bytes).unwrap();
-        assert_eq!(d.body, body());
+        assert_eq!((d.plans, d.batches), (vec![body()], vec![]));
         assert_eq!(d.data, &data[..]);
         assert_eq!((bytes.len() - d.data.len()) % 64, 0, "data section starts 64-byte aligned");
         assert_eq!((d.payload_len, d.provenance), (bytes.len(), None));
@@ -138,8 +168,8 @@ mod tests {
     fn header_fields_are_checked() {
         let bytes = encode(&body(), &[1, 2, 3]).unwrap();
         let mut v = bytes.clone();
-        v[8] = (FORMAT_VERSION + 1) as u8;
-        assert!(matches!(decode(&v), Err(ArtifactErrorKind::Version { found }) if found == FORMAT_VERSION + 1));
+        v[8] = (BATCHED_FORMAT_VERSION + 1) as u8;
+        assert!(matches!(decode(&v), Err(ArtifactErrorKind::Version { found }) if found == BATCHED_FORMAT_VERSION + 1));
         let mut v = bytes.clone();
         v[13] = 1;
         assert!(matches!(decode(&v), Err(ArtifactErrorKind::Flags(_))));

@@ -55,7 +55,16 @@
 //! digest, then every index, type and bound of the body ([`validate`]), and the provenance section's version,
 //! length and digest: a truncated or corrupted file is an [`ArtifactError`] naming the file, never a panic.
 //! Artifacts written before provenance was recorded (flags 0) read as before, with no provenance.
+//!
+//! # Several batch sizes in one file (version 4)
+//!
+//! A payload of [`BATCHED_FORMAT_VERSION`] has the same header, padding and data section; its body is a
+//! [`BatchedBody`]: one plan ([`Body`]) per batch size, ascending, whose constants all index the one shared
+//! data section, where each constant is stored once ([`batched`] has the rules and [`batched::join`] the
+//! writer). Single-plan files stay version 3, byte for byte. [`Artifact::body`] is the first plan (the
+//! smallest batch); [`Artifact::batches`] and [`Artifact::plan`] give every plan.
 
+pub mod batched;
 mod header;
 pub mod plan;
 pub mod provenance;
@@ -67,7 +76,8 @@ use std::path::Path;
 use crate::module::{Module, Place};
 use crate::tensor::{Tensor, TensorType};
 
-pub use header::{FORMAT_VERSION, HEADER_LEN, MAGIC};
+pub use batched::{BatchPlan, BatchedBody};
+pub use header::{BATCHED_FORMAT_VERSION, FORMAT_VERSION, HEADER_LEN, MAGIC};
 pub use provenance::{Blake3, Provenance, SourceModel};
 pub use validate::arity;
 
@@ -216,7 +226,7 @@ pub enum ArtifactErrorKind {
     TooShort { len: usize },
     #[error("not a tessera artifact (bad magic)")]
     BadMagic,
-    #[error("format version {found} is not supported (this runtime reads version {FORMAT_VERSION})")]
+    #[error("format version {found} is not supported (this runtime reads versions {FORMAT_VERSION} and {BATCHED_FORMAT_VERSION})")]
     Version { found: u32 },
     #[error("unknown flags {0:#x} in the header (written by a newer tessera?)")]
     Flags(u32),
@@ -246,18 +256,25 @@ pub struct ArtifactError {
     pub kind: ArtifactErrorKind,
 }
 
-/// A read, checked artifact: its body, its constant data section and its provenance.
+/// A read, checked artifact: its plan (or plans, one per batch size), its constant data section and its
+/// provenance.
 #[derive(Clone, Debug)]
 pub struct Artifact {
     /// Where it was read from (a path or `<memory>`), for errors.
     pub file: String,
+    /// The plan; in a batched artifact, the plan of the smallest batch size (see [`plan`](Self::plan)).
     pub body: Body,
+    /// A batched artifact's batch sizes, ascending, one per plan; empty for a single plan.
+    batches: Vec<u64>,
+    /// A batched artifact's plans after the first.
+    more: Vec<Body>,
     /// How it was built; `None` for an artifact written without (before tessera recorded provenance, or a
     /// payload straight from the linker or the store).
     pub provenance: Option<Provenance>,
     /// The whole file; the data section is `bytes[data_start..payload_len]`. Kept whole so that opening a
-    /// file with hundreds of megabytes of weights does not copy them before the runtime uploads them.
-    bytes: Vec<u8>,
+    /// file with hundreds of megabytes of weights does not copy them before the runtime uploads them, and
+    /// shared, so that a batched artifact's [`plan_artifact`](Self::plan_artifact)s do not copy them either.
+    bytes: std::sync::Arc<Vec<u8>>,
     data_start: usize,
     payload_len: usize,
 }
@@ -276,10 +293,60 @@ impl Artifact {
     /// Reads an artifact from memory it takes over; errors name it `file`.
     pub fn read_owned(bytes: Vec<u8>, file: &str) -> Result<Artifact, ArtifactError> {
         let fail = |kind| ArtifactError { file: file.to_string(), kind };
-        let header::Decoded { body, data, payload_len, provenance } = header::decode(&bytes).map_err(fail)?;
-        validate::body(&body, data.len() as u64).map_err(|msg| fail(ArtifactErrorKind::Invalid(msg)))?;
+        let header::Decoded { plans, batches, data, payload_len, provenance } = header::decode(&bytes).map_err(fail)?;
+        let invalid = |msg| fail(ArtifactErrorKind::Invalid(msg));
+        let data_len = data.len() as u64;
         let data_start = payload_len - data.len();
-        Ok(Artifact { file: file.to_string(), body, provenance, bytes, data_start, payload_len })
+        let mut plans = if batches.is_empty() {
+            validate::body(&plans[0], data_len).map_err(invalid)?;
+            plans
+        } else {
+            let b = BatchedBody { plans: batches.iter().zip(plans).map(|(&batch, body)| BatchPlan { batch, body }).collect() };
+            batched::validate(&b, data_len).map_err(invalid)?;
+            b.plans.into_iter().map(|p| p.body).collect()
+        };
+        let body = plans.remove(0);
+        Ok(Artifact { file: file.to_string(), body, batches, more: plans, provenance, bytes: std::sync::Arc::new(bytes), data_start, payload_len })
+    }
+
+    /// Plan `i` of a batched artifact as an artifact of that one plan (sharing this one's bytes, not copying
+    /// them), for the runtime to load as it loads any artifact; its data section, provenance and payload digest
+    /// are the whole file's. Plan 0 of an artifact of one plan is the artifact itself. Panics on an index out
+    /// of range.
+    pub fn plan_artifact(&self, i: usize) -> Artifact {
+        Artifact {
+            file: match self.batches.get(i) {
+                Some(b) => format!("{} (plan for batch {b})", self.file),
+                None => self.file.clone(),
+            },
+            body: self.plan(i).clone(),
+            batches: Vec::new(),
+            more: Vec::new(),
+            provenance: self.provenance.clone(),
+            bytes: self.bytes.clone(),
+            data_start: self.data_start,
+            payload_len: self.payload_len,
+        }
+    }
+
+    /// The batch sizes of a batched artifact's plans, ascending; empty for an artifact of one plan (whatever
+    /// batch it was compiled for).
+    pub fn batches(&self) -> &[u64] {
+        &self.batches
+    }
+
+    /// How many plans the artifact holds (1 unless it is batched).
+    pub fn plan_count(&self) -> usize {
+        1 + self.more.len()
+    }
+
+    /// Plan `i` (`0..plan_count()`; plan 0 is [`body`](Self::body)). Panics on an index out of range.
+    pub fn plan(&self, i: usize) -> &Body {
+        if i == 0 {
+            &self.body
+        } else {
+            &self.more[i - 1]
+        }
     }
 
     /// Reads and checks the artifact file at `path`.
@@ -324,6 +391,27 @@ impl Artifact {
             .enumerate()
             .map(|(i, d)| crate::random::random_tensor(&d.ty, seed, i as u64, d.int_bound))
             .collect()
+    }
+
+    /// A batched artifact's [`random_inputs`](Self::random_inputs) at batch size `batch` (any size up to its
+    /// largest plan's): what the reference interpreter draws for the model compiled at that batch size, with
+    /// the integer bounds of the plan that serves it. An error names the sizes the artifact serves.
+    pub fn random_inputs_at(&self, batch: usize, seed: u64) -> Result<Vec<Tensor>, String> {
+        let batches: Vec<usize> = self.batches.iter().map(|&b| b as usize).collect();
+        if batches.is_empty() {
+            return Err(format!("model '{}' holds one plan: its inputs have fixed shapes (no batch size to choose)", self.body.model));
+        }
+        let plan = self.plan(crate::batch::choose(&batches, batch).map_err(|e| format!("model '{}': {e}", self.body.model))?);
+        Ok(plan
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let mut ty = d.ty.clone();
+                ty.shape[0] = batch;
+                crate::random::random_tensor(&ty, seed, i as u64, d.int_bound)
+            })
+            .collect())
     }
 }
 

@@ -29,7 +29,7 @@
 //! bytes. A reader refuses a section of another version, a section whose digest or length is wrong, and a
 //! header flag without a section (a file truncated at the payload's end), each as an error naming the file.
 
-use super::{ArtifactErrorKind, FORMAT_VERSION, HEADER_LEN, MAGIC};
+use super::{ArtifactErrorKind, BATCHED_FORMAT_VERSION, FORMAT_VERSION, HEADER_LEN, MAGIC};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -241,8 +241,8 @@ impl<W: Write> Stamper<W> {
             return Err(invalid("the payload is not a tessera artifact (bad magic)".into()));
         }
         let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
-        if version != FORMAT_VERSION {
-            return Err(invalid(format!("the payload is format version {version}, this tessera writes version {FORMAT_VERSION}")));
+        if version != FORMAT_VERSION && version != BATCHED_FORMAT_VERSION {
+            return Err(invalid(format!("the payload is format version {version}, this tessera writes versions {FORMAT_VERSION} and {BATCHED_FORMAT_VERSION}")));
         }
         let flags = u32::from_le_bytes(h[FLAGS_AT..FLAGS_AT + 4].try_into().expect("4 bytes"));
         if flags != 0 {

@@ -164,6 +164,7 @@ impl BuildOptions {
             inputs: inputs.to_vec(),
             shapes: self.shapes()?,
             calibration: self.calibration.clone(),
+            batches: Vec::new(),
             targets: self.targets.clone(),
             // The request assumes the measured GPU when it compiles.
             costs: self.costs()?,

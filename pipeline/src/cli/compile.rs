@@ -14,11 +14,18 @@ use std::sync::Mutex;
 #[derive(Args, Debug)]
 pub struct CompileArgs {
     /// ONNX models (named after the file stem), zoo manifests (.toml), or fixture specs
-    /// `fixture:MODEL[:bN][:sN][:iN]`.
+    /// `fixture:MODEL[:bN][:sN][:iN]` (N of `:bN` may list batch sizes, as --batch does).
     #[arg(required = true)]
     pub inputs: Vec<String>,
     #[command(flatten)]
     pub build: BuildOptions,
+    /// Batch sizes for the ONNX files and fixture specs given here: `1,8,32` plans those sizes into one
+    /// artifact that serves any batch up to the largest (the smallest plan that fits, inputs zero-padded);
+    /// a range `1-32` plans its ends and the powers of two between them; one size sets the batch. For ONNX
+    /// files each size replaces the leading dimension of every input given by --shape. Manifest entries
+    /// take `batch = [1, 8]`.
+    #[arg(long = "batch", value_name = "SIZES")]
+    pub batch: Option<String>,
     /// Where artifacts go, as <model>.tsr.
     #[arg(long, default_value = "out")]
     pub out: PathBuf,
@@ -48,7 +55,10 @@ fn parse_shard(s: &str) -> Result<ShardArg, String> {
 const STAGES: [&str; 5] = ["load", "partition", "lower", "compile", "link"];
 
 pub fn run(args: CompileArgs) -> Result<()> {
-    let request = args.build.request(&args.inputs, &args.out)?;
+    let mut request = args.build.request(&args.inputs, &args.out)?;
+    if let Some(b) = &args.batch {
+        request.batches = tessera_fixtures::batch::parse_batches(b).map_err(|e| anyhow::anyhow!("--batch {b}: {e}"))?;
+    }
     if args.check {
         return check(&request.jobs()?, args.json);
     }
@@ -177,9 +187,10 @@ pub fn print_summary(s: &Summary) {
         "compiled {} models in {:.2}s: {} partitions, {} unique kernels (dedupe {:.2}x), costs: {}",
         s.models, s.seconds, s.partitions, s.unique_kernels, s.dedupe_ratio, s.cost_source
     );
-    println!("{:<10} {:>10} {:>10} {:>10}", "stage", "executed", "cached", "time");
+    // 12 wide: the longest stage name (`link-batches`) stays in its column.
+    println!("{:<12} {:>10} {:>10} {:>10}", "stage", "executed", "cached", "time");
     for (stage, st) in &s.stages {
-        println!("{:<10} {:>10} {:>10} {:>9.2}s", stage, st.executions, st.hits, st.exec_micros as f64 / 1e6);
+        println!("{:<12} {:>10} {:>10} {:>9.2}s", stage, st.executions, st.hits, st.exec_micros as f64 / 1e6);
     }
     if let Some(r) = &s.remote {
         println!(

@@ -3,7 +3,8 @@
 //! options), the model's inputs and outputs, its memory (arena, scratch, the weights' size), each module
 //! (backend, canonical target, format, functions, size), the partitions (each step's backend and kernel), the
 //! host/GPU transfers, the constants' digests, and the file's blake3 and payload digest. `--json` prints the
-//! same as one JSON object ([`crate::inspect::ArtifactReport`]), digests as hex.
+//! same as one JSON object ([`crate::inspect::ArtifactReport`]), digests as hex. A batched artifact also lists its
+//! plans (batch size, steps, modules, memory); the rest describes its first plan, and the constants are the file's.
 
 use crate::inspect::{describe, provenance_lines};
 use clap::Args;
@@ -41,6 +42,27 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     println!("{} ({}, blake3 {}, payload {}): model {}", d.file, size(d.file_bytes), &d.blake3[..16], &d.payload_digest[..16], d.model);
     for line in provenance_lines(d.provenance.as_ref()) {
         println!("{line}");
+    }
+    if !d.plans.is_empty() {
+        let sizes: Vec<String> = d.batches.iter().map(|b| b.to_string()).collect();
+        println!("plans ({}): batch sizes {}; a run of batch N up to {} uses the smallest plan >= N (inputs zero-padded)", d.plans.len(), sizes.join(", "), sizes.last().map_or("", |s| s));
+        for p in &d.plans {
+            let per: Vec<String> = p.steps_per_backend.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let ins: Vec<String> = p.inputs.iter().map(|i| format!("{} {}", i.name, i.ty)).collect();
+            println!(
+                "  batch {:<5} {} steps ({}), {} modules {}, arena {}, scratch {}, {} constants; {}",
+                p.batch,
+                p.steps,
+                per.join(", "),
+                p.modules,
+                size(p.module_bytes as u64),
+                size(p.arena_bytes),
+                size(p.scratch_bytes),
+                p.constants,
+                ins.join(", ")
+            );
+        }
+        println!("the first plan (batch {}):", d.batches[0]);
     }
     for (title, rows) in [("inputs", &d.inputs), ("outputs", &d.outputs)] {
         println!("{title}:");

@@ -50,6 +50,10 @@ pub struct RunArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// A batched artifact (compiled with --batch): the batch size of the inputs drawn from --seed (default: the
+    /// batch of the inputs given, else the smallest plan's). Any size up to the largest plan runs.
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
     /// Threads of the CPU kernels (GEMMs, convolutions, epilogues); default: the cores this process may run
     /// on, or $TESSERA_THREADS.
     #[arg(long, value_name = "N")]
@@ -89,7 +93,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             if args.reference {
                 bail!("{}: --reference runs an ONNX model; an artifact always runs its compiled code", args.model.display());
             }
-            let report = super::run_artifact::run_artifact(&args.model, &args.inputs, args.seed, &args.out)?;
+            let report = super::run_artifact::run_artifact_at(&args.model, &args.inputs, args.seed, args.batch, &args.out)?;
             print_report(&args, "artifact", &report, &format!("ran the compiled artifact in {:.4} s", report.seconds))
         }
     }
@@ -324,6 +328,7 @@ mod tests {
             out: "o".into(),
             seed: 0,
             json: false,
+            batch: None,
             threads: None,
         };
         // A missing artifact is an error naming the file, not a panic.
@@ -426,7 +431,7 @@ mod tests {
         }
 
         fn args(model: &Path, out: &Path, inputs: Vec<String>) -> RunArgs {
-            RunArgs { model: model.into(), reference: true, inputs, shapes: vec!["x=4x3".into()], out: out.into(), seed: 3, json: false, threads: None }
+            RunArgs { model: model.into(), reference: true, inputs, shapes: vec!["x=4x3".into()], out: out.into(), seed: 3, json: false, batch: None, threads: None }
         }
 
         #[test]

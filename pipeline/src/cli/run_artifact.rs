@@ -9,18 +9,38 @@ use anyhow::{bail, Context};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tessera_kernels::artifact::{Artifact, Buf};
-use tessera_kernels::runtime::Executable;
+use tessera_kernels::batch::BatchedExecutable;
 use tessera_stages::ir::Tensor;
 use tessera_stages::npy;
 
 /// Runs the artifact at `path`: inputs from `--input NAME=FILE.npy` arguments, the rest drawn from `seed`;
 /// writes outputs (and drawn inputs) into `out_dir`. `seconds` in the report is the run alone, not loading.
 pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Path) -> anyhow::Result<RunReport> {
+    run_artifact_at(path, input_args, seed, None, out_dir)
+}
+
+/// [`run_artifact`]; for a batched artifact, inputs of any batch up to its largest plan's: `batch` (else the
+/// leading dimension of the first input given, else the smallest plan's) is the batch of the drawn inputs.
+pub fn run_artifact_at(path: &Path, input_args: &[String], seed: u64, batch: Option<usize>, out_dir: &Path) -> anyhow::Result<RunReport> {
     let artifact = Artifact::open(path)?;
     let body = &artifact.body;
     let names: Vec<&str> = body.inputs.iter().map(|d| d.name.as_str()).collect();
     let given = bind_input_names(&names, input_args)?;
-    let drawn = artifact.random_inputs(seed);
+    let batched = !artifact.batches().is_empty();
+    let drawn = if batched {
+        let first_given = body.inputs.iter().find_map(|d| given.get(&d.name).map(|f| (d, f)));
+        let batch = match (batch, first_given) {
+            (Some(b), _) => b,
+            (None, Some((d, file))) => *npy::read_as(file, d.ty.dtype).with_context(|| format!("input '{}'", d.name))?.shape().first().unwrap_or(&0),
+            (None, None) => artifact.batches()[0] as usize,
+        };
+        artifact.random_inputs_at(batch, seed).map_err(anyhow::Error::msg).with_context(|| format!("{}: --batch", path.display()))?
+    } else {
+        if let Some(b) = batch {
+            bail!("{}: --batch {b}: model '{}' holds one plan (compiled without --batch), its inputs have fixed shapes", path.display(), body.model);
+        }
+        artifact.random_inputs(seed)
+    };
     let mut inputs: Vec<Tensor> = Vec::with_capacity(drawn.len());
     // Per input, in model order: its row once its file is known (given now, drawn after the outputs).
     let mut rows: Vec<Option<RunTensor>> = Vec::with_capacity(drawn.len());
@@ -29,10 +49,11 @@ pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Pat
         match given.get(&d.name) {
             Some(file) => {
                 let t = npy::read_as(file, d.ty.dtype).with_context(|| format!("input '{}'", d.name))?;
-                if t.ty != d.ty {
+                // A batched artifact takes any batch up to its largest plan's: the runtime checks the shapes.
+                if t.ty != d.ty && !batched {
                     bail!("input '{}': {} holds shape {:?}, the model expects {}", d.name, file.display(), t.shape(), d.ty);
                 }
-                rows.push(Some(RunTensor { name: d.name.clone(), ty: d.ty.to_string(), file: file.clone(), seed: None }));
+                rows.push(Some(RunTensor { name: d.name.clone(), ty: t.ty.to_string(), file: file.clone(), seed: None }));
                 inputs.push(t);
             }
             None => {
@@ -43,7 +64,7 @@ pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Pat
         }
     }
 
-    let mut exe = Executable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
+    let mut exe = BatchedExecutable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
     let start = std::time::Instant::now();
     let outputs = exe.run(&inputs)?;
     let seconds = start.elapsed().as_secs_f64();
@@ -74,7 +95,7 @@ pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Pat
                 f
             }
         };
-        rows[i] = Some(RunTensor { name: d.name.clone(), ty: d.ty.to_string(), file, seed: Some(seed) });
+        rows[i] = Some(RunTensor { name: d.name.clone(), ty: inputs[i].ty.to_string(), file, seed: Some(seed) });
     }
     Ok(RunReport { seconds, inputs: rows.into_iter().map(|r| r.expect("every input has a row")).collect(), outputs: output_rows, files })
 }

@@ -15,6 +15,9 @@ pub struct ArtifactExplanation {
     pub file: String,
     pub model: String,
     pub provenance: Option<Provenance>,
+    /// A batched artifact's batch sizes (absent for one plan); the partitions are then its first plan's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub batches: Vec<u64>,
     /// In execution order.
     pub partitions: Vec<PartitionRow>,
     pub partitions_by_backend: BTreeMap<String, usize>,
@@ -60,6 +63,7 @@ pub fn explain(report: &ArtifactReport) -> ArtifactExplanation {
         file: report.file.clone(),
         model: report.model.clone(),
         provenance: report.provenance.clone(),
+        batches: report.batches.clone(),
         partitions: report.partitions.clone(),
         partitions_by_backend: report.steps_per_backend.clone(),
         not_recorded: NOT_RECORDED,
@@ -74,6 +78,10 @@ pub fn render_text(e: &ArtifactExplanation) -> String {
     let _ = writeln!(s, "artifact {}: model {}, {} partitions ({})", e.file, e.model, e.partitions.len(), per.join(", "));
     for line in crate::inspect::provenance_lines(e.provenance.as_ref()) {
         let _ = writeln!(s, "{line}");
+    }
+    if let Some(first) = e.batches.first() {
+        let sizes: Vec<String> = e.batches.iter().map(|b| b.to_string()).collect();
+        let _ = writeln!(s, "plans for batch sizes {}: the partitions below are the first plan's (batch {first}); `tessera inspect` lists every plan", sizes.join(", "));
     }
     let _ = writeln!(s, "partitions, in execution order:");
     for p in &e.partitions {

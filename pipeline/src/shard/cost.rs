@@ -71,7 +71,9 @@ impl Features {
 /// load gets the fixed per-model cost only: it is assigned like any other, and the shard that takes it
 /// reports the load error, as an unsharded build would (one bad model does not cost the rest).
 pub fn estimate_all(jobs: &[ModelJob]) -> Vec<Features> {
-    jobs.par_iter().map(|j| load_graph(j).map(|g| Features::of(&g)).unwrap_or_default()).collect()
+    // A batched job is estimated by its largest plan, the one that costs most to compile and measure.
+    let largest = |j: &ModelJob| j.plan_jobs().ok().and_then(|mut p| p.pop()).unwrap_or_else(|| j.clone());
+    jobs.par_iter().map(|j| load_graph(&largest(j)).map(|g| Features::of(&g)).unwrap_or_default()).collect()
 }
 
 #[cfg(test)]
@@ -82,7 +84,7 @@ mod tests {
     fn fixture(name: &str, model: &str, batch: usize) -> ModelJob {
         let options = tessera_fixtures::ModelOptions { batch, seq: Some(16), image: None };
         let options = if model.starts_with("bert") { options } else { tessera_fixtures::ModelOptions { seq: None, ..options } };
-        ModelJob { name: name.into(), source: ModelSource::Fixture { model: model.into(), options } }
+        ModelJob { name: name.into(), source: ModelSource::Fixture { model: model.into(), options }, batches: vec![] }
     }
 
     #[test]
@@ -101,6 +103,7 @@ mod tests {
         let broken = ModelJob {
             name: "broken".into(),
             source: ModelSource::Onnx { path: "/nonexistent/broken.onnx".into(), shapes: Default::default() },
+            batches: vec![],
         };
         let f = estimate_all(&[broken]);
         assert_eq!(f, [Features::default()]);

@@ -286,6 +286,7 @@ mod tests {
                 partitions_by_backend: [("c".to_string(), 2)].into(),
                 tuned_configs: Default::default(),
                 estimated_us: 1.0,
+                plans: vec![],
                 kernels: [("c".to_string(), Digest::of(a.model.as_bytes())), ("c".to_string(), Digest::of(b"shared"))].into(),
             })
             .collect();

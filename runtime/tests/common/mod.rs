@@ -11,7 +11,8 @@ use tessera_stages::context::CostMode;
 use tessera_store::{OpenOptions, Store};
 
 /// The models the runtime tests run: an MLP (c and gemm GEMMs), BERT-tiny (i64 ids and mask, attention),
-/// MobileNetV2 (convolutions, depthwise loops on the runtime pool).
+/// MobileNetV2 (convolutions, depthwise loops on the runtime pool); and the MLP batched at 1 and 8 (one
+/// artifact, two plans: [`BATCHED`]).
 pub const MANIFEST: &str = r#"
 [[entry]]
 model = "mlp3"
@@ -25,7 +26,14 @@ seq = 128
 [[entry]]
 model = "mobilenetv2"
 batch = 1
+
+[[entry]]
+model = "mlp3"
+batch = [1, 8]
 "#;
+
+/// The batched artifact of [`MANIFEST`] (plans for batch 1 and 8).
+pub const BATCHED: &str = "mlp3-b1_8";
 
 pub const MODELS: [&str; 3] = ["mlp3-b8", "bert-tiny-b1-s128", "mobilenetv2-b1"];
 
