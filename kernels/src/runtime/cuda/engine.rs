@@ -50,7 +50,7 @@ impl SharedConstants {
     }
 
     /// The host copy of `data` (the data section every user passes), made on the first call.
-    pub fn host(&mut self, data: &[u8], model: &str) -> Result<Arc<HostBuffer>, RuntimeError> {
+    pub(crate) fn host(&mut self, data: &[u8], model: &str) -> Result<Arc<HostBuffer>, RuntimeError> {
         self.check_source(data);
         if self.host.is_none() {
             self.host = Some(Arc::new(HostBuffer::from_bytes(data, &format!("constants of model '{model}'"))?));
@@ -222,7 +222,8 @@ impl DeviceEngine {
 
     /// [`new`](Self::new) for one plan of a batched artifact: its constants (`data`, the artifact's whole data
     /// section) taken from `shared`, uploaded by the first engine that needs them and used by every other,
-    /// in their own device allocation (and, for host steps, one host copy).
+    /// in their own device allocation (and, for host steps, one host copy). Panics if `data` is not the data
+    /// section `shared` was first used with.
     pub fn new_shared(body: &Body, data: &[u8], shared: &mut SharedConstants, modules: Vec<Box<dyn LoadedModule>>) -> Result<DeviceEngine, RuntimeError> {
         Self::make(body, data, Some(shared), modules)
     }
