@@ -9,6 +9,8 @@ mod common;
 use common::{artifact, BATCHED};
 use tessera::build::load_graph;
 use tessera::explain::parse_fixture_spec;
+use tessera_kernels::artifact::Artifact;
+use tessera_kernels::runtime::Program;
 use tessera_runtime::{ErrorKind, Model, Tensor, TensorView, TensorViewMut};
 use tessera_stages::interp::{random_inputs, run_graph};
 
@@ -44,6 +46,12 @@ fn one_artifact_serves_batch_1_to_8_matching_the_reference() {
     println!("weight_bytes: mlp3 b1 {}, b1,8 {}", single.weight_bytes(), m.weight_bytes());
     assert_eq!(m.weight_bytes(), single.weight_bytes());
     assert_eq!(m.weight_bytes(), Model::load(artifact("mlp3-b8")).unwrap().weight_bytes());
+    // Each plan loaded alone (as the runtime did before the plans shared their weights) holds the whole data
+    // section: twice as much.
+    let a = Artifact::open(&artifact(BATCHED)).unwrap();
+    let apart: usize = (0..a.plan_count()).map(|i| Program::load(&a.plan_artifact(i)).unwrap().constant_bytes()).sum();
+    println!("weight_bytes: mlp3 b1,8 with a copy per plan {apart}");
+    assert_eq!(apart, 2 * m.weight_bytes());
     for batch in [1usize, 3, 8, 5] {
         let (inputs, want) = reference(batch, 0xba7c + batch as u64);
         let got = m.run(&[("input", TensorView::from(&inputs[0]))]).unwrap();
