@@ -7,16 +7,15 @@
 //! buffer of the plan's shape (rows `b..B` zero) and every output's first `b` rows are returned: inputs and
 //! outputs are row-major with the batch leading, so the first `b` rows are the first bytes.
 //!
-//! Memory: each plan is loaded as an artifact of its own ([`Artifact::plan_artifact`]) with its own memory
-//! plan and sessions (it was planned and checked as its own model). The file holds the weights once, but each
-//! loaded plan keeps its own host copy of them: sharing one copy needs the executor ([`crate::runtime`]) to take
-//! its constants from outside, and the executor's source is part of the code version of every measurement
-//! (`RUNTIME` unit), whose change would orphan the GPU records `fixtures/frozen` rebuilds from. So this module
-//! sits outside it: nothing here is used by a measurement.
+//! Memory: each plan is loaded as an artifact of its own ([`Artifact::plan_artifact`]) with its own modules,
+//! memory plan and sessions (it was planned and checked as its own model), all of them sharing one copy of the
+//! weights, as the file holds them once ([`Program::load_plans`]: one host copy, and for GPU plans one device
+//! upload). This module sits outside the executor's code unit (`RUNTIME`, part of the code version of every
+//! measurement): nothing here is used by a measurement.
 
 use crate::artifact::Artifact;
 use crate::dtype::DType;
-use crate::runtime::{Executable, Registry, RuntimeError};
+use crate::runtime::{Executable, Program, Registry, RuntimeError};
 use crate::tensor::{Tensor, TensorType};
 use std::borrow::Cow;
 
@@ -145,15 +144,20 @@ impl BatchedExecutable {
         Self::load_with(a, Registry::builtin())
     }
 
-    /// [`load`](Self::load), loading modules through `registry`.
+    /// [`load`](Self::load), loading modules through `registry`. The plans share one copy of the constants.
     pub fn load_with(a: &Artifact, registry: &Registry) -> Result<BatchedExecutable, RuntimeError> {
-        let plans = (0..a.plan_count()).map(|i| Executable::load_with(&a.plan_artifact(i), registry)).collect::<Result<_, _>>()?;
+        let plans = Program::load_plans(a, registry)?.into_iter().map(Executable::from_program).collect::<Result<_, _>>()?;
         Ok(BatchedExecutable { model: a.body.model.clone(), batches: a.batches().iter().map(|&b| b as usize).collect(), plans })
     }
 
     /// The batch sizes of the plans, ascending (empty for an artifact of one plan).
     pub fn batches(&self) -> &[usize] {
         &self.batches
+    }
+
+    /// Plan `i`, loaded (`0..` one more than the batch sizes' count, or 1). Panics on an index out of range.
+    pub fn plan(&self, i: usize) -> &Executable {
+        &self.plans[i]
     }
 
     /// Runs `inputs` (in the model's input order): on the one plan, or on the smallest plan that fits their

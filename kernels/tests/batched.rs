@@ -1,6 +1,6 @@
 //! A batched artifact end to end: one plan per batch size linked from real shared objects (compiled from C
-//! here), joined with the weights stored once, read and run at batch sizes the plans have and between them
-//! (padded), against results computed here.
+//! here), joined with the weights stored once, loaded with one host copy of them for both plans, read and run
+//! at batch sizes the plans have and between them (padded), against results computed here.
 
 mod common;
 
@@ -9,6 +9,7 @@ use tessera_kernels::artifact::batched::join;
 use tessera_kernels::artifact::provenance::with_provenance;
 use tessera_kernels::artifact::{Artifact, Blake3, Provenance, SourceModel, BATCHED_FORMAT_VERSION};
 use tessera_kernels::batch::BatchedExecutable;
+use tessera_kernels::runtime::{Program, Registry};
 use tessera_stages::ir::{Tensor, TensorType};
 use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
 
@@ -74,6 +75,16 @@ fn one_artifact_serves_every_batch_up_to_its_largest_plan() {
     assert_eq!(a.data().len(), 24, "W once");
     let mut exe = BatchedExecutable::load(&a).unwrap();
     assert_eq!(exe.batches(), [1, 8]);
+    // One host copy of the constants for both plans: the same buffer, of the data section's size.
+    let (p1, p8) = (exe.plan(0).shared_program(), exe.plan(1).shared_program());
+    assert!(p1.shares_constants_with(p8) && p8.shares_constants_with(p1));
+    assert_eq!((p1.constant_bytes(), p8.constant_bytes()), (24, 24));
+    // Loaded alone, a plan has a copy of its own.
+    let alone = Program::load(&a.plan_artifact(1)).unwrap();
+    assert!(!alone.shares_constants_with(p8) && alone.shares_constants_with(&alone));
+    let plans = Program::load_plans(&a, Registry::builtin()).unwrap();
+    assert_eq!(plans.len(), 2);
+    assert!(plans[0].shares_constants_with(&plans[1]) && !plans[0].shares_constants_with(p1));
     for b in [1usize, 3, 8, 5, 1] {
         let x: Vec<f32> = (0..b * 3).map(|i| i as f32 * 0.5 - 2.0).collect();
         let out = exe.run(&[Tensor::from_f32([b, 3], &x)]).unwrap();

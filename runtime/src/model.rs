@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tessera_kernels::artifact::{Artifact, Provenance};
 use std::borrow::Cow;
 use tessera_kernels::batch;
-use tessera_kernels::runtime::{Program, RuntimeError, Session};
+use tessera_kernels::runtime::{Program, Registry, RuntimeError, Session};
 use tessera_kernels::{DType, Tensor, TensorType};
 
 /// A model input or output: name, element type and shape.
@@ -50,7 +50,7 @@ pub struct Model {
     provenance: Option<Provenance>,
 }
 
-/// One plan: its program (sharing the weights with the others) and its pool of sessions.
+/// One plan: its program (sharing one copy of the weights with the others) and its pool of sessions.
 struct Plan {
     program: Arc<Program>,
     inputs: Vec<TensorInfo>,
@@ -80,9 +80,9 @@ impl Model {
     }
 
     fn from_artifact(a: &Artifact) -> Result<Model, Error> {
-        // Each plan loads as an artifact of its own, with its own host copy of the weights (see
-        // `tessera_kernels::batch` for why they are not shared yet).
-        let programs = (0..a.plan_count()).map(|i| Program::load(&a.plan_artifact(i))).collect::<Result<Vec<_>, _>>().map_err(|e| Error::new(ErrorKind::Load, e.0))?;
+        // Each plan loads as an artifact of its own (modules, memory plan, sessions), all of them sharing one copy
+        // of the weights (one host copy; GPU plans one device upload), as the file holds them once.
+        let programs = Program::load_plans(a, Registry::builtin()).map_err(|e| Error::new(ErrorKind::Load, e.0))?;
         let mut plans = Vec::with_capacity(programs.len());
         for program in programs {
             let inputs = program.inputs().map(|(n, t)| TensorInfo::new(n, t)).collect();
@@ -158,10 +158,18 @@ impl Model {
         self.plans.iter().map(|p| p.program.session_bytes()).max().unwrap_or(0)
     }
 
-    /// Host memory of the weights, shared by every run. A batched model's plans hold a copy each (the file
-    /// holds them once): this is their sum.
+    /// Host memory of the weights, shared by every run. A batched model's plans share one copy (the file holds
+    /// them once), counted once.
     pub fn weight_bytes(&self) -> usize {
-        self.plans.iter().map(|p| p.program.constant_bytes()).sum()
+        let plans = &self.plans;
+        let first_of_its_copy = |i: usize| !plans[..i].iter().any(|q| q.program.shares_constants_with(&plans[i].program));
+        (0..plans.len()).filter(|&i| first_of_its_copy(i)).map(|i| plans[i].program.constant_bytes()).sum()
+    }
+
+    /// Whether every plan of a batched model uses one copy of the weights (host memory, or for GPU plans device
+    /// memory); true for a model of one plan.
+    pub fn plans_share_weights(&self) -> bool {
+        self.plans.iter().all(|p| p.program.shares_constants_with(&self.plans[0].program))
     }
 
     /// Sessions allocated so far (at least 1 per plan): the largest number of runs that were in flight at

@@ -127,3 +127,39 @@ fn device_pointers_match_host_runs_on_the_gpu() {
         println!("{name}: device-pointer runs match host runs");
     }
 }
+
+/// fp32: relative error below 1e-4 (of the largest magnitude), NaN never.
+fn close(what: &str, got: &Tensor, want: &Tensor) {
+    assert_eq!(got.ty, want.ty, "{what}");
+    let (g, w) = (got.to_f32_vec(), want.to_f32_vec());
+    let scale = w.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert!((a - b).abs() / scale < 1e-4, "{what}[{i}]: {a} vs {b}");
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine"]
+fn batched_gpu_plans_share_one_upload_of_the_weights() {
+    if std::env::var_os("TESSERA_GPU").is_none() {
+        eprintln!("skipping: set TESSERA_GPU=1 on a machine with an NVIDIA GPU");
+        return;
+    }
+    let zoo = common::compile("out-cuda", &["cuda -compiler=nvrtc"]);
+    let m = Model::load(zoo.join(format!("{}.tsr", common::BATCHED))).unwrap();
+    assert!(m.is_gpu() && m.batch_sizes() == [1, 8]);
+    // Both plans' engines read the weights from one device allocation.
+    assert!(m.plans_share_weights(), "the plans of a batched GPU model upload the weights once");
+    // Every plan still computes what the model of one plan does, at its size and padded onto it.
+    for (batch, single) in [(1usize, "mlp3-b1"), (8, "mlp3-b8"), (3, "mlp3-b8")] {
+        let one = Model::load(zoo.join(format!("{single}.tsr"))).unwrap();
+        let x: Vec<f32> = (0..batch * 784).map(|i| ((i % 89) as f32) / 89.0 - 0.5).collect();
+        let got = m.run(&[("input", TensorView::from_slice(&[batch, 784], &x))]).unwrap();
+        let rows = one.inputs()[0].shape[0];
+        let mut padded = x.clone();
+        padded.resize(rows * 784, 0.0);
+        let want = one.run(&[("input", TensorView::from_slice(&[rows, 784], &padded))]).unwrap();
+        let want = Tensor::from_f32([batch, 10], &want[0].to_f32_vec()[..batch * 10]);
+        close(&format!("batch {batch}"), &got[0], &want);
+    }
+}

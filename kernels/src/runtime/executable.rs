@@ -15,9 +15,14 @@
 //! host and GPU partitions run there too, between its graphs). The engine has one device arena and one set
 //! of captured graphs, so its runs take turns behind a mutex: sessions of a GPU program are empty and
 //! serialize on it.
+//!
+//! The plans of a batched artifact load as programs of their own ([`Program::load_plans`]), each with its own
+//! modules, engine and sessions, but one set of constants: the data section, which holds each constant once
+//! for every plan, is copied to host memory once (and, for GPU plans, uploaded once) and shared through a
+//! [`SharedConstants`].
 
 use super::buffer::HostBuffer;
-use super::cuda::DeviceEngine;
+use super::cuda::{DeviceEngine, SharedConstants};
 use super::{LoadedModule, Registry, RuntimeError};
 use crate::artifact::{Artifact, Buf};
 use crate::tensor::{Tensor, TensorType};
@@ -52,9 +57,12 @@ pub struct Program {
     /// Set for an artifact of GPU modules: then it runs every step, one run at a time, and the host fields
     /// above are not used.
     device: Option<Mutex<DeviceEngine>>,
+    /// The device address of a GPU program's constants (its engine's), for [`Program::shares_constants_with`].
+    device_constants: Option<u64>,
     modules: Vec<Box<dyn LoadedModule>>,
-    /// The constants every session's pointers point into; never written after load.
-    constants: HostBuffer,
+    /// The constants every session's pointers point into; never written after load. Shared with the other
+    /// plans of a batched artifact ([`load_plans`](Self::load_plans)).
+    constants: Arc<HostBuffer>,
 }
 
 impl Program {
@@ -66,6 +74,23 @@ impl Program {
     /// [`load`](Self::load), loading modules through `registry` (one holding loaders added from outside this
     /// crate, say).
     pub fn load_with(a: &Artifact, registry: &Registry) -> Result<Arc<Program>, RuntimeError> {
+        Self::load_from(a, registry, None)
+    }
+
+    /// Every plan of `a` (one for an artifact of one plan, which loads as [`load_with`](Self::load_with)
+    /// loads it), in order, batch sizes ascending: each plan a program of its own (modules, memory plan,
+    /// sessions), all of them sharing one host copy of the constants (and, for GPU plans, one device copy; see
+    /// [`SharedConstants`]).
+    pub fn load_plans(a: &Artifact, registry: &Registry) -> Result<Vec<Arc<Program>>, RuntimeError> {
+        if a.plan_count() == 1 {
+            return Ok(vec![Self::load_with(a, registry)?]);
+        }
+        let mut shared = SharedConstants::new();
+        (0..a.plan_count()).map(|i| Self::load_from(&a.plan_artifact(i), registry, Some(&mut shared))).collect()
+    }
+
+    /// Loads `a`, its constants from `shared` when given (made there by the first program that needs them).
+    fn load_from(a: &Artifact, registry: &Registry, shared: Option<&mut SharedConstants>) -> Result<Arc<Program>, RuntimeError> {
         let b = &a.body;
         let mut modules = Vec::with_capacity(b.modules.len());
         for (i, m) in b.modules.iter().enumerate() {
@@ -91,16 +116,25 @@ impl Program {
             scratch_bytes: b.scratch_bytes,
             names,
             device: None,
+            device_constants: None,
             modules: Vec::new(),
-            constants: HostBuffer::zeroed(0, "unused host constants of a GPU artifact")?,
+            constants: Arc::new(HostBuffer::zeroed(0, "unused host constants of a GPU artifact")?),
         };
         if modules.iter().any(|m| m.gpu().is_some()) {
             // The engine owns the modules: its launches and host calls refer to them.
-            let device = DeviceEngine::new(b, a.data(), modules).map_err(|e| RuntimeError(format!("artifact {}: {}", a.file, e.0)))?;
+            let device = match shared {
+                Some(shared) => DeviceEngine::new_shared(b, a.data(), shared, modules),
+                None => DeviceEngine::new(b, a.data(), modules),
+            };
+            let device = device.map_err(|e| RuntimeError(format!("artifact {}: {}", a.file, e.0)))?;
+            program.device_constants = Some(device.constants_address());
             program.device = Some(Mutex::new(device));
             return Ok(Arc::new(program));
         }
-        program.constants = HostBuffer::from_bytes(a.data(), &format!("constants of model '{}'", b.model))?;
+        program.constants = match shared {
+            Some(shared) => shared.host(a.data(), &b.model)?,
+            None => Arc::new(HostBuffer::from_bytes(a.data(), &format!("constants of model '{}'", b.model))?),
+        };
         for s in &b.steps {
             let start = program.args.len();
             program.args.extend_from_slice(&s.args);
@@ -139,9 +173,22 @@ impl Program {
         }
     }
 
-    /// Bytes of constants (weights) shared by every session on the host (0 for a GPU artifact).
+    /// Bytes of constants (weights) shared by every session on the host (0 for a GPU artifact). The plans of
+    /// a batched artifact share them ([`shares_constants_with`](Self::shares_constants_with)): each reports
+    /// the one copy.
     pub fn constant_bytes(&self) -> usize {
         self.constants.len()
+    }
+
+    /// Whether this program and `other` use one copy of their constants (both plans of one batched artifact
+    /// loaded by [`load_plans`](Self::load_plans)): the same host buffer, or for GPU programs the same device
+    /// memory. A program shares its constants with itself.
+    pub fn shares_constants_with(&self, other: &Program) -> bool {
+        match (self.device_constants, other.device_constants) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => Arc::ptr_eq(&self.constants, &other.constants),
+            _ => false,
+        }
     }
 
     /// The steps in run order: (backend, function symbol).
@@ -397,7 +444,18 @@ impl Executable {
     /// [`load`](Self::load), loading modules through `registry` (one holding loaders added from outside this
     /// crate, say).
     pub fn load_with(a: &Artifact, registry: &Registry) -> Result<Executable, RuntimeError> {
-        Ok(Executable { session: Session::new(Program::load_with(a, registry)?)? })
+        Self::from_program(Program::load_with(a, registry)?)
+    }
+
+    /// A program (say one of [`Program::load_plans`]) with one session of its own.
+    pub fn from_program(program: Arc<Program>) -> Result<Executable, RuntimeError> {
+        Ok(Executable { session: Session::new(program)? })
+    }
+
+    /// The program this runs (shared with nothing else unless it was given to
+    /// [`from_program`](Self::from_program)).
+    pub fn shared_program(&self) -> &Arc<Program> {
+        &self.session.program
     }
 
     fn program(&self) -> &Program {

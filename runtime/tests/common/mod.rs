@@ -12,7 +12,7 @@ use tessera_store::{OpenOptions, Store};
 
 /// The models the runtime tests run: an MLP (c and gemm GEMMs), BERT-tiny (i64 ids and mask, attention),
 /// MobileNetV2 (convolutions, depthwise loops on the runtime pool); and the MLP batched at 1 and 8 (one
-/// artifact, two plans: [`BATCHED`]).
+/// artifact, two plans: [`BATCHED`]), and at 1 alone (what the batched artifact's weights compare with).
 pub const MANIFEST: &str = r#"
 [[entry]]
 model = "mlp3"
@@ -30,6 +30,10 @@ batch = 1
 [[entry]]
 model = "mlp3"
 batch = [1, 8]
+
+[[entry]]
+model = "mlp3"
+batch = 1
 "#;
 
 /// The batched artifact of [`MANIFEST`] (plans for batch 1 and 8).

@@ -10,6 +10,11 @@
 //! copy of the arena, laid out by the same plan (pinned, so the copies are asynchronous and capturable), a
 //! copy of the constants and its own scratch. Which values move, and before which step, is the artifact's
 //! explicit list of transfers.
+//!
+//! The plans of a batched artifact share one data section: engines made by [`DeviceEngine::new_shared`] take
+//! their constants from a [`SharedConstants`] (one device upload, and one host copy for host steps, for every
+//! plan), in a device allocation of their own beside the engine's (arena and scratch). An engine of a
+//! single-plan artifact ([`DeviceEngine::new`]) keeps them in its one allocation, between the two.
 
 use super::device::{self, align256, DeviceAlloc};
 use super::module::PreparedLaunch;
@@ -20,6 +25,63 @@ use std::ops::Range;
 use crate::tensor::{Tensor, TensorType};
 use cudarc::driver::{result, sys, CudaContext, CudaGraph, CudaStream};
 use std::sync::Arc;
+
+/// The constants of one data section, loaded once and shared by the programs (and engines) of every plan of
+/// a batched artifact: a host copy ([`HostBuffer`], aligned as kernels need it) and a device copy, each made
+/// on first use (a plan of host modules needs no device copy, an artifact of GPU plans without host steps no
+/// host copy). Every plan's constant offsets point into the one data section, so one copy serves them all.
+#[derive(Default)]
+pub struct SharedConstants {
+    host: Option<Arc<HostBuffer>>,
+    device: Option<Arc<DeviceAlloc>>,
+    /// The data section the copies were made of (address and length), which every later use must pass.
+    source: Option<(usize, usize)>,
+}
+
+impl SharedConstants {
+    /// An empty table: no copy made yet.
+    pub fn new() -> SharedConstants {
+        SharedConstants::default()
+    }
+
+    fn check_source(&mut self, data: &[u8]) {
+        let source = (data.as_ptr() as usize, data.len());
+        assert_eq!(*self.source.get_or_insert(source), source, "shared constants are of one data section");
+    }
+
+    /// The host copy of `data` (the data section every user passes), made on the first call.
+    pub(crate) fn host(&mut self, data: &[u8], model: &str) -> Result<Arc<HostBuffer>, RuntimeError> {
+        self.check_source(data);
+        if self.host.is_none() {
+            self.host = Some(Arc::new(HostBuffer::from_bytes(data, &format!("constants of model '{model}'"))?));
+        }
+        Ok(self.host.clone().expect("made above"))
+    }
+
+    /// The device copy of `data` on `ctx`, uploaded on the first call.
+    fn device(&mut self, ctx: &Arc<CudaContext>, data: &[u8], model: &str) -> Result<Arc<DeviceAlloc>, RuntimeError> {
+        self.check_source(data);
+        if self.device.is_none() {
+            let memory = DeviceAlloc::new(ctx, data.len()).map_err(|e| RuntimeError(format!("model '{model}': constants: {e}")))?;
+            if !data.is_empty() {
+                // SAFETY: the allocation holds `data.len()` bytes; synchronous copy.
+                unsafe { result::memcpy_htod_sync(memory.ptr, data) }.map_err(gpu)?;
+            }
+            self.device = Some(Arc::new(memory));
+        }
+        Ok(self.device.clone().expect("made above"))
+    }
+
+    /// Bytes of the host copy (0 until one is made).
+    pub fn host_bytes(&self) -> usize {
+        self.host.as_ref().map_or(0, |h| h.len())
+    }
+
+    /// Whether a device copy was made.
+    pub fn on_device(&self) -> bool {
+        self.device.is_some()
+    }
+}
 
 /// Page-locked host memory freed on drop.
 struct Pinned {
@@ -91,7 +153,8 @@ enum Segment {
 struct HostSide {
     arena: Pinned,
     args: Vec<*mut u8>,
-    _constants: HostBuffer,
+    /// Shared with the other plans of a batched artifact (see [`SharedConstants`]).
+    _constants: Arc<HostBuffer>,
     _scratch: HostBuffer,
 }
 
@@ -133,7 +196,11 @@ pub struct DeviceEngine {
     host: Option<HostSide>,
     /// The loaded modules: the cubins every launch above refers to, and the host modules host steps call.
     modules: Vec<Box<dyn LoadedModule>>,
-    // Dropped last: everything above points into it.
+    /// Device address of the constants: inside `_memory`, or in `_shared` for an engine made by
+    /// [`new_shared`](Self::new_shared).
+    const_base: u64,
+    // Dropped last: everything above points into them.
+    _shared: Option<Arc<DeviceAlloc>>,
     _memory: DeviceAlloc,
 }
 
@@ -150,28 +217,47 @@ impl DeviceEngine {
     /// Prepares `body` with constants `data`; `modules` are its modules, loaded (cubins, and host modules
     /// for the host steps of a mixed plan).
     pub fn new(body: &Body, data: &[u8], modules: Vec<Box<dyn LoadedModule>>) -> Result<DeviceEngine, RuntimeError> {
+        Self::make(body, data, None, modules)
+    }
+
+    /// [`new`](Self::new) for one plan of a batched artifact: its constants (`data`, the artifact's whole data
+    /// section) taken from `shared`, uploaded by the first engine that needs them and used by every other,
+    /// in their own device allocation (and, for host steps, one host copy). Panics if `data` is not the data
+    /// section `shared` was first used with.
+    pub fn new_shared(body: &Body, data: &[u8], shared: &mut SharedConstants, modules: Vec<Box<dyn LoadedModule>>) -> Result<DeviceEngine, RuntimeError> {
+        Self::make(body, data, Some(shared), modules)
+    }
+
+    fn make(body: &Body, data: &[u8], mut shared: Option<&mut SharedConstants>, modules: Vec<Box<dyn LoadedModule>>) -> Result<DeviceEngine, RuntimeError> {
         let ctx = device::context().map_err(|e| RuntimeError(format!("model '{}' is compiled for the GPU: {e}", body.model)))?;
         ctx.bind_to_thread().map_err(gpu)?;
         let stream = ctx.new_stream().map_err(gpu)?;
+        let shared_device = match shared.as_deref_mut() {
+            Some(s) => Some(s.device(&ctx, data, &body.model)?),
+            None => None,
+        };
+        // Constants shared with other engines are not in this engine's allocation.
+        let own_data = if shared_device.is_some() { 0 } else { data.len() as u64 };
         let arena_at = 0u64;
         let const_at = align256(body.arena_bytes);
-        let scratch_at = align256(const_at + data.len() as u64);
+        let scratch_at = align256(const_at + own_data);
         let total = align256(scratch_at + body.scratch_bytes).max(256);
         let memory = DeviceAlloc::new(&ctx, total as usize).map_err(|e| RuntimeError(format!("model '{}': {e}", body.model)))?;
         let base = memory.ptr;
-        // SAFETY: `data` fits at `const_at` (sized above); synchronous copy.
+        // SAFETY: `data` fits at `const_at` when copied there (sized above); synchronous copy.
         unsafe {
             result::memset_d8_sync(base, 0, total as usize).map_err(gpu)?;
-            if !data.is_empty() {
+            if own_data > 0 {
                 result::memcpy_htod_sync(base + const_at, data).map_err(gpu)?;
             }
         }
+        let const_base = shared_device.as_ref().map_or(base + const_at, |d| d.ptr);
         // Offsets were bounds-checked when the artifact was read.
         let addr = |b: Buf| -> u64 {
             match b {
                 Buf::Input(i) => base + arena_at + body.inputs[i as usize].offset,
                 Buf::Value(i) => base + arena_at + body.values[i as usize].offset,
-                Buf::Const(i) => base + const_at + body.constants[i as usize].offset,
+                Buf::Const(i) => const_base + body.constants[i as usize].offset,
                 Buf::Scratch => base + scratch_at,
             }
         };
@@ -183,7 +269,10 @@ impl DeviceEngine {
             Some(HostSide {
                 arena,
                 args: Vec::new(),
-                _constants: HostBuffer::from_bytes(data, &format!("host constants of model '{}'", body.model))?,
+                _constants: match shared.as_deref_mut() {
+                    Some(s) => s.host(data, &body.model)?,
+                    None => Arc::new(HostBuffer::from_bytes(data, &format!("host constants of model '{}'", body.model))?),
+                },
                 _scratch: HostBuffer::zeroed(body.scratch_bytes, &format!("host scratch of model '{}'", body.model))?,
             })
         } else {
@@ -271,7 +360,8 @@ impl DeviceEngine {
             })
             .collect();
         let pinned_out = Pinned::new(&ctx, at)?;
-        let mut engine = DeviceEngine { ctx, stream, work, segments, inputs, outputs, pinned_in, pinned_out, host, modules, _memory: memory };
+        let mut engine =
+            DeviceEngine { ctx, stream, work, segments, inputs, outputs, pinned_in, pinned_out, host, modules, const_base, _shared: shared_device, _memory: memory };
         engine.capture().map_err(|e| RuntimeError(format!("model '{}': capturing its CUDA graphs: {}", body.model, e.0)))?;
         Ok(engine)
     }
@@ -335,6 +425,11 @@ impl DeviceEngine {
             }
         }
         Ok(())
+    }
+
+    /// The device address of the constants (the same for engines sharing them).
+    pub fn constants_address(&self) -> u64 {
+        self.const_base
     }
 
     /// Number of kernel launches per run.

@@ -22,7 +22,7 @@ pub mod libs;
 pub mod measure;
 pub mod module;
 
-pub use engine::DeviceEngine;
+pub use engine::{DeviceEngine, SharedConstants};
 pub use module::LoadedCubin;
 
 use crate::module::Module;
