@@ -160,7 +160,11 @@ pub fn write_artifact(store: &Store, d: &Digest, provenance: &Provenance, path: 
             return Ok(payload + section.len() as u64);
         }
     }
-    let tmp = path.with_extension("tsr.tmp");
+    // A temp name of this writer's own (process and call): two builds writing one artifact at once (test
+    // processes sharing an output folder, two CI jobs) each rename a whole file into place, never one another's.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tsr.{}.{n}.tmp", std::process::id()));
     {
         let f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         let mut s = Stamper::new(std::io::BufWriter::new(f), provenance)?;
@@ -168,7 +172,10 @@ pub fn write_artifact(store: &Store, d: &Digest, provenance: &Provenance, path: 
         let f = s.finish()?.into_inner().map_err(|e| e.into_error())?;
         f.sync_all()?;
     }
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    if let Err(e) = std::fs::rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("writing {}", path.display()));
+    }
     Ok(std::fs::metadata(path)?.len())
 }
 
@@ -239,6 +246,42 @@ mod tests {
         }
         assert!(!holds(&payload), "the payload without its stamp");
         assert!(!holds(&stamped[..stamped.len() - 1]));
+    }
+
+    /// Writers of one artifact at once (threads here; test processes sharing an output folder in the runtime's
+    /// GPU tests, where a shared temp name made one writer's rename fail) each put a whole file in place and
+    /// leave no temp file behind.
+    #[test]
+    fn concurrent_writers_of_one_artifact_all_succeed() {
+        let mut payload = vec![0u8; 64];
+        payload[..8].copy_from_slice(&tessera_kernels::artifact::MAGIC);
+        payload[8..12].copy_from_slice(&tessera_kernels::artifact::FORMAT_VERSION.to_le_bytes());
+        payload[24..32].copy_from_slice(&64u64.to_le_bytes());
+        payload.extend((0..64u8).map(|i| i.wrapping_mul(5)));
+        let p = Provenance {
+            tessera_version: "t".into(),
+            source_revision: "r".into(),
+            source: SourceModel { kind: "onnx".into(), name: "m.onnx".into(), digest: Blake3([2; 32]) },
+            targets: vec!["cpu".into()],
+            precision: "fp32".into(),
+            costs: "analytical".into(),
+            options: BTreeMap::new(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("store"), OpenOptions::writable()).unwrap();
+        let d = store.put(&payload).unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let path = out.join("m.tsr");
+        let sizes: Vec<u64> = std::thread::scope(|s| {
+            let writers: Vec<_> = (0..8).map(|_| s.spawn(|| write_artifact(&store, &d, &p, &path).unwrap())).collect();
+            writers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let want = tessera_kernels::artifact::provenance::with_provenance(&payload, &p).unwrap();
+        assert!(sizes.iter().all(|&n| n == want.len() as u64), "{sizes:?}");
+        assert_eq!(std::fs::read(&path).unwrap(), want);
+        let left: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, [std::ffi::OsString::from("m.tsr")], "no temp file left");
     }
 
     #[test]
