@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{artifact, BATCHED};
+use common::{artifact, close, BATCHED};
 use tessera::build::load_graph;
 use tessera::explain::parse_fixture_spec;
 use tessera_kernels::artifact::Artifact;
@@ -19,16 +19,6 @@ fn reference(batch: usize, seed: u64) -> (Vec<Tensor>, Vec<Tensor>) {
     let inputs = random_inputs(&g, seed);
     let want = run_graph(&g, &inputs).unwrap();
     (inputs, want)
-}
-
-/// fp32: relative error below 1e-4 (of the largest magnitude), NaN never.
-fn close(what: &str, got: &Tensor, want: &Tensor) {
-    assert_eq!(got.ty, want.ty, "{what}");
-    let (g, w) = (got.to_f32_vec(), want.to_f32_vec());
-    let scale = w.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
-    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert!((a - b).abs() / scale < 1e-4, "{what}[{i}]: {a} vs {b}");
-    }
 }
 
 #[test]

@@ -128,16 +128,6 @@ fn device_pointers_match_host_runs_on_the_gpu() {
     }
 }
 
-/// fp32: relative error below 1e-4 (of the largest magnitude), NaN never.
-fn close(what: &str, got: &Tensor, want: &Tensor) {
-    assert_eq!(got.ty, want.ty, "{what}");
-    let (g, w) = (got.to_f32_vec(), want.to_f32_vec());
-    let scale = w.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
-    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert!((a - b).abs() / scale < 1e-4, "{what}[{i}]: {a} vs {b}");
-    }
-}
-
 #[test]
 #[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine"]
 fn batched_gpu_plans_share_one_upload_of_the_weights() {
@@ -160,6 +150,6 @@ fn batched_gpu_plans_share_one_upload_of_the_weights() {
         padded.resize(rows * 784, 0.0);
         let want = one.run(&[("input", TensorView::from_slice(&[rows, 784], &padded))]).unwrap();
         let want = Tensor::from_f32([batch, 10], &want[0].to_f32_vec()[..batch * 10]);
-        close(&format!("batch {batch}"), &got[0], &want);
+        common::close(&format!("batch {batch}"), &got[0], &want);
     }
 }

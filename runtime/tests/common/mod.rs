@@ -75,3 +75,13 @@ pub fn compile(folder: &str, targets: &[&str]) -> PathBuf {
 pub fn artifact(model: &str) -> PathBuf {
     zoo().join(format!("{model}.tsr"))
 }
+
+/// fp32: relative error below 1e-4 (of the largest magnitude), NaN never.
+pub fn close(what: &str, got: &tessera_runtime::Tensor, want: &tessera_runtime::Tensor) {
+    assert_eq!(got.ty, want.ty, "{what}");
+    let (g, w) = (got.to_f32_vec(), want.to_f32_vec());
+    let scale = w.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert!((a - b).abs() / scale < 1e-4, "{what}[{i}]: {a} vs {b}");
+    }
+}
