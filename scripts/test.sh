@@ -10,6 +10,11 @@ case "$TARGET" in /*) ;; *) TARGET="$PWD/$TARGET" ;; esac   # absolute: tests ru
 
 . scripts/common.sh
 
+# One build, run once: cargo's incremental caches (several GB for this workspace's test binaries) buy a one-shot
+# run nothing, and a CI machine's disk is shared (a run once failed with "no space left on device" in the tests'
+# temporary stores). Set CARGO_INCREMENTAL=1 to keep them when iterating.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 # Everything the tests take from PyPI goes into one virtual environment of this script's own ($TARGET/test-venv),
 # never into a system Python, and that environment comes first on PATH (as `activate` puts it): tessera finds
 # NVIDIA's and CUTLASS's wheels in the site-packages of the `python3` on PATH, and the tests that run Python

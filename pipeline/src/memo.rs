@@ -27,6 +27,11 @@ pub struct RunStageStats {
     pub exec_micros: u64,
 }
 
+/// One key's single execution within a run: later callers block on it until it is set. Blocking is safe while a
+/// flight's holder never needs the blocked thread to finish, which rayon's work stealing could break (a worker
+/// waiting inside the holder's nested parallel work steals the blocked job); no such hang has been seen here. The
+/// same wait between two builds of one process, through the store's local lease, did hang (three compiles into
+/// one store on a 16-core machine), so that one never waits in-process (store/src/local_lease.rs).
 type Flight = Arc<OnceLock<std::result::Result<Digest, SharedFailure>>>;
 
 /// A run's view of the store: memoized calls and per-stage counters.

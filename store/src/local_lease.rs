@@ -18,6 +18,15 @@
 //! two different keys sharing one is a 2^-62 event, and would only make one wait for the other.
 //! Deadlock needs a cycle of stages each waiting on the next, which the build's DAG cannot form.
 //!
+//! Within one process, a claimant never waits for another claimant of the same process: it computes the
+//! output itself instead (the same bytes, recorded twice: harmless). Waiting there can deadlock: a thread
+//! holding a lease runs parallel work on rayon's pool, and a worker joining that work steals a job of
+//! another build in the same process (two `Store` handles: concurrent test threads, Python threads each
+//! calling `tessera.compile`) that claims a lease this thread, lower in its own stack, holds, or holds a lease
+//! the other waiter needs. Seen on a 16-core GPU machine: the runtime's GPU tests, three threads compiling into
+//! one store, hung with two workers in `F_OFD_SETLKW`. A process-wide table of the (lease file, offset) pairs
+//! this process is claiming (`IN_PROCESS`) decides; only other processes' holders are waited for.
+//!
 //! Linux only (OFD locks); elsewhere claims are unleased and processes may compute an output twice,
 //! which costs time, never correctness: outputs are identical and recording one twice is harmless.
 
@@ -51,6 +60,48 @@ impl std::fmt::Debug for LocalClaim {
 pub struct LocalLease {
     _file: File,
     offset: u64,
+    _claim: InProcessClaim,
+}
+
+/// One lease of one store: the lease file's identity (device, inode: two handles may spell the store's path
+/// differently) and the offset.
+type Slot = (u64, u64, u64);
+
+/// The slots a claimant of this process is claiming or holding (see the module doc).
+static IN_PROCESS: std::sync::Mutex<std::collections::BTreeSet<Slot>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// This process's claim on one slot, given up on drop.
+struct InProcessClaim {
+    slot: Slot,
+}
+
+impl InProcessClaim {
+    /// The claim, or None when another claimant of this process already has it.
+    fn take(file: &File, offset: u64) -> std::io::Result<Option<InProcessClaim>> {
+        let (dev, ino) = file_identity(file)?;
+        let slot = (dev, ino, offset);
+        // A panic while the set is locked leaves it whole (insert and remove only).
+        let mut set = IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(set.insert(slot).then(|| InProcessClaim { slot })) // `then`, not `then_some`: a claim made and dropped here would remove the holder's slot
+    }
+}
+
+#[cfg(unix)]
+fn file_identity(file: &File) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata()?;
+    Ok((m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+fn file_identity(_file: &File) -> std::io::Result<(u64, u64)> {
+    Ok((0, 0)) // leases are Linux-only; try_local_lease fails on lock_byte there
+}
+
+impl Drop for InProcessClaim {
+    fn drop(&mut self) {
+        IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.slot);
+    }
 }
 
 /// The lock offset of (stage, key).
@@ -102,7 +153,9 @@ impl Store {
         self.local_lease(stage, key, false)
     }
 
-    /// Takes the lease on (stage, key); with `wait`, blocks until its holder releases it.
+    /// Takes the lease on (stage, key); with `wait`, blocks until its holder (another process) releases it.
+    /// Ok(None): another claimant holds it, or, with `wait`, another claimant of this process does (which is
+    /// never waited for: see the module doc).
     fn local_lease(&self, stage: &str, key: &Digest, wait: bool) -> Result<Option<LocalLease>> {
         let path = self.lease_file();
         let file = std::fs::OpenOptions::new()
@@ -113,15 +166,19 @@ impl Store {
             .open(&path)
             .map_err(StoreError::io("opening the lease file", &path))?;
         let offset = offset_of(stage, key);
+        let Some(claim) = InProcessClaim::take(&file, offset).map_err(StoreError::io("reading the lease file's metadata", &path))? else {
+            return Ok(None);
+        };
         match lock_byte(&file, offset, wait) {
-            Ok(true) => Ok(Some(LocalLease { _file: file, offset })),
+            Ok(true) => Ok(Some(LocalLease { _file: file, offset, _claim: claim })),
             Ok(false) => Ok(None),
             Err(e) => Err(StoreError::io("taking a lease in", &path)(e)),
         }
     }
 
     /// Called by the memo driver on a miss, before computing (stage, key): takes the lease, or waits for
-    /// the process that holds it and is served its entry (see the module doc).
+    /// the process that holds it and is served its entry; another claimant of this process makes it
+    /// Unleased (compute, do not wait: see the module doc).
     pub fn claim_local(&self, stage: &str, key: &Digest) -> Result<LocalClaim> {
         if self.read_only || !cfg!(target_os = "linux") {
             return Ok(LocalClaim::Unleased);
@@ -142,25 +199,27 @@ mod tests {
     use crate::OpenOptions;
     use std::time::Duration;
 
+    /// Two handles of one store in one process: the second claimant of a held key neither takes it nor
+    /// waits for it (it computes: waiting in-process can deadlock through rayon's work stealing), another key
+    /// is free, and once the holder is done the key is claimable again. Another process's holder is waited for
+    /// and serves its entry: pipeline/tests/lease.rs, with processes.
     #[test]
-    fn two_handles_exclude_each_other_and_the_waiter_is_served() {
+    fn two_handles_exclude_each_other_and_never_wait_in_process() {
         let t = tempfile::tempdir().unwrap();
         let (a, b) = (Store::open(t.path(), OpenOptions::writable()).unwrap(), Store::open(t.path(), OpenOptions::writable()).unwrap());
         let key = Digest::of(b"k");
         let LocalClaim::Held(lease) = a.claim_local("lower", &key).unwrap() else { panic!("the first claimant holds") };
         assert!(b.try_local_lease("lower", &key).unwrap().is_none(), "held by a");
         assert!(b.try_local_lease("lower", &Digest::of(b"other")).unwrap().is_some(), "another key is free");
-        std::thread::scope(|s| {
-            let waiter = s.spawn(|| b.claim_local("lower", &key).unwrap());
-            std::thread::sleep(Duration::from_millis(100));
-            let out = a.put(b"output").unwrap();
-            a.memo_record("lower", &key, &MemoEntry::new(out, 6, Duration::ZERO)).unwrap();
-            drop(lease);
-            match waiter.join().unwrap() {
-                LocalClaim::Served(e) => assert_eq!(e.output, out),
-                other => panic!("the waiter must be served the holder's entry, got {other:?}"),
-            }
+        let waited = std::thread::scope(|s| {
+            let t0 = std::time::Instant::now();
+            let claim = s.spawn(|| b.claim_local("lower", &key).unwrap()).join().unwrap();
+            assert!(matches!(claim, LocalClaim::Unleased), "{claim:?}");
+            t0.elapsed()
         });
+        assert!(waited < Duration::from_secs(5), "the in-process claimant did not wait ({waited:?})");
+        drop(lease);
+        assert!(matches!(b.claim_local("lower", &key).unwrap(), LocalClaim::Held(_)));
     }
 
     #[test]
