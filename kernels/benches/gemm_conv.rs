@@ -1,5 +1,5 @@
 //! Micro-benchmark of the `gemm` backend against the reference interpreter on the shapes that dominate real
-//! models: ResNet-50 3x3 convs (stage 2 and stage 4), a MobileNetV2 depthwise conv, and BERT-base's
+//! models: ResNet-50 3x3 convs (stage 2 and stage 4), MobileNetV2's stem and depthwise convs (large and small planes), and BERT-base's
 //! 768 -> 3072 feed-forward MatMul (alone, and with its bias + GELU epilogue, which the interpreter runs as
 //! three ops). Each case goes the real way (signature, extract, lower, compile, load) and is then timed
 //! call by call with preallocated buffers; the interpreter is timed on the same graph with `run_graph`.
@@ -79,6 +79,10 @@ fn main() {
         conv_case("resnet50 conv2 3x3 64->64 @56x56", [1, 64, 56, 56], [64, 64, 3, 3], 1, 1),
         conv_case("resnet50 conv4 3x3 256->256 @14x14", [1, 256, 14, 14], [256, 256, 3, 3], 1, 1),
         conv_case("mobilenetv2 depthwise 3x3 144 @56x56", [1, 144, 56, 56], [144, 1, 3, 3], 144, 1),
+        conv_case("mobilenetv2 depthwise 3x3 s2 96 @112", [1, 96, 112, 112], [96, 1, 3, 3], 96, 2),
+        conv_case("mobilenetv2 depthwise 3x3 384 @14x14", [1, 384, 14, 14], [384, 1, 3, 3], 384, 1),
+        conv_case("mobilenetv2 depthwise 3x3 960 @7x7", [1, 960, 7, 7], [960, 1, 3, 3], 960, 1),
+        conv_case("mobilenetv2 stem 3x3 s2 3->32 @224", [1, 3, 224, 224], [32, 3, 3, 3], 1, 2),
         matmul_case("bert-base ffn matmul 128x768x3072", 128, 768, 3072, false),
         matmul_case("bert-base ffn matmul+bias+gelu", 128, 768, 3072, true),
     ];

@@ -17,7 +17,7 @@
 //! run time (`multiversion`).
 
 use super::epilogue::{self, Op};
-use super::im2col::valid_range;
+use super::im2col::{gather, valid_range};
 use multiversion::multiversion;
 use rayon::prelude::*;
 
@@ -83,22 +83,6 @@ impl Layout {
                 gather(&mut dst[y * self.pw..][cols.clone()], &src[x0..], sw);
             }
         }
-    }
-}
-
-/// `dst[i] = src[i * stride]`. Stride 2 (every stride-2 layer) is its own loop with the stride a constant, which
-/// LLVM vectorizes as wide loads and shuffles; an iterator's `step_by` stays one element at a time.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma", "aarch64+neon"))]
-fn gather(dst: &mut [f32], src: &[f32], stride: usize) {
-    match stride {
-        1 => dst.copy_from_slice(&src[..dst.len()]),
-        2 => {
-            let src = &src[..2 * dst.len() - 1];
-            for (i, o) in dst.iter_mut().enumerate() {
-                *o = src[2 * i];
-            }
-        }
-        _ => dst.iter_mut().zip(src.iter().step_by(stride)).for_each(|(o, v)| *o = *v),
     }
 }
 
