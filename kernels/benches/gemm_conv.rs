@@ -8,7 +8,7 @@
 //! median and minimum milliseconds of each side, the gemm side's GFLOP/s and the speed-up.
 
 use std::time::Instant;
-use tessera_kernels::runtime::{load_module, HostBuffer};
+use tessera_kernels::runtime::{load_module, on_runtime_pool, HostBuffer};
 use tessera_stages::backend::gemm::GemmBackend;
 use tessera_stages::backend::{Backend, INLINE_CONST_MAX};
 use tessera_stages::interp::{random_inputs, random_tensor, run_graph};
@@ -51,6 +51,18 @@ fn matmul_case(name: &'static str, m: usize, k: usize, n: usize, epilogue: bool)
     }
     g.outputs.push(y);
     Case { name, graph: g, flops: 2.0 * (m * k * n) as f64 }
+}
+
+/// The call's buffer pointers, sent to the runtime pool's thread (the buffers outlive every call).
+struct Args(Vec<*mut u8>);
+// SAFETY: the pointers are only dereferenced by the call, while the buffers they point into are alive.
+unsafe impl Send for Args {}
+unsafe impl Sync for Args {}
+
+impl Args {
+    fn get(&self) -> &[*mut u8] {
+        &self.0
+    }
 }
 
 fn median_min(mut v: Vec<f64>) -> (f64, f64) {
@@ -114,8 +126,10 @@ fn main() {
             bufs.push(HostBuffer::zeroed(info.scratch_bytes, "scratch").unwrap());
         }
         let args: Vec<*mut u8> = bufs.iter().map(|b| b.as_ptr()).collect();
+        // On the runtime pool, as runs are (its size: the cores, or TESSERA_THREADS).
+        let args = Args(args);
         // SAFETY: buffers of the signature's types and scratch size, 64-byte aligned, outputs distinct.
-        let gemm = time(iters, || unsafe { loaded.call(0, &args).expect("runs") });
+        let gemm = time(iters, || on_runtime_pool(|| unsafe { loaded.call(0, args.get()).expect("runs") }));
         let interp = time(iters, || {
             run_graph(g, &inputs).expect("interprets");
         });
