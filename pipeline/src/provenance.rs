@@ -207,25 +207,31 @@ mod tests {
         assert_eq!(options, [("prefer", "gemm"), ("shape.x", "1x3")]);
     }
 
-    /// The one word the stamper changes in a payload's first bytes is the flags word at [`FLAGS_AT`]; a file
-    /// holding the stamped payload is recognised, and one differing in any part (payload, flags, section) is not.
-    #[test]
-    fn the_flags_word_is_where_the_stamper_sets_it() {
+    /// A payload with no body and 64 bytes of data (128 bytes; `salt` varies the data and the source digest),
+    /// and a provenance for it.
+    fn tiny_artifact(salt: u8) -> (Vec<u8>, Provenance) {
         let mut payload = vec![0u8; 64];
         payload[..8].copy_from_slice(&tessera_kernels::artifact::MAGIC);
         payload[8..12].copy_from_slice(&tessera_kernels::artifact::FORMAT_VERSION.to_le_bytes());
-        // No body, 64 bytes of data: a 128-byte payload.
         payload[24..32].copy_from_slice(&64u64.to_le_bytes());
-        payload.extend((0..64u8).map(|i| i.wrapping_mul(7)));
+        payload.extend((0..64u8).map(|i| i.wrapping_mul(salt)));
         let p = Provenance {
             tessera_version: "t".into(),
             source_revision: "r".into(),
-            source: SourceModel { kind: "onnx".into(), name: "m.onnx".into(), digest: Blake3([1; 32]) },
+            source: SourceModel { kind: "onnx".into(), name: "m.onnx".into(), digest: Blake3([salt; 32]) },
             targets: vec!["cpu".into()],
             precision: "fp32".into(),
             costs: "analytical".into(),
             options: BTreeMap::new(),
         };
+        (payload, p)
+    }
+
+    /// The one word the stamper changes in a payload's first bytes is the flags word at [`FLAGS_AT`]; a file
+    /// holding the stamped payload is recognised, and one differing in any part (payload, flags, section) is not.
+    #[test]
+    fn the_flags_word_is_where_the_stamper_sets_it() {
+        let (payload, p) = tiny_artifact(7);
         let stamped = tessera_kernels::artifact::provenance::with_provenance(&payload, &p).unwrap();
         let changed: Vec<usize> = (0..payload.len()).filter(|&i| payload[i] != stamped[i]).collect();
         assert_eq!(changed, [FLAGS_AT], "the stamper changes the flags word's first byte only");
@@ -253,20 +259,7 @@ mod tests {
     /// leave no temp file behind.
     #[test]
     fn concurrent_writers_of_one_artifact_all_succeed() {
-        let mut payload = vec![0u8; 64];
-        payload[..8].copy_from_slice(&tessera_kernels::artifact::MAGIC);
-        payload[8..12].copy_from_slice(&tessera_kernels::artifact::FORMAT_VERSION.to_le_bytes());
-        payload[24..32].copy_from_slice(&64u64.to_le_bytes());
-        payload.extend((0..64u8).map(|i| i.wrapping_mul(5)));
-        let p = Provenance {
-            tessera_version: "t".into(),
-            source_revision: "r".into(),
-            source: SourceModel { kind: "onnx".into(), name: "m.onnx".into(), digest: Blake3([2; 32]) },
-            targets: vec!["cpu".into()],
-            precision: "fp32".into(),
-            costs: "analytical".into(),
-            options: BTreeMap::new(),
-        };
+        let (payload, p) = tiny_artifact(5);
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("store"), OpenOptions::writable()).unwrap();
         let d = store.put(&payload).unwrap();
