@@ -95,6 +95,7 @@ fn main() {
         conv_case("mobilenetv2 depthwise 3x3 384 @14x14", [1, 384, 14, 14], [384, 1, 3, 3], 384, 1),
         conv_case("mobilenetv2 depthwise 3x3 960 @7x7", [1, 960, 7, 7], [960, 1, 3, 3], 960, 1),
         conv_case("mobilenetv2 stem 3x3 s2 3->32 @224", [1, 3, 224, 224], [32, 3, 3, 3], 1, 2),
+        matmul_case("mobilenetv2 classifier 1x1280x1000", 1, 1280, 1000, false),
         matmul_case("bert-base ffn matmul 128x768x3072", 128, 768, 3072, false),
         matmul_case("bert-base ffn matmul+bias+gelu", 128, 768, 3072, true),
     ];

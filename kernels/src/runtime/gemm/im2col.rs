@@ -111,16 +111,25 @@ fn tap_row(x: &[f32], w: &Window, in_strides: &[usize], kp: &[usize], op: &mut [
     }
 }
 
-/// `dst[i] = src[i * stride]`. Stride 2 (every stride-2 layer) is its own loop with the stride a constant, which
-/// LLVM vectorizes as wide loads and shuffles; an iterator's `step_by` stays one element at a time.
+/// `dst[i] = src[i * stride]`. Stride 2 (every stride-2 layer) is its own loop over pairs, which LLVM
+/// vectorizes as wide loads and permutes; an iterator's `step_by` stays one element at a time.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma", "aarch64+neon"))]
 pub(super) fn gather(dst: &mut [f32], src: &[f32], stride: usize) {
     match stride {
         1 => dst.copy_from_slice(&src[..dst.len()]),
         2 => {
-            let src = &src[..2 * dst.len() - 1];
-            for (i, o) in dst.iter_mut().enumerate() {
-                *o = src[2 * i];
+            // Blocks of 16 outputs from 32 inputs, fixed sizes: LLVM turns each into wide loads and a permute.
+            // A loop over `src[2 * i]` kept a bounds check per element and one scalar store per element.
+            // Whole blocks only where all 32 inputs exist: the last output needs just one of its pair.
+            let blocks = (dst.len() / 16).min(src.len() / 32);
+            for (o, s) in dst.chunks_exact_mut(16).zip(src.chunks_exact(32)) {
+                let (o, s): (&mut [f32; 16], &[f32; 32]) = (o.try_into().unwrap(), s.try_into().unwrap());
+                for i in 0..16 {
+                    o[i] = s[2 * i];
+                }
+            }
+            for (o, v) in dst[16 * blocks..].iter_mut().zip(src[32 * blocks..].iter().step_by(2)) {
+                *o = *v;
             }
         }
         _ => dst.iter_mut().zip(src.iter().step_by(stride)).for_each(|(o, v)| *o = *v),
@@ -157,6 +166,26 @@ mod tests {
             }
         }
         out
+    }
+
+    /// Every length around the 16-output blocks, with the source exactly as long as the last output needs
+    /// (where the stride-2 blocks must stop one short) and longer.
+    #[test]
+    fn gather_matches_the_definition() {
+        for stride in 1usize..4 {
+            for n in 0..70 {
+                for extra in [0usize, 1, 40] {
+                    let src: Vec<f32> = (0..(n * stride + extra).saturating_sub(stride - 1)).map(|i| i as f32).collect();
+                    if n > 0 && src.len() < (n - 1) * stride + 1 {
+                        continue;
+                    }
+                    let mut dst = vec![f32::NAN; n];
+                    gather(&mut dst, &src, stride);
+                    let want: Vec<f32> = (0..n).map(|i| (i * stride) as f32).collect();
+                    assert_eq!(dst, want, "stride {stride}, {n} outputs, {} inputs", src.len());
+                }
+            }
+        }
     }
 
     #[test]

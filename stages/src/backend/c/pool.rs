@@ -23,6 +23,10 @@ pub fn pool(f: &mut Func, node: NodeId, p: &PoolAttrs, avg: Option<bool>) -> Res
     let (in_st, out_st) = (contiguous(in_sp), contiguous(out_sp));
     let x = f.buf(nd.inputs[0], false);
     let y = f.buf(nd.outputs[0], true);
+    if avg.is_none() && sp == 2 && p.dilations[..2] == [1, 1] {
+        f.body.push_str(&max_pool_2d(&x, &y, planes, in_sp, out_sp, p));
+        return Ok(());
+    }
     let mut c = format!("for (long pl = 0; pl < {planes}; pl++) {{\nconst float* xp = {x} + pl * {isz};\nfloat* yp = {y} + pl * {osz};\n");
     for d in 0..sp {
         let (st, pad, dil, k, size, pe) = (p.strides[d], p.pads[d], p.dilations[d], p.kernel[d], in_sp[d], p.pads[sp + d]);
@@ -69,4 +73,43 @@ pub fn pool(f: &mut Func, node: NodeId, p: &PoolAttrs, avg: Option<bool>) -> Res
     c.push_str("}\n");
     f.body.push_str(&c);
     Ok(())
+}
+
+/// 2-D MaxPool without dilation (every CNN's), written so the compiler vectorizes it: per output row, each
+/// kernel tap is one loop over the output columns it is inside the input for, a running max of the row in
+/// place. `v > m || v != v` keeps the general loop's semantics with a select: the first NaN replaces the
+/// max, and nothing replaces a NaN (`v > NaN` is false); a window entirely in the padding stays at the lowest
+/// finite float. Measured on ResNet-50's 3x3 stride-2 pool over 64x112x112 (one thread, the 2-core EPYC):
+/// the per-output loop with its per-tap bounds took 1.26 ms, ONNX Runtime 0.33 ms.
+fn max_pool_2d(x: &str, y: &str, planes: usize, in_sp: &[usize], out_sp: &[usize], p: &PoolAttrs) -> String {
+    let ([h, w], [oh, ow]) = ([in_sp[0], in_sp[1]], [out_sp[0], out_sp[1]]);
+    let ([s0, s1], [k0, k1], [p0, p1]) = ([p.strides[0], p.strides[1]], [p.kernel[0], p.kernel[1]], [p.pads[0], p.pads[1]]);
+    format!(
+        "for (long pl = 0; pl < {planes}; pl++) {{
+const float* xp = {x} + pl * {isz};
+for (long o0 = 0; o0 < {oh}; o0++) {{
+float* yr = {y} + pl * {osz} + o0 * {ow};
+for (long o1 = 0; o1 < {ow}; o1++) yr[o1] = -0x1.fffffep+127f;
+for (long k0 = 0; k0 < {k0}; k0++) {{
+const long r = o0 * {s0} - {p0} + k0;
+if (r < 0 || r >= {h}) continue;
+const float* xr = xp + r * {w};
+for (long k1 = 0; k1 < {k1}; k1++) {{
+const long off = k1 - {p1};
+const long lo = off < 0 ? (-off + {s1m}) / {s1} : 0;
+long hi = {w} - 1 - off < 0 ? 0 : ({w} - 1 - off) / {s1} + 1;
+if (hi > {ow}) hi = {ow};
+for (long o1 = lo; o1 < hi; o1++) {{
+const float v = xr[o1 * {s1} + off];
+yr[o1] = (v > yr[o1] || v != v) ? v : yr[o1];
+}}
+}}
+}}
+}}
+}}
+",
+        isz = h * w,
+        osz = oh * ow,
+        s1m = s1 - 1
+    )
 }

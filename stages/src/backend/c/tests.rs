@@ -539,6 +539,10 @@ fn pools() {
         ("ceil_pad", vec![1, 1, 7, 7], p(&[3, 2], &[2, 3], &[1, 0, 1, 1], &[1, 1], true)),
         ("dil1d", vec![2, 2, 11], p(&[3], &[2], &[2, 1], &[2], false)),
         ("k2s2", vec![1, 4, 8, 8], p(&[2, 2], &[2, 2], &[0; 4], &[1, 1], false)),
+        // 2-D with dilation: MaxPool's general loop (without dilation it has a loop of its own).
+        ("dil2d", vec![1, 2, 9, 8], p(&[2, 3], &[1, 2], &[1, 2, 0, 1], &[2, 2], false)),
+        // Padding as large as allowed (one tap inside at the edges), strides larger than the kernel.
+        ("pad_max", vec![1, 2, 5, 7], p(&[3, 3], &[4, 3], &[2, 2, 2, 2], &[1, 1], false)),
     ];
     for (name, shape, attrs) in variants {
         for (kind, op) in [
@@ -552,6 +556,17 @@ fn pools() {
             g.outputs.push(y);
             cases.push(case(&format!("pool_{kind}_{name}"), g));
         }
+    }
+    // NaN and infinities through both MaxPool loops: a NaN in a window wins, -inf alone stays above no value.
+    let special = [f32::NAN, 1.0, -2.0, f32::INFINITY, f32::NEG_INFINITY, 0.5, -0.25, 3.0, -1.0, 2.0, f32::NEG_INFINITY];
+    for (name, attrs) in [("2d", p(&[3, 3], &[2, 2], &[1, 1, 1, 1], &[1, 1], false)), ("2d_dil", p(&[2, 2], &[1, 1], &[1, 1, 0, 0], &[2, 2], false))] {
+        let mut g = Graph::new("pool_special");
+        let x = f32in(&mut g, "x", &[1, 2, 7, 6]);
+        let y = node(&mut g, Op::MaxPool(attrs), &[x]);
+        g.outputs.push(y);
+        cases.push(case_with(&format!("pool_max_special_{name}"), g, true, move |_, t| {
+            Some(Tensor::from_f32(t.shape.clone(), &(0..84).map(|i| if i % 13 == 0 || i % 7 == 3 { special[i % 11] } else { i as f32 * 0.1 - 4.0 }).collect::<Vec<_>>()))
+        }));
     }
     let mut g = Graph::new("gap");
     let x = f32in(&mut g, "x", &[2, 5, 4, 3]);
