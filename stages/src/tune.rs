@@ -17,8 +17,9 @@
 //!
 //! Outcomes:
 //! - `Measured`: the median, with the full [`Measurement`] recorded.
-//! - `Unsupported` (cost `+inf`): the backend refused to lower the kernel, or its module failed to compile;
-//!   recorded with the error text, so it is not retried on every run (a new backend version changes the key).
+//! - `Unsupported` (cost `+inf`): the backend refused to lower the kernel ([`BackendError::Unsupported`]), or
+//!   its module failed to compile; recorded with the error text, so it is not retried on every run (a new
+//!   backend version changes the key). Any other lowering failure, and a missing toolchain, is an error.
 //! - `Analytical`: nothing can be measured (the backend is unavailable here, or the device has no
 //!   fingerprint yet): the backend's `estimate_us`. Not recorded, since it is cheap and not a tune result.
 

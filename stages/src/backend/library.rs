@@ -151,7 +151,7 @@ impl Places {
 }
 
 /// One module of `format` from the lowered kernels (each a postcard list of calls `C`), checked as the runtime
-/// will check it when loading: a module that would not load is a compile error.
+/// will check it when loading: a module that would not load is refused here ([`BackendError::Invalid`]).
 pub fn compile_module<C: CallDesc>(backend: &str, target: &Target, format: ModuleFormat, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
     let err = |why: String| BackendError::invalid(backend, why);
     let functions = kernels
