@@ -72,8 +72,14 @@ fn register_toy() {
     registry::register(&SPEC, || Box::new(ToyBackend)).unwrap();
 }
 
-fn err(msg: String) -> BackendError {
-    BackendError { backend: NAME.into(), msg }
+/// What it cannot run (the tune stage costs such a kernel as unsupported).
+fn unsupported(why: String) -> BackendError {
+    BackendError::unsupported(NAME, why)
+}
+
+/// What it should never have been given.
+fn invalid(why: String) -> BackendError {
+    BackendError::invalid(NAME, why)
 }
 
 impl Backend for ToyBackend {
@@ -111,27 +117,27 @@ impl Backend for ToyBackend {
     }
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
         if target.backend_name() != NAME {
-            return Err(err(format!("target '{target}' does not select backend {NAME}")));
+            return Err(invalid(format!("target '{target}' does not select backend {NAME}")));
         }
         let mut reg: Vec<Option<u32>> = vec![None; kernel.values.len()];
         for (i, &v) in kernel.inputs.iter().enumerate() {
             reg[v.index()] = Some(i as u32);
         }
         let r = |v: ValueId, reg: &[Option<u32>]| {
-            reg[v.index()].ok_or_else(|| err(format!("kernel '{symbol}': value '{}' is neither an input nor computed", kernel.values[v.index()].name)))
+            reg[v.index()].ok_or_else(|| invalid(format!("kernel '{symbol}': value '{}' is neither an input nor computed", kernel.values[v.index()].name)))
         };
         let mut ops = Vec::new();
         for (i, node) in kernel.nodes.iter().enumerate() {
             let op = match node.op {
                 Op::Binary(BinaryOp::Add) => ToyOp::Add(r(node.inputs[0], &reg)?, r(node.inputs[1], &reg)?),
                 Op::Unary(UnaryOp::Relu) => ToyOp::Relu(r(node.inputs[0], &reg)?),
-                ref other => return Err(err(format!("kernel '{symbol}': op {} is not Add or Relu", other.name()))),
+                ref other => return Err(unsupported(format!("kernel '{symbol}': op {} is not Add or Relu", other.name()))),
             };
             ops.push(op);
             reg[node.outputs[0].index()] = Some((kernel.inputs.len() + i) as u32);
         }
         if kernel.inputs.len() + ops.len() > MAX_REGS {
-            return Err(err(format!("kernel '{symbol}': {} registers, at most {MAX_REGS}", kernel.inputs.len() + ops.len())));
+            return Err(unsupported(format!("kernel '{symbol}': {} registers, at most {MAX_REGS}", kernel.inputs.len() + ops.len())));
         }
         let outputs = kernel.outputs.iter().map(|&v| r(v, &reg)).collect::<Result<Vec<_>, _>>()?;
         let ty = |v: ValueId| kernel.ty(v).clone();
@@ -148,7 +154,7 @@ impl Backend for ToyBackend {
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         let functions: Vec<ToyFunction> = kernels
             .iter()
-            .map(|k| postcard::from_bytes(&k.code).map_err(|e| err(format!("kernel '{}': {e}", k.info.symbol))))
+            .map(|k| postcard::from_bytes(&k.code).map_err(|e| invalid(format!("kernel '{}': {e}", k.info.symbol))))
             .collect::<Result<_, _>>()?;
         Ok(Module {
             backend: NAME.into(),

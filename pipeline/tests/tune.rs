@@ -217,6 +217,91 @@ fn unavailable_backend_falls_back_to_the_estimate() {
     assert_eq!(tune_stats(&memo), (0, 0), "an estimate is not a tune record");
 }
 
+/// How [`Faulty`] fails.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// Lowering refuses the kernel, as a backend refuses an op it does not offer.
+    Refuses,
+    /// Lowering fails for another reason (its output fails the backend's own check).
+    Breaks,
+    /// The module does not compile (the generated code is wrong).
+    DoesNotCompile,
+    /// The compiler is missing when the module is compiled.
+    NoToolchain,
+}
+
+/// The `c` backend with one fault.
+struct Faulty(Fault);
+
+impl Backend for Faulty {
+    fn spec(&self) -> &'static tessera_stages::target::BackendSpec {
+        CBackend.spec()
+    }
+    fn version(&self) -> tessera_stages::code::CodeVersion {
+        CBackend.version()
+    }
+    fn available(&self) -> Result<(), String> {
+        CBackend.available()
+    }
+    fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool {
+        CBackend.supports(g, n, target)
+    }
+    fn colors(&self) -> (&'static str, &'static str) {
+        CBackend.colors()
+    }
+    fn estimate_us(&self, g: &Graph, nodes: &[NodeId], target: &Target) -> f64 {
+        CBackend.estimate_us(g, nodes, target)
+    }
+    fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
+        match self.0 {
+            Fault::Refuses => Err(BackendError::unsupported("c", format!("kernel '{symbol}' ({}): MatMul is not offered (test)", kernel.name))),
+            Fault::Breaks => Err(BackendError::invalid("c", format!("kernel '{symbol}' ({}): internal error (test)", kernel.name))),
+            Fault::DoesNotCompile | Fault::NoToolchain => CBackend.lower(target, kernel, symbol),
+        }
+    }
+    fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
+        match self.0 {
+            Fault::DoesNotCompile => Err(BackendError::compile("c", "C", kernels, "module.c:3: error: expected ';' (test)")),
+            Fault::NoToolchain => Err(BackendError::toolchain("c", "a C compiler", "none on this machine (test)")),
+            Fault::Refuses | Fault::Breaks => CBackend.compile_module(target, kernels),
+        }
+    }
+}
+
+/// One matmul candidate measured on the `c` target of a backend with `fault`.
+fn measure_faulty(fault: Fault) -> anyhow::Result<tessera_stages::tune::CandidateCost> {
+    let (_d, store) = store();
+    let backends: Vec<Box<dyn Backend>> = vec![Box::new(Faulty(fault))];
+    let targets = TargetSet::parse(&["cpu -compiler=c".to_string()]).unwrap();
+    let memo = Memo::new(&store);
+    let ctx = Ctx::new(&memo, &targets, &backends);
+    measure_candidates(&ctx, &matmul_graph(4, 4, 4), &[(t("cpu -compiler=c"), vec![NodeId(0)])]).map(|mut c| c.remove(0))
+}
+
+/// The tune stage branches on the backend's error: a refusal is an unsupported cost (the search places the
+/// nodes with another backend), a lowering that breaks is reported, not hidden as a refusal.
+#[test]
+fn a_refused_kernel_is_unsupported_but_a_broken_lowering_is_an_error() {
+    let c = measure_faulty(Fault::Refuses).unwrap();
+    assert_eq!((c.source, c.us), (CostSource::Unsupported, f64::INFINITY), "{c:?}");
+    assert!(c.error.as_deref().is_some_and(|e| e.starts_with("backend c: kernel '") && e.contains("MatMul is not offered (test)")), "{c:?}");
+    let e = measure_faulty(Fault::Breaks).unwrap_err();
+    let found = tessera_stages::stage::cause::<BackendError>(&e);
+    assert!(matches!(found, Some(BackendError::Invalid { why, .. }) if why.contains("internal error (test)")), "{e:#}");
+}
+
+/// A module that does not compile is its kernels' refusal (recorded, as before); a missing compiler is no
+/// kernel's fault and is reported instead.
+#[test]
+fn a_module_that_does_not_compile_is_refused_but_a_missing_compiler_is_an_error() {
+    let c = measure_faulty(Fault::DoesNotCompile).unwrap();
+    assert_eq!((c.source, c.us), (CostSource::Unsupported, f64::INFINITY), "{c:?}");
+    assert!(c.error.as_deref().is_some_and(|e| e.starts_with("compile failed: backend c: C compilation failed in module of [")), "{c:?}");
+    let e = measure_faulty(Fault::NoToolchain).unwrap_err();
+    assert!(matches!(tessera_stages::stage::cause::<BackendError>(&e), Some(BackendError::Toolchain { tool: "a C compiler", .. })), "{e:#}");
+    assert!(format!("{e:#}").contains("backend c: a C compiler is not available here: none on this machine (test)"), "{e:#}");
+}
+
 #[test]
 fn bad_candidates_are_clear_errors() {
     let (_d, store) = store();

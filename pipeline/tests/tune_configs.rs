@@ -82,7 +82,7 @@ impl Backend for Reps {
                 lk.info.symbol = symbol.to_string();
                 Ok(lk)
             }
-            other => Err(BackendError { backend: NAME.into(), msg: format!("no configuration '{other}'") }),
+            other => Err(BackendError::unsupported(NAME, format!("no configuration '{other}'"))),
         }
     }
     fn compile_module(&self, _target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {

@@ -17,8 +17,9 @@
 //!
 //! Outcomes:
 //! - `Measured`: the median, with the full [`Measurement`] recorded.
-//! - `Unsupported` (cost `+inf`): the backend refused to lower the kernel, or its module failed to compile;
-//!   recorded with the error text, so it is not retried on every run (a new backend version changes the key).
+//! - `Unsupported` (cost `+inf`): the backend refused to lower the kernel ([`BackendError::Unsupported`]), or
+//!   its module failed to compile; recorded with the error text, so it is not retried on every run (a new
+//!   backend version changes the key). Any other lowering failure, and a missing toolchain, is an error.
 //! - `Analytical`: nothing can be measured (the backend is unavailable here, or the device has no
 //!   fingerprint yet): the backend's `estimate_us`. Not recorded, since it is cheap and not a tune result.
 
@@ -487,26 +488,28 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
     }
     // One module per core's share of the kernels, compiled in parallel (C compiles are single-threaded and
     // partition stages run one model at a time, so this is where the cores are used); a chunk that fails to
-    // compile is retried kernel by kernel.
+    // compile is retried kernel by kernel. A missing toolchain is no kernel's fault: it is reported, never
+    // recorded as a refusal.
     let lks: Vec<LoweredKernel> = ok.iter().map(|(_, _, lk, _)| lk.clone()).collect();
     let chunk = lks.len().div_ceil(rayon::current_num_threads().max(1));
     let chunks: Vec<Vec<usize>> = (0..lks.len()).collect::<Vec<_>>().chunks(chunk.max(1)).map(|c| c.to_vec()).collect();
     let compile = |members: &[usize]| {
         let _busy = crate::device::busy();
         let group: Vec<LoweredKernel> = members.iter().map(|&i| lks[i].clone()).collect();
-        backend.compile_module(target, &group).map_err(|e| e.to_string())
+        backend.compile_module(target, &group)
     };
-    let groups: Vec<(Vec<usize>, std::result::Result<crate::backend::Module, String>)> = chunks
+    let groups: Vec<(Vec<usize>, std::result::Result<crate::backend::Module, BackendError>)> = chunks
         .par_iter()
         .flat_map_iter(|members| match compile(members) {
             Ok(m) => vec![(members.clone(), Ok(m))],
-            Err(e) if members.len() == 1 => vec![(members.clone(), Err(e))],
+            Err(e) if members.len() == 1 || matches!(e, BackendError::Toolchain { .. }) => vec![(members.clone(), Err(e))],
             Err(_) => members.iter().map(|&i| (vec![i], compile(&[i]))).collect(),
         })
         .collect();
     for (members, module) in groups {
         let module = match module {
             Ok(m) => m,
+            Err(e @ BackendError::Toolchain { .. }) => return Err(anyhow::Error::new(e).context(format!("target {target}: compiling kernels to measure"))),
             Err(e) => {
                 for i in members {
                     slots.get_mut(&ok[i].0).expect("a miss's key")[ok[i].1] = Some(Prepared::Refused(format!("compile failed: {e}")));
@@ -531,8 +534,8 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
 }
 
 /// Lowers one kernel through the lower stage (the compile path's, so it is lowered once). `Err(text)` when
-/// the backend refuses it (a [`BackendError`], also when another caller of the key ran it); store failures
-/// are errors.
+/// the backend refuses it ([`BackendError::Unsupported`], also when another caller of the key ran it); any
+/// other failure (a backend's invalid request or internal error, the store) is an error.
 fn lower(ctx: &Ctx, m: &Miss, config: &str) -> Result<std::result::Result<LoweredKernel, String>> {
     let symbol = symbol_in(m.backend, m.target, &m.kernel, config);
     let graph = || Ok(m.kernel_graph.clone());
@@ -540,8 +543,8 @@ fn lower(ctx: &Ctx, m: &Miss, config: &str) -> Result<std::result::Result<Lowere
     match run(ctx.driver, &stage) {
         Ok((_, lk)) => Ok(Ok(lk)),
         Err(e) => match cause::<BackendError>(&e) {
-            Some(refused) => Ok(Err(refused.to_string())),
-            None => Err(e),
+            Some(refused @ BackendError::Unsupported { .. }) => Ok(Err(refused.to_string())),
+            _ => Err(e),
         },
     }
 }

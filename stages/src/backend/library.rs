@@ -151,9 +151,9 @@ impl Places {
 }
 
 /// One module of `format` from the lowered kernels (each a postcard list of calls `C`), checked as the runtime
-/// will check it when loading: a module that would not load is a compile error.
+/// will check it when loading: a module that would not load is refused here ([`BackendError::Invalid`]).
 pub fn compile_module<C: CallDesc>(backend: &str, target: &Target, format: ModuleFormat, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
-    let err = |msg: String| BackendError { backend: backend.into(), msg };
+    let err = |why: String| BackendError::invalid(backend, why);
     let functions = kernels
         .iter()
         .map(|k| postcard::from_bytes::<Vec<C>>(&k.code).map_err(|e| err(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol))))
@@ -196,9 +196,8 @@ impl Ranks {
 
     /// The rank `config` names; an error naming the configurations there are.
     pub fn rank(&self, config: &str) -> Result<u8, BackendError> {
-        (0..self.ranks).find(|&r| self.name(r) == config).ok_or_else(|| BackendError {
-            backend: self.backend.to_string(),
-            msg: format!("no configuration '{config}' (it has {})", self.all().join(", ")),
-        })
+        (0..self.ranks)
+            .find(|&r| self.name(r) == config)
+            .ok_or_else(|| BackendError::unsupported(self.backend, format!("no configuration '{config}' (it has {})", self.all().join(", "))))
     }
 }

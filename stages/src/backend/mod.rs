@@ -77,23 +77,80 @@ pub struct LoweredKernel {
     pub code: Vec<u8>,
 }
 
-/// A backend failed; the message names the partition, node or op at fault.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("backend {backend}: {msg}")]
-pub struct BackendError {
-    pub backend: String,
-    pub msg: String,
+/// A backend failed. Every message names the backend and the kernel, node, op or configuration at fault
+/// (Display: `backend <name>: ...`). Callers branch on the variant: the tune stage costs an
+/// [`Unsupported`](BackendError::Unsupported) lowering as unsupported (so the partitioner places those nodes
+/// with another backend) and a module that does not [`Compile`](BackendError::Compile) as its kernels'
+/// refusal, but reports a missing [`Toolchain`](BackendError::Toolchain) and an
+/// [`Invalid`](BackendError::Invalid) request; validation leaves out an alternative plan that fails with any.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The backend cannot take this kernel: an op, type, shape, attribute or configuration it does not
+    /// offer. `why` names the kernel and the node or configuration.
+    #[error("backend {backend}: {why}")]
+    Unsupported { backend: String, why: String },
+    /// The compiler this backend needs is not usable on this machine (no C compiler, no NVRTC, no nvcc or
+    /// CUTLASS headers): nothing was compiled, and no kernel is at fault.
+    #[error("backend {backend}: {tool} is not available here: {why}")]
+    Toolchain { backend: String, tool: &'static str, why: String },
+    /// `tool` rejected the generated module. `kernels` are those its diagnostics point into (`located`), or
+    /// every kernel of the module where they point nowhere; `log` is the first lines of its output.
+    #[error("backend {backend}: {tool} compilation failed in {}:\n{log}", compile_site(kernels, *located))]
+    Compile { backend: String, tool: &'static str, kernels: Vec<String>, located: bool, log: String },
+    /// A request the backend should never have been given, or output failing its own checks: a target
+    /// that selects another backend, lowered code that does not decode, two kernels of one name, a plan
+    /// failing validation. `why` names the target or kernel.
+    #[error("backend {backend}: {why}")]
+    Invalid { backend: String, why: String },
 }
 
-/// A [`BackendError`] of the backend `spec` describes.
-pub fn error(spec: &BackendSpec, msg: impl Into<String>) -> BackendError {
-    BackendError { backend: spec.name.into(), msg: msg.into() }
+/// Where a compile failed, as its message says it: `kernel a, b` (the diagnostics point there) or
+/// `module of [a, b]`.
+fn compile_site(kernels: &[String], located: bool) -> String {
+    if located {
+        format!("kernel {}", kernels.join(", "))
+    } else {
+        format!("module of [{}]", kernels.join(", "))
+    }
+}
+
+impl BackendError {
+    /// An [`Unsupported`](BackendError::Unsupported) error of backend `backend`.
+    pub fn unsupported(backend: &str, why: impl Into<String>) -> BackendError {
+        BackendError::Unsupported { backend: backend.into(), why: why.into() }
+    }
+
+    /// An [`Invalid`](BackendError::Invalid) error of backend `backend`.
+    pub fn invalid(backend: &str, why: impl Into<String>) -> BackendError {
+        BackendError::Invalid { backend: backend.into(), why: why.into() }
+    }
+
+    /// A [`Toolchain`](BackendError::Toolchain) error: `tool` of backend `backend` is missing, for `why`.
+    pub fn toolchain(backend: &str, tool: &'static str, why: impl Into<String>) -> BackendError {
+        BackendError::Toolchain { backend: backend.into(), tool, why: why.into() }
+    }
+
+    /// A [`Compile`](BackendError::Compile) error naming every kernel of the module (the log points at none).
+    pub fn compile(backend: &str, tool: &'static str, kernels: &[LoweredKernel], log: impl Into<String>) -> BackendError {
+        let kernels = kernels.iter().map(|k| k.info.symbol.clone()).collect();
+        BackendError::Compile { backend: backend.into(), tool, kernels, located: false, log: log.into() }
+    }
+
+    /// The backend that failed.
+    pub fn backend(&self) -> &str {
+        match self {
+            BackendError::Unsupported { backend, .. }
+            | BackendError::Toolchain { backend, .. }
+            | BackendError::Compile { backend, .. }
+            | BackendError::Invalid { backend, .. } => backend,
+        }
+    }
 }
 
 /// That `target` selects the backend `spec` describes: a backend's lowering and module compile check it first.
 pub fn check_target(spec: &BackendSpec, target: &Target) -> Result<(), BackendError> {
     if target.backend_name() != spec.name {
-        return Err(error(spec, format!("target '{target}' selects backend '{}', not '{}'", target.backend_name(), spec.name)));
+        return Err(BackendError::invalid(spec.name, format!("target '{target}' selects backend '{}', not '{}'", target.backend_name(), spec.name)));
     }
     Ok(())
 }
@@ -207,7 +264,7 @@ pub trait Backend: Send + Sync {
         if config == self.default_config(target) {
             self.lower(target, kernel, symbol)
         } else {
-            Err(BackendError { backend: self.name().to_string(), msg: format!("no configuration '{config}' (it has only '{}')", self.default_config(target)) })
+            Err(BackendError::unsupported(self.name(), format!("no configuration '{config}' (it has only '{}')", self.default_config(target))))
         }
     }
     /// Compiles all of one model's lowered partitions into one module.

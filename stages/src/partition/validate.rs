@@ -29,12 +29,14 @@
 use super::plan::{ExecPlan, Trial, Validation};
 use super::select::{plan_for, CostedCandidates, Selection};
 use crate::artifact::build_artifact;
+use crate::backend::BackendError;
 use crate::context::Ctx;
 use crate::device::exclusively;
 use anyhow::{Context, Result};
 use tessera_kernels::artifact::Artifact;
 use crate::ir::Graph;
-use crate::stage::{run, DevicePolicy, Stage};
+use crate::link::LinkError;
+use crate::stage::{cause, run, DevicePolicy, Stage};
 use crate::tune::MissingRecords;
 use serde::Serialize;
 use tessera_kernels::runtime::measure::{median, time_abba, Block};
@@ -145,8 +147,9 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
             match build_artifact(ctx, &trials[i].plan, plan, &|| Ok(g)) {
                 Ok(b) => artifacts.push((i, b.artifact)),
                 // The searched plan must build (the compile that follows would fail anyway); an alternative
-                // that does not is only left out, and the report says why.
-                Err(e) if i != 0 => trials[i].skipped = Some(format!("did not build: {e:#}")),
+                // that does not (a backend's or the linker's refusal) is only left out, and the report says
+                // why. Anything else (the store, a decoding failure) is an error.
+                Err(e) if i != 0 && is_plan_failure(&e) => trials[i].skipped = Some(format!("did not build: {e:#}")),
                 Err(e) => return Err(e.context(format!("validation: building the '{label}' plan"))),
             }
         }
@@ -168,6 +171,12 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
     let mut plan = plans.swap_remove(chosen).1;
     plan.validation = Some(validation);
     Ok(plan)
+}
+
+/// Whether building a plan failed for the plan's own sake: a backend refused or failed on one of its
+/// kernels ([`BackendError`], any variant), or the linker refused it ([`LinkError`]).
+fn is_plan_failure(e: &anyhow::Error) -> bool {
+    cause::<BackendError>(e).is_some() || cause::<LinkError>(e).is_some()
 }
 
 /// The trial to use: the searched plan (index 0) when it was measured and beats every measured alternative
@@ -271,6 +280,21 @@ mod tests {
 
     fn trial(label: &str, median_us: Option<f64>) -> Trial {
         Trial { label: label.into(), partitions: 1, plan: Digest::of(b""), estimated_us: 1.0, artifact: None, median_us, pass_medians_us: None, runs: 9, skipped: None }
+    }
+
+    #[test]
+    fn an_alternative_is_left_out_for_its_own_failures_only() {
+        use crate::stage::SharedFailure;
+        use std::sync::Arc;
+        // A backend's refusal or failure, as the lower and compile stages return it (context added, and
+        // through the driver's shared failure for a caller that waited on another's execution).
+        let refused = anyhow::Error::new(BackendError::unsupported("cublas", "kernel 'k' (g): node 'n' (Softmax): not a GEMM")).context("lower");
+        assert!(is_plan_failure(&refused));
+        let compile = anyhow::Error::new(BackendError::Compile { backend: "c".into(), tool: "C", kernels: vec!["k".into()], located: true, log: "x".into() });
+        assert!(is_plan_failure(&anyhow::Error::new(SharedFailure(Arc::new(compile))).context("compile for cpu")));
+        assert!(is_plan_failure(&anyhow::Error::new(LinkError { model: "m".into(), msg: "bad".into() }).context("link")));
+        // The store or a decoding failure is not the plan's: an error, never a skipped trial.
+        assert!(!is_plan_failure(&anyhow::anyhow!("object 1234 is missing").context("lower")));
     }
 
     #[test]

@@ -67,13 +67,13 @@ crate::backend::registry::register_builtin!(SPEC, CBackend);
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CBackend;
 
-fn err(msg: impl Into<String>) -> BackendError {
-    BackendError { backend: "c".into(), msg: msg.into() }
+fn invalid(why: impl Into<String>) -> BackendError {
+    BackendError::invalid("c", why)
 }
 
 fn check_target(target: &Target) -> Result<(), BackendError> {
     if target.backend_name() != "c" {
-        return Err(err(format!("target '{target}' does not select the c backend")));
+        return Err(invalid(format!("target '{target}' does not select the c backend")));
     }
     Ok(())
 }
@@ -85,9 +85,9 @@ pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> 
     let mut seen = std::collections::BTreeSet::new();
     for k in kernels {
         if !seen.insert(k.info.symbol.as_str()) {
-            return Err(err(format!("two kernels of one module are named '{}'", k.info.symbol)));
+            return Err(invalid(format!("two kernels of one module are named '{}'", k.info.symbol)));
         }
-        let code = std::str::from_utf8(&k.code).map_err(|_| err(format!("kernel '{}': code is not UTF-8 C source", k.info.symbol)))?;
+        let code = std::str::from_utf8(&k.code).map_err(|_| invalid(format!("kernel '{}': code is not UTF-8 C source", k.info.symbol)))?;
         src.push('\n');
         src.push_str(code);
     }
@@ -110,25 +110,23 @@ fn symbol_at_line(kernels: &[LoweredKernel], line: usize) -> Option<&str> {
 /// A readable compiler failure: the first lines of its output and the kernels they point into.
 fn compile_error(kernels: &[LoweredKernel], output: &str) -> BackendError {
     let lines: Vec<&str> = output.lines().take(15).collect();
-    let mut culprits: Vec<&str> = Vec::new();
+    let mut culprits: Vec<String> = Vec::new();
     for l in output.lines() {
         if let Some(rest) = l.strip_prefix("module.c:") {
             if let Some(n) = rest.split(':').next().and_then(|n| n.parse::<usize>().ok()) {
                 if let Some(s) = symbol_at_line(kernels, n) {
-                    if !culprits.contains(&s) {
-                        culprits.push(s);
+                    if !culprits.iter().any(|c| c == s) {
+                        culprits.push(s.to_string());
                     }
                 }
             }
         }
     }
-    let who = if culprits.is_empty() {
-        let all: Vec<&str> = kernels.iter().map(|k| k.info.symbol.as_str()).collect();
-        format!("module of [{}]", all.join(", "))
+    if culprits.is_empty() {
+        BackendError::compile("c", "C", kernels, lines.join("\n"))
     } else {
-        format!("kernel {}", culprits.join(", "))
-    };
-    err(format!("C compilation failed in {who}:\n{}", lines.join("\n")))
+        BackendError::Compile { backend: "c".into(), tool: "C", kernels: culprits, located: true, log: lines.join("\n") }
+    }
 }
 
 impl Backend for CBackend {
@@ -186,12 +184,13 @@ impl Backend for CBackend {
 
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
-        let l = lower::lower(kernel, symbol).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
+        let l = lower::lower(kernel, symbol).map_err(|e| BackendError::unsupported("c", format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
         Ok(LoweredKernel { info: l.info, code: l.source.into_bytes() })
     }
 
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
+        toolchain::toolchain().map_err(|why| BackendError::toolchain("c", "a C compiler", why))?;
         let src = module_source(kernels)?;
         let bytes = toolchain::compile(target, &src).map_err(|out| compile_error(kernels, &out))?;
         Ok(Module {

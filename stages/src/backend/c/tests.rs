@@ -882,9 +882,12 @@ fn compiler_errors_name_the_kernel() {
     let good = CBackend.lower(&t, &kernel_of(&g).0, "k_good").unwrap();
     let bad = LoweredKernel { info: FunctionInfo { symbol: "k_bad".into(), inputs: vec![], outputs: vec![], scratch_bytes: 0 }, code: b"void k_bad(void* const* args) {\n    this is not C;\n}\n".to_vec() };
     let e = CBackend.compile_module(&t, &[good, bad]).unwrap_err();
-    assert!(e.msg.contains("kernel k_bad"), "{e}");
-    assert!(e.msg.contains("module.c:"), "{e}");
-    assert!(!e.msg.contains("k_good"), "{e}");
+    // A compile failure (not a missing compiler), located in the bad kernel alone.
+    let BackendError::Compile { backend, tool, kernels, located, log } = &e else { panic!("not a compile failure: {e:?}") };
+    assert_eq!((backend.as_str(), *tool, kernels.as_slice(), *located), ("c", "C", ["k_bad".to_string()].as_slice(), true), "{e}");
+    assert!(log.contains("module.c:"), "{e}");
+    let shown = e.to_string();
+    assert!(shown.starts_with("backend c: C compilation failed in kernel k_bad:\n") && !shown.contains("k_good"), "{shown}");
 }
 
 #[test]
@@ -895,16 +898,18 @@ fn refuses_fp16_and_bad_symbols() {
     let y = node(&mut g, un(UnaryOp::Relu), &[x]);
     g.outputs.push(y);
     assert!(!CBackend.supports(&g, NodeId(0), &t));
+    // An op it cannot run is a refusal (the tune stage costs it as unsupported)...
     let e = CBackend.lower(&t, &g, "k").unwrap_err();
-    assert!(e.msg.contains("f16") && e.msg.contains("Relu"), "{e}");
+    assert!(matches!(&e, BackendError::Unsupported { why, .. } if why.contains("f16") && why.contains("Relu")), "{e:?}");
     let mut g = Graph::new("m");
     let x = f32in(&mut g, "x", &[4]);
     let y = node(&mut g, un(UnaryOp::Relu), &[x]);
     g.outputs.push(y);
     assert!(CBackend.supports(&g, NodeId(0), &t));
     assert!(CBackend.lower(&t, &g, "not a symbol").is_err());
+    // ...a target selecting another backend is an invalid request.
     let gemm = Target::parse("cpu -compiler=gemm").unwrap();
-    assert!(CBackend.lower(&gemm, &g, "k").is_err());
+    assert!(matches!(CBackend.lower(&gemm, &g, "k"), Err(BackendError::Invalid { .. })));
 }
 
 #[test]

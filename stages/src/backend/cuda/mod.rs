@@ -76,19 +76,23 @@ crate::backend::registry::register_builtin!(SPEC, CudaBackend);
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CudaBackend;
 
-fn err(msg: impl Into<String>) -> BackendError {
-    BackendError { backend: "cuda".into(), msg: msg.into() }
+fn invalid(why: impl Into<String>) -> BackendError {
+    BackendError::invalid("cuda", why)
+}
+
+fn unsupported(why: impl Into<String>) -> BackendError {
+    BackendError::unsupported("cuda", why)
 }
 
 fn check_target(target: &Target) -> Result<(), BackendError> {
     if target.backend_name() != "cuda" {
-        return Err(err(format!("target '{target}' does not select the cuda backend")));
+        return Err(invalid(format!("target '{target}' does not select the cuda backend")));
     }
     Ok(())
 }
 
 fn decode(k: &LoweredKernel) -> Result<CudaCode, BackendError> {
-    postcard::from_bytes(&k.code).map_err(|e| err(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol)))
+    postcard::from_bytes(&k.code).map_err(|e| invalid(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol)))
 }
 
 /// The whole CUDA source of a module: the prelude, then each kernel's source, in order.
@@ -97,7 +101,7 @@ pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> 
     let mut seen = std::collections::BTreeSet::new();
     for k in kernels {
         if !seen.insert(k.info.symbol.as_str()) {
-            return Err(err(format!("two kernels of one module are named '{}'", k.info.symbol)));
+            return Err(invalid(format!("two kernels of one module are named '{}'", k.info.symbol)));
         }
         body.push('\n');
         body.push_str(&decode(k)?.source);
@@ -116,19 +120,17 @@ pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> 
 /// A readable NVRTC failure: the first lines of its log and the kernels they point into.
 fn compile_error(kernels: &[LoweredKernel], log: &str) -> BackendError {
     let lines: Vec<&str> = log.lines().take(15).collect();
-    let mut culprits: Vec<&str> = Vec::new();
+    let mut culprits: Vec<String> = Vec::new();
     for k in kernels {
-        if log.contains(&format!("{}_k", k.info.symbol)) && !culprits.contains(&k.info.symbol.as_str()) {
-            culprits.push(&k.info.symbol);
+        if log.contains(&format!("{}_k", k.info.symbol)) && !culprits.contains(&k.info.symbol) {
+            culprits.push(k.info.symbol.clone());
         }
     }
-    let who = if culprits.is_empty() {
-        let all: Vec<&str> = kernels.iter().map(|k| k.info.symbol.as_str()).collect();
-        format!("module of [{}]", all.join(", "))
+    if culprits.is_empty() {
+        BackendError::compile("cuda", "NVRTC", kernels, lines.join("\n"))
     } else {
-        format!("kernel {}", culprits.join(", "))
-    };
-    err(format!("NVRTC compilation failed in {who}:\n{}", lines.join("\n")))
+        BackendError::Compile { backend: "cuda".into(), tool: "NVRTC", kernels: culprits, located: true, log: lines.join("\n") }
+    }
 }
 
 impl Backend for CudaBackend {
@@ -203,14 +205,15 @@ impl Backend for CudaBackend {
     fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
         let knobs = gemm::KNOB_SETTINGS.iter().find(|(name, _)| config_name(name) == config).map(|(_, k)| *k).ok_or_else(|| {
-            err(format!("no configuration '{config}' (it has {})", gemm::KNOB_SETTINGS.iter().map(|(n, _)| config_name(n)).collect::<Vec<_>>().join(", ")))
+            unsupported(format!("no configuration '{config}' (it has {})", gemm::KNOB_SETTINGS.iter().map(|(n, _)| config_name(n)).collect::<Vec<_>>().join(", ")))
         })?;
-        let l = lower::lower_with(kernel, symbol, knobs).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
+        let l = lower::lower_with(kernel, symbol, knobs).map_err(|e| unsupported(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
         Ok(LoweredKernel { info: l.info, code: postcard::to_stdvec(&l.code).expect("cuda code encodes") })
     }
 
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
+        libs::toolkit().map_err(|why| BackendError::toolchain("cuda", "NVRTC", why))?;
         let src = module_source(kernels)?;
         let cubin = toolchain::compile(target, "module.cu", &src).map_err(|log| compile_error(kernels, &log))?;
         let functions = kernels.iter().map(|k| decode(k).map(|c| c.launches)).collect::<Result<Vec<_>, _>>()?;

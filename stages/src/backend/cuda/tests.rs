@@ -92,7 +92,9 @@ fn nvrtc_errors_name_the_kernel() {
         info: crate::backend::FunctionInfo { symbol: "bad".into(), inputs: vec![], outputs: vec![], scratch_bytes: 0 },
         code: postcard::to_stdvec(&code).unwrap(),
     };
-    let e = CudaBackend.compile_module(&target(), &[k]).unwrap_err().to_string();
+    let e = CudaBackend.compile_module(&target(), &[k]).unwrap_err();
+    assert!(matches!(&e, BackendError::Compile { tool: "NVRTC", kernels, located: true, .. } if kernels == &["bad".to_string()]), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("kernel bad") && e.contains("undefined_thing"), "{e}");
 }
 

@@ -50,13 +50,13 @@ crate::backend::registry::register_builtin!(SPEC, CudnnBackend);
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CudnnBackend;
 
-fn err(msg: impl Into<String>) -> BackendError {
-    BackendError { backend: NAME.into(), msg: msg.into() }
+fn unsupported(why: impl Into<String>) -> BackendError {
+    BackendError::unsupported(NAME, why)
 }
 
 fn check_target(target: &Target) -> Result<(), BackendError> {
     if target.backend_name() != NAME {
-        return Err(err(format!("target '{target}' selects backend '{}', not '{NAME}'", target.backend_name())));
+        return Err(BackendError::invalid(NAME, format!("target '{target}' selects backend '{}', not '{NAME}'", target.backend_name())));
     }
     Ok(())
 }
@@ -120,10 +120,10 @@ impl Backend for CudnnBackend {
     fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
         let rank = RANKS.rank(config)?;
-        let (mut calls, info) = lower::lower_kernel(kernel, symbol).map_err(|e| err(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
+        let (mut calls, info) = lower::lower_kernel(kernel, symbol).map_err(|e| unsupported(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
         for c in &mut calls {
             if rank > 0 && !c.relu {
-                return Err(err(format!("kernel '{symbol}': configuration '{config}': a convolution without ReLU has one cuDNN algorithm only")));
+                return Err(unsupported(format!("kernel '{symbol}': configuration '{config}': a convolution without ReLU has one cuDNN algorithm only")));
             }
             c.rank = rank;
         }

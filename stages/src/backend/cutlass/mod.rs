@@ -55,8 +55,12 @@ crate::backend::registry::register_builtin!(SPEC, CutlassBackend);
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CutlassBackend;
 
-fn err(msg: impl Into<String>) -> BackendError {
-    crate::backend::error(&SPEC, msg)
+fn invalid(why: impl Into<String>) -> BackendError {
+    BackendError::invalid(NAME, why)
+}
+
+fn unsupported(why: impl Into<String>) -> BackendError {
+    BackendError::unsupported(NAME, why)
 }
 
 fn check_target(target: &Target) -> Result<(), BackendError> {
@@ -80,12 +84,12 @@ fn config_name(tile: &Tile) -> String {
 fn tile_of(element: Element, config: &str) -> Result<Tile, BackendError> {
     tiles(element).iter().find(|t| config_name(t) == config).copied().ok_or_else(|| {
         let names: Vec<String> = tiles(element).iter().map(config_name).collect();
-        err(format!("no {element:?} configuration '{config}' (it has {})", names.join(", ")))
+        unsupported(format!("no {element:?} configuration '{config}' (it has {})", names.join(", ")))
     })
 }
 
 fn decode(k: &LoweredKernel) -> Result<CutlassCode, BackendError> {
-    postcard::from_bytes(&k.code).map_err(|e| err(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol)))
+    postcard::from_bytes(&k.code).map_err(|e| invalid(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol)))
 }
 
 /// The whole CUDA C++ source of a module: the prelude, each instantiation's type once, then each kernel's
@@ -96,7 +100,7 @@ pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> 
     let mut seen = std::collections::BTreeSet::new();
     for k in kernels {
         if !seen.insert(k.info.symbol.as_str()) {
-            return Err(err(format!("two kernels of one module are named '{}'", k.info.symbol)));
+            return Err(invalid(format!("two kernels of one module are named '{}'", k.info.symbol)));
         }
         let code = decode(k)?;
         for (name, decl) in code.types {
@@ -202,7 +206,7 @@ impl Backend for CutlassBackend {
 
     fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
-        let fail = |e: String| err(format!("kernel '{symbol}' ({}): {e}", kernel.name));
+        let fail = |e: String| unsupported(format!("kernel '{symbol}' ({}): {e}", kernel.name));
         let tile = tile_of(lower::element_of(kernel).map_err(fail)?, config)?;
         let (code, info) = lower::lower_kernel(kernel, symbol, tile).map_err(fail)?;
         Ok(LoweredKernel { info, code: postcard::to_stdvec(&code).expect("cutlass code encodes") })
@@ -210,16 +214,13 @@ impl Backend for CutlassBackend {
 
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
-        let tools = toolchain::toolchain().map_err(err)?;
+        let tools = toolchain::toolchain().map_err(|why| BackendError::toolchain(NAME, "nvcc with the CUTLASS headers", why))?;
         let src = module_source(kernels)?;
-        let cubin = tools.compile(target, &src).map_err(|log| {
-            let all: Vec<&str> = kernels.iter().map(|k| k.info.symbol.as_str()).collect();
-            err(format!("module of [{}]: {log}", all.join(", ")))
-        })?;
+        let cubin = tools.compile(target, &src).map_err(|log| BackendError::compile(NAME, "nvcc", kernels, log))?;
         let functions = kernels.iter().map(|k| decode(k).map(|c| c.launches)).collect::<Result<Vec<_>, _>>()?;
         let bytes = CubinModule { arch: toolchain::arch(target), cubin, functions }.encode();
         let module = Module { backend: NAME.into(), target: target.canonical(), format: tessera_kernels::runtime::cuda::FORMAT, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes };
-        CubinModule::decode(&module).map_err(err)?;
+        CubinModule::decode(&module).map_err(invalid)?;
         Ok(module)
     }
 }

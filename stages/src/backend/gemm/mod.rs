@@ -51,13 +51,13 @@ crate::backend::registry::register_builtin!(SPEC, GemmBackend);
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GemmBackend;
 
-fn err(msg: impl Into<String>) -> BackendError {
-    BackendError { backend: NAME.to_string(), msg: msg.into() }
+fn invalid(why: impl Into<String>) -> BackendError {
+    BackendError::invalid(NAME, why)
 }
 
 fn check_target(target: &Target) -> Result<(), BackendError> {
     if target.backend_name() != NAME {
-        return Err(err(format!("target '{target}' selects backend '{}', not '{NAME}'", target.backend_name())));
+        return Err(invalid(format!("target '{target}' selects backend '{}', not '{NAME}'", target.backend_name())));
     }
     Ok(())
 }
@@ -94,9 +94,9 @@ impl Backend for GemmBackend {
 
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
-        let (f, info) = lower::lower_kernel(kernel, symbol).map_err(|m| err(format!("kernel '{}' ({symbol}): {m}", kernel.name)))?;
+        let (f, info) = lower::lower_kernel(kernel, symbol).map_err(|m| BackendError::unsupported(NAME, format!("kernel '{}' ({symbol}): {m}", kernel.name)))?;
         // A lowering bug surfaces here, at compile time, rather than as a refused module at load time.
-        validate::validate(&f, &info).map_err(|e| err(format!("kernel '{}': internal error: {e}", kernel.name)))?;
+        validate::validate(&f, &info).map_err(|e| invalid(format!("kernel '{}': internal error: {e}", kernel.name)))?;
         Ok(LoweredKernel { info, code: f.encode() })
     }
 
@@ -106,10 +106,10 @@ impl Backend for GemmBackend {
         let mut functions: Vec<PlanFunction> = Vec::with_capacity(kernels.len());
         for k in kernels {
             if !symbols.insert(k.info.symbol.as_str()) {
-                return Err(err(format!("two kernels are named '{}'", k.info.symbol)));
+                return Err(invalid(format!("two kernels are named '{}'", k.info.symbol)));
             }
-            let f = PlanFunction::decode(&k.code).map_err(|e| err(format!("kernel '{}': {e}", k.info.symbol)))?;
-            validate::validate(&f, &k.info).map_err(|e| err(e.0))?;
+            let f = PlanFunction::decode(&k.code).map_err(|e| invalid(format!("kernel '{}': {e}", k.info.symbol)))?;
+            validate::validate(&f, &k.info).map_err(|e| invalid(e.0))?;
             functions.push(f);
         }
         let plan = Plan { version: PLAN_VERSION, functions };

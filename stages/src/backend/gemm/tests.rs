@@ -112,7 +112,9 @@ fn errors_name_the_node_and_op() {
     let x = g.add_input("x", TensorType::f32([4, 4]));
     let s = g.add("soft", Op::Softmax { axis: 1 }, &[x]).unwrap();
     g.outputs.push(s);
-    let e = lower(&g).unwrap_err().to_string();
+    let e = lower(&g).unwrap_err();
+    assert!(matches!(e, BackendError::Unsupported { .. }), "an op it cannot run is a refusal: {e:?}");
+    let e = e.to_string();
     assert!(e.contains("backend gemm") && e.contains("(Softmax)") && e.contains("cannot run Softmax"), "{e}");
 
     // A Relu whose input comes from outside the partition has no chain to join.
@@ -131,8 +133,9 @@ fn errors_name_the_node_and_op() {
     assert!(e.contains("f32 only"), "{e}");
 
     let c = Target::parse("cpu").unwrap();
-    let e = GemmBackend.lower(&c, &Graph::new("x"), "f").unwrap_err().to_string();
-    assert!(e.contains("not 'gemm'"), "{e}");
+    let e = GemmBackend.lower(&c, &Graph::new("x"), "f").unwrap_err();
+    assert!(matches!(e, BackendError::Invalid { .. }), "another backend's target is an invalid request: {e:?}");
+    assert!(e.to_string().contains("not 'gemm'"), "{e}");
 }
 
 #[test]
