@@ -185,6 +185,10 @@ fn conv_variants() {
         ("pointwise_groups", vec![2, 16, 5, 5], vec![8, 4, 1, 1], conv_attrs(&[1, 1], &[0, 0, 0, 0], &[1, 1], 4), false, &["gemm"]),
         ("1x1_stride2", vec![1, 8, 9, 9], vec![4, 8, 1, 1], conv_attrs(&[2, 2], &[0, 0, 0, 0], &[1, 1], 1), false, &["im2col", "gemm"]),
         ("7x7_stem", vec![1, 3, 32, 32], vec![16, 3, 7, 7], conv_attrs(&[2, 2], &[3, 3, 3, 3], &[1, 1], 1), true, &["im2col", "gemm"]),
+        // Column matrices over 1M elements run fused, in blocks of output rows (runtime/gemm/exec.rs): a 3x3
+        // over 144 x 16900 columns with a bias, and a 7x7 stride-2 stem over 147 x 13225, two samples.
+        ("3x3_fused_blocks", vec![1, 16, 130, 130], vec![8, 16, 3, 3], conv_attrs(&[1, 1], &[1, 1, 1, 1], &[1, 1], 1), true, &["im2col", "gemm"]),
+        ("7x7_stem_fused_blocks", vec![2, 3, 230, 229], vec![4, 3, 7, 7], conv_attrs(&[2, 2], &[3, 3, 3, 3], &[1, 1], 1), false, &["im2col", "gemm", "im2col", "gemm"]),
         ("conv1d", vec![2, 4, 20], vec![6, 4, 5], conv_attrs(&[2], &[2, 1], &[1], 1), false, &["im2col", "gemm", "im2col", "gemm"]),
         ("depthwise1d", vec![1, 6, 20], vec![6, 1, 3], conv_attrs(&[1], &[1, 1], &[2], 6), false, &["dw"]),
         ("conv3d", vec![1, 2, 5, 6, 4], vec![3, 2, 3, 2, 3], conv_attrs(&[1, 2, 1], &[1, 0, 1, 1, 1, 0], &[1, 1, 1], 1), true, &["im2col", "gemm"]),

@@ -61,8 +61,9 @@ pub fn im2col(x: &[f32], channels: usize, w: &Window, dst: &mut [f32]) {
         for d in (0..last).rev() {
             in_strides[d] = in_strides[d + 1] * w.input[d + 1];
         }
-        let (mut kp, mut op) = (vec![0usize; nd], vec![0usize; last]);
+        let mut kp = vec![0usize; nd];
         for (j, row) in chunk.chunks_mut(ps).enumerate() {
+            let mut op = vec![0usize; last];
             let r = t * group + j;
             let (c, mut tap) = (r / taps, r % taps);
             for d in (0..nd).rev() {
@@ -74,7 +75,26 @@ pub fn im2col(x: &[f32], channels: usize, w: &Window, dst: &mut [f32]) {
     });
 }
 
+/// The columns of output rows `rows` of a 2-D window only (rows of the first output dimension): a dense
+/// `[channels * taps, rows.len() * output[1]]` matrix at `dst`, on the calling thread. The blocked
+/// convolution builds one such block per task, small enough to stay in cache for the GEMM that reads it.
+pub fn im2col_rows(x: &[f32], channels: usize, w: &Window, rows: std::ops::Range<usize>, dst: &mut [f32]) {
+    debug_assert_eq!(w.input.len(), 2);
+    let (isz, taps) = (w.input[0] * w.input[1], w.kernel[0] * w.kernel[1]);
+    let len = rows.len() * w.output[1];
+    if len == 0 {
+        return;
+    }
+    let in_strides = [w.input[1], 1];
+    for (r, row) in dst[..channels * taps * len].chunks_exact_mut(len).enumerate() {
+        let (c, tap) = (r / taps, r % taps);
+        let kp = [tap / w.kernel[1], tap % w.kernel[1]];
+        tap_row(&x[c * isz..(c + 1) * isz], w, &in_strides, &kp, &mut [rows.start], row);
+    }
+}
+
 /// The row of kernel tap `kp` over one channel plane `x`: `ps` outputs, in output rows of the last dimension.
+/// `op` starts at the outer output index of the row's first element (all zeros for a whole row).
 fn tap_row(x: &[f32], w: &Window, in_strides: &[usize], kp: &[usize], op: &mut [usize], row: &mut [f32]) {
     let last = w.input.len() - 1;
     let ow = w.output[last];
@@ -82,7 +102,6 @@ fn tap_row(x: &[f32], w: &Window, in_strides: &[usize], kp: &[usize], op: &mut [
     let off_last = (kp[last] * w.dilations[last]) as i64 - w.pads_begin[last] as i64;
     let range = valid_range(ow, s_last, off_last, i_last);
     let outer = &w.output[..last];
-    op.iter_mut().for_each(|v| *v = 0);
     for seg in row.chunks_mut(ow.max(1)) {
         // The input row this output row reads for this tap, if it is inside the plane.
         let mut base = 0usize;
@@ -128,8 +147,13 @@ pub(super) fn gather(dst: &mut [f32], src: &[f32], stride: usize) {
                     o[i] = s[2 * i];
                 }
             }
-            for (o, v) in dst[16 * blocks..].iter_mut().zip(src[32 * blocks..].iter().step_by(2)) {
-                *o = *v;
+            // The rest (all of a row shorter than 16, e.g. ResNet-50's 7- and 14-wide rows) one at a time.
+            let (dst, src) = (&mut dst[16 * blocks..], &src[32 * blocks..]);
+            if let Some(last) = dst.len().checked_sub(1) {
+                let src = &src[..2 * last + 1];
+                for (i, o) in dst.iter_mut().enumerate() {
+                    *o = src[2 * i];
+                }
             }
         }
         _ => dst.iter_mut().zip(src.iter().step_by(stride)).for_each(|(o, v)| *o = *v),
@@ -215,6 +239,31 @@ mod tests {
 
     /// Outputs large enough for several tasks, whose runs of rows cross channels (4 rows per task, 9 per
     /// channel), at stride 2 and 1.
+    /// Blocks of output rows, stacked per row, are the whole matrix's columns (padding, stride 2, one row).
+    #[test]
+    fn blocks_of_rows_match_the_whole_matrix() {
+        for (input, kernel, stride, pad) in [([9usize, 7usize], [3usize, 3usize], 2usize, 1usize), ([6, 8], [3, 2], 1, 0), ([5, 5], [7, 7], 1, 3)] {
+            let output = [(input[0] + 2 * pad - kernel[0]) / stride + 1, (input[1] + 2 * pad - kernel[1]) / stride + 1];
+            let w = Window { input: &input, kernel: &kernel, output: &output, strides: &[stride; 2], pads_begin: &[pad; 2], dilations: &[1, 1] };
+            let channels = 3;
+            let x: Vec<f32> = (0..channels * input[0] * input[1]).map(|i| i as f32 + 1.0).collect();
+            let rows_k = channels * kernel[0] * kernel[1];
+            let ps = output[0] * output[1];
+            let whole = naive(&x, channels, &w);
+            for block in 1..=output[0] {
+                for r0 in (0..output[0]).step_by(block) {
+                    let r1 = (r0 + block).min(output[0]);
+                    let nb = (r1 - r0) * output[1];
+                    let mut got = vec![f32::NAN; rows_k * nb];
+                    im2col_rows(&x, channels, &w, r0..r1, &mut got);
+                    for k in 0..rows_k {
+                        assert_eq!(&got[k * nb..(k + 1) * nb], &whole[k * ps + r0 * output[1]..k * ps + r1 * output[1]], "rows {r0}..{r1}, row {k}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn tasks_of_rows_across_channels_match_the_definition() {
         for stride in [2, 1] {

@@ -95,6 +95,11 @@ pub struct Sgemm {
 /// Lays out the receptive fields of `channels` consecutive channel planes of `x` (each of shape `input`) as
 /// a dense `[channels * prod(kernel), prod(output)]` matrix at `dst`: row `(c, kernel tap)`, column (output
 /// position); taps falling into the padding are 0.
+///
+/// When the next step is an unbatched GEMM whose B operand is exactly this matrix, the runtime may run the
+/// two together without writing the matrix (in blocks of output rows): `dst` must be scratch that no later
+/// step reads, and its contents after the pair are unspecified. The gemm lowering allocates it for that one
+/// GEMM and frees it right after.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Im2col {
     pub x: View,

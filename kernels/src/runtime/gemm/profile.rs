@@ -6,6 +6,7 @@
 //! steps' wall time with the step's shape, FLOPs and bytes, and [`take`] hands the calls back in call order.
 //! The clock is read only here, for reports: nothing timed is hashed or written into an artifact.
 
+use super::exec::Unit;
 use super::plan::{EpOp, Epilogue, Step};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -48,17 +49,31 @@ pub fn take() -> Vec<CallTimes> {
     std::mem::take(&mut *CALLS.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// Runs `steps` one by one through `run`, timing each, and records the call.
-pub(super) fn timed(symbol: &str, steps: &[Step], mut run: impl FnMut(&Step)) {
-    let mut times = Vec::with_capacity(steps.len());
-    for s in steps {
+/// Runs `units` one by one through `run`, timing each, and records the call.
+pub(super) fn timed(symbol: &str, units: &[Unit], mut run: impl FnMut(&Unit)) {
+    let mut times = Vec::with_capacity(units.len());
+    for u in units {
         let t = Instant::now();
-        run(s);
+        run(u);
         let ns = t.elapsed().as_nanos() as u64;
-        let (what, flops, bytes) = describe(s);
+        let (what, flops, bytes) = describe_unit(u);
         times.push(StepTime { what, flops, bytes, ns });
     }
     CALLS.lock().unwrap_or_else(|e| e.into_inner()).push(CallTimes { symbol: symbol.to_string(), steps: times });
+}
+
+/// A unit's label, FLOPs and compulsory bytes: a fused convolution is `conv <im2col> -> <sgemm>`, its bytes
+/// the GEMM's less the column matrix it never reads from memory, plus the input it does.
+fn describe_unit(u: &Unit) -> (String, u64, u64) {
+    match *u {
+        Unit::Step(s) => describe(s),
+        Unit::Conv(c, g) => {
+            let (im, _, _) = describe(&Step::Im2col(c.clone()));
+            let (gw, flops, gb) = describe(&Step::Sgemm(g.clone()));
+            let input: u64 = c.channels * c.input.iter().product::<u64>();
+            (format!("conv {} -> {gw}", im.trim_start_matches("im2col ")), flops, gb - 4 * g.k * g.n + 4 * input)
+        }
+    }
 }
 
 fn ep_names(e: &Epilogue) -> (String, u64) {
