@@ -80,10 +80,15 @@ pub(super) enum Unit<'a> {
 
 /// An im2col fuses with the next step if that is an unbatched GEMM whose B operand is exactly the dense
 /// column matrix it writes: the lowering allocates that matrix for this one GEMM and frees it after, so no
-/// other step reads it (the plan format says the matrix is unspecified after a fused pair).
+/// other step reads it (the plan format says the matrix is unspecified after a fused pair). The GEMM's
+/// output must not overlap the im2col's input, which the fused pair reads while writing it (validation
+/// allows that overlap between two separate steps; the lowering never makes it).
 fn fuses(c: &Im2col, g: &Sgemm) -> bool {
     let (taps, ps): (u64, u64) = (c.kernel.iter().product(), c.output.iter().product());
-    c.input.len() == 2
+    let x_len = c.channels * c.input.iter().product::<u64>();
+    let overlaps = c.x.buf == g.c.buf && c.x.offset < g.c.offset + g.m * g.n && g.c.offset < c.x.offset + x_len;
+    !overlaps
+        && c.input.len() == 2
         && g.batch.is_empty()
         && g.b.at == c.dst
         && g.b.batch_strides.is_empty()
@@ -355,6 +360,44 @@ unsafe fn depthwise(s: &Depthwise2d, mem: &Mem) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only an unbatched GEMM reading exactly the column matrix, large enough, and not writing over the
+    /// im2col's input fuses with it.
+    #[test]
+    fn fusion_needs_the_column_matrix_and_no_overlap_with_the_input() {
+        let v = |buf, offset| View { buf, offset };
+        let (ch, side, m) = (64u64, 56u64, 64u64);
+        let (k, n) = (ch * 9, side * side);
+        let c = Im2col {
+            x: v(Buf::Arg(0), 0),
+            channels: ch,
+            input: vec![side; 2],
+            kernel: vec![3; 2],
+            output: vec![side; 2],
+            strides: vec![1; 2],
+            pads_begin: vec![1; 2],
+            dilations: vec![1; 2],
+            dst: v(Buf::Scratch, 0),
+        };
+        let g = Sgemm {
+            batch: vec![],
+            m,
+            n,
+            k,
+            a: Mat { at: v(Buf::Arg(1), 0), rs: k, cs: 1, batch_strides: vec![] },
+            b: Mat { at: v(Buf::Scratch, 0), rs: n, cs: 1, batch_strides: vec![] },
+            c: v(Buf::Arg(2), 0),
+            epilogue: Epilogue::default(),
+        };
+        assert!(k * n > FUSE_MIN_COLS && fuses(&c, &g));
+        let x_in_scratch = Im2col { x: v(Buf::Scratch, k * n), ..c.clone() };
+        assert!(!fuses(&x_in_scratch, &Sgemm { c: v(Buf::Scratch, k * n + ch * n - 1), ..g.clone() }), "output over the input's end");
+        assert!(fuses(&x_in_scratch, &Sgemm { c: v(Buf::Scratch, k * n + ch * n), ..g.clone() }), "output right after the input");
+        assert!(!fuses(&c, &Sgemm { b: Mat { rs: n + 1, ..g.b.clone() }, ..g.clone() }), "not the dense column matrix");
+        assert!(!fuses(&c, &Sgemm { batch: vec![2], ..g.clone() }), "batched");
+        let small = Im2col { input: vec![14; 2], output: vec![14; 2], ..c.clone() };
+        assert!(!fuses(&small, &Sgemm { n: 196, b: Mat { rs: 196, ..g.b.clone() }, ..g.clone() }), "small enough to lay out whole");
+    }
 
     /// A GEMM cut into parts per thread (rows or columns, odd sizes, strided and transposed operands) gives
     /// the one-call result.
