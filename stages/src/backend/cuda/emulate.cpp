@@ -172,6 +172,7 @@ static void tsr_call(void (*f)(P...), void** a) {
  * as the shuffles above do; WMMA fragments hold the whole 16x16 tile in every lane (what a lane holds of it
  * is opaque to the kernels), so loads, products and stores need no exchange. cp.async copies at once, which
  * is one of the orders the hardware may complete it in. */
+#define TSR_HALF_TYPES 1
 struct __half {
     unsigned short x;
 };

@@ -47,6 +47,9 @@ fn driver(j: usize, code: &CudaCode) -> String {
 pub fn run(jobs: &[Job]) -> Vec<[Vec<Vec<u8>>; 2]> {
     let mut src = String::from(HARNESS);
     src.push_str(float_helpers());
+    for (_, template) in super::TEMPLATES {
+        src.push_str(template);
+    }
     for (j, job) in jobs.iter().enumerate() {
         // Dynamic shared memory is the harness's array (see emulate.cpp's `__shared__`).
         src.push_str(&job.code.source.replace("extern __shared__", "extern"));

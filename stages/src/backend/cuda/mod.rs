@@ -56,6 +56,12 @@ pub const PRELUDE: &str = include_str!("prelude.cuh");
 /// brings cuda_fp16.h and cuda_bf16.h) and the tensor-core helpers, one definition for both types.
 pub const HALF_PRELUDE: &str = include_str!("prelude_half.cuh");
 
+/// The kernel templates (the `.cuh` files beside this one): each main loop written once as CUDA C++, its tile
+/// shapes, stages and layouts template parameters, what a partition fuses (operand loaders, epilogues) passed
+/// in as lambdas by the generated kernel. A module includes a file, after the preludes, when one of its
+/// kernels calls into the file's namespace (the first of each pair).
+pub const TEMPLATES: &[(&str, &str)] = &[("tsr_gemm::", include_str!("gemm.cuh")), ("tsr_attention::", include_str!("attention.cuh"))];
+
 
 /// The backend's description: its `-compiler` value and its own options.
 pub static SPEC: BackendSpec = BackendSpec {
@@ -113,6 +119,11 @@ pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> 
         src.push_str(HALF_PRELUDE);
     }
     src.push_str(PRELUDE);
+    for (namespace, template) in TEMPLATES {
+        if body.contains(namespace) {
+            src.push_str(template);
+        }
+    }
     src.push_str(&body);
     Ok(src)
 }

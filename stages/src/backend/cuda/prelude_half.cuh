@@ -1,4 +1,6 @@
 #include <mma.h>
+/* Tells the templates (gemm.cuh, attention.cuh) that the 16-bit types and tensor-core helpers exist. */
+#define TSR_HALF_TYPES 1
 /* The 16-bit float types (__half, __nv_bfloat16: mma.h brings cuda_fp16.h and cuda_bf16.h) share every
    helper below: the element type is a template argument, and the one place the PTX differs, the mma
    instruction's type, is spelled once through a macro. */

@@ -1,0 +1,1 @@
+/* tessera cuda backend: the GEMM main loops (see gemm.rs). */
