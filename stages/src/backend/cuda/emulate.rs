@@ -379,7 +379,7 @@ mod tests {
             for (name, g) in &gs {
                 let narrow = crate::passes::precision::to_narrow(g, precision).unwrap();
                 let src = postcard::from_bytes::<CudaCode>(&super::super::CudaBackend.lower(&t, &narrow, "probe").unwrap().code).unwrap().source;
-                assert!(src.contains("nvcuda::wmma::mma_sync"), "{name} {precision}: on tensor cores");
+                assert!(src.contains("tsr_gemm::tc_"), "{name} {precision}: on tensor cores");
             }
             check_in(gs, precision);
         }
@@ -486,7 +486,7 @@ mod tests {
                         assert!(src.contains("float win["), "{name}: on the row-window kernel");
                     }
                     if precision != DType::F32 && name != "nhwc_grouped_dilated" && name != "nhwc_depthwise" {
-                        assert!(src.contains("nvcuda::wmma::mma_sync"), "{name}: on tensor cores");
+                        assert!(src.contains("tsr_gemm::tc_"), "{name}: on tensor cores");
                     }
                     (format!("{name} {precision}"), last, g)
                 })
@@ -517,7 +517,7 @@ mod tests {
         assert_eq!(types, [DType::BF16, DType::F16]);
         let src = postcard::from_bytes::<CudaCode>(&super::super::CudaBackend.lower(&Target::parse("cuda").unwrap(), &mixed, "probe").unwrap().code).unwrap().source;
         assert!(src.contains("__nv_bfloat16* __restrict__") || src.contains("const __nv_bfloat16*"), "{src}");
-        assert!(src.contains("16, 16, 16, __nv_bfloat16,") && src.contains("16, 16, 16, __half,"), "both GEMMs on tensor cores: {src}");
+        assert!(src.contains(", __nv_bfloat16>(slice, a, b, index, out);") && src.contains(", __half>(slice, a, b, index, out);"), "both GEMMs on tensor cores: {src}");
         check_lowered(vec![("mixed".to_string(), mixed, g)], true);
     }
 

@@ -15,6 +15,7 @@
 //! per output element over their few taps instead, as do ConvTranspose and integer MatMul (rare, small).
 
 use super::ew;
+use super::index::{batch_offset, Ix};
 use super::kernel::{coords, is_float, is_half, ld, mem_type, st, zero, Kernel, EW_BLOCK};
 use crate::backend::c::nest::{broadcast, contiguous};
 use crate::backend::c::plan::Group;
@@ -222,8 +223,9 @@ impl TcSchedule {
     }
 }
 
-/// The pieces of one GEMM problem, as code: `load_a(m, k)`, `load_b(k, n)` (with `z` the batch or group in
-/// scope, after `prep`), and the flat output index of `(m, n)`.
+/// One GEMM problem, as data: the sizes, how the kernel addresses A, B and the output (index expressions
+/// over the coordinates `m`, `n`, `k`, `z` and the batch coordinates), and the conv bias. The kernel written
+/// from it calls a main loop of `gemm.cuh`, passing these as lambdas.
 struct Problem {
     /// The operands' element type (f32: SIMT; f16, bf16: tensor cores).
     dtype: DType,
@@ -231,126 +233,106 @@ struct Problem {
     n: usize,
     k: usize,
     z: usize,
-    prep: String,
-    load_a: String,
-    load_b: String,
-    /// Where A's elements `(m, k..k+8)` are contiguous and 16-byte aligned (K a multiple of 8), the address
-    /// of `(m, k)`: the tensor-core kernel then stages A eight halves per load.
-    vec_a: Option<(String, String)>,
-    /// The same for B's `(k, n..n+8)`.
-    vec_b: Option<(String, String)>,
-    /// Where B is gathered (a convolution's input), the gather split by what it depends on; used in place of
-    /// `load_b` when every thread stages one column of the B tile.
-    gather_b: Option<ColumnGather>,
-    out_index: String,
-    /// How far apart the output elements of rows `m` and `m + 1` (same `n`, `z`) are: `out_index` is affine
-    /// in `m` ([`tc_epilogue`] steps through eight rows by it).
+    /// The batch dims `z` runs over (flat), whose coordinates `zb{d}` the operands' offsets use.
+    batch: Vec<usize>,
+    /// A's element `(m, k)`.
+    a: Operand,
+    /// B's element `(k, n)`, read directly or gathered.
+    b: BOperand,
+    /// The flat output index of `(m, n)`, affine in `m`: rows `m` and `m + 1` are `out_m_stride` apart (the
+    /// tensor-core epilogue steps through eight rows by it).
+    out: Ix,
     out_m_stride: usize,
     /// A conv bias: the value, its index from `(z, m)` and its index from the flat output index `i`.
-    bias: Option<(ValueId, String, String)>,
+    bias: Option<(ValueId, Ix, Ix)>,
 }
 
-/// A B operand read as `elem(k, column state)`: `col` computes, once per thread before the K loop, what
-/// depends only on the thread's column `gn` (for a convolution: the image, the output position, the input
-/// window's corner), and `elem` is the element at depth `k` from it. The staging loops give every thread a
-/// fixed column when the block's thread count is a multiple of the tile's width (true of every tile here),
-/// so the per-element work is the depth's decomposition alone. (Recomputing the column's decomposition for
-/// every element made the gather, not the tensor cores, the bottleneck: a 3x3 convolution of ResNet-50 at
-/// batch 32 ran at 17 TFLOP/s, H100 2026-11-25.)
-#[derive(Clone, Debug)]
-struct ColumnGather {
-    col: String,
-    elem: String,
+/// An operand read at an index of its buffer (a kernel parameter).
+struct Operand {
+    buf: String,
+    at: Ix,
+    /// Elements `(r, c..c+8)` are contiguous and 16-byte aligned (the inner dim a multiple of 8): the tensor-core
+    /// kernels then stage eight halves per load.
+    vec: bool,
 }
 
-/// The statements staging a `bk x bn` B tile at `Bs[kk * ldb + nn]` one element per load (`n0`, `k0`, `kend`
-/// in scope), through the column gather where there is one (its column code must already have run, see
-/// [`gather_columns`]).
-fn stage_b_scalar(p: &Problem, threads: u32, bn: u32, bk: u32, ldb: u32, zero: &str) -> String {
-    let st = b_scalar(p, threads, bn, bk, ldb, zero);
-    format!("{}{}{} = {};\n}}\n", each(st.total, threads, 0), st.head, st.dst, st.val)
+/// B: a matrix read directly, or a convolution's input gathered column by column (its vector staging, where a
+/// pointwise convolution allows it, reading `vec_at`).
+enum BOperand {
+    Direct(Operand),
+    Gathered { gather: Gather, vec_at: Option<Ix> },
 }
 
-/// The problem's column gather, where the staging loops can use it: every thread keeps one column of the
-/// `bn`-wide tile when the block's thread count is a multiple of it.
-#[allow(clippy::manual_is_multiple_of)] // rust-version 1.85
-fn column_gather(p: &Problem, threads: u32, bn: u32) -> Option<&ColumnGather> {
-    p.gather_b.as_ref().filter(|_| threads % bn == 0)
-}
-
-/// B's tile staged one element at a time (see [`stage_b_scalar`]), as a [`Staged`] operand.
-fn b_scalar(p: &Problem, threads: u32, bn: u32, bk: u32, ldb: u32, zero: &str) -> Staged {
-    match column_gather(p, threads, bn) {
-        Some(gb) => Staged {
-            ty: mem_type(p.dtype),
-            total: bn * bk,
-            head: format!("const int kk = e / {bn};\nconst int k = k0 + kk;\n"),
-            dst: format!("Bs[kk * {ldb} + gnn]"),
-            val: format!("(gn < {N} && k < kend) ? ({elem}) : {zero}", N = p.n, elem = gb.elem),
-        },
-        _ => Staged {
-            ty: mem_type(p.dtype),
-            total: bn * bk,
-            head: format!("const int nn = e % {bn}, kk = e / {bn};\nconst int n = n0 + nn, k = k0 + kk;\n"),
-            dst: format!("Bs[kk * {ldb} + nn]"),
-            val: format!("(n < {N} && k < kend) ? ({lb}) : {zero}", N = p.n, lb = p.load_b),
-        },
-    }
-}
-
-/// One operand's tile staged through registers: `total` elements (or 16-byte groups) of the block, each at
-/// `e`: `head` (with `k0` in scope) computes where, `val` is the value fetched from global memory into a
-/// register, `dst` the shared-memory place it is committed to.
-struct Staged {
-    ty: &'static str,
-    total: u32,
-    head: String,
-    dst: String,
-    val: String,
-}
-
-/// Register-staged tiles: `fetch(k0)` issues the global loads of the tiles at depth `k0` into registers,
-/// `commit(k0)` stores them to shared memory. The K loop fetches the next tiles right after committing
-/// this one, so their loads are in flight while the tensor cores work (one shared buffer suffices: the
-/// commit comes after the barrier that ends the previous step's reads). Without it, every step of a
-/// gathered convolution waited a memory round trip before its MMAs: ResNet-50's 3x3 convolutions ran at
-/// 8-19 TFLOP/s (H100, 2026-11-25).
-fn register_staging(parts: &[(&str, Staged)], threads: u32) -> String {
-    let mut s = String::new();
-    for (name, st) in parts {
-        s.push_str(&format!("{} r{name}[{}];\n", st.ty, st.total.div_ceil(threads)));
-    }
-    for (which, body) in [("fetch", 0), ("commit", 1)] {
-        s.push_str(&format!("auto {which} = [&](int k0) {{\n"));
-        for (name, st) in parts {
-            let stmt = if body == 0 { format!("r{name}[j] = {};\n", st.val) } else { format!("{} = r{name}[j];\n", st.dst) };
-            s.push_str(&format!("{}{}{stmt}}}\n", each(st.total, threads, 0), st.head));
+impl BOperand {
+    fn vec(&self) -> bool {
+        match self {
+            BOperand::Direct(o) => o.vec,
+            BOperand::Gathered { vec_at, .. } => vec_at.is_some(),
         }
-        s.push_str("};\n");
     }
+}
+
+/// A convolution's B operand, gathered from its input `x`: column `n` is an output position of an image, depth
+/// `k` an input channel of the group and a kernel tap.
+struct Gather {
+    x: String,
+    geo: ConvGeom,
+    strides: Vec<usize>,
+    pads: Vec<usize>,
+    dilations: Vec<usize>,
+    cin: usize,
+    cg: usize,
+    channels_last: bool,
+}
+
+impl Gather {
+    /// The column lambda `gn -> (k -> element)` of [`gemm.cuh`]: per thread, the image's channel-group plane `xg`
+    /// and the input window's corner `c{d}` of its output position (for the tile's spare columns past the
+    /// problem these are computed but never read through); per element, the channel and kernel tap of depth
+    /// `k`, the input position, and whether it is inside (unsigned compares: a negative coordinate wraps past
+    /// the bound), zero outside. Channels-last, `xg` is the image's first channel of the group and depth runs
+    /// over the channels of a tap first (`k = tap * cg + channel`, the weight's `[M, k.., C/g]` order).
+    /// (Recomputing the column's decomposition for every element made the gather, not the tensor cores, the
+    /// bottleneck: a 3x3 convolution of ResNet-50 at batch 32 ran at 17 TFLOP/s, H100 2026-11-25.)
+    #[allow(clippy::needless_range_loop)]
+    fn column_lambda(&self, dtype: DType) -> String {
+        let (geo, cin, cg) = (&self.geo, self.cin, self.cg);
+        let (in_st, out_st, k_st) = (contiguous(&geo.in_sp), contiguous(&geo.out_sp), contiguous(&geo.kernel));
+        let (isz, osz, taps) = (geo.in_sp.iter().product::<usize>(), geo.out_sp.iter().product::<usize>(), geo.kernel.iter().product::<usize>());
+        let t = if is_half(dtype) { mem_type(dtype) } else { "float" };
+        let x = &self.x;
+        let plane = if self.channels_last { format!("gimg * {}u + z * {cg}u", isz * cin) } else { format!("(gimg * {cin}u + z * {cg}u) * {isz}u") };
+        let mut s = format!("[&](int gn) {{\nconst unsigned gimg = (unsigned)gn / {osz}u, gq = (unsigned)gn % {osz}u;\nconst {t}* const xg = {x} + {plane};\n");
+        for d in 0..geo.sp {
+            s.push_str(&format!("const int c{d} = (int)((gq / {}u) % {}u) * {} - {};\n", out_st[d], geo.out_sp[d], self.strides[d], self.pads[d]));
+        }
+        let split = if self.channels_last { format!("const unsigned ci = (unsigned)k % {cg}u, r = (unsigned)k / {cg}u;") } else { format!("const unsigned ci = (unsigned)k / {taps}u, r = (unsigned)k % {taps}u;") };
+        s.push_str(&format!("return [=](int k) -> {t} {{\n{split}\nint xo = 0;\nbool ok = true;\n"));
+        for d in 0..geo.sp {
+            let kd = if d == 0 { format!("r / {}u", k_st[0]) } else { format!("(r / {}u) % {}u", k_st[d], geo.kernel[d]) };
+            s.push_str(&format!("{{\nconst int id = c{d} + (int)({kd}) * {};\nok = ok && (unsigned)id < {}u;\nxo += id * {};\n}}\n", self.dilations[d], geo.in_sp[d], in_st[d]));
+        }
+        let zero = if is_half(dtype) { zero(dtype) } else { "0.0f".to_string() };
+        let at = if self.channels_last { format!("(unsigned)xo * {cin}u + ci") } else { format!("ci * {isz}u + xo") };
+        s.push_str(&format!("return ok ? xg[{at}] : {zero};\n}};\n}}"));
+        s
+    }
+}
+
+/// The lambdas of problem `p` that the main loops of `gemm.cuh` take (`a`, `b`, `index`; `out` is written by
+/// [`finish`]), after the batch coordinates and operand bases they read.
+fn operand_lambdas(p: &Problem, vec_a: bool, vec_b: bool) -> String {
+    let mut s = coords(&p.batch, "z", "zb", &vec![true; p.batch.len()]);
+    let a = &p.a;
+    s.push_str(&if vec_a { format!("auto a = [&](int m, int k) {{ return {} + ({}); }};\n", a.buf, a.at) } else { format!("auto a = [&](int m, int k) {{ return {}[{}]; }};\n", a.buf, a.at) });
+    s.push_str(&match (&p.b, vec_b) {
+        (BOperand::Direct(b), true) => format!("auto b = [&](int k, int n) {{ return {} + ({}); }};\n", b.buf, b.at),
+        (BOperand::Direct(b), false) => format!("auto b = [&](int n) {{ return [=](int k) {{ return {}[{}]; }}; }};\n", b.buf, b.at),
+        (BOperand::Gathered { gather, vec_at: Some(at) }, true) => format!("auto b = [&](int k, int n) {{ return {} + ({at}); }};\n", gather.x),
+        (BOperand::Gathered { gather, .. }, _) => format!("auto b = {};\n", gather.column_lambda(p.dtype)),
+    });
+    s.push_str(&format!("auto index = [&](int m, int n) -> unsigned {{ return {}; }};\n", p.out));
     s
-}
-
-/// The per-thread column code of the gather (before the K loop), when [`stage_b_scalar`] uses it.
-fn gather_columns(p: &Problem, threads: u32, bn: u32) -> String {
-    match column_gather(p, threads, bn) {
-        Some(gb) => format!("const int gnn = threadIdx.x % {bn}, gn = n0 + gnn;
-{}", gb.col),
-        _ => String::new(),
-    }
-}
-
-/// The head of a loop giving each of the block's `threads` threads the elements `e = threadIdx.x + j *
-/// threads` below `total` (the body and its closing brace follow). Written over `j`, whose trip count is a
-/// constant, so the loop unrolls (`unroll` times; 0: fully): each iteration's global load is then in flight
-/// with the others'. As `for (e = threadIdx.x; e < total; e += threads)` nothing unrolled, and every
-/// iteration waited a whole memory round trip for its load: a GEMM epilogue adding a residual, 32 elements
-/// per thread, ran 140 us longer than the same GEMM without it (ResNet-50 b32, H100 2026-11-25).
-#[allow(clippy::manual_is_multiple_of)] // rust-version 1.85
-fn each(total: u32, threads: u32, unroll: u32) -> String {
-    let pragma = if unroll == 0 { "#pragma unroll\n".to_string() } else { format!("#pragma unroll {unroll}\n") };
-    let guard = if total % threads == 0 { String::new() } else { format!("if (e >= {total}) break;\n") };
-    format!("{pragma}for (int j = 0; j < {}; j++) {{\nconst int e = threadIdx.x + j * {threads};\n{guard}", total.div_ceil(threads))
 }
 
 /// The epilogue of output element `f` with value `value`, stored through the group.
@@ -361,43 +343,36 @@ fn epilogue(k: &mut Kernel, grp: &Group, value: &str, f: &str) -> Result<String,
     Ok(b)
 }
 
-/// The GEMM kernel in `k` (tensor cores for f16 and bf16 operands, SIMT for f32); with a split schedule, also
-/// the kernel adding the slices up and applying the epilogue (returned).
+/// The GEMM kernel in `k`, a call of one of `gemm.cuh`'s main loops (tensor cores for f16 and bf16 operands,
+/// SIMT for f32); with a split schedule, also the kernel adding the slices up and applying the epilogue
+/// (returned).
 fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
-    if is_half(p.dtype) {
-        return tiled_tc(k, p, grp);
+    let (m, n, kd, z) = (p.m, p.n, p.k, p.z);
+    let (call, splits, (bm, bn, bk), threads, vec) = if is_half(p.dtype) {
+        let sch = TcSchedule::with_knobs(m, n, kd, z, k.knobs);
+        let TcTiles { bm, bn, bk, wm, wn } = sch.tiles;
+        let (t, stride, va, vb) = (mem_type(p.dtype), p.out_m_stride, p.a.vec, p.b.vec());
+        let call = if va && vb {
+            format!("tc_pipelined<{m}, {n}, {kd}, SLICE, {bm}, {bn}, {bk}, {wm}, {wn}, {stride}, {PIPELINE_STAGES}, {t}>")
+        } else {
+            format!("tc_staged<{m}, {n}, {kd}, SLICE, {bm}, {bn}, {bk}, {wm}, {wn}, {stride}, {va}, {vb}, {t}>")
+        };
+        (call, sch.splits, (bm, bn, bk), sch.tiles.threads(), (va, vb))
+    } else {
+        let sch = Schedule::with_knobs(m, n, kd, z, k.knobs);
+        let Tiles { bm, bn, bk, tm, tn } = sch.tiles;
+        (format!("simt<{m}, {n}, {kd}, SLICE, {bm}, {bn}, {bk}, {tm}, {tn}>"), sch.splits, (bm, bn, bk), sch.tiles.threads(), (false, false))
+    };
+    if z * splits > 65535 {
+        return Err(format!("{z} GEMMs in one batch (at most 65535)"));
     }
-    let sch = Schedule::with_knobs(p.m, p.n, p.k, p.z, k.knobs);
-    let Tiles { bm, bn, bk, tm, tn } = sch.tiles;
-    let splits = sch.splits;
-    if p.z * splits > 65535 {
-        return Err(format!("{} GEMMs in one batch (at most 65535)", p.z));
-    }
-    let threads = sch.tiles.threads();
-    let cols = bn / tn;
-    let slice = p.k.div_ceil(splits).div_ceil(bk as usize) * bk as usize;
-    let mut b = format!("__shared__ float As[{bk}][{bm}];\n__shared__ float Bs[{}];\n", bk * (bn + 4));
-    b.push_str(&format!(
-        "const unsigned z = blockIdx.z / {splits}u, slice = blockIdx.z % {splits}u;\nconst int m0 = blockIdx.y * {bm}, n0 = blockIdx.x * {bn};\nconst int tx = threadIdx.x % {cols}, ty = threadIdx.x / {cols};\n"
-    ));
-    b.push_str(&p.prep);
-    b.push_str(&format!("float acc[{tm}][{tn}];\n#pragma unroll\nfor (int a = 0; a < {tm}; a++)\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) acc[a][c] = 0.0f;\n"));
-    b.push_str(&gather_columns(&p, threads, bn));
-    b.push_str(&format!("const int kbeg = slice * {slice}, kend = min({K}, kbeg + {slice});\nfor (int k0 = kbeg; k0 < kend; k0 += {bk}) {{\n", K = p.k));
-    b.push_str(&format!(
-        "{}\nconst int kk = e % {bk}, mm = e / {bk};\nconst int m = m0 + mm, k = k0 + kk;\nAs[kk][mm] = (m < {M} && k < kend) ? ({la}) : 0.0f;\n}}\n",
-        each(bm * bk, threads, 0),
-        M = p.m,
-        la = p.load_a
-    ));
-    let ldbs = bn + 4;
-    b.push_str(&stage_b_scalar(&p, threads, bn, bk, ldbs, "0.0f"));
-    b.push_str(&format!(
-        "__syncthreads();\n#pragma unroll\nfor (int kk = 0; kk < {bk}; kk++) {{\nfloat ra[{tm}], rb[{tn}];\n#pragma unroll\nfor (int a = 0; a < {tm}; a++) ra[a] = As[kk][ty * {tm} + a];\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) rb[c] = Bs[kk * {ldbs} + tx * {tn} + c];\n#pragma unroll\nfor (int a = 0; a < {tm}; a++)\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) acc[a][c] = fmaf(ra[a], rb[c], acc[a][c]);\n}}\n__syncthreads();\n}}\n"
-    ));
-    b.push_str(&format!("#pragma unroll\nfor (int a = 0; a < {tm}; a++) {{\n#pragma unroll\nfor (int c = 0; c < {tn}; c++) {{\nconst int m = m0 + ty * {tm} + a, n = n0 + tx * {tn} + c;\nif (m < {} && n < {}) {{\nconst unsigned f = {};\n", p.m, p.n, p.out_index));
-    let second = finish(k, &p, grp, splits, "acc[a][c]", &mut b)?;
-    b.push_str("}\n}\n}\n");
+    let slice = kd.div_ceil(splits).div_ceil(bk as usize) * bk as usize;
+    let mut b = format!("const unsigned z = blockIdx.z / {splits}u, slice = blockIdx.z % {splits}u;\n");
+    b.push_str(&operand_lambdas(&p, vec.0, vec.1));
+    b.push_str("auto out = [&](int m, int n, unsigned f, float v) {\n");
+    let second = finish(k, &p, grp, splits, "v", &mut b)?;
+    b.push_str("};\n");
+    b.push_str(&format!("tsr_gemm::{}(slice, a, b, index, out);\n", call.replace("SLICE", &slice.to_string())));
     k.body.push_str(&b);
     launch(k, &p, bm, bn, splits, threads)?;
     Ok(second)
@@ -428,7 +403,7 @@ fn finish<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, value
         let value = match &p.bias {
             Some((v, by_zm, _)) => {
                 let bias = k.buf(*v, false);
-                format!("{value} + {}", ld(k.g.ty(*v).dtype, &bias, by_zm))
+                format!("{value} + {}", ld(k.g.ty(*v).dtype, &bias, &by_zm.to_string()))
             }
             None => value.to_string(),
         };
@@ -446,171 +421,12 @@ fn finish<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, value
     }
     if let Some((v, _, by_flat)) = &p.bias {
         let bias = e.buf(*v, false);
-        eb.push_str(&format!("s += {};\n", ld(k.g.ty(*v).dtype, &bias, by_flat)));
+        eb.push_str(&format!("s += {};\n", ld(k.g.ty(*v).dtype, &bias, &by_flat.to_string())));
     }
     eb.push_str(&epilogue(&mut e, grp, "s", "i")?);
     e.body.push_str(&eb);
     e.per_element(total);
     Ok(Some(e))
-}
-
-/// The f16 or bf16 GEMM on tensor cores (WMMA 16x16x16, fp32 accumulators): a block computes a `bm x bn`
-/// tile of C, each warp a `wm x wn` piece of it as 16x16 fragments, through `bk`-deep slices of A and B
-/// staged in shared memory in the operands' type. The accumulators leave through shared memory (fp32), so
-/// the epilogue sees each element with its coordinates, as in the SIMT kernel.
-fn tiled_tc<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
-    let sch = TcSchedule::with_knobs(p.m, p.n, p.k, p.z, k.knobs);
-    let TcTiles { bm, bn, bk, wm, wn } = sch.tiles;
-    let splits = sch.splits;
-    if p.z * splits > 65535 {
-        return Err(format!("{} GEMMs in one batch (at most 65535)", p.z));
-    }
-    let threads = sch.tiles.threads();
-    let (fm, fnn, warps_n) = (wm / 16, wn / 16, bn / wn);
-    let slice = p.k.div_ceil(splits).div_ceil(bk as usize) * bk as usize;
-    // Leading dimensions padded (a multiple of 8 halves / 4 floats, as WMMA needs) against bank conflicts.
-    let (lda, ldb, ldc) = (bk + 8, bn + 8, bn + 4);
-    let (t, zero) = (mem_type(p.dtype), zero(p.dtype));
-    if let (Some(va), Some(vb)) = (&p.vec_a, &p.vec_b) {
-        let (va, vb) = (va.clone(), vb.clone());
-        return pipelined_tc(k, &p, grp, sch, (va, vb));
-    }
-    let mut b = format!(
-        "__shared__ __align__(32) {t} As[{}];\n__shared__ __align__(32) {t} Bs[{}];\n__shared__ __align__(32) float Cs[{}];\n",
-        bm * lda,
-        bk * ldb,
-        bm * ldc
-    );
-    b.push_str(&format!(
-        "const unsigned z = blockIdx.z / {splits}u, slice = blockIdx.z % {splits}u;\nconst int m0 = blockIdx.y * {bm}, n0 = blockIdx.x * {bn};\nconst int warp = threadIdx.x / 32, wr = warp / {warps_n}, wc = warp % {warps_n};\n"
-    ));
-    b.push_str(&p.prep);
-    b.push_str(&format!("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc[{fm}][{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::fill_fragment(acc[a][c], 0.0f);\n"));
-    b.push_str(&gather_columns(&p, threads, bn));
-    // Staging A and B: eight halves per 16-byte load where the operand allows it (slices start at multiples
-    // of `bk` and K is then a multiple of 8, so a group of eight is wholly inside or outside), else one;
-    // through registers, the next step's loads in flight during this step's MMAs.
-    let stage_a = match &p.vec_a {
-        Some((base, off)) => Staged {
-            ty: "uint4",
-            total: bm * bk / 8,
-            head: format!("const int kk = (e % {g}) * 8, mm = e / {g};\nconst int m = m0 + mm, k = k0 + kk;\n", g = bk / 8),
-            dst: format!("*reinterpret_cast<uint4*>(As + mm * {lda} + kk)"),
-            val: format!("(m < {M} && k < kend) ? *reinterpret_cast<const uint4*>({base} + {off}) : make_uint4(0u, 0u, 0u, 0u)", M = p.m),
-        },
-        None => Staged {
-            ty: t,
-            total: bm * bk,
-            head: format!("const int kk = e % {bk}, mm = e / {bk};\nconst int m = m0 + mm, k = k0 + kk;\n"),
-            dst: format!("As[mm * {lda} + kk]"),
-            val: format!("(m < {M} && k < kend) ? ({la}) : {zero}", M = p.m, la = p.load_a),
-        },
-    };
-    let stage_b = match &p.vec_b {
-        Some((base, off)) => Staged {
-            ty: "uint4",
-            total: bn * bk / 8,
-            head: format!("const int nn = (e % {g}) * 8, kk = e / {g};\nconst int n = n0 + nn, k = k0 + kk;\n", g = bn / 8),
-            dst: format!("*reinterpret_cast<uint4*>(Bs + kk * {ldb} + nn)"),
-            val: format!("(n < {N} && k < kend) ? *reinterpret_cast<const uint4*>({base} + {off}) : make_uint4(0u, 0u, 0u, 0u)", N = p.n),
-        },
-        None => b_scalar(&p, threads, bn, bk, ldb, &zero),
-    };
-    b.push_str(&format!("const int kbeg = slice * {slice}, kend = min({K}, kbeg + {slice});\n", K = p.k));
-    b.push_str(&register_staging(&[("a", stage_a), ("b", stage_b)], threads));
-    b.push_str(&format!("if (kbeg < kend) fetch(kbeg);\nfor (int k0 = kbeg; k0 < kend; k0 += {bk}) {{\ncommit(k0);\n__syncthreads();\nif (k0 + {bk} < kend) fetch(k0 + {bk});\n"));
-    b.push_str(&format!(
-        "#pragma unroll\nfor (int kk = 0; kk < {bk}; kk += 16) {{\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, {t}, nvcuda::wmma::row_major> fa[{fm}];\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, {t}, nvcuda::wmma::row_major> fb[{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++) nvcuda::wmma::load_matrix_sync(fa[a], As + (wr * {wm} + a * 16) * {lda} + kk, {lda});\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::load_matrix_sync(fb[c], Bs + kk * {ldb} + wc * {wn} + c * 16, {ldb});\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::mma_sync(acc[a][c], fa[a], fb[c], acc[a][c]);\n}}\n__syncthreads();\n}}\n"
-    ));
-    b.push_str(&format!(
-        "#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::store_matrix_sync(Cs + (wr * {wm} + a * 16) * {ldc} + wc * {wn} + c * 16, acc[a][c], {ldc}, nvcuda::wmma::mem_row_major);\n__syncthreads();\n"
-    ));
-    let second = tc_epilogue(k, &p, grp, splits, (bm, bn, ldc, threads), &mut b)?;
-    k.body.push_str(&b);
-    launch(k, &p, bm, bn, splits, threads)?;
-    Ok(second)
-}
-
-/// The tensor-core GEMM when both operands stage 16 bytes at a time: `STAGES` shared-memory buffers filled
-/// by asynchronous copies (`cp.async`, out-of-range groups zero-filled), so the loads of the next tiles are
-/// in flight while the tensor cores work on this one. Batch-1 GEMMs are latency-bound: without the
-/// pipeline each K step waited a whole global-memory round trip (BERT-base's FFN-down projection ran at
-/// 17 TFLOP/s, 35 us, H100 2026-11-24).
-fn pipelined_tc<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, sch: TcSchedule, ((pa, oa), (pb, ob)): ((String, String), (String, String))) -> Result<Option<Kernel<'a>>, String> {
-    let TcTiles { bm, bn, bk, wm, wn } = sch.tiles;
-    let stages = PIPELINE_STAGES;
-    let splits = sch.splits;
-    let threads = sch.tiles.threads();
-    let (fm, fnn, warps_n) = (wm / 16, wn / 16, bn / wn);
-    let slice = p.k.div_ceil(splits).div_ceil(bk as usize) * bk as usize;
-    let (lda, ldb, ldc) = (bk + 8, bn + 8, bn + 4);
-    let (sa, sb) = (bm * lda, bk * ldb);
-    let t = mem_type(p.dtype);
-    let mut b = format!(
-        "__shared__ __align__(128) {t} As[{}];\n__shared__ __align__(128) {t} Bs[{}];\n__shared__ __align__(32) float Cs[{}];\n",
-        stages * sa,
-        stages * sb,
-        bm * ldc
-    );
-    b.push_str(&format!(
-        "const unsigned z = blockIdx.z / {splits}u, slice = blockIdx.z % {splits}u;\nconst int m0 = blockIdx.y * {bm}, n0 = blockIdx.x * {bn};\nconst int warp = threadIdx.x / 32, wr = warp / {warps_n}, wc = warp % {warps_n};\n"
-    ));
-    b.push_str(&p.prep);
-    b.push_str(&format!("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc[{fm}][{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::fill_fragment(acc[a][c], 0.0f);\n"));
-    b.push_str(&format!("const int kbeg = slice * {slice}, kend = min({K}, kbeg + {slice});\nconst int ntiles = kend > kbeg ? (kend - kbeg + {bk} - 1) / {bk} : 0;\n", K = p.k));
-    // One stage: A's and B's tiles as 16-byte groups, each copied asynchronously (0 bytes read: zeros).
-    b.push_str(&format!(
-        "auto load_stage = [&](int st, int k0) {{\n{}\nconst int kk = (e % {}) * 8, mm = e / {};\nconst int m = m0 + mm, k = k0 + kk;\nconst bool ok = m < {M} && k < kend;\ntsr_cp16(As + st * {sa} + mm * {lda} + kk, ok ? (const void*)({pa} + {oa}) : (const void*){pa}, ok ? 16u : 0u);\n}}\nfor (int e = threadIdx.x; e < {}; e += {threads}) {{\nconst int nn = (e % {}) * 8, kk = e / {};\nconst int n = n0 + nn, k = k0 + kk;\nconst bool ok = n < {N} && k < kend;\ntsr_cp16(Bs + st * {sb} + kk * {ldb} + nn, ok ? (const void*)({pb} + {ob}) : (const void*){pb}, ok ? 16u : 0u);\n}}\n}};\n",
-        each(bm * bk / 8, threads, 0),
-        bk / 8,
-        bk / 8,
-        bn * bk / 8,
-        bn / 8,
-        bn / 8,
-        M = p.m,
-        N = p.n
-    ));
-    b.push_str(&format!("#pragma unroll\nfor (int s = 0; s < {}; s++) {{\nif (s < ntiles) load_stage(s, kbeg + s * {bk});\ntsr_cp_commit();\n}}\n", stages - 1));
-    b.push_str(&format!(
-        "for (int t = 0; t < ntiles; t++) {{\ntsr_cp_wait<{}>();\n__syncthreads();\n{{\nconst int nt = t + {};\nif (nt < ntiles) load_stage(nt % {stages}, kbeg + nt * {bk});\ntsr_cp_commit();\n}}\nconst {ty}* const A = As + (t % {stages}) * {sa};\nconst {ty}* const B = Bs + (t % {stages}) * {sb};\n",
-        stages - 2,
-        stages - 1,
-        ty = t
-    ));
-    b.push_str(&format!(
-        "#pragma unroll\nfor (int kk = 0; kk < {bk}; kk += 16) {{\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, {t}, nvcuda::wmma::row_major> fa[{fm}];\nnvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, {t}, nvcuda::wmma::row_major> fb[{fnn}];\n#pragma unroll\nfor (int a = 0; a < {fm}; a++) nvcuda::wmma::load_matrix_sync(fa[a], A + (wr * {wm} + a * 16) * {lda} + kk, {lda});\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::load_matrix_sync(fb[c], B + kk * {ldb} + wc * {wn} + c * 16, {ldb});\n#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::mma_sync(acc[a][c], fa[a], fb[c], acc[a][c]);\n}}\n}}\ntsr_cp_wait<0>();\n"
-    ));
-    b.push_str(&format!(
-        "#pragma unroll\nfor (int a = 0; a < {fm}; a++)\n#pragma unroll\nfor (int c = 0; c < {fnn}; c++) nvcuda::wmma::store_matrix_sync(Cs + (wr * {wm} + a * 16) * {ldc} + wc * {wn} + c * 16, acc[a][c], {ldc}, nvcuda::wmma::mem_row_major);\n__syncthreads();\n"
-    ));
-    let second = tc_epilogue(k, p, grp, splits, (bm, bn, ldc, threads), &mut b)?;
-    k.body.push_str(&b);
-    launch(k, p, bm, bn, splits, threads)?;
-    Ok(second)
-}
-
-/// The tensor-core GEMM's epilogue, from the fp32 tile in shared memory `Cs` (leading dimension `ldc`): each
-/// output element through [`finish`]. A thread takes eight rows of one column per trip (consecutive threads,
-/// consecutive columns, so each access of a warp stays contiguous), under one guard, the element code eight
-/// times over, unrolled: its loads (a residual, say) are eight independent loads in flight. (Element by
-/// element, one guard each, ResNet-50 b32's 1x1 expansion adding its residual took 213 us against 76 us
-/// without the residual, H100 2026-11-25: the residual's 51 MB came in at 370 GB/s. Eight consecutive
-/// columns per thread fixed the loads, 97 us, but scattered the stores of a warp: the same GEMM without a
-/// residual went from 76 to 123 us.)
-#[allow(clippy::manual_is_multiple_of)] // rust-version 1.85
-fn tc_epilogue<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, (bm, bn, ldc, threads): (u32, u32, u32, u32), b: &mut String) -> Result<Option<Kernel<'a>>, String> {
-    // Every row of the eight is inside when the first is and M is a multiple of 8 (m0 is a multiple of bm).
-    let (outer, inner) = if p.m % 8 == 0 { (format!(" && mb < {}", p.m), String::new()) } else { (String::new(), format!("if (m >= {}) continue;\n", p.m)) };
-    b.push_str(&format!(
-        "{}const int nn = e % {bn}, mm = (e / {bn}) * 8;\nconst int n = n0 + nn, mb = m0 + mm;\nif (n < {N}{outer}) {{\nunsigned fb;\n{{\nconst int m = mb;\nfb = {out};\n}}\n#pragma unroll\nfor (int u = 0; u < 8; u++) {{\nconst int m = mb + u;\n{inner}const unsigned f = fb + u * {stride}u;\n",
-        each(bm * bn / 8, threads, 2),
-        N = p.n,
-        out = p.out_index,
-        stride = p.out_m_stride
-    ));
-    let second = finish(k, p, grp, splits, &format!("Cs[(mm + u) * {ldc} + nn]"), b)?;
-    b.push_str("}\n}\n}\n");
-    Ok(second)
 }
 
 /// Shared-memory stages of the pipelined tensor-core GEMM (three 64x64x32 stages and the fp32 output tile
@@ -650,17 +466,6 @@ pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Optio
     } else {
         m
     };
-    let rank = obatch.len();
-    let mut prep = coords(&obatch, "z", "zb", &vec![true; rank]);
-    let term = |st: &[i64], per: usize| -> String {
-        let t: Vec<String> = st.iter().enumerate().filter(|(_, &s)| s != 0).map(|(d, &s)| format!("zb{d} * {}u", s as usize * per)).collect();
-        if t.is_empty() {
-            "0u".into()
-        } else {
-            t.join(" + ")
-        }
-    };
-    prep.push_str(&format!("const unsigned abase = {};\nconst unsigned bbase = {};\n", term(&ast, m * kd), term(&bst, kd * n)));
     let pa = k.buf(a, false);
     let pb = k.buf(bv, false);
     let _ = o;
@@ -668,19 +473,17 @@ pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Optio
     if g.ty(bv).dtype != dtype || !is_float(dtype) {
         return Err(format!("MatMul of {} by {} is not supported by the cuda backend", dtype, g.ty(bv).dtype));
     }
+    let (mi, ni, ki) = (Ix::var("m"), Ix::var("n"), Ix::var("k"));
     let p = Problem {
         dtype,
         m,
         n,
         k: kd,
         z,
-        prep,
-        load_a: format!("{pa}[abase + m * {kd}u + k]"),
-        load_b: format!("{pb}[bbase + k * {n}u + n]"),
-        vec_a: (kd % 8 == 0).then(|| (pa.clone(), format!("abase + m * {kd}u + k"))),
-        vec_b: (n % 8 == 0).then(|| (pb.clone(), format!("bbase + k * {n}u + n"))),
-        gather_b: None,
-        out_index: format!("z * {}u + m * {n}u + n", m * n),
+        batch: obatch,
+        a: Operand { buf: pa, at: batch_offset(&ast, m * kd) + mi.clone() * kd + ki.clone(), vec: kd % 8 == 0 },
+        b: BOperand::Direct(Operand { buf: pb, at: batch_offset(&bst, kd * n) + ki * n + ni.clone(), vec: n % 8 == 0 }),
+        out: Ix::var("z") * (m * n) + mi * n + ni,
         out_m_stride: n,
         bias: None,
     };
@@ -727,33 +530,6 @@ fn conv_tap(geo: &ConvGeom, a: &ConvAttrs, q: &str, r: &str) -> String {
     s
 }
 
-/// The convolution's B operand as a column gather: per thread, the image's channel-group plane `xg` and the
-/// input window's corner `c{d}` of its output position (column `gn`; for the tile's spare columns past the
-/// problem these are computed but never read through); per element, the channel and kernel tap of depth `k`, the input position,
-/// and whether it is inside (unsigned compares: a negative coordinate wraps past the bound). Channels-last, `xg`
-/// is the image's first channel of the group and depth runs over the channels of a tap first (`k = tap * cg +
-/// channel`, the weight's `[M, k.., C/g]` order).
-#[allow(clippy::needless_range_loop)]
-fn conv_gather(geo: &ConvGeom, a: &ConvAttrs, x: &str, (cin, cg, isz, osz, taps): (usize, usize, usize, usize, usize), dtype: DType, channels_last: bool) -> ColumnGather {
-    let (in_st, out_st, k_st) = (contiguous(&geo.in_sp), contiguous(&geo.out_sp), contiguous(&geo.kernel));
-    let t = mem_type(dtype);
-    let plane = if channels_last { format!("gimg * {}u + z * {cg}u", isz * cin) } else { format!("(gimg * {cin}u + z * {cg}u) * {isz}u") };
-    let mut col = format!("const unsigned gimg = (unsigned)gn / {osz}u, gq = (unsigned)gn % {osz}u;\nconst {t}* const xg = {x} + {plane};\n");
-    for d in 0..geo.sp {
-        col.push_str(&format!("const int c{d} = (int)((gq / {}u) % {}u) * {} - {};\n", out_st[d], geo.out_sp[d], a.strides[d], a.pads[d]));
-    }
-    let split = if channels_last { format!("const unsigned ci = (unsigned)k % {cg}u, r = (unsigned)k / {cg}u;") } else { format!("const unsigned ci = (unsigned)k / {taps}u, r = (unsigned)k % {taps}u;") };
-    let mut elem = format!("[&]() -> {t} {{\n{split}\nint xo = 0;\nbool ok = true;\n");
-    for d in 0..geo.sp {
-        let kd = if d == 0 { format!("r / {}u", k_st[0]) } else { format!("(r / {}u) % {}u", k_st[d], geo.kernel[d]) };
-        elem.push_str(&format!("{{\nconst int id = c{d} + (int)({kd}) * {};\nok = ok && (unsigned)id < {}u;\nxo += id * {};\n}}\n", a.dilations[d], geo.in_sp[d], in_st[d]));
-    }
-    let zero = if is_half(dtype) { zero(dtype) } else { "0.0f".to_string() };
-    let at = if channels_last { format!("(unsigned)xo * {cin}u + ci") } else { format!("ci * {isz}u + xo") };
-    elem.push_str(&format!("return ok ? xg[{at}] : {zero};\n}}()"));
-    ColumnGather { col, elem }
-}
-
 /// A convolution: a tiled implicit GEMM per group, or one thread per output for depthwise-like shapes.
 /// Channels-last (`NhwcConv`) the image is `[N, spatial.., C]`, the weight `[M, k.., C/g]` and the output
 /// `[N, spatial.., M]`: the GEMM's depth runs over a tap's channels first, and the output's rows (channels) are
@@ -784,41 +560,31 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group, ch
         }
         return conv_direct(k, node, a, grp, &geo, (x, w, bias), channels_last).map(|_| None);
     }
-    let tap = conv_tap(&geo, a, "q", "r");
-    // The gathered element in its own type (f16 and bf16 feed the tensor-core tile as is).
-    let zero = if is_half(dtype) { zero(dtype) } else { "0.0f".to_string() };
-    let (split, at) = if channels_last {
-        (format!("const unsigned ci = k % {cg}u, r = k / {cg}u;"), format!("(img * {isz}u + (unsigned)xo) * {cin}u + z * {cg}u + ci"))
-    } else {
-        (format!("const unsigned ci = k / {taps}u, r = k % {taps}u;"), format!("(img * {cin}u + z * {cg}u + ci) * {isz}u + xo"))
-    };
-    let load_b = format!("[&]() -> {} {{\nconst unsigned img = n / {osz}u, q = n % {osz}u;\n{split}\n{tap}return ok ? {x}[{at}] : {zero};\n}}()", mem_type(dtype));
-    let gather_b = Some(conv_gather(&geo, a, &x, (cin, cg, isz, osz, taps), dtype, channels_last));
     // A pointwise conv (1x1, stride 1, no padding) reads its input plane as a row-major [cin, positions]
     // matrix per image: eight positions of one image are contiguous when the plane is a multiple of 8.
     // (Channels-last, positions are `cin` apart: no vector loads along them.)
     let pointwise = taps == 1 && osz == isz && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0);
-    let vec_b = (!channels_last && pointwise && osz.is_multiple_of(8)).then(|| (x.clone(), format!("((n / {osz}u) * {cin}u + z * {cg}u + k) * {isz}u + n % {osz}u")));
-    let (out_index, out_m_stride, bias_by_flat) = if channels_last {
-        (format!("n * {cout}u + z * {mg}u + m"), 1, format!("i % {cout}u"))
+    let (mi, ni, ki, zi) = (Ix::var("m"), Ix::var("n"), Ix::var("k"), Ix::var("z"));
+    let vec_at = (!channels_last && pointwise && osz.is_multiple_of(8)).then(|| (ni.clone() / osz * cin + zi.clone() * cg + ki.clone()) * isz + ni.clone() % osz);
+    let channel = zi * mg + mi;
+    let (out, out_m_stride, bias_by_flat) = if channels_last {
+        (ni * cout + channel.clone(), 1, Ix::var("i") % cout)
     } else {
-        (format!("((n / {osz}u) * {cout}u + z * {mg}u + m) * {osz}u + n % {osz}u"), osz, format!("(i / {osz}u) % {cout}u"))
+        ((ni.clone() / osz * cout + channel.clone()) * osz + ni % osz, osz, Ix::var("i") / osz % cout)
     };
+    let gather = Gather { x, geo, strides: a.strides.clone(), pads: a.pads.clone(), dilations: a.dilations.clone(), cin, cg, channels_last };
     let p = Problem {
         dtype,
         m: mg,
         n: nimg * osz,
         k: kd,
         z: gr,
-        prep: String::new(),
-        load_a: format!("{w}[(z * {mg}u + m) * {kd}u + k]"),
-        load_b,
-        vec_a: kd.is_multiple_of(8).then(|| (w.clone(), format!("(z * {mg}u + m) * {kd}u + k"))),
-        vec_b,
-        gather_b,
-        out_index,
+        batch: Vec::new(),
+        a: Operand { buf: w, at: channel.clone() * kd + ki, vec: kd.is_multiple_of(8) },
+        b: BOperand::Gathered { gather, vec_at },
+        out,
         out_m_stride,
-        bias: nd.inputs.get(2).map(|&b| (b, format!("z * {mg}u + m"), bias_by_flat)),
+        bias: nd.inputs.get(2).map(|&b| (b, channel, bias_by_flat)),
     };
     tiled(k, p, grp)
 }

@@ -18,6 +18,7 @@ pub mod cost;
 mod emulate;
 mod ew;
 pub mod gemm;
+pub mod index;
 pub mod kernel;
 pub mod lower;
 mod movement;

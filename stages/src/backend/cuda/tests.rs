@@ -132,18 +132,21 @@ fn fp16_and_bf16_graphs_lower_to_tensor_core_gemms_and_fp32_accumulation() {
         assert!(g.nodes.iter().any(|n| matches!(n.op, Op::MatMul) && g.ty(n.outputs[0]).dtype == dt));
         let k = CudaBackend.lower(&target(), &g, "ops16").unwrap();
         let code: CudaCode = postcard::from_bytes(&k.code).unwrap();
-        // Tensor cores for both GEMMs and the conv, fp32 accumulators, buffers and fragments of the type.
-        assert!(code.source.matches("nvcuda::wmma::mma_sync").count() >= 3, "{}", code.source);
-        assert!(code.source.contains("nvcuda::wmma::accumulator, 16, 16, 16, float"));
-        assert!(code.source.contains(&format!("nvcuda::wmma::matrix_a, 16, 16, 16, {cty}, nvcuda::wmma::row_major")), "{}", code.source);
+        // Tensor cores for both GEMMs and the conv (gemm.cuh's tensor-core loops, fp32 accumulators), on
+        // operands and buffers of the type.
+        assert!(code.source.matches("tsr_gemm::tc_").count() >= 3, "{}", code.source);
+        assert!(code.source.matches(&format!(", {cty}>(slice, a, b, index, out);")).count() >= 3, "{}", code.source);
         assert!(code.source.contains(&format!("{cty}* __restrict__")));
+        let module = module_source(std::slice::from_ref(&k)).unwrap();
+        assert!(module.contains("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"));
         let other = NARROW.iter().find(|(d, _)| *d != dt).unwrap().1;
         assert!(!code.source.contains(&format!("{other}*")), "{dt}: no buffer of the other 16-bit type");
         // The deep GEMM splits K: its slices are summed by a second kernel.
         assert!(code.source.contains("slice * "), "{}", code.source);
         assert!(module_source(&[k]).unwrap().starts_with("/* tessera cuda module */\n#include <mma.h>"));
-        // The deep GEMM has contiguous operands: it runs the cp.async pipeline.
-        assert!(code.source.contains("tsr_cp16(") && code.source.contains("tsr_cp_wait<1>()"), "{}", code.source);
+        // The deep GEMM has contiguous operands: it runs the cp.async pipeline, its three stages.
+        assert!(code.source.contains(&format!(", {}, {cty}>(slice, a, b, index, out);", gemm::PIPELINE_STAGES)), "{}", code.source);
+        assert!(code.source.contains("tsr_gemm::tc_pipelined<"), "{}", code.source);
     }
     assert_eq!(gemm::TcSchedule::for_problem(4, 96, 512, 1).tiles, gemm::SMALL_TC_TILES);
     assert!(gemm::TcSchedule::for_problem(4, 96, 512, 1).splits > 1);
@@ -524,18 +527,23 @@ fn a_bottleneck_gathers_its_3x3_input_per_column_and_streams_its_1x1_inputs() {
     let code: CudaCode = postcard::from_bytes(&k.code).unwrap();
     let src = &code.source;
     // The 1x1 convolutions read their inputs as matrices, 16 bytes at a time through the cp.async pipeline.
-    assert_eq!(src.matches("tsr_cp_wait<1>()").count(), 2, "{src}");
-    // The 3x3 one gathers: its thread's column (image, output position, window corner) is decomposed once,
-    // before the K loop; each element decomposes only its depth.
-    let gather = src.find("const int gnn = threadIdx.x % 64, gn = n0 + gnn;").unwrap_or_else(|| panic!("{src}"));
-    let fetch = src[gather..].find("auto fetch = [&](int k0)").unwrap() + gather;
-    assert!(src[gather..fetch].contains("const int c0 = (int)((gq / 56u) % 56u) * 1 - 1;"), "{src}");
-    let body = &src[fetch..fetch + src[fetch..].find("auto commit").unwrap()];
+    assert_eq!(src.matches("tsr_gemm::tc_pipelined<").count(), 2, "{src}");
+    assert_eq!(src.matches("auto b = [&](int k, int n) { return ").count(), 2, "{src}");
+    // The 3x3 one gathers, staged through registers: its thread's column (image, output position, window
+    // corner) is decomposed once, by the column lambda the loop calls before its K loop; each element
+    // decomposes only its depth.
+    assert_eq!(src.matches("tsr_gemm::tc_staged<").count(), 1, "{src}");
+    let column = src.find("auto b = [&](int gn) {").unwrap_or_else(|| panic!("{src}"));
+    let element = src[column..].find("return [=](int k) -> __half {").unwrap() + column;
+    assert!(src[column..element].contains("const int c0 = (int)((gq / 56u) % 56u) * 1 - 1;"), "{src}");
+    let body = &src[element..element + src[element..].find("auto index").unwrap()];
     assert!(body.contains("const int id = c0 + (int)(r / 3u) * 1;") && !body.contains("3136u /") && !body.contains("/ 3136u"), "{body}");
     // Its next step's loads are issued right after this step's tiles are committed, before the MMAs.
-    let k_loop = &src[fetch..][src[fetch..].find("for (int k0 = kbeg;").unwrap()..];
+    let gemm_cuh = super::TEMPLATES.iter().find(|(ns, _)| *ns == "tsr_gemm::").unwrap().1;
+    let staged = &gemm_cuh[gemm_cuh.find("void tc_staged(").unwrap()..];
+    let k_loop = &staged[staged.find("for (int k0 = kbeg;").unwrap()..];
     let words = k_loop.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(words.contains("commit(k0); __syncthreads(); if (k0 + 32 < kend) fetch(k0 + 32);"), "{k_loop}");
+    assert!(words.contains("commit(); __syncthreads(); if (k0 + BK < kend) fetch(k0 + BK); mma_step"), "{k_loop}");
     if nvrtc_or_skip("the bottleneck's module") {
         CudaBackend.compile_module(&target(), &[k]).unwrap();
     }
