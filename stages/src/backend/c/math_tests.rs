@@ -44,7 +44,7 @@ fn float_math_is_within_a_few_ulps_of_double() {
         eprintln!("skipped: no C compiler");
         return;
     }
-    let so = compile(&Target::parse("cpu").unwrap(), &format!("{PRELUDE}\n{DRIVER}")).unwrap();
+    let so = compile(&Target::parse("cpu").unwrap(), &format!("{}\n{DRIVER}", *PRELUDE)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("math.so");
     std::fs::write(&path, so).unwrap();
@@ -124,7 +124,7 @@ fn math_loops_vectorize_in_every_clone() {
         eprintln!("skipped: the C compiler does not build target clones (x86-64 GCC 12 and later do)");
         return;
     }
-    let asm = assembly(&Target::parse("cpu").unwrap(), &format!("{PRELUDE}\n{DRIVER}")).unwrap();
+    let asm = assembly(&Target::parse("cpu").unwrap(), &format!("{}\n{DRIVER}", *PRELUDE)).unwrap();
     // Each clone is its own function: tsr_test_math.arch_x86_64_v4, .arch_x86_64_v3, .default.
     let body = |clone: &str| {
         let start = asm.find(&format!("tsr_test_math.{clone}:")).unwrap_or_else(|| panic!("no {clone} clone in:\n{asm}"));

@@ -20,13 +20,14 @@ pub struct Job<'a> {
     pub inputs: &'a [Tensor],
 }
 
-/// The float helpers of the prelude (sigmoid, erf, GELU, softplus, ...): plain C++ once the harness defines
-/// `TSR_DEV` and the bit casts they use. The rest of the prelude (its fixed-width typedefs, which clash with
-/// <cstdint>, and the warp reductions) stays out.
+/// The scalar helpers of the prelude (the shared scalar math, then the GPU's float functions: sigmoid, erf,
+/// GELU, softplus, integer division, ...): plain C++ once the harness defines `TSR_DEV` and the bit casts
+/// they use. The rest of the prelude (its fixed-width typedefs, which clash with <cstdint>, and the warp
+/// reductions) stays out.
 fn float_helpers() -> &'static str {
-    let p = super::PRELUDE;
-    let start = p.find("/* ---- float helpers").expect("the prelude's float helpers");
-    let end = p.find("/* ---- integer helpers").expect("the prelude's integer helpers");
+    let p: &'static str = &super::PRELUDE;
+    let start = p.find("/* What the shared scalar math").expect("the prelude's scalar helpers");
+    let end = p.find("/* ---- reductions").expect("the prelude's reductions");
     &p[start..end]
 }
 

@@ -51,7 +51,7 @@ fn config_name(setting: &str) -> String {
 }
 
 /// The device helpers every module starts with.
-pub const PRELUDE: &str = include_str!("prelude.cuh");
+pub static PRELUDE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| crate::backend::c::with_scalar(include_str!("prelude.cuh")));
 
 /// What modules with f16 or bf16 tensors start with (before [`PRELUDE`]): the toolkit's WMMA header (which
 /// brings cuda_fp16.h and cuda_bf16.h) and the tensor-core helpers, one definition for both types.
@@ -119,7 +119,7 @@ pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> 
     if body.contains("__half") || body.contains("__nv_bfloat16") {
         src.push_str(HALF_PRELUDE);
     }
-    src.push_str(PRELUDE);
+    src.push_str(&PRELUDE);
     for (namespace, template) in TEMPLATES {
         if body.contains(namespace) {
             src.push_str(template);
