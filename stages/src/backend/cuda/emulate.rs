@@ -484,7 +484,7 @@ mod tests {
                     assert!(last.nodes.iter().all(|n| !matches!(n.op, Op::Conv(_) | Op::MaxPool(_))), "{name}: channels-last throughout");
                     let src = postcard::from_bytes::<CudaCode>(&super::super::CudaBackend.lower(&t, &last, "probe").unwrap().code).unwrap().source;
                     if name == "nhwc_depthwise" {
-                        assert!(src.contains("float win["), "{name}: on the row-window kernel");
+                        assert!(src.contains("tsr_conv::depthwise_row<"), "{name}: on the row-window kernel");
                     }
                     if precision != DType::F32 && name != "nhwc_grouped_dilated" && name != "nhwc_depthwise" {
                         assert!(src.contains("tsr_gemm::tc_"), "{name}: on tensor cores");

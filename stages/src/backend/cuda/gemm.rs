@@ -593,13 +593,9 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group, ch
 const DEPTHWISE_ROW: usize = 4;
 
 /// A depthwise 2-D convolution (one input channel per output channel: MobileNet's and ConvNeXt's 3x3 to 7x7
-/// layers): each thread computes [`DEPTHWISE_ROW`] adjacent outputs of one row and channel, loading, per kernel
-/// row, the input window they share once into registers (`(row - 1) * stride + (KW - 1) * dilation + 1`
-/// values) and reusing every value for each output and tap it meets. The one-output-per-thread kernel
-/// ([`conv_direct`]) loaded `KH * KW` inputs per output and recomputed each tap's coordinates: ConvNeXt-T's 7x7
-/// layers took 15-37 us each there. Channels-last, adjacent threads take adjacent channels (coalesced loads
-/// and stores); channels-first, adjacent row segments. The taps accumulate in the order of [`conv_direct`]
-/// (kernel rows, then columns), in fp32.
+/// layers), a call of `conv.cuh`'s row loop: each thread computes [`DEPTHWISE_ROW`] adjacent outputs of one
+/// row and channel. Channels-last, adjacent threads take adjacent channels (coalesced loads and stores);
+/// channels-first, adjacent row segments.
 fn conv_depthwise(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &ConvGeom, (x, w, bias): (String, String, Option<String>), channels_last: bool) -> Result<(), String> {
     let g = k.g;
     let nd = g.node(node);
@@ -609,73 +605,44 @@ fn conv_depthwise(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo:
     let (sh, sw, dh, dw, ph, pw) = (a.strides[0], a.strides[1], a.dilations[0], a.dilations[1], a.pads[0], a.pads[1]);
     let row = DEPTHWISE_ROW.min(ow);
     let segs = ow.div_ceil(row);
-    let win = (row - 1) * sw + (kw - 1) * dw + 1;
     let total = nimg * oh * segs * c;
     let d = g.ty(nd.inputs[0]).dtype;
-    // Thread coordinates, the image plane's start and the offset of input (ih, iw) within it, and the flat
-    // output index of output column `ow0 + o`.
+    // The thread's coordinates from its index `t`, its image plane's start, the offset of input (ih, iw)
+    // within the plane, and the flat output index of output column `ow0 + o`.
+    let (t, ch, oy, img, o) = (Ix::var("t"), Ix::var("ch"), Ix::var("oy"), Ix::var("img"), Ix::var("o"));
+    let column = Ix::var("ow0") + o;
     let (coords, plane, at, out) = if channels_last {
         (
-            format!("const unsigned ch = t % {c}u, seg = (t / {c}u) % {segs}u, oy = (t / {}u) % {oh}u, img = t / {}u;", c * segs, c * segs * oh),
-            format!("img * {}u + ch", h * wd * c),
-            format!("((unsigned)ih * {wd}u + (unsigned)iw) * {c}u"),
-            format!("((img * {oh}u + oy) * {ow}u + ow0 + o) * {c}u + ch"),
+            [t.clone() % c, t.clone() / c % segs, t.clone() / (c * segs) % oh, t / (c * segs * oh)],
+            img.clone() * (h * wd * c) + ch.clone(),
+            (Ix::var("ih") * wd + Ix::var("iw")) * c,
+            ((img * oh + oy) * ow + column) * c + ch,
         )
     } else {
         (
-            format!("const unsigned seg = t % {segs}u, oy = (t / {segs}u) % {oh}u, ch = (t / {}u) % {c}u, img = t / {}u;", segs * oh, segs * oh * c),
-            format!("(img * {c}u + ch) * {}u", h * wd),
-            format!("(unsigned)ih * {wd}u + (unsigned)iw"),
-            format!("((img * {c}u + ch) * {oh}u + oy) * {ow}u + ow0 + o"),
+            [t.clone() / (segs * oh) % c, t.clone() % segs, t.clone() / segs % oh, t / (segs * oh * c)],
+            (img.clone() * c + ch.clone()) * (h * wd),
+            Ix::var("ih") * wd + Ix::var("iw"),
+            ((img * c + ch) * oh + oy) * ow + column,
         )
     };
-    let mut b = format!(
-        "const unsigned t = blockIdx.x * {EW_BLOCK}u + threadIdx.x;
-if (t >= {total}u) return;
-{coords}
-const unsigned ow0 = seg * {row}u;
-         const {ty}* const xp = {x} + {plane};
-const {ty}* const wp = {w} + ch * {taps}u;
-float acc[{row}];
-         #pragma unroll
-for (int o = 0; o < {row}; o++) acc[o] = 0.0f;
-         #pragma unroll
-for (int ky = 0; ky < {kh}; ky++) {{
-  const int ih = (int)oy * {sh} - {ph} + ky * {dh};
-  if ((unsigned)ih >= {h}u) continue;
-  float win[{win}];
-         #pragma unroll
-  for (int j = 0; j < {win}; j++) {{
-    const int iw = (int)ow0 * {sw} - {pw} + j;
-    win[j] = (unsigned)iw < {wd}u ? {xv} : 0.0f;
-  }}
-         #pragma unroll
-  for (int kx = 0; kx < {kw}; kx++) {{
-    const float wv = {wv};
-         #pragma unroll
-    for (int o = 0; o < {row}; o++) acc[o] = fmaf(win[o * {sw} + kx * {dw}], wv, acc[o]);
-  }}
-}}
-",
-        ty = mem_type(d),
-        taps = kh * kw,
-        xv = ld(d, "xp", &at),
-        wv = ld(d, "wp", &format!("ky * {kw} + kx")),
-    );
+    let [ch, seg, oy, img] = coords;
+    let ty = mem_type(d);
+    let mut b = format!("const unsigned t = blockIdx.x * {EW_BLOCK}u + threadIdx.x;\nif (t >= {total}u) return;\n");
+    b.push_str(&format!("const unsigned ch = {ch}, seg = {seg}, oy = {oy}, img = {img};\nconst unsigned ow0 = seg * {row}u;\n"));
+    b.push_str(&format!("const {ty}* const xp = {x} + ({plane});\nconst {ty}* const wp = {w} + ch * {}u;\n", kh * kw));
+    b.push_str(&format!("auto x = [&](unsigned ih, unsigned iw) {{ return {}; }};\n", ld(d, "xp", &at.to_string())));
+    b.push_str(&format!("auto w = [&](int tap) {{ return {}; }};\n", ld(d, "wp", "tap")));
     let value = match bias {
-        Some(bb) => format!("acc[o] + {}", ld(d, &bb, "ch")),
-        None => "acc[o]".to_string(),
+        Some(bb) => format!("v + {}", ld(d, &bb, "ch")),
+        None => "v".to_string(),
     };
     let loaded = ew::loaded_operands(k, grp);
-    let mut epilogue = format!("const unsigned i = {out};
-");
-    epilogue.push_str(&ew::operand_offsets(k, &grp.domain, &loaded, "i"));
-    epilogue.push_str(&ew::element(k, grp, &loaded, &|o| format!("o{o}"), Some(&value), "i")?);
-    b.push_str(&format!("#pragma unroll
-for (unsigned o = 0; o < {row}u; o++) {{
-if (ow0 + o >= {ow}u) break;
-{epilogue}}}
-"));
+    b.push_str(&format!("auto out = [&](unsigned o, float v) {{\nconst unsigned i = {out};\n"));
+    b.push_str(&ew::operand_offsets(k, &grp.domain, &loaded, "i"));
+    b.push_str(&ew::element(k, grp, &loaded, &|o| format!("o{o}"), Some(&value), "i")?);
+    b.push_str("};\n");
+    b.push_str(&format!("tsr_conv::depthwise_row<{h}, {wd}, {ow}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {ph}, {pw}, {row}>(oy, ow0, x, w, out);\n"));
     k.body.push_str(&b);
     k.block = [EW_BLOCK, 1, 1];
     k.grid = [total.div_ceil(EW_BLOCK as usize).max(1) as u32, 1, 1];

@@ -61,7 +61,8 @@ pub const HALF_PRELUDE: &str = include_str!("prelude_half.cuh");
 /// shapes, stages and layouts template parameters, what a partition fuses (operand loaders, epilogues) passed
 /// in as lambdas by the generated kernel. A module includes a file, after the preludes, when one of its
 /// kernels calls into the file's namespace (the first of each pair).
-pub const TEMPLATES: &[(&str, &str)] = &[("tsr_gemm::", include_str!("gemm.cuh")), ("tsr_attention::", include_str!("attention.cuh"))];
+pub const TEMPLATES: &[(&str, &str)] =
+    &[("tsr_gemm::", include_str!("gemm.cuh")), ("tsr_conv::", include_str!("conv.cuh")), ("tsr_attention::", include_str!("attention.cuh"))];
 
 
 /// The backend's description: its `-compiler` value and its own options.
