@@ -2,24 +2,12 @@
 //! global memory. fp16 operands take the tensor-core kernel of [`super::attention_mma`] instead (when their head
 //! dims fit it); this one runs fp32 and the rest.
 //!
-//! A block owns one batch matrix (batch and head) and [`AttnTiles::bq`] query rows, which it stages in
-//! shared memory once. It then walks the keys in tiles of [`AttnTiles::bk`]: the tile's K (stored
-//! transposed, `Ks[d][j]`, so a warp reads 32 consecutive keys) and V (`Vs[j][c]`) are staged in shared
-//! memory, and each warp, owning `bq / warps` query rows, computes
-//! 1. the rows' scores against the tile, each lane `bk / 32` keys, reading Q four head dims at a time
-//!    (float4 broadcasts) — then the scale, the keep mask and the additive mask, read through their
-//!    broadcast strides;
-//! 2. the online softmax: the tile's row maxima and exp-sums by warp shuffles, the running max `m` and sum
-//!    `l` updated and the output accumulator rescaled by `exp(m_old - m_new)`;
-//! 3. the probabilities (through the warp's rows of `Ps` in shared memory) times the tile's V, each lane
-//!    accumulating `ceil(Dv / 32)` output columns of every row in registers.
-//!
-//! The output is `acc / l`. NaN semantics are the reference's: a row of -inf scores keeps `m = -inf`, its
-//! exponentials are taken against 0 instead (so they are 0, not NaN from -inf - -inf), and the result is
-//! `0 / 0 = NaN`; a NaN or +inf score makes `l` NaN. `Sk = 0` stores zeros (the empty sum).
-//!
-//! Keys past `Sk` in the last tile score -inf against zero V rows; query rows past `Sq` compute on zero Q
-//! rows and are not stored, so any `Sq` and `Sk` work with any tile.
+//! The kernel's main loop is `tsr_attention::simt` in `attention.cuh` (which describes it: Q staged in shared
+//! memory once per block, the keys walked in tiles of [`AttnTiles::bk`], an online softmax per query row, the
+//! reference's NaN semantics). This file chooses the tile and the shared-memory [`Layout`], and generates what
+//! is specific to the partition: which batch matrix and query rows a block owns, and lambdas reading Q, K, V
+//! and the masks through their (broadcast) strides and storing the output. `Sk = 0` stores zeros (the empty
+//! sum) without the template.
 
 use super::kernel::{coords, offset, Kernel};
 use crate::backend::c::cexpr::f32_lit;
@@ -162,8 +150,6 @@ fn at2(row: i64, key: i64) -> String {
     }
 }
 
-const COMPONENTS: [&str; 4] = ["x", "y", "z", "w"];
-
 /// The attention node `node` as one kernel in `k` with the default tile for its shape; `Ok(false)` when the
 /// output is empty and no kernel is needed.
 pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs) -> Result<bool, String> {
@@ -230,9 +216,7 @@ pub fn attention_with(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: A
     if blocks >= 1 << 31 {
         return Err(format!("{blocks} attention blocks (at most 2^31 - 1)"));
     }
-    let (bq, bk, threads) = (tiles.bq as usize, tiles.bk as usize, tiles.threads);
-    let (rw, kl) = (tiles.rows_per_warp() as usize, tiles.keys_per_lane() as usize);
-    let dvl = lay.dvp / 32;
+    let (bq, bk, threads) = (tiles.bq, tiles.bk, tiles.threads);
     let Layout { dq, ks, dvp, .. } = lay;
     let nb = dims.batch.len();
     let scores_shape = dims.scores_shape();
@@ -240,11 +224,8 @@ pub fn attention_with(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: A
 
     let ops: Vec<String> = (0..3).map(|i| k.buf(nd.inputs[i], false)).collect();
     let (q, kp, v) = (&ops[0], &ops[1], &ops[2]);
-    let mut b = format!(
-        "extern __shared__ float4 tsr_smem[];\nfloat* const Qs = (float*)tsr_smem;\nfloat* const Ks = Qs + {};\nfloat* const Vs = Qs + {};\nfloat* const Ps = Qs + {};\n",
-        lay.k_at, lay.v_at, lay.p_at
-    );
-    b.push_str(&format!("const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;\nconst unsigned bi = blockIdx.x / {q_tiles}u, q0 = (blockIdx.x % {q_tiles}u) * {bq}u;\n"));
+    // Block `blockIdx.x` owns batch matrix `bi` and query rows `q0..`.
+    let mut b = format!("const unsigned bi = blockIdx.x / {q_tiles}u, q0 = (blockIdx.x % {q_tiles}u) * {bq}u;\n");
     b.push_str(&coords(&dims.batch, "bi", "z", &vec![true; nb]));
     for (i, name) in ["qb", "kb", "vb"].into_iter().enumerate() {
         b.push_str(&format!("const unsigned {name} = {};\n", offset("z", &matrix_strides(&g.ty(nd.inputs[i]).shape, &dims.batch))));
@@ -259,82 +240,32 @@ pub fn attention_with(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: A
     };
     let add = mask_expr(a.mask_index(), "mb", &mut b);
     let keep = mask_expr(a.keep_index(), "kpb", &mut b);
-
-    // Q rows of the block (zero past Sq and in the head dim's pad), and the pad rows of Ks (zero for good).
-    b.push_str(&format!(
-        "for (unsigned e = threadIdx.x; e < {}u; e += {threads}u) {{\nconst unsigned r = e / {dq}u, t = e % {dq}u;\nQs[e] = (q0 + r < {sq}u && t < {d}u) ? {} : 0.0f;\n}}\n",
-        bq * dq,
-        load(dt, q, &format!("qb + (q0 + r) * {d}u + t"))
-    ));
-    if dq > d {
-        b.push_str(&format!("for (unsigned e = threadIdx.x; e < {}u; e += {threads}u) Ks[{}u + e] = 0.0f;\n", (dq - d) * ks, d * ks));
-    }
-    b.push_str(&format!(
-        "float m[{rw}], l[{rw}], acc[{rw}][{dvl}];\n#pragma unroll\nfor (int i = 0; i < {rw}; i++) {{\nm[i] = -__int_as_float(0x7f800000);\nl[i] = 0.0f;\n#pragma unroll\nfor (int c = 0; c < {dvl}; c++) acc[i][c] = 0.0f;\n}}\n"
-    ));
-    b.push_str(&format!("for (unsigned k0 = 0; k0 < {sk}u; k0 += {bk}u) {{\n__syncthreads();\n"));
-    // Stage the key tile transposed and the value tile, zero past Sk (and past Dv in V's pad).
-    let (kidx, ksplit) = if a.k_transposed {
-        (format!("kb + t * {sk}u + k0 + j"), format!("const unsigned t = e / {bk}u, j = e % {bk}u;"))
-    } else {
-        (format!("kb + (k0 + j) * {d}u + t"), format!("const unsigned j = e / {d}u, t = e % {d}u;"))
-    };
-    b.push_str(&format!(
-        "for (unsigned e = threadIdx.x; e < {}u; e += {threads}u) {{\n{ksplit}\nKs[t * {ks}u + j] = k0 + j < {sk}u ? {} : 0.0f;\n}}\n",
-        bk * d,
-        load(dt, kp, &kidx)
-    ));
-    b.push_str(&format!(
-        "for (unsigned e = threadIdx.x; e < {}u; e += {threads}u) {{\nconst unsigned j = e / {dvp}u, c = e % {dvp}u;\nVs[e] = (k0 + j < {sk}u && c < {dv}u) ? {} : 0.0f;\n}}\n__syncthreads();\n",
-        bk * dvp,
-        load(dt, v, &format!("vb + (k0 + j) * {dv}u + c"))
-    ));
-    // 1. Scores of the warp's rows: four head dims per step, Q as float4 broadcasts.
-    b.push_str(&format!("float s[{rw}][{kl}];\n#pragma unroll\nfor (int i = 0; i < {rw}; i++)\n#pragma unroll\nfor (int c = 0; c < {kl}; c++) s[i][c] = 0.0f;\n"));
-    b.push_str(&format!(
-        "const float* const qw = Qs + warp * {}u;\n#pragma unroll 2\nfor (unsigned t = 0; t < {dq}u; t += 4) {{\nfloat4 qv[{rw}];\n#pragma unroll\nfor (int i = 0; i < {rw}; i++) qv[i] = *reinterpret_cast<const float4*>(qw + i * {dq} + t);\n",
-        rw * dq
-    ));
-    for c in 0..kl {
-        for (u, comp) in COMPONENTS.iter().enumerate() {
-            b.push_str(&format!(
-                "{{\nconst float kv = Ks[(t + {u}u) * {ks}u + lane + {}u];\n#pragma unroll\nfor (int i = 0; i < {rw}; i++) s[i][{c}] = fmaf(qv[i].{comp}, kv, s[i][{c}]);\n}}\n",
-                32 * c
-            ));
-        }
-    }
-    b.push_str("}\n");
-    // 2. Scale and masks, then the online softmax per row.
-    b.push_str(&format!("#pragma unroll\nfor (int i = 0; i < {rw}; i++) {{\nconst unsigned r = q0 + warp * {rw}u + i;\nfloat mx = -__int_as_float(0x7f800000);\n#pragma unroll\nfor (int c = 0; c < {kl}; c++) {{\nconst unsigned j = k0 + lane + 32u * c;\nfloat x = s[i][c] * {};\n", f32_lit(a.scale)));
-    b.push_str(&format!("if (j >= {sk}u) x = -__int_as_float(0x7f800000);\nelse if (r < {sq}u) {{\n"));
+    // The template's lambdas: Q row q0 + r, K and V key k0 + j (t, c: head dims); the masks of a score; the store.
+    let kidx = if a.k_transposed { format!("kb + t * {sk}u + k0 + j") } else { format!("kb + (k0 + j) * {d}u + t") };
+    b.push_str(&format!("auto q_at = [&](unsigned q0, unsigned r, unsigned t) {{ return {}; }};\n", load(dt, q, &format!("qb + (q0 + r) * {d}u + t"))));
+    b.push_str(&format!("auto k_at = [&](unsigned k0, unsigned j, unsigned t) {{ return {}; }};\n", load(dt, kp, &kidx)));
+    b.push_str(&format!("auto v_at = [&](unsigned k0, unsigned j, unsigned c) {{ return {}; }};\n", load(dt, v, &format!("vb + (k0 + j) * {dv}u + c"))));
+    let mut mask = String::new();
     if let (Some(fill), Some((buf, base, idx))) = (a.keep_fill, &keep) {
-        b.push_str(&format!("if (!{buf}[{base} + {idx}]) x = {};\n", f32_lit(fill)));
+        mask.push_str(&format!(" if (!{buf}[{base} + {idx}]) x = {};", f32_lit(fill)));
     }
     if let Some((buf, base, idx)) = &add {
-        b.push_str(&format!("x += {};\n", load(dt, buf, &format!("{base} + {idx}"))));
+        mask.push_str(&format!(" x += {};", load(dt, buf, &format!("{base} + {idx}"))));
     }
-    b.push_str("}\ns[i][c] = x;\nmx = fmaxf(mx, x);\n}\n");
-    b.push_str("#pragma unroll\nfor (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));\n");
-    b.push_str("const float mn = fmaxf(m[i], mx);\n// A row with only -inf so far: exponentials against 0, so they are 0 rather than NaN.\nconst float base = mn == -__int_as_float(0x7f800000) ? 0.0f : mn;\nconst float alpha = expf(m[i] - base);\n");
-    b.push_str(&format!("float sum = 0.0f;\n#pragma unroll\nfor (int c = 0; c < {kl}; c++) {{\nconst float p = expf(s[i][c] - base);\nPs[(warp * {rw}u + i) * {bk}u + lane + 32u * c] = p;\nsum += p;\n}}\n"));
-    b.push_str("#pragma unroll\nfor (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);\n");
-    b.push_str(&format!("l[i] = l[i] * alpha + sum;\nm[i] = mn;\n#pragma unroll\nfor (int c = 0; c < {dvl}; c++) acc[i][c] *= alpha;\n}}\n__syncwarp();\n"));
-    // 3. Probabilities times V, four keys per step; the last tile stops after its valid keys.
+    b.push_str(&format!("auto mask = [&](unsigned r, unsigned j, float& x) {{{mask} }};\n"));
     b.push_str(&format!(
-        "const float* const pw = Ps + warp * {}u;\nconst unsigned kn = min({bk}u, {sk}u - k0);\n#pragma unroll 2\nfor (unsigned j = 0; j < kn; j += 4) {{\nfloat4 pv[{rw}];\n#pragma unroll\nfor (int i = 0; i < {rw}; i++) pv[i] = *reinterpret_cast<const float4*>(pw + i * {bk} + j);\n",
-        rw * bk
-    ));
-    for (u, comp) in COMPONENTS.iter().enumerate() {
-        b.push_str(&format!(
-            "{{\nfloat vv[{dvl}];\n#pragma unroll\nfor (int c = 0; c < {dvl}; c++) vv[c] = Vs[(j + {u}u) * {dvp}u + lane + 32u * c];\n#pragma unroll\nfor (int i = 0; i < {rw}; i++)\n#pragma unroll\nfor (int c = 0; c < {dvl}; c++) acc[i][c] = fmaf(pv[i].{comp}, vv[c], acc[i][c]);\n}}\n"
-        ));
-    }
-    b.push_str("}\n}\n");
-    // The rows' outputs: acc / l (0 / 0 = NaN for a row of -inf scores, as the reference).
-    b.push_str(&format!(
-        "#pragma unroll\nfor (int i = 0; i < {rw}; i++) {{\nconst unsigned r = q0 + warp * {rw}u + i;\nif (r < {sq}u) {{\n#pragma unroll\nfor (int c = 0; c < {dvl}; c++) {{\nconst unsigned col = lane + 32u * c;\nif (col < {dv}u) {y}[bi * {}u + r * {dv}u + col] = {};\n}}\n}}\n}}\n",
+        "auto store = [&](unsigned r, unsigned c, float val) {{ {y}[bi * {}u + r * {dv}u + c] = {}; }};\n",
         sq * dv,
-        super::kernel::st(g.ty(nd.outputs[0]).dtype, "acc[i][c] / l[i]")
+        super::kernel::st(g.ty(nd.outputs[0]).dtype, "val")
+    ));
+    b.push_str(&format!(
+        "tsr_attention::simt<{bq}, {bk}, {threads}, {sq}, {sk}, {d}, {dv}, {dq}, {ks}, {dvp}, {}, {}, {}, {}>\
+         (q0, {}, q_at, k_at, v_at, mask, store);\n",
+        lay.k_at,
+        lay.v_at,
+        lay.p_at,
+        a.k_transposed,
+        f32_lit(a.scale)
     ));
     k.body.push_str(&b);
     k.grid = [blocks as u32, 1, 1];

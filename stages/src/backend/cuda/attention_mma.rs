@@ -3,30 +3,14 @@
 //! run on the tensor cores. The fp32 path and head dims above [`MAX_HEAD_DIM`] keep the SIMT kernel of
 //! [`super::attention`], whose semantics this one follows exactly (masks, NaN rows, empty key axes).
 //!
-//! A block has `warps x split` warps ([`MmaTiles`]). With `split = 1` each warp owns 16 query rows of one batch
-//! matrix; with key slices (`split > 1`) `split` warps share the same 16 rows, each walking every `split`-th
-//! key tile, and their partial results are combined through shared memory at the end. Each warp keeps, in
-//! registers,
-//! - its Q rows as the A fragments of `QK^T` (loaded once, zero past `Sq` and past `D`);
-//! - the output accumulator (`16 x Dv`, the C fragments of `PV`), the running row max `m` and sum `l`.
-//!
-//! The block walks the keys in tiles of [`MmaTiles::bk`] (`bk` keys per warp per round), staging the tile's K (`Ks[j][t]`) and V
-//! (`Vs[j][c]`) in shared memory, zero past `Sk`, `D` and `Dv`; per tile each warp
-//! 1. computes its scores `S = Q K^T` (B fragments of K read as 32-bit pairs from `Ks`);
-//! 2. applies the scale, the keep mask and the additive mask element by element (each thread knows the row
-//!    and key of its fragment elements), -inf past `Sk`;
-//! 3. updates `m` and `l` (row maxima over the four threads sharing a row, by shuffles), rescales the
-//!    accumulator, and turns `P = exp(S - m)` into A fragments of the operands' type in registers: the C fragment layout of
-//!    two adjacent 8-key tiles is the A fragment layout of one 16-key step, so P never leaves registers;
-//! 4. accumulates `P V`, V's B fragments loaded transposed by `ldmatrix.trans`.
-//!
-//! Rows are owned by quads of threads, so `l` stays a per-thread partial sum until the end (every thread of
-//! a quad rescales by the same `alpha`) and is summed over the quad once. The output is `acc / l`: a row of
-//! -inf scores keeps `m = -inf`, its exponentials are taken against 0 (so they are 0, not NaN), and gives
-//! `0 / 0 = NaN`, as the reference; a NaN or +inf score makes the row NaN. P is rounded to the operands' type for
-//! the second product (as FlashAttention does); `l` sums the unrounded probabilities.
+//! The kernel's main loop is `tsr_attention::mma` in `attention.cuh`, which describes it (query rows per warp,
+//! key slices and their combine, the two-stage cp.async pipeline, the fragment layouts, P kept in registers,
+//! the NaN semantics). This file chooses the tile ([`MmaTiles`]) and the shared-memory [`Layout`], decides which
+//! tiles can be copied 16 bytes at a time, and generates what is specific to the partition: which batch matrix
+//! and query rows a block owns, lambdas addressing Q, K and V through the views the plan reads them by, the
+//! masks, and the store of the output through its view.
 
-use super::kernel::{coords, is_half, mem_type, offset, zero, Kernel};
+use super::kernel::{coords, is_half, mem_type, offset, Kernel};
 use crate::backend::c::cexpr::f32_lit;
 use crate::backend::c::nest::broadcast;
 use crate::backend::c::plan::Storage;
@@ -169,46 +153,17 @@ fn times(expr: &str, s: i64) -> String {
     }
 }
 
-/// A tile to copy into shared memory: `height x width` halves (padded extents) whose element `(r, c)` is the
-/// source's `src[base + (row0 + r) * stride + (col0 + c) * col_stride]`, zero where `row0 + r >= rows` or
-/// `col0 + c >= cols`. `aligned`: `base` is a multiple of 8 halves whatever the batch matrix, in a buffer
-/// aligned to 16 bytes (not an inline constant array).
-struct Tile<'s> {
-    dst: &'s str,
-    ld: usize,
-    src: &'s str,
-    base: &'s str,
-    row0: &'s str,
-    col0: &'s str,
-    rows: usize,
-    cols: usize,
-    stride: i64,
-    col_stride: i64,
-    aligned: bool,
-    height: usize,
-    width: usize,
-}
-
-/// Code copying `t` by all `threads` threads: 16-byte groups by cp.async (zero-filled where out of range,
-/// so no branch) when every group is either whole or out of range and aligned (columns contiguous, `cols`,
-/// the row stride and the base multiples of 8 halves, the tile's first column a multiple of 8, the source
-/// not an inline constant array), else one half at a time.
-fn stage_tile(t: &Tile, threads: u32, zero: &str) -> String {
-    let Tile { dst, ld, src, base, row0, col0, rows, cols, stride, col_stride, aligned, height, width } = *t;
-    let row = times(&format!("{row0} + r"), stride);
-    if aligned && col_stride == 1 && cols % 8 == 0 && stride % 8 == 0 {
-        let groups = width / 8;
-        format!(
-            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned r = e / {groups}u, c = (e % {groups}u) * 8u;\nconst bool ok = {row0} + r < {rows}u && {col0} + c < {cols}u;\ntsr_cp16({dst} + r * {ld}u + c, ok ? (const void*)({src} + {base} + {row} + {col0} + c) : (const void*){src}, ok ? 16u : 0u);\n}}\n",
-            n = height * groups
-        )
+/// The lambda `name(row0, r, col0, c)` giving element `(row0 + r, col0 + c)` of a tile of `buf` whose batch
+/// matrix starts at `base`, rows `stride` and columns `col_stride` apart: its address when the tile is copied
+/// 16 bytes at a time (`copy16`: columns contiguous), else the element.
+fn tile_at(name: &str, buf: &str, base: &str, stride: i64, col_stride: i64, copy16: bool) -> String {
+    let row = times("row0 + r", stride);
+    let at = if copy16 {
+        format!("{buf} + {base} + {row} + col0 + c")
     } else {
-        let col = times(&format!("{col0} + c"), col_stride);
-        format!(
-            "for (unsigned e = threadIdx.x; e < {n}u; e += {threads}u) {{\nconst unsigned r = e / {width}u, c = e % {width}u;\n{dst}[r * {ld}u + c] = ({row0} + r < {rows}u && {col0} + c < {cols}u) ? {src}[{base} + {row} + {col}] : {zero};\n}}\n",
-            n = height * width
-        )
-    }
+        format!("{buf}[{base} + {row} + {}]", times("col0 + c", col_stride))
+    };
+    format!("auto {name} = [&](unsigned row0, unsigned r, unsigned col0, unsigned c) {{ return {at}; }};\n")
 }
 
 /// How the kernel addresses one operand or its output: the buffer, where the matrix of batch coordinates
@@ -241,19 +196,6 @@ fn operand(k: &mut Kernel, v: ValueId, batch: &[usize], write: bool) -> Operand 
     Operand { buf: k.buf(src, write), base, rows: view.strides[r - 2], cols: view.strides[r - 1], aligned }
 }
 
-/// Code combining the key slices' partial results into slice 0's warps (the others write theirs to shared
-/// memory, over the stages, and are done): per row the largest max `M`, and each slice's sum and accumulator
-/// scaled by `exp(m - M)` (against 0 when `M` is -inf, so a row with no finite score stays `0 / 0`). Each
-/// thread of slice 0 reads the same fragment positions of the others, so no layout changes hands. `l` is
-/// still a per-thread partial here: the sum over the quad comes after, as without a split.
-fn combine(t: MmaTiles, o_tiles: usize, floats: usize) -> String {
-    let (w, others) = (t.warps, t.split - 1);
-    format!(
-        "__syncthreads();\nfloat* const part = reinterpret_cast<float*>(tsr_smem);\nif (ks > 0u) {{\nfloat* const mine = part + ((ks - 1u) * {w}u + rw) * {floats}u + lane;\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 4; e++) mine[(n * 4 + e) * 32] = acc[n][e];\n#pragma unroll\nfor (int h = 0; h < 2; h++) {{\nmine[({acc_floats} + h) * 32] = m[h];\nmine[({acc_floats} + 2 + h) * 32] = l[h];\n}}\n}}\n__syncthreads();\nif (ks == 0u) {{\n#pragma unroll\nfor (int h = 0; h < 2; h++) {{\nfloat mx = m[h];\nfor (unsigned j = 0; j < {others}u; j++) mx = fmaxf(mx, part[(j * {w}u + rw) * {floats}u + lane + ({acc_floats} + h) * 32]);\nconst float base = mx == -__int_as_float(0x7f800000) ? 0.0f : mx;\nconst float own = expf(m[h] - base);\nl[h] *= own;\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++) {{\nacc[n][2 * h] *= own;\nacc[n][2 * h + 1] *= own;\n}}\nfor (unsigned j = 0; j < {others}u; j++) {{\nconst float* const theirs = part + (j * {w}u + rw) * {floats}u + lane;\nconst float f = expf(theirs[({acc_floats} + h) * 32] - base);\nl[h] += theirs[({acc_floats} + 2 + h) * 32] * f;\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++) {{\nacc[n][2 * h] += theirs[(n * 4 + 2 * h) * 32] * f;\nacc[n][2 * h + 1] += theirs[(n * 4 + 2 * h + 1) * 32] * f;\n}}\n}}\n}}\n}}\n",
-        acc_floats = o_tiles * 4
-    )
-}
-
 /// The attention node `node` as one tensor-core kernel in `k` with tile `tiles`; the caller has checked
 /// [`applies`], a non-empty output and `Sk > 0`.
 pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTiles) -> Result<(), String> {
@@ -268,7 +210,7 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     }
     // The operands' element type: what shared memory holds, what the mma instructions multiply.
     let dt = types[0].dtype;
-    let (t, zero) = (mem_type(dt), zero(dt));
+    let t = mem_type(dt);
     let batch: usize = dims.batch.iter().product();
     let nb = dims.batch.len();
     let ops: Vec<Operand> = (0..3).map(|i| operand(k, nd.inputs[i], &dims.batch, false)).collect();
@@ -284,17 +226,20 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     if blocks >= 1 << 31 {
         return Err(format!("{blocks} attention blocks (at most 2^31 - 1)"));
     }
-    let (bk, threads, round) = (tiles.bk as usize, tiles.threads(), tiles.round_keys() as usize);
-    let Layout { dp, dvp, ldk, ldv, .. } = lay;
-    let (dk_steps, s_tiles, o_tiles) = (dp / 16, bk / 8, dvp / 8);
+    let Layout { dvp, ldk, ldv, v_at, stage, .. } = lay;
+    // Tiles go by cp.async, 16 bytes at a time, when every group is either whole or out of range and aligned:
+    // columns contiguous, the columns and the row stride multiples of 8 halves, every batch matrix's start too
+    // in a buffer aligned to 16 bytes (`Operand::aligned`; a tile's first column is a multiple of 16).
+    let k_async = if k_staged_transposed {
+        kp.aligned && sk % 8 == 0 && dim_stride % 8 == 0
+    } else {
+        kp.aligned && dim_stride == 1 && d % 8 == 0 && key_stride % 8 == 0
+    };
+    let v_async = v.aligned && v.cols == 1 && dv % 8 == 0 && v.rows % 8 == 0;
     let scores_shape = dims.scores_shape();
-    let mut b = format!("extern __shared__ float4 tsr_smem[];\n{t}* const smem = reinterpret_cast<{t}*>(tsr_smem);\n");
-    // Warp `warp` owns rows `rw` of the block's and walks key slice `ks`: keys `ks * bk..` of every round.
-    b.push_str(&format!(
-        "const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, gr = lane >> 2, tq = lane & 3u;\nconst unsigned rw = warp % {w}u, ks = warp / {w}u;\nconst unsigned bi = blockIdx.x / {q_tiles}u, q0 = (blockIdx.x % {q_tiles}u) * {}u + rw * {WARP_ROWS}u;\n",
-        tiles.rows(),
-        w = tiles.warps
-    ));
+    // Block `blockIdx.x` owns batch matrix `bi` and query rows `q0..` (each warp 16 of them).
+    let rows = tiles.rows();
+    let mut b = format!("const unsigned bi = blockIdx.x / {q_tiles}u, q0 = (blockIdx.x % {q_tiles}u) * {rows}u;\n");
     b.push_str(&coords(&dims.batch, "bi", "z", &vec![true; nb]));
     for (o, name) in ops.iter().chain([&out]).zip(["qb", "kb", "vb", "yb"]) {
         b.push_str(&format!("const unsigned {name} = {};\n", o.base));
@@ -309,59 +254,13 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     };
     let add = mask(a.mask_index(), "mb", &mut b);
     let keep = mask(a.keep_index(), "kpb", &mut b);
-
-    // Q's A fragments: register i of step s holds row gr + (i & 1) * 8, columns s * 16 + tq * 2 + (i >> 1) * 8
-    // and the next.
-    let (qbuf, q_at, q_next) = (&q.buf, format!("qb + {} + {}", times("r", q.rows), times("c", q.cols)), times("c + 1u", q.cols));
-    b.push_str(&format!(
-        "unsigned qa[{dk_steps}][4];\n#pragma unroll\nfor (int s = 0; s < {dk_steps}; s++)\n#pragma unroll\nfor (int i = 0; i < 4; i++) {{\nconst unsigned r = q0 + gr + (i & 1) * 8u, c = s * 16u + tq * 2u + (i >> 1) * 8u;\nconst {t} lo = (r < {sq}u && c < {d}u) ? {qbuf}[{q_at}] : {zero};\nconst {t} hi = (r < {sq}u && c + 1u < {d}u) ? {qbuf}[qb + {} + {q_next}] : {zero};\nqa[s][i] = tsr_pack2(lo, hi);\n}}\n",
-        times("r", q.rows)
-    ));
-    b.push_str(&format!(
-        "float acc[{o_tiles}][4];\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 4; e++) acc[n][e] = 0.0f;\nfloat m[2] = {{-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}}, l[2] = {{0.0f, 0.0f}};\n"
-    ));
-    // The key rounds, two stages: round `it + 1` is copied in while the warps compute on round `it`; a round
-    // holds one tile of `bk` keys per key slice.
-    let n_tiles = sk.div_ceil(round);
-    let tiles_of = |k0: &str, stage: &str| -> String {
-        let ks = format!("(smem + {stage} * {}u)", lay.stage);
-        let vs = format!("(smem + {stage} * {}u + {}u)", lay.stage, lay.v_at);
-        let kt = if k_staged_transposed {
-            Tile { dst: &ks, ld: ldk, src: &kp.buf, base: "kb", row0: "0u", col0: k0, rows: d, cols: sk, stride: dim_stride, col_stride: 1, aligned: kp.aligned, height: dp, width: round }
-        } else {
-            Tile { dst: &ks, ld: ldk, src: &kp.buf, base: "kb", row0: k0, col0: "0u", rows: sk, cols: d, stride: key_stride, col_stride: dim_stride, aligned: kp.aligned, height: round, width: dp }
-        };
-        let vt = Tile { dst: &vs, ld: ldv, src: &v.buf, base: "vb", row0: k0, col0: "0u", rows: sk, cols: dv, stride: v.rows, col_stride: v.cols, aligned: v.aligned, height: round, width: dvp };
-        format!("{}{}tsr_cp_commit();\n", stage_tile(&kt, threads, &zero), stage_tile(&vt, threads, &zero))
-    };
-    b.push_str(&tiles_of("0u", "0u"));
-    b.push_str(&format!(
-        "for (unsigned it = 0; it < {n_tiles}u; it++) {{\nconst unsigned r0 = it * {round}u;\nif (it + 1u < {n_tiles}u) {{\nconst unsigned k1 = r0 + {round}u;\n{}tsr_cp_wait<1>();\n}} else tsr_cp_wait<0>();\n__syncthreads();\nconst unsigned k0 = r0 + ks * {bk}u;\nconst {t}* const Ks = smem + (it & 1u) * {}u + ks * {}u;\nconst {t}* const Vs = smem + (it & 1u) * {}u + {}u + ks * {}u;\n",
-        tiles_of("k1", "((it + 1u) & 1u)"),
-        lay.stage,
-        if k_staged_transposed { bk } else { bk * ldk },
-        lay.stage,
-        lay.v_at,
-        bk * ldv
-    ));
-    // 1. Scores: tile n of 8 keys, step t of 16 head dims. K stored [Sk, D]: the B fragment is the pair
-    // Ks[n * 8 + gr][t * 16 + tq * 2 (+ 8)]; stored [D, Sk]: rows of dims, loaded transposed by ldmatrix for
-    // key tiles n and n + 1 at once.
-    b.push_str(&format!("float s[{s_tiles}][4];\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;\n"));
-    if k_staged_transposed {
-        b.push_str(&format!(
-            "#pragma unroll\nfor (int t = 0; t < {dk_steps}; t++)\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n += 2) {{\nunsigned kb4[4];\ntsr_ldmatrix_x4_trans(kb4, Ks + (t * 16u + ((lane >> 3) & 1u) * 8u + (lane & 7u)) * {ldk}u + n * 8u + (lane >> 4) * 8u);\ntsr_mma16816<{t}>(s[n], qa[t], kb4[0], kb4[1]);\ntsr_mma16816<{t}>(s[n + 1], qa[t], kb4[2], kb4[3]);\n}}\n"
-        ));
-    } else {
-        b.push_str(&format!(
-            "#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++) {{\nconst {t}* const kr = Ks + (n * 8u + gr) * {ldk}u + tq * 2u;\n#pragma unroll\nfor (int t = 0; t < {dk_steps}; t++) tsr_mma16816<{t}>(s[n], qa[t], *reinterpret_cast<const unsigned*>(kr + t * 16), *reinterpret_cast<const unsigned*>(kr + t * 16 + 8));\n}}\n"
-        ));
-    }
-    // 2. Scale and masks per element: e = 0, 1 on row gr, e = 2, 3 on row gr + 8; key n * 8 + tq * 2 + (e & 1).
-    b.push_str(&format!(
-        "#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 4; e++) {{\nconst unsigned r = q0 + gr + (e >> 1) * 8u, j = k0 + n * 8u + tq * 2u + (e & 1);\nfloat x = s[n][e] * {};\nif (j >= {sk}u) x = -__int_as_float(0x7f800000);\nelse if (r < {sq}u) {{\n",
-        f32_lit(a.scale)
-    ));
+    // The template's lambdas: the offset of Q's element (r, c + dc); K's and V's tile elements for
+    // `stage_tile` (K's in its staged layout), addresses where the tile is copied 16 bytes at a time; the masks
+    // of a score; the store.
+    b.push_str(&format!("auto q_at = [&](unsigned r, unsigned c, unsigned dc) {{ return qb + {} + {}; }};\n", times("r", q.rows), times("c + dc", q.cols)));
+    let (k_rows, k_cols) = if k_staged_transposed { (dim_stride, 1) } else { (key_stride, dim_stride) };
+    b.push_str(&tile_at("k_at", &kp.buf, "kb", k_rows, k_cols, k_async));
+    b.push_str(&tile_at("v_at", &v.buf, "vb", v.rows, v.cols, v_async));
     let at = |row: i64, key: i64| {
         let mut t = Vec::new();
         if row != 0 {
@@ -376,38 +275,34 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
             t.join(" + ")
         }
     };
+    let mut masks = String::new();
     if let (Some(fill), Some((buf, _, base, rs, ks))) = (a.keep_fill, &keep) {
-        b.push_str(&format!("if (!{buf}[{base} + {}]) x = {};\n", at(*rs, *ks), f32_lit(fill)));
+        masks.push_str(&format!(" if (!{buf}[{base} + {}]) x = {};", at(*rs, *ks), f32_lit(fill)));
     }
     if let Some((buf, dt, base, rs, ks)) = &add {
-        b.push_str(&format!("x += {};\n", super::kernel::ld(*dt, buf, &format!("{base} + {}", at(*rs, *ks)))));
+        masks.push_str(&format!(" x += {};", super::kernel::ld(*dt, buf, &format!("{base} + {}", at(*rs, *ks)))));
     }
-    b.push_str("}\ns[n][e] = x;\n}\n");
-    // 3. Online softmax per row half h (rows gr and gr + 8): the quad's max, the rescale, P in place of S.
+    b.push_str(&format!("auto mask = [&](unsigned r, unsigned j, float& x) {{{masks} }};\n"));
     b.push_str(&format!(
-        "float alpha[2];\n#pragma unroll\nfor (int h = 0; h < 2; h++) {{\nfloat mx = -__int_as_float(0x7f800000);\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));\nmx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));\nmx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));\nconst float mn = fmaxf(m[h], mx);\n// A row with only -inf so far: exponentials against 0, so they are 0 rather than NaN.\nconst float base = mn == -__int_as_float(0x7f800000) ? 0.0f : mn;\nalpha[h] = expf(m[h] - base);\nfloat sum = 0.0f;\n#pragma unroll\nfor (int n = 0; n < {s_tiles}; n++)\n#pragma unroll\nfor (int e = 2 * h; e < 2 * h + 2; e++) {{\ns[n][e] = expf(s[n][e] - base);\nsum += s[n][e];\n}}\nl[h] = l[h] * alpha[h] + sum;\nm[h] = mn;\n}}\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++) {{\nacc[n][0] *= alpha[0];\nacc[n][1] *= alpha[0];\nacc[n][2] *= alpha[1];\nacc[n][3] *= alpha[1];\n}}\n"
-    ));
-    // 4. P V: step t covers keys t * 16.. (score tiles 2t and 2t + 1 as one A fragment); V's B fragments for
-    // output tiles n and n + 1 by one ldmatrix.x4.trans (lanes 8i..8i+7 address rows of matrix i: keys
-    // t * 16 + (i & 1) * 8 + row, columns n * 8 + (i >> 1) * 8).
-    b.push_str(&format!(
-        "#pragma unroll\nfor (int t = 0; t < {}; t++) {{\nunsigned pa[4] = {{tsr_pack_float2<{t}>(s[2 * t][0], s[2 * t][1]), tsr_pack_float2<{t}>(s[2 * t][2], s[2 * t][3]), tsr_pack_float2<{t}>(s[2 * t + 1][0], s[2 * t + 1][1]), tsr_pack_float2<{t}>(s[2 * t + 1][2], s[2 * t + 1][3])}};\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n += 2) {{\nunsigned vb4[4];\ntsr_ldmatrix_x4_trans(vb4, Vs + (t * 16u + ((lane >> 3) & 1u) * 8u + (lane & 7u)) * {ldv}u + n * 8u + (lane >> 4) * 8u);\ntsr_mma16816<{t}>(acc[n], pa, vb4[0], vb4[1]);\ntsr_mma16816<{t}>(acc[n + 1], pa, vb4[2], vb4[3]);\n}}\n}}\n__syncthreads();\n}}\n",
-        bk / 16
-    ));
-    if tiles.split > 1 {
-        b.push_str(&combine(tiles, o_tiles, Layout::partial_floats(dvp)));
-    }
-    // The rows' outputs: the quad's sum of l, then acc / l (0 / 0 = NaN for a row of -inf scores).
-    b.push_str(&format!(
-        "#pragma unroll\nfor (int h = 0; h < 2; h++) {{\nl[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);\nl[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);\nconst unsigned r = q0 + gr + h * 8u;\nif (ks == 0u && r < {sq}u) {{\n#pragma unroll\nfor (int n = 0; n < {o_tiles}; n++)\n#pragma unroll\nfor (int e = 0; e < 2; e++) {{\nconst unsigned c = n * 8u + tq * 2u + e;\nif (c < {dv}u) {}[yb + {} + {}] = {};\n}}\n}}\n}}\n",
+        "auto store = [&](unsigned r, unsigned c, float val) {{ {}[yb + {} + {}] = {}; }};\n",
         out.buf,
         times("r", out.rows),
         times("c", out.cols),
-        super::kernel::st(g.ty(nd.outputs[0]).dtype, "acc[n][2 * h + e] / l[h]")
+        super::kernel::st(g.ty(nd.outputs[0]).dtype, "val")
+    ));
+    let MmaTiles { warps, bk, split } = tiles;
+    let partial = Layout::partial_floats(dvp);
+    b.push_str(&format!(
+        "tsr_attention::mma<{t}, {warps}, {split}, {bk}, {sq}, {sk}, {d}, {dv}, {ldk}, {ldv}, {v_at}, {stage}, {partial}, \
+         {k_staged_transposed}, {k_async}, {v_async}>(q0, {}, {}, q_at, {}, k_at, {}, v_at, mask, store);\n",
+        f32_lit(a.scale),
+        q.buf,
+        kp.buf,
+        v.buf
     ));
     k.body.push_str(&b);
     k.grid = [blocks as u32, 1, 1];
-    k.block = [threads, 1, 1];
+    k.block = [tiles.threads(), 1, 1];
     k.shared_bytes = lay.bytes(tiles) as u32;
     Ok(())
 }

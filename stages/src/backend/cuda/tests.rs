@@ -193,7 +193,7 @@ fn attention_kernels_lower_and_compile() {
             let Op::Attention(attrs) = &g.nodes[0].op else { unreachable!("the case is one Attention") };
             let dims = attention_dims(attrs, &types).unwrap();
             let t = AttnTiles::for_problem(dims.batch.iter().product(), c.sq);
-            assert!(l.shared_bytes > 0 && code.source.contains("extern __shared__ float4 tsr_smem[]"), "{}", c.name);
+            assert!(l.shared_bytes > 0 && code.source.contains("tsr_attention::simt<"), "{}", c.name);
             assert_eq!(l.block, [t.threads, 1, 1], "{}", c.name);
             assert_eq!(l.grid, [t.blocks(dims.batch.iter().product(), c.sq) as u32, 1, 1], "{}", c.name);
         }
@@ -357,8 +357,8 @@ fn fp16_and_bf16_attention_run_on_tensor_cores_in_every_tile() {
         let g32 = c.graph();
         let g16 = crate::passes::precision::to_narrow(&g32, dt).unwrap();
         let src = |g: &Graph| postcard::from_bytes::<CudaCode>(&CudaBackend.lower(&target(), g, "t").unwrap().code).unwrap().source;
-        assert!(src(&g16).contains(&format!("tsr_mma16816<{cty}>(")) && src(&g16).contains("tsr_ldmatrix_x4_trans("), "{} {dt}: on tensor cores", c.name);
-        assert!(!src(&g32).contains("tsr_mma16816<"), "{}: fp32 stays SIMT", c.name);
+        assert!(src(&g16).contains(&format!("tsr_attention::mma<{cty}, ")), "{} {dt}: on tensor cores", c.name);
+        assert!(!src(&g32).contains("tsr_attention::mma<") && src(&g32).contains("tsr_attention::simt<"), "{}: fp32 stays SIMT", c.name);
         let (n, a) = attention_node(&g16);
         for (i, t) in [MmaTiles { warps: 1, bk: 16, split: 1 }, MmaTiles { warps: 2, bk: 64, split: 1 }, MmaTiles { warps: 4, bk: 128, split: 1 }, MmaTiles { warps: 1, bk: 32, split: 4 }, MmaTiles { warps: 2, bk: 16, split: 3 }].into_iter().enumerate() {
             let p = crate::backend::c::plan::plan(&g16);
