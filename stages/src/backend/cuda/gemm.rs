@@ -375,13 +375,6 @@ fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kerne
     b.push_str(&format!("tsr_gemm::{}(slice, a, b, index, out);\n", call.replace("SLICE", &slice.to_string())));
     k.body.push_str(&b);
     launch(k, &p, bm, bn, splits, threads)?;
-    if !is_half(p.dtype) {
-        // Four blocks per SM is what the SIMT kernel is compiled for: left free, NVRTC fit the 2x2 register
-        // tile into 32 registers and made every FMA wait for its shared-memory read (BERT-base b1's fp32 GEMMs
-        // 6-8% slower than with 40); with it, 61 registers and the reads issued ahead. The 4x4 tile compiles
-        // to the same 64 registers either way.
-        k.min_blocks = 4;
-    }
     Ok(second)
 }
 

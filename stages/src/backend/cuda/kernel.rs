@@ -93,8 +93,6 @@ pub struct Kernel<'a> {
     pub body: String,
     pub grid: [u32; 3],
     pub block: [u32; 3],
-    /// Blocks per SM the kernel is compiled to fit (`__launch_bounds__`' second argument; 0: none given).
-    pub min_blocks: u32,
     pub shared_bytes: u32,
     /// Name prefix of the partition's symbols (for constant arrays).
     pub symbol: &'a str,
@@ -106,7 +104,7 @@ pub struct Kernel<'a> {
 
 impl<'a> Kernel<'a> {
     pub fn new(g: &'a Graph, plan: &'a Plan, symbol: &'a str) -> Kernel<'a> {
-        Kernel { g, plan, params: Vec::new(), consts: Vec::new(), body: String::new(), grid: [1, 1, 1], block: [1, 1, 1], min_blocks: 0, shared_bytes: 0, symbol, temps: Vec::new(), knobs: Default::default() }
+        Kernel { g, plan, params: Vec::new(), consts: Vec::new(), body: String::new(), grid: [1, 1, 1], block: [1, 1, 1], shared_bytes: 0, symbol, temps: Vec::new(), knobs: Default::default() }
     }
 
     /// The expression naming `v`'s buffer (its alias root's): a parameter or an inline constant array.
@@ -175,9 +173,8 @@ impl<'a> Kernel<'a> {
             .enumerate()
             .map(|(i, (b, write))| format!("{}{}* __restrict__ p{i}", if *write { "" } else { "const " }, mem_type(self.dtype(*b))))
             .collect();
-        let min_blocks = if self.min_blocks > 0 { format!(", {}", self.min_blocks) } else { String::new() };
         format!(
-            "extern \"C\" __global__ void __launch_bounds__({}{min_blocks}) {name}({}) {{\n{}}}\n",
+            "extern \"C\" __global__ void __launch_bounds__({}) {name}({}) {{\n{}}}\n",
             self.block.iter().product::<u32>(),
             params.join(", "),
             crate::backend::c::func::indent(&self.body)
