@@ -35,7 +35,7 @@ static int tsr_cur;
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 /* A block's static shared arrays are one instance for all its fibers: function statics (blocks run one at a
  * time). emulate.rs drops the qualifier from `extern __shared__` (dynamic shared memory, tsr_smem below). */

@@ -67,17 +67,15 @@ __device__ __forceinline__ void simt(unsigned slice, A&& a, BColumn&& b_column, 
     each<BM * BK, THREADS>([&](int j, int e) { As[e % BK][e / BK] = ra[j]; });
     each<BN * BK, THREADS>([&](int j, int e) { Bs[(e / BN) * LDB + gnn] = rb[j]; });
   };
-  // With a register tile of 16 or more, the next step's loads go out before this step's barrier and FMAs
-  // (ResNet-50 b1 fp32, whose gathered convolutions take 64x64 tiles: 1.38 -> 1.20 ms, H200 2026-11-27).
-  // With the small 2x2 tile the compiler sinks them below the FMAs (it keeps 32 registers), where nothing
-  // hides their latency, and BERT-base b1's fp32 GEMMs ran 5-10% slower than loading at the top of the step.
-  constexpr bool PREFETCH = TM * TN >= 16;
-  if (PREFETCH && kbeg < kend) fetch(kbeg);
+  // The next step's loads go out before this step's barrier and FMAs, which hide their latency: ResNet-50 b1
+  // fp32, whose gathered convolutions take 64x64 tiles, 1.38 -> 1.20 ms (H200 2026-11-27). (The kernels are
+  // compiled for four blocks per SM, SIMT_MIN_BLOCKS in gemm.rs: squeezed into 32 registers, the 32x32 tile's
+  // kernel had these loads sunk below the FMAs.)
+  if (kbeg < kend) fetch(kbeg);
   for (int k0 = kbeg; k0 < kend; k0 += BK) {
-    if (!PREFETCH) fetch(k0);
     commit();
     // Unconditional: past the slice every load is masked off.
-    if (PREFETCH) fetch(k0 + BK);
+    fetch(k0 + BK);
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < BK; kk++) {

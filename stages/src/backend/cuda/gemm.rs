@@ -375,8 +375,21 @@ fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kerne
     b.push_str(&format!("tsr_gemm::{}(slice, a, b, index, out);\n", call.replace("SLICE", &slice.to_string())));
     k.body.push_str(&b);
     launch(k, &p, bm, bn, splits, threads)?;
+    if !is_half(p.dtype) {
+        k.min_blocks = SIMT_MIN_BLOCKS;
+    }
     Ok(second)
 }
+
+/// Blocks per SM the SIMT GEMM kernels are compiled for. Left to itself, NVRTC 13 fits the 32x32 tile's
+/// kernel into 32 registers (full occupancy) and, to do so, sinks the next step's prefetched loads below the
+/// step's FMAs, so every step waits a whole memory round trip. At four blocks (at most 64 registers for 256
+/// threads) the loads go out at the top of the step. Each kernel alone, H200 2026-11-27
+/// (`scripts/gpu/kernel_ab.py`, bench/gpu_templates_s24.md): BERT-base b1's FFN GEMM with bias + GELU 69.6 ->
+/// 62.8 us, its QKV GEMM 68.7 -> 62.3, the split-K ones 27.9 -> 26.4 and 86.5 -> 80.5 (five and six blocks
+/// measured the same within 1%). The 64x64 tile's kernels (ResNet, MobileNetV2, BERT b8) gained 5-16% per
+/// model from the same bound.
+const SIMT_MIN_BLOCKS: u32 = 4;
 
 /// The grid of a GEMM of `bm x bn` tiles, `splits` K slices each, and its block.
 fn launch(k: &mut Kernel, p: &Problem, bm: u32, bn: u32, splits: usize, threads: u32) -> Result<(), String> {

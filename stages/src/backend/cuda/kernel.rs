@@ -100,11 +100,14 @@ pub struct Kernel<'a> {
     pub temps: Vec<(u32, u64)>,
     /// How GEMMs choose their schedule (the tuning space's knobs).
     pub knobs: super::gemm::Knobs,
+    /// Blocks per SM the kernel is compiled to fit (`__launch_bounds__`' second argument), where the compiler's
+    /// own register choice is known to be slower; 0 leaves it to the compiler.
+    pub min_blocks: u32,
 }
 
 impl<'a> Kernel<'a> {
     pub fn new(g: &'a Graph, plan: &'a Plan, symbol: &'a str) -> Kernel<'a> {
-        Kernel { g, plan, params: Vec::new(), consts: Vec::new(), body: String::new(), grid: [1, 1, 1], block: [1, 1, 1], shared_bytes: 0, symbol, temps: Vec::new(), knobs: Default::default() }
+        Kernel { g, plan, params: Vec::new(), consts: Vec::new(), body: String::new(), grid: [1, 1, 1], block: [1, 1, 1], shared_bytes: 0, symbol, temps: Vec::new(), knobs: Default::default(), min_blocks: 0 }
     }
 
     /// The expression naming `v`'s buffer (its alias root's): a parameter or an inline constant array.
@@ -173,9 +176,10 @@ impl<'a> Kernel<'a> {
             .enumerate()
             .map(|(i, (b, write))| format!("{}{}* __restrict__ p{i}", if *write { "" } else { "const " }, mem_type(self.dtype(*b))))
             .collect();
+        let threads = self.block.iter().product::<u32>();
+        let bounds = if self.min_blocks > 0 { format!("{threads}, {}", self.min_blocks) } else { threads.to_string() };
         format!(
-            "extern \"C\" __global__ void __launch_bounds__({}) {name}({}) {{\n{}}}\n",
-            self.block.iter().product::<u32>(),
+            "extern \"C\" __global__ void __launch_bounds__({bounds}) {name}({}) {{\n{}}}\n",
             params.join(", "),
             crate::backend::c::func::indent(&self.body)
         )
