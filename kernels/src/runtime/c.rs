@@ -15,6 +15,7 @@
 
 use super::{LoadedModule, RuntimeError};
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+use std::ffi::{c_long, c_void};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -55,8 +56,45 @@ impl SharedObject {
             let sym = unsafe { lib.get::<KernelFn>(f.symbol.as_bytes()) }.map_err(|e| fail(format!("function '{}': {e}", f.symbol)))?;
             functions.push((*sym, arity(f), f.symbol.clone()));
         }
+        // A module with parallel loops exports `tsr_set_parallel` (c/prelude.h): hand it the pool's
+        // parallel-for. Modules without it (older ones, CUTLASS's) run as they are.
+        // SAFETY: the symbol, where present, has the prelude's signature; the function it is given is
+        // 'static and callable from any thread.
+        if let Ok(set) = unsafe { lib.get::<SetParallelFn>(b"tsr_set_parallel") } {
+            unsafe { set(parallel_for, std::ptr::null_mut()) };
+        }
         Ok(SharedObject { functions, _lib: lib, _memfd: memfd, backend: m.backend.clone() })
     }
+}
+
+/// `tsr_range_fn` of c/prelude.h: runs rows `lo..hi` of a parallel loop.
+type RangeFn = unsafe extern "C" fn(ctx: *mut c_void, lo: c_long, hi: c_long);
+/// `tsr_parallel_fn` of c/prelude.h.
+type ParallelFn = unsafe extern "C" fn(pool: *mut c_void, n: c_long, grain: c_long, f: RangeFn, ctx: *mut c_void);
+/// `tsr_set_parallel` of c/prelude.h.
+type SetParallelFn = unsafe extern "C" fn(f: ParallelFn, pool: *mut c_void);
+
+/// The ranges `n` rows are cut into: at most four per thread of the pool (rayon balances them), each at
+/// least `grain` rows; their bounds depend only on `n`, `grain` and the thread count.
+fn ranges(n: usize, grain: usize, threads: usize) -> Vec<(usize, usize)> {
+    let count = (n / grain.max(1)).clamp(1, 4 * threads.max(1));
+    (0..count).map(|c| (n * c / count, n * (c + 1) / count)).filter(|(lo, hi)| lo < hi).collect()
+}
+
+/// The parallel-for given to modules: `f(ctx, lo, hi)` over `0..n` in [`ranges`], on the runtime pool.
+/// A module calls it from a kernel that runs on the pool, so the ranges go to its threads (nested calls
+/// stay on the pool). Each row is computed by one call, so the results do not depend on the split.
+unsafe extern "C" fn parallel_for(_pool: *mut c_void, n: c_long, grain: c_long, f: RangeFn, ctx: *mut c_void) {
+    use rayon::prelude::*;
+    let (n, grain) = (n.max(0) as usize, grain.max(1) as usize);
+    let parts = ranges(n, grain, super::pool::threads());
+    // The context pointer crosses threads as an address: the module's struct outlives the call, and every
+    // range reads it only.
+    let ctx = ctx as usize;
+    super::pool::on_runtime_pool(|| {
+        // SAFETY: `f` is the module's range function for `ctx`, and the ranges are disjoint rows.
+        parts.par_iter().for_each(|&(lo, hi)| unsafe { f(ctx as *mut c_void, lo as c_long, hi as c_long) });
+    });
 }
 
 /// The `c` backend's module format: an ELF shared object exporting each function as
@@ -156,6 +194,22 @@ fn open_temp_file(bytes: &[u8]) -> Result<Library, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_cover_every_row_once_in_order() {
+        for (n, grain, threads) in [(0, 1, 2), (1, 1, 2), (7, 1, 2), (128, 11, 2), (1536, 1, 16), (100, 1000, 4), (10, 3, 1)] {
+            let r = ranges(n, grain, threads);
+            let mut next = 0;
+            for &(lo, hi) in &r {
+                assert_eq!(lo, next, "{n} {grain} {threads}: {r:?}");
+                assert!(hi > lo);
+                next = hi;
+            }
+            assert_eq!(next, n, "{n} {grain} {threads}: {r:?}");
+            assert!(r.len() <= 4 * threads);
+            assert!(r.iter().all(|(lo, hi)| hi - lo >= grain.min(n)), "{n} {grain} {threads}: {r:?}");
+        }
+    }
 
     #[test]
     fn non_elf_bytes_are_refused() {

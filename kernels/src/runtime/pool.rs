@@ -10,7 +10,8 @@
 
 //!
 //! Its size is the run's thread count, which every CPU kernel that threads honours (the gemm backend's GEMMs,
-//! depthwise convolutions and epilogues; the `c` backend's kernels run on one thread): by default the cores
+//! depthwise convolutions and epilogues; the `c` backend's parallel loops, through the parallel-for that
+//! runtime/c.rs hands its modules): by default the cores
 //! the process may run on (its CPU affinity, so `taskset` limits it), else `TESSERA_THREADS`, else what the
 //! program set with [`set_threads`] before its first run.
 

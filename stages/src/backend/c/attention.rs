@@ -8,7 +8,7 @@
 //! columns). Scores never leave the item's scratch.
 
 use super::cexpr::f32_lit;
-use super::func::Func;
+use super::func::{Func, PARALLEL_GRAIN, ROW_STACK_BYTES};
 use super::nest::{broadcast, row_offset};
 use crate::ir::{attention_dims, AttentionAttrs, DType, NodeId};
 
@@ -51,31 +51,49 @@ pub fn attention(f: &mut Func, node: NodeId, a: &AttentionAttrs) -> Result<(), S
     let add = mask(a.mask_index(), "mb", "float");
     let keep = mask(a.keep_index(), "kp", "uint8_t");
     let y = f.buf(nd.outputs[0], true);
-    let s = f.temp(sk, "float", 4);
-    let e = f.temp(sk, "float", 4);
-    let acc = f.temp(dv, "float", 4);
-    let kt = (!a.k_transposed).then(|| f.temp(d * sk, "float", 4));
+    // A row's scores, exponentials and output accumulator live on its thread's stack where they fit in
+    // ROW_STACK_BYTES, and the query rows run in parallel; longer rows run in order through the item's scratch.
+    let parallel = (2 * sk + dv) * 4 <= ROW_STACK_BYTES;
+    let (s, e, acc) = if parallel {
+        ("s".to_string(), "e".to_string(), "acc".to_string())
+    } else {
+        (f.temp(sk, "float", 4), f.temp(sk, "float", 4), f.temp(dv, "float", 4))
+    };
+    // K laid out as [D, Sk] for every batch matrix, before the rows (which read it from any thread).
+    let kt = (!a.k_transposed).then(|| f.temp(batch * d * sk, "float", 4));
 
-    let mut c = format!("for (long bi = 0; bi < {batch}; bi++) {{\n");
-    for (i, name) in ["qb", "kb", "vb"].into_iter().enumerate() {
+    let mut c = String::new();
+    let operand = |i: usize, bi: &str| {
         let st = matrix_strides(&g.ty(nd.inputs[i]).shape, &dims.batch);
-        c.push_str(&format!("const float* {name} = {} + {};\n", ops[i], row_offset(&dims.batch, &st, "bi")));
+        format!("{} + {}", ops[i], row_offset(&dims.batch, &st, bi))
+    };
+    if let Some(kt) = &kt {
+        let transpose = format!(
+            "const float* kb = {};\nfloat* ktb = {kt} + bi * {};\nfor (long j = 0; j < {sk}; j++) for (long t = 0; t < {d}; t++) ktb[t * {sk} + j] = kb[j * {d} + t];\n",
+            operand(1, "bi"),
+            d * sk
+        );
+        // Each batch matrix's own part of the scratch: the matrices transpose in parallel too.
+        c.push_str(&f.parallel_for(batch, PARALLEL_GRAIN.div_ceil((d * sk).max(1)), "bi", &transpose));
     }
+    // One query row: (batch matrix bi, row r) of row i.
+    let mut row = format!("const long bi = i / {sq}, r = i % {sq};\n");
+    row.push_str(&format!("const float* qr = {} + r * {d};\n", operand(0, "bi")));
+    row.push_str(&format!("const float* vb = {};\n", operand(2, "bi")));
     for m in add.iter().chain(&keep) {
-        c.push_str(&format!("const {}* {} = {} + {};\n", m.ty, m.name, m.buf, row_offset(&dims.batch, &m.batch, "bi")));
+        row.push_str(&format!("const {}* {} = {} + {};\n", m.ty, m.name, m.buf, row_offset(&dims.batch, &m.batch, "bi")));
     }
     match &kt {
-        Some(kt) => {
-            c.push_str(&format!("for (long j = 0; j < {sk}; j++) for (long t = 0; t < {d}; t++) {kt}[t * {sk} + j] = kb[j * {d} + t];\n"));
-            c.push_str(&format!("const float* ktb = {kt};\n"));
-        }
-        None => c.push_str("const float* ktb = kb;\n"),
+        Some(kt) => row.push_str(&format!("const float* ktb = {kt} + bi * {};\n", d * sk)),
+        None => row.push_str(&format!("const float* ktb = {};\n", operand(1, "bi"))),
     }
-    c.push_str(&format!("float* yb = {y} + bi * {};\n", sq * dv));
-    c.push_str(&format!("for (long r = 0; r < {sq}; r++) {{\nconst float* qr = qb + r * {d};\n"));
-    c.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] = 0.0f;\n"));
-    c.push_str(&format!("for (long t = 0; t < {d}; t++) {{\nconst float qd = qr[t];\nconst float* kt = ktb + t * {sk};\nfor (long j = 0; j < {sk}; j++) {s}[j] += qd * kt[j];\n}}\n"));
-    c.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] *= {};\n", f32_lit(a.scale)));
+    row.push_str(&format!("float* yr = {y} + i * {dv};\n"));
+    if parallel {
+        row.push_str(&format!("float s[{sk}], e[{sk}], acc[{dv}];\n"));
+    }
+    row.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] = 0.0f;\n"));
+    row.push_str(&format!("for (long t = 0; t < {d}; t++) {{\nconst float qd = qr[t];\nconst float* kt = ktb + t * {sk};\nfor (long j = 0; j < {sk}; j++) {s}[j] += qd * kt[j];\n}}\n"));
+    row.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] *= {};\n", f32_lit(a.scale)));
     // Element (r, j) of a mask.
     let at = |m: &Mask| {
         let mut terms: Vec<String> = Vec::new();
@@ -85,17 +103,25 @@ pub fn attention(f: &mut Func, node: NodeId, a: &AttentionAttrs) -> Result<(), S
     };
     // The keep mask first (Where), then the additive mask, as the op defines.
     if let (Some(fill), Some(m)) = (a.keep_fill, &keep) {
-        c.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] = {} ? {s}[j] : {};\n", at(m), f32_lit(fill)));
+        row.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] = {} ? {s}[j] : {};\n", at(m), f32_lit(fill)));
     }
     if let Some(m) = &add {
-        c.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] += {};\n", at(m)));
+        row.push_str(&format!("for (long j = 0; j < {sk}; j++) {s}[j] += {};\n", at(m)));
     }
-    c.push_str(&format!("const float m = tsr_row_max({s}, {sk});\n"));
-    c.push_str(&format!("for (long j = 0; j < {sk}; j++) {e}[j] = tsr_expf({s}[j] - m);\n"));
-    c.push_str(&format!("const float sum = tsr_row_sum({e}, {sk});\n"));
-    c.push_str(&format!("for (long o = 0; o < {dv}; o++) {acc}[o] = 0.0f;\n"));
-    c.push_str(&format!("for (long j = 0; j < {sk}; j++) {{\nconst float p = {e}[j] / sum;\nconst float* vj = vb + j * {dv};\nfor (long o = 0; o < {dv}; o++) {acc}[o] += p * vj[o];\n}}\n"));
-    c.push_str(&format!("for (long o = 0; o < {dv}; o++) yb[r * {dv} + o] = {acc}[o];\n}}\n}}\n"));
+    row.push_str(&format!("const float m = tsr_row_max({s}, {sk});\n"));
+    row.push_str(&format!("for (long j = 0; j < {sk}; j++) {e}[j] = tsr_expf({s}[j] - m);\n"));
+    row.push_str(&format!("const float sum = tsr_row_sum({e}, {sk});\n"));
+    row.push_str(&format!("for (long o = 0; o < {dv}; o++) {acc}[o] = 0.0f;\n"));
+    row.push_str(&format!("for (long j = 0; j < {sk}; j++) {{\nconst float p = {e}[j] / sum;\nconst float* vj = vb + j * {dv};\nfor (long o = 0; o < {dv}; o++) {acc}[o] += p * vj[o];\n}}\n"));
+    row.push_str(&format!("for (long o = 0; o < {dv}; o++) yr[o] = {acc}[o];\n"));
+    let rows = batch * sq;
+    if parallel {
+        // A range holds at least PARALLEL_GRAIN multiply-adds.
+        let grain = PARALLEL_GRAIN.div_ceil((sk * (d + dv)).max(1));
+        c.push_str(&f.parallel_for(rows, grain, "i", &row));
+    } else {
+        c.push_str(&format!("for (long i = 0; i < {rows}; i++) {{\n{row}}}\n"));
+    }
     f.body.push_str(&c);
     Ok(())
 }

@@ -5,7 +5,7 @@
 //! materializes. A one-element constant becomes a literal in the expression.
 
 use super::cexpr::{self, f32_lit, int_lit, mem_type};
-use super::func::Func;
+use super::func::{Func, PARALLEL_GRAIN};
 use super::nest::{broadcast, contiguous, Nest};
 use super::plan::{group_externals, Group};
 use crate::ir::{DType, Graph, ValueId};
@@ -98,7 +98,11 @@ pub fn element(
     Ok(code)
 }
 
-/// A group with no anchor as one loop nest over its domain.
+/// Elements per range of a one-dimensional parallel loop (a multiple of every vector width).
+const CHUNK: usize = 4096;
+
+/// A group with no anchor as one loop nest over its domain; from 2 x [`PARALLEL_GRAIN`] elements on, in
+/// parallel ranges: of the outermost loop, or, for a nest of one loop, of blocks of [`CHUNK`] elements.
 pub fn standalone(f: &mut Func, grp: &Group) -> Result<(), String> {
     let g = f.g;
     let (ops, loaded) = operands(g, grp);
@@ -108,7 +112,7 @@ pub fn standalone(f: &mut Func, grp: &Group) -> Result<(), String> {
     let nest = Nest::new(d, &strides);
     let nl = loaded.len();
     let mut err = None;
-    let code = nest.emit("i", |offs| {
+    let mut elem = |f: &mut Func, offs: &[String]| {
         let idx = |k: usize| offs[k].clone();
         match element(f, grp, &ops, &idx, None, &offs[nl]) {
             Ok(c) => c,
@@ -117,7 +121,22 @@ pub fn standalone(f: &mut Func, grp: &Group) -> Result<(), String> {
                 String::new()
             }
         }
-    });
+    };
+    let n = nest.numel();
+    let code = if nest.rank() == 0 || n < 2 * PARALLEL_GRAIN {
+        nest.emit("i", |offs| elem(f, offs))
+    } else if nest.rank() == 1 {
+        let offs: Vec<String> = (0..strides.len()).map(|o| nest.offset(o, 0, 1, "i", "0")).collect();
+        let body = format!(
+            "const long e0 = ic * {CHUNK}, e1 = e0 + {CHUNK} < {n} ? e0 + {CHUNK} : {n};\nfor (long i0 = e0; i0 < e1; i0++) {{\n{}}}\n",
+            elem(f, &offs)
+        );
+        f.parallel_for(n.div_ceil(CHUNK), PARALLEL_GRAIN.div_ceil(CHUNK), "ic", &body)
+    } else {
+        let base: Vec<String> = (0..strides.len()).map(|o| nest.offset(o, 0, 1, "i", "0")).collect();
+        let body = nest.emit_range(1, nest.rank(), "i", &base, |offs| elem(f, offs));
+        f.parallel_for(nest.dims[0], PARALLEL_GRAIN.div_ceil(n / nest.dims[0]), "i0", &body)
+    };
     if let Some(e) = err {
         return Err(e);
     }

@@ -25,11 +25,35 @@ pub struct Func<'a> {
     pub params: Vec<Param>,
     decls: Vec<String>,
     pub body: String,
+    /// The item's parallel loops, the k-th called where the body holds [`range_call`]`(k)`.
+    ranges: Vec<Range>,
+}
+
+/// A parallel loop: `body` for every `var` in `0..n`, in ranges of at least `grain`.
+struct Range {
+    var: String,
+    body: String,
+    n: usize,
+    grain: usize,
+}
+
+/// The least work (elements or multiply-adds) a range of a parallel loop holds: below it, handing rows to
+/// another thread costs more than it saves.
+pub const PARALLEL_GRAIN: usize = 16384;
+
+/// The most bytes of per-row scratch a parallel loop keeps on its thread's stack (threads of the runtime's
+/// pool have rayon's 2 MiB stacks); rows needing more run in order through the item's scratch.
+pub const ROW_STACK_BYTES: usize = 64 * 1024;
+
+/// Where the k-th parallel loop's call goes in an item's body until [`Func::render`] knows the item's name
+/// and its final parameter list.
+fn range_call(k: usize) -> String {
+    format!("\u{1}range{k}\u{1}")
 }
 
 impl<'a> Func<'a> {
     pub fn new(g: &'a Graph, plan: &'a Plan) -> Self {
-        Func { g, plan, params: Vec::new(), decls: Vec::new(), body: String::new() }
+        Func { g, plan, params: Vec::new(), decls: Vec::new(), body: String::new(), ranges: Vec::new() }
     }
 
     /// The parameter name of `v`'s buffer (its alias root's), registering it on first use.
@@ -65,10 +89,45 @@ impl<'a> Func<'a> {
         name
     }
 
-    /// The function's source.
+    /// Code running `body` for every `var` in `0..n`, each value independent of the others, in parallel
+    /// ranges of at least `grain` on the runtime's threads (`tsr_parallel_for`). The body sees the item's
+    /// parameters by their names and `var` as a `long`; its scratch must be its own (a temp of the item is
+    /// shared by every thread). Rows finish whole on one thread, so the result does not depend on the
+    /// thread count.
+    pub fn parallel_for(&mut self, n: usize, grain: usize, var: &str, body: &str) -> String {
+        self.ranges.push(Range { var: var.to_string(), body: body.to_string(), n, grain: grain.max(1) });
+        format!("{}\n", range_call(self.ranges.len() - 1))
+    }
+
+    /// The function's source (preceded by its parallel loops' argument struct and range functions).
     pub fn render(&self, name: &str) -> String {
         let params = if self.decls.is_empty() { "void".to_string() } else { self.decls.join(", ") };
-        format!("TSR_KERNEL static void {name}({params}) {{\n{}}}\n", indent(&self.body))
+        let mut out = String::new();
+        let mut body = self.body.clone();
+        if !self.ranges.is_empty() {
+            // The parameters travel in a struct; each range function declares them again as `restrict` locals.
+            let names: Vec<&str> = self.decls.iter().map(|d| d.rsplit(' ').next().unwrap_or(d)).collect();
+            let members: String = self.decls.iter().map(|d| format!("{};\n", d.replace(" restrict ", " "))).collect();
+            out.push_str(&format!("struct {name}_args {{\n{}}};\n", indent(&members)));
+            let locals: String = self.decls.iter().zip(&names).map(|(d, n)| format!("{d} = a->{n};\n(void){n};\n")).collect();
+            for (k, r) in self.ranges.iter().enumerate() {
+                let code = format!(
+                    "const struct {name}_args* a = (const struct {name}_args*)ctx;\n{locals}for (long {v} = lo; {v} < hi; {v}++) {{\n{}}}\n",
+                    r.body,
+                    v = r.var
+                );
+                out.push_str(&format!("TSR_KERNEL static void {name}_range{k}(void* ctx, long lo, long hi) {{\n{}}}\n", indent(&code)));
+                let call = format!(
+                    "{{\nstruct {name}_args args = {{{}}};\ntsr_parallel_for({}, {}, {name}_range{k}, &args);\n}}",
+                    names.join(", "),
+                    r.n,
+                    r.grain
+                );
+                body = body.replace(&range_call(k), &call);
+            }
+        }
+        out.push_str(&format!("TSR_KERNEL static void {name}({params}) {{\n{}}}\n", indent(&body)));
+        out
     }
 }
 

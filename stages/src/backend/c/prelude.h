@@ -26,6 +26,21 @@
 #define TSR_KERNEL
 #endif
 
+/* Parallel loops. An item whose rows are independent (attention's query rows, LayerNorm's and Softmax's rows)
+ * runs them as a range function `f(ctx, lo, hi)`; the runtime that loads the module hands it, through
+ * tsr_set_parallel, a function that splits [0, n) into ranges of at least `grain` rows and runs them on its
+ * thread pool. Each row is computed whole by one thread, in the same order, so the result is the same bytes
+ * on any number of threads. Without a runtime hook (an older runtime, or none set) the rows run in order. */
+typedef void (*tsr_range_fn)(void* ctx, long lo, long hi);
+typedef void (*tsr_parallel_fn)(void* pool, long n, long grain, tsr_range_fn f, void* ctx);
+static tsr_parallel_fn tsr_parallel = 0;
+static void* tsr_parallel_pool = 0;
+void tsr_set_parallel(tsr_parallel_fn f, void* pool) { tsr_parallel = f; tsr_parallel_pool = pool; }
+TSR_INLINE void tsr_parallel_for(long n, long grain, tsr_range_fn f, void* ctx) {
+    if (tsr_parallel && n >= 2 * grain) tsr_parallel(tsr_parallel_pool, n, grain, f, ctx);
+    else f(ctx, 0, n);
+}
+
 /* What the shared scalar math (scalar.h) needs from its host. */
 #define TSR_FN TSR_INLINE
 #define TSR_FN_CALL static

@@ -3,7 +3,7 @@
 //! and are rounded once, as in the reference.
 
 use super::cexpr::{f32_lit, mem_type};
-use super::func::Func;
+use super::func::{Func, PARALLEL_GRAIN, ROW_STACK_BYTES};
 use super::nest::{broadcast, contiguous, Nest};
 use crate::ir::{DType, NodeId, ReduceKind};
 
@@ -123,7 +123,19 @@ pub fn softmax(f: &mut Func, node: NodeId, axis: usize, log: bool) -> Result<(),
     let x = f.buf(nd.inputs[0], false);
     let y = f.buf(nd.outputs[0], true);
     let mut c = String::new();
-    if inner == 1 {
+    if inner == 1 && d * 4 <= ROW_STACK_BYTES {
+        // Rows in parallel, each with its exponentials on its own stack.
+        let mut row = format!("const float* xr = {x} + o * {d};\nfloat* yr = {y} + o * {d};\nfloat e[{d}];\n");
+        row.push_str(&format!("const float m = tsr_row_max(xr, {d});\n"));
+        row.push_str(&format!("for (long k = 0; k < {d}; k++) e[k] = tsr_expf(xr[k] - m);\n"));
+        row.push_str(&format!("const float s = tsr_row_sum(e, {d});\n"));
+        if log {
+            row.push_str(&format!("const float ls = tsr_logf(s);\nfor (long k = 0; k < {d}; k++) yr[k] = (xr[k] - m) - ls;\n"));
+        } else {
+            row.push_str(&format!("for (long k = 0; k < {d}; k++) yr[k] = e[k] / s;\n"));
+        }
+        c.push_str(&f.parallel_for(outer, PARALLEL_GRAIN.div_ceil(d.max(1)), "o", &row));
+    } else if inner == 1 {
         let e = f.temp(d, "float", 4);
         c.push_str(&format!("for (long o = 0; o < {outer}; o++) {{\nconst float* xr = {x} + o * {d};\nfloat* yr = {y} + o * {d};\n"));
         c.push_str(&format!("const float m = tsr_row_max(xr, {d});\n"));
@@ -170,7 +182,7 @@ pub fn layer_norm(f: &mut Func, node: NodeId, axis: usize, eps: f32) -> Result<(
         strides.push(broadcast(&g.ty(nd.inputs[2]).shape, &norm));
     }
     let nest = Nest::new(&norm, &strides);
-    let mut c = format!("for (long o = 0; o < {outer}; o++) {{\nconst float* xr = {x} + o * {inner};\nfloat* yr = {y} + o * {inner};\n");
+    let mut c = format!("const float* xr = {x} + o * {inner};\nfloat* yr = {y} + o * {inner};\n");
     c.push_str(&format!("double mean = 0.0;\nfor (long k = 0; k < {inner}; k++) mean += (double)xr[k];\nmean /= {inner}.0;\n"));
     c.push_str(&format!("double var = 0.0;\nfor (long k = 0; k < {inner}; k++) {{\nconst double t = (double)xr[k] - mean;\nvar += t * t;\n}}\nvar /= {inner}.0;\n"));
     c.push_str(&format!("const double inv = 1.0 / sqrt(var + (double){});\n", f32_lit(eps)));
@@ -181,8 +193,8 @@ pub fn layer_norm(f: &mut Func, node: NodeId, axis: usize, eps: f32) -> Result<(
         };
         format!("yr[{0}] = (float)(((double)xr[{0}] - mean) * inv * (double){sc}[{1}]{b});\n", o[0], o[1])
     }));
-    c.push_str("}\n");
-    f.body.push_str(&c);
+    let rows = f.parallel_for(outer, PARALLEL_GRAIN.div_ceil(inner.max(1)), "o", &c);
+    f.body.push_str(&rows);
     Ok(())
 }
 
