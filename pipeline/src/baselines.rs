@@ -141,6 +141,7 @@ pub fn run_baselines(
     jobs: &[ModelJob],
     bench: BenchSettings,
     costs: tessera_stages::context::CostMode,
+    tuning: tessera_stages::context::Tuning,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Vec<ModelBaselines>> {
     let configs = configurations(full)?;
@@ -148,7 +149,7 @@ pub fn run_baselines(
     // (model index, config index) -> compile result.
     let mut compiled: Vec<Vec<crate::build::ModelResult>> = Vec::with_capacity(configs.len());
     for c in &configs {
-        let ctx = Ctx::new(memo, &c.targets, backends).with_costs(costs).with_prefer(c.prefer.clone());
+        let ctx = Ctx::new(memo, &c.targets, backends).with_costs(costs).with_tuning(tuning).with_prefer(c.prefer.clone());
         let results = compile_models(&ctx, jobs, &|_| {})
             .into_iter()
             .map(|r| r.with_context(|| format!("baseline '{}'", c.label)))

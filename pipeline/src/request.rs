@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tessera_kernels::runtime::Registry;
 use tessera_stages::calibrate::CalibrationDir;
-use tessera_stages::context::{CostMode, Ctx};
+use tessera_stages::context::{CostMode, Ctx, Tuning};
 use tessera_stages::device::{assume_gpu, GpuFingerprint};
 use tessera_store::remote::keyfile::{load_signing_key, load_trust};
 use tessera_store::{OpenOptions, Remote, RemoteOptions, RemoteUrl, Signing, Store, Trust};
@@ -36,6 +36,8 @@ pub struct CompileRequest {
     pub targets: Vec<String>,
     /// Where partition costs come from; [`CostMode::Recorded`] is a frozen build.
     pub costs: CostMode,
+    /// With measured or recorded costs: which candidates and configurations are measured.
+    pub tuning: Tuning,
     /// A frozen build only: the GPU the records were measured on (`tessera targets --gpu-fingerprint` there),
     /// so a machine without it builds that GPU's bytes.
     pub measured_on: Option<GpuFingerprint>,
@@ -56,6 +58,7 @@ impl std::fmt::Debug for CompileRequest {
             .field("batches", &self.batches)
             .field("targets", &self.targets)
             .field("costs", &self.costs)
+            .field("tuning", &self.tuning)
             .field("measured_on", &self.measured_on)
             .field("store", &self.store)
             .field("out", &self.out)
@@ -100,6 +103,7 @@ impl CompileRequest {
             batches: Vec::new(),
             targets: Vec::new(),
             costs: CostMode::default(),
+            tuning: Tuning::default(),
             measured_on: None,
             store: StoreRequest::default(),
             out: out.into(),
@@ -150,6 +154,7 @@ impl CompileRequest {
             let memo = Memo::new(&store).with_observer(on_stage);
             let ctx = Ctx::new(&memo, &targets, &backends)
                 .with_costs(self.costs)
+                .with_tuning(self.tuning)
                 .with_runtime(&self.runtime)
                 .with_calibration(calibration.as_ref());
             compile_all_in(&memo, &ctx, jobs, &self.out, on_model)?

@@ -30,6 +30,7 @@ fn compile_with(store: &Path, remote: Option<&str>, out: &Path, costs: CostMode)
         store: Some(store.to_path_buf()),
         wait: false,
         costs,
+        tuning: Default::default(),
         frozen: false,
         measured_on: None,
         remote: remote.map(|u| u.parse().unwrap()),

@@ -26,6 +26,7 @@ fn options(store: &Path, remote: Option<&str>) -> BuildOptions {
         store: Some(store.to_path_buf()),
         wait: false,
         costs: CostMode::Analytical,
+        tuning: Default::default(),
         frozen: false,
         measured_on: None,
         remote: remote.map(|u| u.parse().unwrap()),

@@ -198,6 +198,8 @@ fn partition_key_has_every_ingredient() {
             devices: vec![Some(crate::device::cpu_fingerprint())],
             measure: vec![MeasureOptions::default()],
             validation: crate::partition::validate::constants(),
+            tuning: crate::context::Tuning::Pruned,
+            pruning: crate::partition::prune::constants(),
         }),
     };
     let with = |f: &dyn Fn(&mut PartitionKeyParams)| {
@@ -225,6 +227,9 @@ fn partition_key_has_every_ingredient() {
         ("validation margin", m(&|x| x.validation.margin = 0.1)),
         ("validation skip factor", m(&|x| x.validation.skip_factor = 3.0)),
         ("validation schedule", m(&|x| x.validation.block.1 += 1)),
+        ("tuning policy", m(&|x| x.tuning = crate::context::Tuning::Full)),
+        ("pruning slack", m(&|x| x.pruning.slack += 1.0)),
+        ("pruning config slack", m(&|x| x.pruning.config_slack += 1.0)),
     ]);
     // A build from records makes the measured build's plan: the same key.
     assert_eq!(with(&|p| p.cost_mode = CostMode::Recorded.keyed()), base.key().unwrap());

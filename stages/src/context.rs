@@ -27,11 +27,18 @@ pub struct Ctx<'a> {
     pub runtime: &'a Registry,
     /// The user's calibration inputs for reduced-precision builds (`--calibration DIR`); None: random ones.
     pub calibration: Option<&'a crate::calibrate::CalibrationDir>,
+    /// How much of the candidate space measured costs measure (default: pruned).
+    pub tuning: Tuning,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(driver: &'a dyn Driver, targets: &'a TargetSet, backends: &'a [Box<dyn Backend>]) -> Self {
-        Ctx { driver, targets, backends, costs: CostMode::default(), prefer: None, runtime: Registry::builtin(), calibration: None }
+        Ctx { driver, targets, backends, costs: CostMode::default(), prefer: None, runtime: Registry::builtin(), calibration: None, tuning: Tuning::default() }
+    }
+
+    pub fn with_tuning(mut self, tuning: Tuning) -> Self {
+        self.tuning = tuning;
+        self
     }
 
     pub fn with_calibration(mut self, calibration: Option<&'a crate::calibrate::CalibrationDir>) -> Self {
@@ -87,6 +94,41 @@ impl<'a> LazyGraph<'a> {
         let store = self.driver.store();
         let g = doc.to_graph(|d| store.get(d).map_err(|e| e.to_string()))?;
         Ok(self.fresh.get_or_init(|| g))
+    }
+}
+
+/// How much of the candidate space a build with measured costs measures: part of the partition key (the plan
+/// can differ), not of tune keys (a measurement is the same whichever policy asked for it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Tuning {
+    /// Candidates ranked by their backends' estimates; only those that can win are measured, and only the
+    /// competitive ones in every configuration (`partition::prune`).
+    #[default]
+    Pruned,
+    /// Every candidate in every configuration.
+    Full,
+}
+
+impl Tuning {
+    /// Every policy's name, as `--tuning` takes them.
+    pub const NAMES: [&'static str; 2] = ["pruned", "full"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tuning::Pruned => "pruned",
+            Tuning::Full => "full",
+        }
+    }
+}
+
+impl std::str::FromStr for Tuning {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pruned" => Ok(Tuning::Pruned),
+            "full" => Ok(Tuning::Full),
+            other => Err(format!("'{other}' is not a tuning policy (one of: {})", Tuning::NAMES.join(", "))),
+        }
     }
 }
 

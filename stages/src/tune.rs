@@ -111,6 +111,18 @@ pub struct TuneKeyParams {
     /// Checksum of the backend's candidate-config set (`Backend::configs`, a `TunableSet`, as CubeCL's
     /// autotune keys do): a new config invalidates old winners.
     pub configs_checksum: Digest,
+    /// Only the default configuration is measured ([`ConfigScope::DefaultOnly`] on a backend with a tuning
+    /// space): a record that must not answer for the full measurement.
+    pub default_only: bool,
+}
+
+/// Which configurations of a kernel the tune stage measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigScope {
+    /// Every configuration the backend offers for it (within the target's `-tune-configs` budget).
+    All,
+    /// The backend's default only: what pruned tuning ranks candidates by before it tunes the few that can win.
+    DefaultOnly,
 }
 
 impl TuneKeyParams {
@@ -126,7 +138,15 @@ impl TuneKeyParams {
             options: *options,
             input_seed: INPUT_SEED,
             configs_checksum: backend.configs(target).checksum(),
+            default_only: false,
         }
+    }
+
+    /// The same measurement restricted to `scope`: default-only where the backend has more than one
+    /// configuration (with one, both scopes measure the same thing and share the key).
+    pub fn scoped(mut self, scope: ConfigScope, backend: &dyn Backend, target: &Target) -> TuneKeyParams {
+        self.default_only = scope == ConfigScope::DefaultOnly && backend.configs(target).len() > 1;
+        self
     }
 
     /// The tune key.
@@ -137,6 +157,7 @@ impl TuneKeyParams {
             .input_digest("target", &self.target)
             .input("backend", &(&self.backend, self.backend_version))
             .input("configs", &self.configs_checksum)
+            .input("default_only", &self.default_only)
             .input("measure_options", &self.options)
             .input("input_seed", &self.input_seed)
             .env("toolchain", &self.backend_env)
@@ -188,12 +209,17 @@ impl std::error::Error for MissingRecords {}
 
 /// Measures candidates, each with its device's schedule ([`MeasureOptions::for_device`]).
 pub fn measure_candidates(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)]) -> Result<Vec<CandidateCost>> {
-    measure_all(ctx, g, cands, None)
+    measure_all(ctx, g, cands, None, ConfigScope::All)
+}
+
+/// Measures candidates in `scope`, each with its device's schedule.
+pub fn measure_candidates_in(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], scope: ConfigScope) -> Result<Vec<CandidateCost>> {
+    measure_all(ctx, g, cands, None, scope)
 }
 
 /// Measures candidates, every one with the schedule `opts`.
 pub fn measure_candidates_with(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: &MeasureOptions) -> Result<Vec<CandidateCost>> {
-    measure_all(ctx, g, cands, Some(opts))
+    measure_all(ctx, g, cands, Some(opts), ConfigScope::All)
 }
 
 /// One candidate after its key is known.
@@ -224,8 +250,11 @@ struct Miss<'a> {
 }
 
 impl<'a> Miss<'a> {
-    fn new(key: Digest, target: &'a Target, backend: &'a dyn Backend, kernel_graph: Graph, kernel: Digest) -> Result<Miss<'a>> {
-        let configs = configs_to_measure(backend, target, &kernel_graph)?;
+    fn new(key: Digest, target: &'a Target, backend: &'a dyn Backend, kernel_graph: Graph, kernel: Digest, default_only: bool) -> Result<Miss<'a>> {
+        let mut configs = configs_to_measure(backend, target, &kernel_graph)?;
+        if default_only {
+            configs.truncate(1);
+        }
         Ok(Miss { key, target, backend, kernel_graph, kernel, configs })
     }
 }
@@ -263,7 +292,7 @@ struct Batch {
 
 /// Measures candidates (see the module documentation), with `opts` or each device's schedule; costs come
 /// back in `cands` order.
-fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Option<&MeasureOptions>) -> Result<Vec<CandidateCost>> {
+fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Option<&MeasureOptions>, scope: ConfigScope) -> Result<Vec<CandidateCost>> {
     // Keys and misses: CPU work (a signature per candidate), under `busy` so that no measurement of another
     // model's kernels runs beside it; released before `prepare`, which takes it per compile.
     let busy = crate::device::busy();
@@ -279,7 +308,7 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
         let backend = ctx.backend(target).with_context(what)?;
         let kernel = kernel_signature(g, nodes, backend.inline_const_max()).digest;
         let opts = opts.copied().unwrap_or_else(|| MeasureOptions::for_device(target.device()));
-        let params = TuneKeyParams::new(kernel, target, backend, &opts);
+        let params = TuneKeyParams::new(kernel, target, backend, &opts).scoped(scope, backend, target);
         // A build from records measures nothing, so it needs only the device's fingerprint (an assumed GPU's
         // on a machine without it), not a backend that can run here.
         let measurable = params.device.is_some() && (ctx.costs.frozen() || backend.available().is_ok());
@@ -319,7 +348,7 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
         } else if !recorded {
             let sig = kernel_signature(g, nodes, p.backend.inline_const_max());
             let kernel_graph = extract_subgraph(g, &sig);
-            misses.entry(p.target).or_default().push(Miss::new(p.key, p.target, p.backend, kernel_graph, p.kernel)?);
+            misses.entry(p.target).or_default().push(Miss::new(p.key, p.target, p.backend, kernel_graph, p.kernel, p.params.default_only)?);
         }
     }
 
@@ -365,7 +394,7 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
                 None => {
                     // Recorded when peeked at, gone since (gc), or a race: build this one alone.
                     let sig = kernel_signature(g, nodes, p.backend.inline_const_max());
-                    let miss = Miss::new(p.key, p.target, p.backend, extract_subgraph(g, &sig), p.kernel)?;
+                    let miss = Miss::new(p.key, p.target, p.backend, extract_subgraph(g, &sig), p.kernel, p.params.default_only)?;
                     let b = prepare(ctx, std::slice::from_ref(&miss))?;
                     let mods: Vec<&dyn LoadedModule> = b.modules.iter().map(|m| m.as_ref()).collect();
                     run_prepared(&mods, 0, &b.kernels[&p.key], &p.opts, p.target)?

@@ -3,7 +3,7 @@
 //! parsed into the library's [`CompileRequest`] (and its [`StoreRequest`]), which does the rest.
 
 use crate::request::{CompileRequest, RemoteRequest, StoreRequest};
-use tessera_stages::context::CostMode;
+use tessera_stages::context::{CostMode, Tuning};
 use crate::zoo::resolve_targets;
 use anyhow::{bail, Context, Result};
 use tessera_stages::device::{assume_gpu, GpuFingerprint};
@@ -76,6 +76,10 @@ pub struct BuildOptions {
     /// analytical estimates (no measurement; the same plan on every machine).
     #[arg(long, default_value = "measured", value_parser = clap::builder::TypedValueParser::map(clap::builder::PossibleValuesParser::new(CostMode::NAMES), |s| s.parse::<CostMode>().expect("a listed name")))]
     pub costs: CostMode,
+    /// With measured costs: `pruned` measures the candidates the backends' estimates say can win (and tunes
+    /// the configurations of the competitive ones), `full` every candidate in every configuration.
+    #[arg(long, default_value = "pruned", value_parser = clap::builder::TypedValueParser::map(clap::builder::PossibleValuesParser::new(Tuning::NAMES), |s| s.parse::<Tuning>().expect("a listed name")))]
+    pub tuning: Tuning,
     /// Build from recorded measurements only (the same as `--costs recorded`): the tune records and plan
     /// timings in the store, from an earlier measured build or imported (`tessera store import`). Nothing is
     /// measured; a missing record fails the build with the list of every one missing.
@@ -168,6 +172,7 @@ impl BuildOptions {
             targets: self.targets.clone(),
             // The request assumes the measured GPU when it compiles.
             costs: self.costs()?,
+            tuning: self.tuning,
             measured_on: self.measured_on()?,
             store: self.store_request(),
             out: out.to_path_buf(),

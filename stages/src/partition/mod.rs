@@ -10,6 +10,7 @@
 
 pub mod collage;
 pub mod plan;
+pub mod prune;
 pub mod select;
 pub mod stage;
 pub mod validate;

@@ -5,7 +5,7 @@
 use super::collage::{self, CrossingModel, Limits};
 use super::plan::{build_plan, Alternative, ExecPlan};
 use super::check;
-use crate::context::{CostMode, CostSource, Ctx};
+use crate::context::{CostMode, CostSource, Ctx, Tuning};
 use crate::ir::{Graph, NodeId, Tensor};
 use crate::target::Target;
 use crate::tune::measure_candidates;
@@ -50,6 +50,7 @@ pub fn costed_candidates(ctx: &Ctx, g: &Graph) -> Result<CostedCandidates> {
                 (us, CostSource::Analytical, backend.map(|b| b.default_config(t)).unwrap_or_default())
             })
             .collect(),
+        CostMode::Measured | CostMode::Recorded if ctx.tuning == Tuning::Pruned => super::prune::pruned_costs(ctx, g, &cands, &selections(ctx))?,
         CostMode::Measured | CostMode::Recorded => {
             let pairs: Vec<(Target, Vec<NodeId>)> = cands.iter().map(|c| (ctx.targets.targets[c.target].clone(), c.nodes.clone())).collect();
             measure_candidates(ctx, g, &pairs)?.into_iter().map(|c| (c.us, c.source, c.config)).collect()
@@ -64,11 +65,10 @@ pub fn costed_candidates(ctx: &Ctx, g: &Graph) -> Result<CostedCandidates> {
     Ok(out)
 }
 
-/// The plan the search finds for `selection` over costed candidates.
-pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Selection) -> Result<ExecPlan> {
-    let CostedCandidates { cands, cost_us, sources, configs } = costed;
-    // A preferred backend's candidates cost next to nothing in the search, so it takes every node it can run;
-    // with `Only`, other targets' candidates cannot be chosen. Reported costs stay the real ones.
+/// The search's outcome for `selection` over candidates costing `cost_us`. A preferred backend's candidates
+/// cost next to nothing in the search, so it takes every node it can run; with `Only`, other targets'
+/// candidates cannot be chosen. The outcome's costs are the search's, not the real ones.
+pub fn search_for(ctx: &Ctx, g: &Graph, cands: &[collage::Candidate], cost_us: &[f64], selection: &Selection) -> Result<collage::SearchOutcome> {
     let search_costs: Vec<f64> = cands
         .iter()
         .zip(cost_us)
@@ -80,14 +80,35 @@ pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Sel
             Selection::Only(_) => f64::INFINITY,
         })
         .collect();
-    let _busy = crate::device::busy();
     // A preferred backend takes what it can even where its values cross devices: the crossing costs would
     // otherwise keep it out of every small partition on the other device (same-device costs stay).
     let crossing = match selection {
         Selection::Prefer(_) => CrossingModel { device_latency_us: 0.0, device_us_per_byte: 0.0, ..CrossingModel::default() },
         _ => CrossingModel::default(),
     };
-    let mut outcome = collage::search_detailed(g, ctx.targets, cands, &search_costs, &crossing)?;
+    Ok(collage::search_detailed(g, ctx.targets, cands, &search_costs, &crossing)?)
+}
+
+/// The selections whose plans the partition stage builds from one set of costed candidates: the one it
+/// returns (the searched mix, or the preferred backend's baseline), and validation's references.
+pub fn selections(ctx: &Ctx) -> Vec<Selection> {
+    let main = match &ctx.prefer {
+        Some(b) => Selection::Prefer(b.clone()),
+        None => Selection::Mix,
+    };
+    let validated = main == Selection::Mix && super::validate::applies(ctx);
+    let mut out = vec![main];
+    if validated {
+        out.extend(super::validate::references(ctx).into_iter().map(|(_, s)| s));
+    }
+    out
+}
+
+/// The plan the search finds for `selection` over costed candidates.
+pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Selection) -> Result<ExecPlan> {
+    let CostedCandidates { cands, cost_us, sources, configs } = costed;
+    let _busy = crate::device::busy();
+    let mut outcome = search_for(ctx, g, cands, cost_us, selection)?;
     if matches!(selection, Selection::Prefer(_)) {
         // Report real costs: a chosen partition is a winner or a merge of winners (sum of their costs).
         for ch in &mut outcome.chosen {

@@ -5,7 +5,7 @@
 use super::plan::{ExecPlan, PLAN_VERSION};
 use super::select::{costed_candidates, plan_for, Selection};
 use super::PARTITIONER_VERSION;
-use crate::context::{CostMode, Ctx, LazyGraph};
+use crate::context::{CostMode, Ctx, LazyGraph, Tuning};
 use crate::ir::Graph;
 use crate::stage::{DevicePolicy, Stage};
 use anyhow::{bail, Result};
@@ -54,6 +54,9 @@ pub struct MeasuredParams {
     pub measure: Vec<MeasureOptions>,
     /// The validation's margin, skip factor and timing schedule ([`super::validate::constants`]).
     pub validation: super::validate::Constants,
+    /// Which candidates and configurations are measured ([`Tuning`]), with pruning's constants.
+    pub tuning: Tuning,
+    pub pruning: super::prune::Constants,
 }
 
 impl<'a> Partition<'a> {
@@ -75,6 +78,8 @@ impl<'a> Partition<'a> {
             devices: ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect(),
             measure: ctx.targets.targets.iter().map(|t| MeasureOptions::for_device(t.device())).collect(),
             validation: super::validate::constants(),
+            tuning: ctx.tuning,
+            pruning: super::prune::constants(),
         });
         PartitionKeyParams {
             graph_doc: self.graph_doc,
@@ -104,7 +109,9 @@ impl PartitionKeyParams {
                 .env("tune", &m.tune_version)
                 .env("devices", &m.devices)
                 .env("measure", &m.measure)
-                .env("validation", &m.validation);
+                .env("validation", &m.validation)
+                .env("tuning", &m.tuning.name())
+                .env("pruning", &m.pruning);
         }
         Ok(k.finish()?)
     }

@@ -92,7 +92,7 @@ pub fn measures_end_to_end(ctx: &Ctx) -> bool {
 
 /// The reference plans of a target set, with their labels: each non-fallback backend preferred, then each
 /// fallback alone (the configurations `tessera baselines` compares).
-fn references(ctx: &Ctx) -> Vec<(String, Selection)> {
+pub fn references(ctx: &Ctx) -> Vec<(String, Selection)> {
     let mut out = Vec::new();
     for t in ctx.targets.targets.iter().filter(|t| !t.is_least_specialized()) {
         out.push((t.backend_name().to_string(), Selection::Prefer(t.backend_name().to_string())));

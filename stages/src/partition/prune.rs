@@ -1,0 +1,330 @@
+//! Pruned tuning: measure the candidates that can be in the best plan, not all of them.
+//!
+//! Full measurement times every candidate of a graph in every configuration its backend offers, and most of
+//! them are in no plan worth running (a GEMM on the `c` backend beside cuBLASLt's, a fusion whose parts run
+//! better apart). Pruning lets the backends' analytical estimates say what could win and the search say what
+//! does:
+//!
+//! 1. Probes: per target, the [`PROBES`] candidates whose estimates are closest to the lowest estimate for
+//!    the same nodes, measured first, so that every backend's estimates meet measurements.
+//! 2. Calibration: per target, the median of measured / estimated time over its measured candidates. A
+//!    backend's estimates are off on a given machine by a factor that varies less from kernel to kernel
+//!    than between backends (the `c` backend's GEMMs are estimated ten times too slow on the 2-core build
+//!    machine; the GPU libraries' small calls too fast).
+//! 3. Rounds: the search runs with the measured candidates at their times and every other one at an
+//!    optimistic bound, its calibrated estimate divided by [`Constants::slack`]. The unmeasured candidates
+//!    of the plan it finds are measured, and the search runs again, until its plan holds measured candidates
+//!    only. That plan then beats every plan with an unmeasured candidate, even at that candidate's bound: the
+//!    rest cannot win unless an estimate is off by more than the slack. The rounds search for every plan
+//!    the partition stage builds from these costs (the searched mix and validation's references: each
+//!    backend preferred, each fallback alone), so each of them is made of measured candidates too.
+//! 4. Configurations: the rounds measure default configurations. The plan's candidates, and the measured
+//!    candidates within [`Constants::config_slack`] of one of them on the same nodes, are then measured in
+//!    every configuration their backends offer (the `cuda` GEMM's tiles and split-K, the libraries'
+//!    algorithm ranks); tuning only makes them faster, so the plan's standing holds.
+//!
+//! Unmeasured candidates keep their calibrated estimates (cost source `analytical`), which are above their
+//! optimistic bounds, so the final search picks none of them over the plan the rounds ended on. Every
+//! decision follows from estimates (deterministic) and measured times (recorded in the store), so a build
+//! from records (`--frozen`) makes the same decisions and reads exactly the records the measured build wrote.
+
+use super::collage::Candidate;
+use super::select::{search_for, Selection};
+use crate::context::{CostSource, Ctx};
+use crate::ir::{Graph, NodeId};
+use crate::target::Target;
+use crate::tune::{measure_candidates_in, CandidateCost, ConfigScope};
+use anyhow::Result;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// An unmeasured candidate's optimistic bound is its calibrated estimate divided by this.
+pub const SLACK: f64 = 2.0;
+
+/// Measured candidates within this factor of a plan candidate on the same nodes are tuned in every
+/// configuration too (split-K or another tile can be worth this much on one problem).
+pub const CONFIG_SLACK: f64 = 2.0;
+
+/// Per target, this many candidates closest to the lowest estimate of their nodes are measured first.
+pub const PROBES: usize = 3;
+
+/// Pruning's constants, as the partition key records them (a change re-plans).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Constants {
+    pub slack: f64,
+    pub config_slack: f64,
+    pub probes: usize,
+}
+
+/// The constants above (a partition key ingredient).
+pub fn constants() -> Constants {
+    Constants { slack: SLACK, config_slack: CONFIG_SLACK, probes: PROBES }
+}
+
+/// A candidate's cost as the search takes it: microseconds, where it came from, and its configuration.
+pub type Costed = (f64, CostSource, String);
+
+/// The costs of `cands` with pruned tuning (see the module documentation), in `cands` order, for plans of
+/// `selections`.
+pub fn pruned_costs(ctx: &Ctx, g: &Graph, cands: &[Candidate], selections: &[Selection]) -> Result<Vec<Costed>> {
+    let targets = &ctx.targets.targets;
+    let estimate: Vec<f64> = cands
+        .iter()
+        .map(|c| {
+            let t = &targets[c.target];
+            ctx.backend(t).map(|b| b.estimate_us(g, &c.nodes, t)).unwrap_or(f64::INFINITY)
+        })
+        .collect();
+    let default_config: Vec<String> =
+        cands.iter().map(|c| ctx.backend(&targets[c.target]).map(|b| b.default_config(&targets[c.target])).unwrap_or_default()).collect();
+    let index: BTreeMap<(usize, &[NodeId]), usize> = cands.iter().enumerate().map(|(i, c)| ((c.target, c.nodes.as_slice()), i)).collect();
+    // Every selection's winners, once each.
+    let search = |costs: &[f64]| -> Result<Vec<usize>> {
+        let _busy = crate::device::busy();
+        let mut winners = BTreeSet::new();
+        for s in selections {
+            let outcome = search_for(ctx, g, cands, costs, s)?;
+            winners.extend(outcome.winners.iter().map(|(w, _)| index[&(w.target, w.nodes.as_slice())]));
+        }
+        Ok(winners.into_iter().collect())
+    };
+    let measure = |which: &[usize], scope: ConfigScope| -> Result<Vec<(usize, CandidateCost)>> {
+        let pairs: Vec<(Target, Vec<NodeId>)> = which.iter().map(|&i| (targets[cands[i].target].clone(), cands[i].nodes.clone())).collect();
+        Ok(which.iter().copied().zip(measure_candidates_in(ctx, g, &pairs, scope)?).collect())
+    };
+
+    let plan = Plan::new(cands, &estimate);
+    let mut defaults: Vec<Option<CandidateCost>> = vec![None; cands.len()];
+    let mut next = plan.probes();
+    let winners = loop {
+        for (i, cost) in measure(&next, ConfigScope::DefaultOnly)? {
+            defaults[i] = Some(cost);
+        }
+        let times = times_of(&defaults);
+        let winners = search(&plan.optimistic(&times))?;
+        next = winners.iter().copied().filter(|&i| times[i].is_none()).collect();
+        if next.is_empty() {
+            break winners;
+        }
+    };
+    let times = times_of(&defaults);
+    let calibrated = plan.calibrated(&times);
+    let mut costs: Vec<Option<CandidateCost>> = defaults;
+    for (i, cost) in measure(&plan.competitive(&winners, &times), ConfigScope::All)? {
+        costs[i] = Some(cost);
+    }
+    Ok(costs
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| match m {
+            Some(c) => (c.us, c.source, c.config),
+            None => (calibrated[i], CostSource::Analytical, default_config[i].clone()),
+        })
+        .collect())
+}
+
+fn times_of(costs: &[Option<CandidateCost>]) -> Vec<Option<f64>> {
+    costs.iter().map(|m| m.as_ref().map(|c| c.us)).collect()
+}
+
+/// The candidates' groups (by covered nodes), targets and estimates: every decision of pruning, apart from
+/// measuring and searching.
+struct Plan {
+    /// Candidate indices per covered node set, in `cands` order.
+    groups: Vec<Vec<usize>>,
+    /// Each candidate's group.
+    group_of: Vec<usize>,
+    target_of: Vec<usize>,
+    estimate: Vec<f64>,
+}
+
+impl Plan {
+    fn new(cands: &[Candidate], estimate: &[f64]) -> Plan {
+        let mut by_nodes: BTreeMap<&[NodeId], usize> = BTreeMap::new();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_of = Vec::with_capacity(cands.len());
+        for (i, c) in cands.iter().enumerate() {
+            let gi = *by_nodes.entry(&c.nodes).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[gi].push(i);
+            group_of.push(gi);
+        }
+        Plan { groups, group_of, target_of: cands.iter().map(|c| c.target).collect(), estimate: estimate.to_vec() }
+    }
+
+    /// The lowest estimate of a group (infinite where no backend estimates any).
+    fn best_estimate(&self, group: usize) -> f64 {
+        self.groups[group].iter().map(|&i| self.estimate[i]).fold(f64::INFINITY, f64::min)
+    }
+
+    /// The first round: per target, the [`PROBES`] candidates whose estimates are closest to their group's
+    /// lowest (ties: the earlier candidate).
+    fn probes(&self) -> Vec<usize> {
+        let mut closeness: BTreeMap<usize, Vec<(f64, usize)>> = BTreeMap::new();
+        for (i, &e) in self.estimate.iter().enumerate() {
+            let best = self.best_estimate(self.group_of[i]);
+            if e.is_finite() && best > 0.0 {
+                closeness.entry(self.target_of[i]).or_default().push((e / best, i));
+            }
+        }
+        let mut probes = BTreeSet::new();
+        for mut list in closeness.into_values() {
+            list.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            probes.extend(list.iter().take(PROBES).map(|&(_, i)| i));
+        }
+        probes.into_iter().collect()
+    }
+
+    /// Per target, the median of measured / estimated time over its measured candidates (targets with no
+    /// such candidate are absent: their estimates stand as they are).
+    fn calibration(&self, times: &[Option<f64>]) -> BTreeMap<usize, f64> {
+        let mut ratios: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+        for (i, t) in times.iter().enumerate() {
+            if let Some(t) = t {
+                let e = self.estimate[i];
+                if t.is_finite() && e.is_finite() && e > 0.0 && *t > 0.0 {
+                    ratios.entry(self.target_of[i]).or_default().push(t / e);
+                }
+            }
+        }
+        ratios
+            .into_iter()
+            .map(|(t, mut r)| {
+                r.sort_by(f64::total_cmp);
+                (t, r[r.len() / 2])
+            })
+            .collect()
+    }
+
+    /// Every candidate's estimate times its target's calibration.
+    fn calibrated(&self, times: &[Option<f64>]) -> Vec<f64> {
+        let cal = self.calibration(times);
+        self.estimate.iter().enumerate().map(|(i, e)| e * cal.get(&self.target_of[i]).copied().unwrap_or(1.0)).collect()
+    }
+
+    /// The costs the rounds search with: measured times, and every other candidate at its optimistic bound.
+    fn optimistic(&self, times: &[Option<f64>]) -> Vec<f64> {
+        let calibrated = self.calibrated(times);
+        times.iter().zip(calibrated).map(|(t, c)| t.unwrap_or(c / SLACK)).collect()
+    }
+
+    /// The candidates to tune in every configuration: the plan's (`winners`), and the measured candidates
+    /// within [`CONFIG_SLACK`] of a winner on the same nodes.
+    fn competitive(&self, winners: &[usize], times: &[Option<f64>]) -> Vec<usize> {
+        let mut out = BTreeSet::new();
+        for &w in winners {
+            let Some(best) = times[w] else { continue };
+            out.extend(self.groups[self.group_of[w]].iter().copied().filter(|&i| times[i].is_some_and(|t| t.is_finite() && t <= CONFIG_SLACK * best)));
+        }
+        out.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cand(target: usize, nodes: &[u32]) -> Candidate {
+        Candidate { target, nodes: nodes.iter().map(|&n| NodeId(n)).collect() }
+    }
+
+    /// The search over candidates that each cover one node: per group, the cheapest finite one (what the
+    /// shortest-path search finds when no candidate spans two nodes and nothing crosses devices).
+    fn search(plan: &Plan, costs: &[f64]) -> Vec<usize> {
+        plan.groups
+            .iter()
+            .filter_map(|m| m.iter().copied().filter(|&i| costs[i].is_finite()).min_by(|&a, &b| costs[a].total_cmp(&costs[b]).then(a.cmp(&b))))
+            .collect()
+    }
+
+    /// Runs the rounds against `truth` (each candidate's real time): what was measured, and the final plan.
+    fn rounds(plan: &Plan, truth: &[f64]) -> (Vec<Option<f64>>, Vec<usize>) {
+        let mut times = vec![None; truth.len()];
+        let mut next = plan.probes();
+        loop {
+            for i in next {
+                assert!(times[i].is_none(), "candidate {i} measured twice");
+                times[i] = Some(truth[i]);
+            }
+            let winners = search(plan, &plan.optimistic(&times));
+            next = winners.iter().copied().filter(|&i| times[i].is_none()).collect();
+            if next.is_empty() {
+                return (times, winners);
+            }
+        }
+    }
+
+    #[test]
+    fn a_candidate_estimated_far_behind_is_not_measured() {
+        // Five nodes only target 1 runs (its probes: calibration 1.0), and node 9 on both targets: target 0
+        // estimated 10, target 1 estimated 100, and so they measure.
+        let cands: Vec<Candidate> = (0..5).map(|n| cand(1, &[n])).chain([cand(0, &[9]), cand(1, &[9])]).collect();
+        let truth = [1.0, 1.0, 1.0, 1.0, 1.0, 10.0, 100.0];
+        let plan = Plan::new(&cands, &truth);
+        let (times, winners) = rounds(&plan, &truth);
+        assert_eq!(times[6], None, "estimated ten times behind on a calibrated target: {times:?}");
+        assert_eq!(winners, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(times.iter().filter(|t| t.is_some()).count(), 6, "the plan's six, measured in rounds: {times:?}");
+    }
+
+    #[test]
+    fn a_badly_calibrated_backend_is_measured_where_it_can_win() {
+        // Target 1's estimates are ten times too slow: its probes calibrate it, and the rounds measure it
+        // wherever it wins.
+        let cands: Vec<Candidate> = (0..6).flat_map(|n| [cand(0, &[n]), cand(1, &[n])]).collect();
+        let est: Vec<f64> = (0..6).flat_map(|_| [10.0, 40.0]).collect();
+        let truth: Vec<f64> = (0..6).flat_map(|_| [10.0, 4.0]).collect();
+        let plan = Plan::new(&cands, &est);
+        let (_, winners) = rounds(&plan, &truth);
+        assert_eq!(winners, vec![1, 3, 5, 7, 9, 11], "target 1 wins every node");
+    }
+
+    #[test]
+    fn the_plans_candidates_and_their_close_rivals_are_tuned() {
+        let cands = [cand(0, &[0]), cand(1, &[0]), cand(2, &[0])];
+        let plan = Plan::new(&cands, &[1.0, 1.0, 1.0]);
+        assert_eq!(plan.competitive(&[0], &[Some(10.0), Some(19.0), Some(21.0)]), vec![0, 1]);
+        assert_eq!(plan.competitive(&[0], &[Some(10.0), None, Some(f64::INFINITY)]), vec![0]);
+    }
+
+    proptest! {
+        /// Whatever the estimates and times: the rounds end on a plan of measured candidates that beats
+        /// every unmeasured candidate's calibrated estimate (what the final search sees).
+        #[test]
+        fn the_final_plan_is_measured_and_no_estimate_beats_it(
+            spec in proptest::collection::vec((0usize..3, 0u32..6, 0.1f64..100.0, 0.1f64..100.0), 1..40)
+        ) {
+            let cands: Vec<Candidate> = spec.iter().map(|&(t, n, _, _)| cand(t, &[n])).collect();
+            let est: Vec<f64> = spec.iter().map(|s| s.2).collect();
+            let truth: Vec<f64> = spec.iter().map(|s| s.3).collect();
+            let plan = Plan::new(&cands, &est);
+            let (times, winners) = rounds(&plan, &truth);
+            let calibrated = plan.calibrated(&times);
+            let finals: Vec<f64> = times.iter().zip(&calibrated).map(|(t, c)| t.unwrap_or(*c)).collect();
+            prop_assert_eq!(search(&plan, &finals), winners.clone());
+            for &w in &winners {
+                prop_assert!(times[w].is_some(), "winner {} unmeasured", w);
+            }
+        }
+
+        /// Where every backend's estimates are off by one factor of its own, pruning finds the plan full
+        /// measurement finds.
+        #[test]
+        fn estimates_off_by_a_factor_per_backend_give_the_full_plan(
+            spec in proptest::collection::vec((0usize..3, 0u32..8, 0.1f64..100.0), 1..48),
+            factors in proptest::collection::vec(0.05f64..20.0, 3)
+        ) {
+            let cands: Vec<Candidate> = spec.iter().map(|&(t, n, _)| cand(t, &[n])).collect();
+            let truth: Vec<f64> = spec.iter().map(|s| s.2).collect();
+            let est: Vec<f64> = spec.iter().map(|s| s.2 * factors[s.0]).collect();
+            let plan = Plan::new(&cands, &est);
+            let (_, winners) = rounds(&plan, &truth);
+            let full = search(&plan, &truth);
+            let cost = |w: &[usize]| w.iter().map(|&i| truth[i]).sum::<f64>();
+            prop_assert!((cost(&winners) - cost(&full)).abs() < 1e-9, "pruned {:?} vs full {:?}", winners, full);
+        }
+    }
+}
