@@ -339,6 +339,11 @@ fn key_kernel_signature() {
 }
 
 #[test]
+fn key_default_only() {
+    assert_changes_key(|p| p.default_only = true);
+}
+
+#[test]
 fn key_target() {
     assert_changes_key(|p| p.target = t("cpu -compiler=c -opt-level=3").digest());
 }

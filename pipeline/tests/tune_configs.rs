@@ -176,3 +176,47 @@ fn the_plan_carries_the_winner_and_the_artifact_runs_it() {
     let err = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
     assert!(err < 1e-5, "relative error {err:e}");
 }
+
+/// Pruned tuning (the default) ranks candidates by their default configuration and tunes the plan's in
+/// every configuration: the kernel gets a default-only record (the default alone) and a full one (both),
+/// and the plan runs the faster. Full tuning measures every configuration at once: one record.
+#[test]
+fn pruned_tuning_ranks_by_the_default_then_tunes_the_plans_kernel() {
+    use tessera_kernels::runtime::measure::MeasureOptions;
+    use tessera_stages::context::Tuning;
+    use tessera_stages::partition::plan::kernel_signature;
+    use tessera_stages::tune::{ConfigScope, TuneKeyParams};
+    let (backends, targets) = setup();
+    let g = matmul_graph(48, 64, 32);
+    let target = Target::parse(&format!("cpu -compiler={NAME}")).unwrap();
+    let kernel = kernel_signature(&g, &[NodeId(0)], Reps.inline_const_max()).digest;
+    let opts = MeasureOptions::for_device("cpu");
+    let measured = |store: &Store, scope: ConfigScope| -> Option<Vec<String>> {
+        let key = TuneKeyParams::new(kernel, &target, &Reps, &opts).scoped(scope, &Reps, &target).key().unwrap();
+        let entry = store.memo_lookup("tune", &key).unwrap()?;
+        let record: TuneRecord = postcard::from_bytes(&store.get(&entry.output).unwrap()).unwrap();
+        let TuneOutcome::Measured { measurements, .. } = record.outcome else { panic!("measured: {:?}", record.outcome) };
+        Some(measurements.into_iter().map(|(c, _)| c).collect())
+    };
+    for tuning in [Tuning::Pruned, Tuning::Full] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), OpenOptions::writable()).unwrap();
+        let memo = Memo::new(&store);
+        let ctx = Ctx::new(&memo, &targets, &backends).with_costs(CostMode::Measured).with_tuning(tuning);
+        // Validation builds plans: their constants must be in the store, as the load stage leaves them.
+        for v in (0..g.values.len() as u32).map(ValueId) {
+            if let Some(t) = g.constant(v) {
+                store.put(t.bytes()).unwrap();
+            }
+        }
+        let plan = partition_and_plan(&ctx, &g).unwrap();
+        let [p] = &plan.partitions[..] else { panic!("one partition: {:?}", plan.partitions) };
+        assert_eq!(p.config.as_deref(), Some(FAST), "{tuning:?}");
+        let (default_only, all) = (measured(&store, ConfigScope::DefaultOnly), measured(&store, ConfigScope::All));
+        assert_eq!(all, Some(vec![SLOW.to_string(), FAST.to_string()]), "{tuning:?}");
+        match tuning {
+            Tuning::Pruned => assert_eq!(default_only, Some(vec![SLOW.to_string()])),
+            Tuning::Full => assert_eq!(default_only, None),
+        }
+    }
+}
