@@ -17,7 +17,9 @@
 //!    only. That plan then beats every plan with an unmeasured candidate, even at that candidate's bound: the
 //!    rest cannot win unless an estimate is off by more than the slack. The rounds search for every plan
 //!    the partition stage builds from these costs (the searched mix and validation's references: each
-//!    backend preferred, each fallback alone), so each of them is made of measured candidates too.
+//!    backend preferred, each fallback alone), so each of them is made of measured candidates too; a
+//!    fallback alone only while its plan is within validation's skip factor of the mix's (at the bounds),
+//!    since validation does not build it beyond that.
 //! 4. Configurations: the rounds measure default configurations. The plan's candidates, and the measured
 //!    candidates within [`Constants::config_slack`] of one of them on the same nodes, are then measured in
 //!    every configuration their backends offer (the `cuda` GEMM's tiles and split-K, the libraries'
@@ -78,12 +80,20 @@ pub fn pruned_costs(ctx: &Ctx, g: &Graph, cands: &[Candidate], selections: &[Sel
     let default_config: Vec<String> =
         cands.iter().map(|c| ctx.backend(&targets[c.target]).map(|b| b.default_config(&targets[c.target])).unwrap_or_default()).collect();
     let index: BTreeMap<(usize, &[NodeId]), usize> = cands.iter().enumerate().map(|(i, c)| ((c.target, c.nodes.as_slice()), i)).collect();
-    // Every selection's winners, once each.
+    // Every selection's winners, once each; a fallback alone only while its plan, at these (optimistic)
+    // costs, is within validation's skip factor of the first selection's: beyond it, validation does not
+    // build that plan, so its candidates need no measurement.
     let search = |costs: &[f64]| -> Result<Vec<usize>> {
         let _busy = crate::device::busy();
         let mut winners = BTreeSet::new();
-        for s in selections {
+        let mut first_total = f64::INFINITY;
+        for (k, s) in selections.iter().enumerate() {
             let outcome = search_for(ctx, g, cands, costs, s)?;
+            if k == 0 {
+                first_total = outcome.total_us;
+            } else if matches!(s, Selection::Only(_)) && outcome.total_us > super::validate::SKIP_FACTOR * first_total {
+                continue;
+            }
             winners.extend(outcome.winners.iter().map(|(w, _)| index[&(w.target, w.nodes.as_slice())]));
         }
         Ok(winners.into_iter().collect())
@@ -95,19 +105,23 @@ pub fn pruned_costs(ctx: &Ctx, g: &Graph, cands: &[Candidate], selections: &[Sel
 
     let plan = Plan::new(cands, &estimate);
     let mut defaults: Vec<Option<CandidateCost>> = vec![None; cands.len()];
-    let mut next = plan.probes();
-    let winners = loop {
-        for (i, cost) in measure(&next, ConfigScope::DefaultOnly)? {
+    let mut measure_defaults = |which: &[usize]| -> Result<Vec<f64>> {
+        let costs = measure(which, ConfigScope::DefaultOnly)?;
+        let us = costs.iter().map(|(_, c)| c.us).collect();
+        for (i, cost) in costs {
             defaults[i] = Some(cost);
         }
-        let times = times_of(&defaults);
-        let winners = search(&plan.optimistic(&times))?;
-        next = winners.iter().copied().filter(|&i| times[i].is_none()).collect();
-        if next.is_empty() {
-            break winners;
-        }
+        Ok(us)
     };
-    let times = times_of(&defaults);
+    let outcome = plan.rounds(&mut measure_defaults, &search)?;
+    tracing::info!(
+        graph = %g.name,
+        candidates = cands.len(),
+        measured = outcome.times.iter().filter(|t| t.is_some()).count(),
+        rounds = outcome.rounds,
+        "pruned tuning"
+    );
+    let (times, winners) = (outcome.times, outcome.winners);
     let calibrated = plan.calibrated(&times);
     let mut costs: Vec<Option<CandidateCost>> = defaults;
     for (i, cost) in measure(&plan.competitive(&winners, &times), ConfigScope::All)? {
@@ -123,8 +137,11 @@ pub fn pruned_costs(ctx: &Ctx, g: &Graph, cands: &[Candidate], selections: &[Sel
         .collect())
 }
 
-fn times_of(costs: &[Option<CandidateCost>]) -> Vec<Option<f64>> {
-    costs.iter().map(|m| m.as_ref().map(|c| c.us)).collect()
+/// What the rounds measured (default configurations), the plans they ended on, and how many rounds ran.
+struct Rounds {
+    times: Vec<Option<f64>>,
+    winners: Vec<usize>,
+    rounds: usize,
 }
 
 /// The candidates' groups (by covered nodes), targets and estimates: every decision of pruning, apart from
@@ -210,6 +227,28 @@ impl Plan {
         times.iter().zip(calibrated).map(|(t, c)| t.unwrap_or(c / SLACK)).collect()
     }
 
+    /// The rounds of the module documentation: `measure` times candidates (in their default configurations),
+    /// `search` gives the candidates of the plans for costs. The first round measures the probes and the
+    /// plans' candidates at uncalibrated bounds together (one compile batch less).
+    fn rounds(&self, measure: &mut dyn FnMut(&[usize]) -> Result<Vec<f64>>, search: &dyn Fn(&[f64]) -> Result<Vec<usize>>) -> Result<Rounds> {
+        let mut times: Vec<Option<f64>> = vec![None; self.estimate.len()];
+        let mut next: BTreeSet<usize> = self.probes().into_iter().collect();
+        next.extend(search(&self.optimistic(&times))?);
+        let mut rounds = 0;
+        loop {
+            let which: Vec<usize> = next.into_iter().collect();
+            for (&i, us) in which.iter().zip(measure(&which)?) {
+                times[i] = Some(us);
+            }
+            rounds += 1;
+            let winners = search(&self.optimistic(&times))?;
+            next = winners.iter().copied().filter(|&i| times[i].is_none()).collect();
+            if next.is_empty() {
+                return Ok(Rounds { times, winners, rounds });
+            }
+        }
+    }
+
     /// The candidates to tune in every configuration: the plan's (`winners`), and the measured candidates
     /// within [`CONFIG_SLACK`] of a winner on the same nodes.
     fn competitive(&self, winners: &[usize], times: &[Option<f64>]) -> Vec<usize> {
@@ -242,19 +281,15 @@ mod tests {
 
     /// Runs the rounds against `truth` (each candidate's real time): what was measured, and the final plan.
     fn rounds(plan: &Plan, truth: &[f64]) -> (Vec<Option<f64>>, Vec<usize>) {
-        let mut times = vec![None; truth.len()];
-        let mut next = plan.probes();
-        loop {
-            for i in next {
-                assert!(times[i].is_none(), "candidate {i} measured twice");
-                times[i] = Some(truth[i]);
+        let mut seen = BTreeSet::new();
+        let mut measure = |which: &[usize]| -> Result<Vec<f64>> {
+            for &i in which {
+                assert!(seen.insert(i), "candidate {i} measured twice");
             }
-            let winners = search(plan, &plan.optimistic(&times));
-            next = winners.iter().copied().filter(|&i| times[i].is_none()).collect();
-            if next.is_empty() {
-                return (times, winners);
-            }
-        }
+            Ok(which.iter().map(|&i| truth[i]).collect())
+        };
+        let r = plan.rounds(&mut measure, &|costs: &[f64]| Ok(search(plan, costs))).unwrap();
+        (r.times, r.winners)
     }
 
     #[test]
