@@ -132,4 +132,39 @@ mod tests {
         assert_eq!(key(&a), key(&CodeVersion::new(3, &[[1; 32]])));
         assert_ne!(key(&a), key(&CodeVersion::new(4, &[[1; 32]])));
     }
+
+    /// The GPU backends' units hold only the shared part of `backend::c` (units.rs): every reference a GPU
+    /// backend file (and a shared file) makes to a module of `backend::c` names a shared module, so what
+    /// those units leave out cannot change a GPU kernel.
+    #[test]
+    fn gpu_backends_use_only_the_shared_part_of_c() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let shared = ["plan", "nest", "cexpr", "scratch", "cost", "text"];
+        let gpu = tessera_source_digest::files(root, &["src/backend/cuda", "src/backend/cublas", "src/backend/cudnn", "src/backend/cutlass", "src/backend/gemm", "src/backend/library.rs"]).unwrap();
+        let c_shared: Vec<std::path::PathBuf> = shared.iter().map(|m| format!("src/backend/c/{m}.rs").into()).collect();
+        let mut checked = 0;
+        for f in gpu.iter().chain(&c_shared) {
+            let text = std::fs::read_to_string(root.join(f)).unwrap();
+            let in_c = f.starts_with("src/backend/c");
+            for (at, _) in text.match_indices("backend::c::").chain(if in_c { text.match_indices("super::") } else { "".match_indices("x") }) {
+                let rest = &text[at..];
+                let rest = &rest[rest.find("::").unwrap() + 2..];
+                let rest = rest.strip_prefix("c::").unwrap_or(rest);
+                // `c::{plan::Plan, nest}` names several modules; `super::*` (a shared file's own tests) none.
+                let names: Vec<&str> = match rest.strip_prefix('{') {
+                    Some(group) => group[..group.find('}').unwrap()].split(',').map(str::trim).collect(),
+                    None => vec![rest],
+                };
+                for name in names {
+                    let module: String = name.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                    if module.is_empty() || (in_c && module == "tests") {
+                        continue;
+                    }
+                    assert!(shared.contains(&module.as_str()), "{} names backend::c's module '{module}', which the GPU backends' units do not hold", f.display());
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 20, "found only {checked} references: the scan is broken");
+    }
 }

@@ -7,6 +7,7 @@
 
 use super::cexpr::mem_type;
 use super::plan::Plan;
+use super::text::indent;
 use crate::ir::{Graph, ValueId};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,31 +130,4 @@ impl<'a> Func<'a> {
         out.push_str(&format!("TSR_KERNEL static void {name}({params}) {{\n{}}}\n", indent(&body)));
         out
     }
-}
-
-/// Indents every line by four spaces per open brace (the generated code is brace-structured, one statement
-/// or brace per line), so the source stays readable.
-pub fn indent(code: &str) -> String {
-    let mut out = String::with_capacity(code.len() * 2);
-    let mut depth: usize = 1;
-    for line in code.lines() {
-        let t = line.trim();
-        if t.is_empty() {
-            continue;
-        }
-        let closes = t.starts_with('}');
-        if closes {
-            depth = depth.saturating_sub(1);
-        }
-        for _ in 0..depth {
-            out.push_str("    ");
-        }
-        out.push_str(t);
-        out.push('\n');
-        let opens = t.matches('{').count();
-        let shut = t.matches('}').count();
-        // The leading brace of a closing line was already counted.
-        depth = (depth + opens).saturating_sub(shut - closes as usize);
-    }
-    out
 }

@@ -28,6 +28,7 @@ mod pool;
 mod reduce;
 mod scan;
 pub mod scratch;
+pub mod text;
 pub mod toolchain;
 
 #[cfg(test)]
@@ -43,20 +44,11 @@ use crate::target::{AttrSpec, AttrType, BackendSpec, Target};
 /// Bump whenever the generated code (or the prelude, or the compile flags) changes.
 pub const VERSION: u32 = 6;
 
+pub use text::{with_scalar, SCALAR};
+
 /// The C helpers every module starts with (`prelude.h`, the shared scalar math spliced in).
 pub static PRELUDE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| with_scalar(include_str!("prelude.h")));
 
-/// The scalar math the C and CUDA preludes share (`scalar.h` beside this file: erf, softplus, Mish,
-/// HardSwish, NaN-propagating min/max, integer division and powers, float -> integer conversions).
-pub const SCALAR: &str = include_str!("scalar.h");
-
-/// `prelude` with [`SCALAR`] in place of its line `#include "scalar.h"` (a module is one self-contained
-/// source: NVRTC compiles it without headers, and the C toolchain from a temporary file).
-pub fn with_scalar(prelude: &str) -> String {
-    const LINE: &str = "#include \"scalar.h\"\n";
-    assert_eq!(prelude.matches(LINE).count(), 1, "a prelude includes the scalar math once");
-    prelude.replacen(LINE, SCALAR, 1)
-}
 
 
 /// The backend's description: its `-compiler` value and its own options.

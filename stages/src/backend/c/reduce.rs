@@ -125,28 +125,12 @@ pub fn softmax(f: &mut Func, node: NodeId, axis: usize, log: bool) -> Result<(),
     let mut c = String::new();
     if inner == 1 && d * 4 <= ROW_STACK_BYTES {
         // Rows in parallel, each with its exponentials on its own stack.
-        let mut row = format!("const float* xr = {x} + o * {d};\nfloat* yr = {y} + o * {d};\nfloat e[{d}];\n");
-        row.push_str(&format!("const float m = tsr_row_max(xr, {d});\n"));
-        row.push_str(&format!("for (long k = 0; k < {d}; k++) e[k] = tsr_expf(xr[k] - m);\n"));
-        row.push_str(&format!("const float s = tsr_row_sum(e, {d});\n"));
-        if log {
-            row.push_str(&format!("const float ls = tsr_logf(s);\nfor (long k = 0; k < {d}; k++) yr[k] = (xr[k] - m) - ls;\n"));
-        } else {
-            row.push_str(&format!("for (long k = 0; k < {d}; k++) yr[k] = e[k] / s;\n"));
-        }
+        let row = format!("float e[{d}];\n{}", softmax_row(&x, &y, d, "e", log));
         c.push_str(&f.parallel_for(outer, PARALLEL_GRAIN.div_ceil(d.max(1)), "o", &row));
     } else if inner == 1 {
+        // Rows too long for the stack, in order, sharing one scratch row.
         let e = f.temp(d, "float", 4);
-        c.push_str(&format!("for (long o = 0; o < {outer}; o++) {{\nconst float* xr = {x} + o * {d};\nfloat* yr = {y} + o * {d};\n"));
-        c.push_str(&format!("const float m = tsr_row_max(xr, {d});\n"));
-        c.push_str(&format!("for (long k = 0; k < {d}; k++) {e}[k] = tsr_expf(xr[k] - m);\n"));
-        c.push_str(&format!("const float s = tsr_row_sum({e}, {d});\n"));
-        if log {
-            c.push_str(&format!("const float ls = tsr_logf(s);\nfor (long k = 0; k < {d}; k++) yr[k] = (xr[k] - m) - ls;\n"));
-        } else {
-            c.push_str(&format!("for (long k = 0; k < {d}; k++) yr[k] = {e}[k] / s;\n"));
-        }
-        c.push_str("}\n");
+        c.push_str(&format!("for (long o = 0; o < {outer}; o++) {{\n{}}}\n", softmax_row(&x, &y, d, &e, log)));
     } else {
         let m = f.temp(inner, "float", 4);
         let sm = f.temp(inner, "float", 4);
@@ -162,6 +146,21 @@ pub fn softmax(f: &mut Func, node: NodeId, axis: usize, log: bool) -> Result<(),
     }
     f.body.push_str(&c);
     Ok(())
+}
+
+/// The statements of softmax row `o` (`x` and `y` its input and output buffers, `d` its length): max, the
+/// exponentials into the row buffer `e`, their sum, and the output.
+fn softmax_row(x: &str, y: &str, d: usize, e: &str, log: bool) -> String {
+    let mut row = format!("const float* xr = {x} + o * {d};\nfloat* yr = {y} + o * {d};\n");
+    row.push_str(&format!("const float m = tsr_row_max(xr, {d});\n"));
+    row.push_str(&format!("for (long k = 0; k < {d}; k++) {e}[k] = tsr_expf(xr[k] - m);\n"));
+    row.push_str(&format!("const float s = tsr_row_sum({e}, {d});\n"));
+    if log {
+        row.push_str(&format!("const float ls = tsr_logf(s);\nfor (long k = 0; k < {d}; k++) yr[k] = (xr[k] - m) - ls;\n"));
+    } else {
+        row.push_str(&format!("for (long k = 0; k < {d}; k++) yr[k] = {e}[k] / s;\n"));
+    }
+    row
 }
 
 /// LayerNorm over `axis..rank`: per row, mean and variance (two passes, double), then

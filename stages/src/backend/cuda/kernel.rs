@@ -181,7 +181,7 @@ impl<'a> Kernel<'a> {
         format!(
             "extern \"C\" __global__ void __launch_bounds__({bounds}) {name}({}) {{\n{}}}\n",
             params.join(", "),
-            crate::backend::c::func::indent(&self.body)
+            crate::backend::c::text::indent(&self.body)
         )
     }
 }
