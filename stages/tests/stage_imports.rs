@@ -12,6 +12,7 @@ const STAGE_FILES: &[&str] = &[
     "load.rs",
     "precision.rs",
     "partition/select.rs",
+    "partition/prune.rs",
     "partition/stage.rs",
     "partition/validate.rs",
     "tune.rs",

@@ -31,7 +31,7 @@
 //! from records (`--frozen`) makes the same decisions and reads exactly the records the measured build wrote.
 
 use super::collage::Candidate;
-use super::select::{search_for, Selection};
+use super::select::{candidates, search_for, CostedCandidates, Selection};
 use crate::context::{CostSource, Ctx};
 use crate::ir::{Graph, NodeId};
 use crate::target::Target;
@@ -65,6 +65,13 @@ pub fn constants() -> Constants {
 
 /// A candidate's cost as the search takes it: microseconds, where it came from, and its configuration.
 pub type Costed = (f64, CostSource, String);
+
+/// The candidates of `g` with their costs under pruned tuning, for plans of `selections`.
+pub fn pruned_candidates(ctx: &Ctx, g: &Graph, selections: &[Selection]) -> Result<CostedCandidates> {
+    let cands = candidates(ctx, g)?;
+    let costed = pruned_costs(ctx, g, &cands, selections)?;
+    Ok(CostedCandidates::new(cands, costed))
+}
 
 /// The costs of `cands` with pruned tuning (see the module documentation), in `cands` order, for plans of
 /// `selections`.

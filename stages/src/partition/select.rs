@@ -5,7 +5,7 @@
 use super::collage::{self, CrossingModel, Limits};
 use super::plan::{build_plan, Alternative, ExecPlan};
 use super::check;
-use crate::context::{CostMode, CostSource, Ctx, Tuning};
+use crate::context::{CostMode, CostSource, Ctx};
 use crate::ir::{Graph, NodeId, Tensor};
 use crate::target::Target;
 use crate::tune::measure_candidates;
@@ -32,14 +32,31 @@ pub struct CostedCandidates {
     pub configs: Vec<String>,
 }
 
-/// The candidates of `g` and their costs, as the context's cost mode says.
-pub fn costed_candidates(ctx: &Ctx, g: &Graph) -> Result<CostedCandidates> {
+/// The candidates of `g` for the context's targets.
+pub fn candidates(ctx: &Ctx, g: &Graph) -> Result<Vec<collage::Candidate>> {
     let lookup = |t: &Target| ctx.backend(t).ok();
     // CPU work outside any measurement: under `busy`, so no measurement of another model runs beside it.
-    let cands = {
-        let _busy = crate::device::busy();
-        collage::candidates(g, ctx.targets, &lookup, &Limits::default())?
-    };
+    let _busy = crate::device::busy();
+    Ok(collage::candidates(g, ctx.targets, &lookup, &Limits::default())?)
+}
+
+impl CostedCandidates {
+    /// Candidates with their (cost, source, configuration), in the same order.
+    pub fn new(cands: Vec<collage::Candidate>, costed: Vec<(f64, CostSource, String)>) -> CostedCandidates {
+        let mut out = CostedCandidates { cands, cost_us: Vec::new(), sources: Vec::new(), configs: Vec::new() };
+        for (us, source, config) in costed {
+            out.cost_us.push(us);
+            out.sources.push(source);
+            out.configs.push(config);
+        }
+        out
+    }
+}
+
+/// The candidates of `g` and their costs, as the context's cost mode says, every candidate measured in every
+/// configuration where costs are measured (`--tuning full`; pruned tuning is `prune::pruned_candidates`).
+pub fn costed_candidates(ctx: &Ctx, g: &Graph) -> Result<CostedCandidates> {
+    let cands = candidates(ctx, g)?;
     let costed: Vec<(f64, CostSource, String)> = match ctx.costs {
         CostMode::Analytical => cands
             .iter()
@@ -50,19 +67,12 @@ pub fn costed_candidates(ctx: &Ctx, g: &Graph) -> Result<CostedCandidates> {
                 (us, CostSource::Analytical, backend.map(|b| b.default_config(t)).unwrap_or_default())
             })
             .collect(),
-        CostMode::Measured | CostMode::Recorded if ctx.tuning == Tuning::Pruned => super::prune::pruned_costs(ctx, g, &cands, &selections(ctx))?,
         CostMode::Measured | CostMode::Recorded => {
             let pairs: Vec<(Target, Vec<NodeId>)> = cands.iter().map(|c| (ctx.targets.targets[c.target].clone(), c.nodes.clone())).collect();
             measure_candidates(ctx, g, &pairs)?.into_iter().map(|c| (c.us, c.source, c.config)).collect()
         }
     };
-    let mut out = CostedCandidates { cands, cost_us: Vec::new(), sources: Vec::new(), configs: Vec::new() };
-    for (us, source, config) in costed {
-        out.cost_us.push(us);
-        out.sources.push(source);
-        out.configs.push(config);
-    }
-    Ok(out)
+    Ok(CostedCandidates::new(cands, costed))
 }
 
 /// The search's outcome for `selection` over candidates costing `cost_us`. A preferred backend's candidates
@@ -87,21 +97,6 @@ pub fn search_for(ctx: &Ctx, g: &Graph, cands: &[collage::Candidate], cost_us: &
         _ => CrossingModel::default(),
     };
     Ok(collage::search_detailed(g, ctx.targets, cands, &search_costs, &crossing)?)
-}
-
-/// The selections whose plans the partition stage builds from one set of costed candidates: the one it
-/// returns (the searched mix, or the preferred backend's baseline), and validation's references.
-pub fn selections(ctx: &Ctx) -> Vec<Selection> {
-    let main = match &ctx.prefer {
-        Some(b) => Selection::Prefer(b.clone()),
-        None => Selection::Mix,
-    };
-    let validated = main == Selection::Mix && super::validate::applies(ctx);
-    let mut out = vec![main];
-    if validated {
-        out.extend(super::validate::references(ctx).into_iter().map(|(_, s)| s));
-    }
-    out
 }
 
 /// The plan the search finds for `selection` over costed candidates.

@@ -142,15 +142,31 @@ impl Stage for Partition<'_> {
     }
 }
 
+/// The selections whose plans the partition stage builds from one set of costed candidates: the one it
+/// returns first (the searched mix, or the preferred backend's baseline), then validation's references.
+pub fn selections(ctx: &Ctx) -> Vec<Selection> {
+    let main = match &ctx.prefer {
+        Some(b) => Selection::Prefer(b.clone()),
+        None => Selection::Mix,
+    };
+    let validated = main == Selection::Mix && super::validate::applies(ctx);
+    let mut out = vec![main];
+    if validated {
+        out.extend(super::validate::references(ctx).into_iter().map(|(_, s)| s));
+    }
+    out
+}
+
 /// Partitions `g` for the run's targets and builds its execution plan: the searched mix (checked end to end
 /// against the single-backend plans where costs are measured, see [`crate::validate`]), or the baseline the
 /// context prefers.
 pub fn partition_and_plan(ctx: &Ctx, g: &Graph) -> Result<ExecPlan> {
-    let costed = costed_candidates(ctx, g)?;
-    let selection = match &ctx.prefer {
-        Some(b) => Selection::Prefer(b.clone()),
-        None => Selection::Mix,
+    let selections = selections(ctx);
+    let costed = match ctx.tuning {
+        Tuning::Pruned if ctx.costs.measures() => super::prune::pruned_candidates(ctx, g, &selections)?,
+        _ => costed_candidates(ctx, g)?,
     };
+    let selection = selections[0].clone();
     let plan = plan_for(ctx, g, &costed, &selection)?;
     if selection == Selection::Mix && super::validate::applies(ctx) {
         return super::validate::validate(ctx, g, &costed, plan);
