@@ -22,7 +22,7 @@ fn zoo() -> PathBuf {
 fn compile_args(store: &Path, out: &Path, shard: Option<Shard>, summary_out: Option<PathBuf>) -> CompileArgs {
     CompileArgs {
         inputs: vec![zoo().display().to_string()],
-        build: BuildOptions { targets: vec![], shapes: vec![], calibration: None, store: Some(store.to_path_buf()), wait: false, costs: CostMode::Analytical, tuning: Default::default(), frozen: false, measured_on: None, remote: None, remote_read_only: false, remote_timeout_ms: tessera::cli::build_options::DEFAULT_REMOTE_TIMEOUT_MS, remote_signing_key: None, remote_trust: None, remote_credentials: None, remote_ca: None },
+        build: BuildOptions { targets: vec![], shapes: vec![], calibration: None, store: Some(store.to_path_buf()), wait: false, costs: CostMode::Analytical, tuning: Default::default(), gpus: tessera::cli::build_options::GpuList(None), frozen: false, measured_on: None, remote: None, remote_read_only: false, remote_timeout_ms: tessera::cli::build_options::DEFAULT_REMOTE_TIMEOUT_MS, remote_signing_key: None, remote_trust: None, remote_credentials: None, remote_ca: None },
         batch: None,
         out: out.to_path_buf(),
         json: false,

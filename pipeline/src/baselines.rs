@@ -133,7 +133,9 @@ impl Drop for TempDir {
 }
 
 /// Compiles every model under every configuration, benchmarks each distinct artifact once, and reports per
-/// model. `progress` receives a line per step (compiles and measurements).
+/// model. `progress` receives a line per step (compiles and measurements). `gpus`: the GPUs that measure
+/// (None: every GPU of GPU 0's kind).
+#[allow(clippy::too_many_arguments)]
 pub fn run_baselines(
     memo: &Memo,
     backends: &[Box<dyn Backend>],
@@ -142,6 +144,7 @@ pub fn run_baselines(
     bench: BenchSettings,
     costs: tessera_stages::context::CostMode,
     tuning: tessera_stages::context::Tuning,
+    gpus: Option<Vec<usize>>,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Vec<ModelBaselines>> {
     let configs = configurations(full)?;
@@ -149,7 +152,7 @@ pub fn run_baselines(
     // (model index, config index) -> compile result.
     let mut compiled: Vec<Vec<crate::build::ModelResult>> = Vec::with_capacity(configs.len());
     for c in &configs {
-        let ctx = Ctx::new(memo, &c.targets, backends).with_costs(costs).with_tuning(tuning).with_prefer(c.prefer.clone());
+        let ctx = Ctx::new(memo, &c.targets, backends).with_costs(costs).with_tuning(tuning).with_gpus(gpus.clone()).with_prefer(c.prefer.clone());
         let results = compile_models(&ctx, jobs, &|_| {})
             .into_iter()
             .map(|r| r.with_context(|| format!("baseline '{}'", c.label)))

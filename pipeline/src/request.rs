@@ -38,6 +38,9 @@ pub struct CompileRequest {
     pub costs: CostMode,
     /// With measured or recorded costs: which candidates and configurations are measured.
     pub tuning: Tuning,
+    /// The GPUs that measure (`--gpus`): where measuring runs, not what is built. None: every GPU of this
+    /// machine that is GPU 0's kind ([`tessera_stages::device::measuring_gpus`]).
+    pub gpus: Option<Vec<usize>>,
     /// A frozen build only: the GPU the records were measured on (`tessera targets --gpu-fingerprint` there),
     /// so a machine without it builds that GPU's bytes.
     pub measured_on: Option<GpuFingerprint>,
@@ -59,6 +62,7 @@ impl std::fmt::Debug for CompileRequest {
             .field("targets", &self.targets)
             .field("costs", &self.costs)
             .field("tuning", &self.tuning)
+            .field("gpus", &self.gpus)
             .field("measured_on", &self.measured_on)
             .field("store", &self.store)
             .field("out", &self.out)
@@ -104,6 +108,7 @@ impl CompileRequest {
             targets: Vec::new(),
             costs: CostMode::default(),
             tuning: Tuning::default(),
+            gpus: None,
             measured_on: None,
             store: StoreRequest::default(),
             out: out.into(),
@@ -146,6 +151,7 @@ impl CompileRequest {
     /// `on_stage(stage, was_hit)` follows every memoized call and `on_model` every finished model.
     pub fn compile_jobs(&self, jobs: &[ModelJob], on_stage: &(dyn Fn(&'static str, bool) + Send + Sync), on_model: &(dyn Fn(&ModelResult) + Sync)) -> Result<Summary> {
         self.assume_measured_gpu()?;
+        self.check_gpus()?;
         let backends = all_backends();
         let targets = resolve_targets(&self.targets, &backends)?;
         let calibration = self.calibration.as_ref().map(|d| CalibrationDir::new(d.clone())).transpose()?;
@@ -155,6 +161,7 @@ impl CompileRequest {
             let ctx = Ctx::new(&memo, &targets, &backends)
                 .with_costs(self.costs)
                 .with_tuning(self.tuning)
+                .with_gpus(self.gpus.clone())
                 .with_runtime(&self.runtime)
                 .with_calibration(calibration.as_ref());
             compile_all_in(&memo, &ctx, jobs, &self.out, on_model)?
@@ -167,6 +174,15 @@ impl CompileRequest {
             tracing::warn!("{}", r.lines().join("; "));
         }
         Ok(summary)
+    }
+
+    /// `gpus`, when given, checked before anything is built: every GPU exists and is GPU 0's kind. A build
+    /// from records measures nothing, so it does not check them.
+    pub fn check_gpus(&self) -> Result<()> {
+        if let (Some(gpus), false) = (&self.gpus, self.costs == CostMode::Recorded) {
+            tessera_stages::device::measuring_gpus(Some(gpus)).map_err(|e| anyhow::anyhow!("--gpus: {e}"))?;
+        }
+        Ok(())
     }
 
     /// With `measured_on`: the build assumes that GPU for the rest of the process (only a frozen build may).

@@ -99,3 +99,21 @@ fn an_error_prints_its_cause_once() {
     assert!(stderr.contains("/no/such/records.tar"), "{stderr}");
     assert_eq!(stderr.matches("No such file or directory").count(), 1, "{stderr}");
 }
+
+/// `--gpus` (the GPUs that measure) refuses a list it cannot measure on before anything is built, naming
+/// what is wrong; on a machine without a GPU any list is refused with why.
+#[test]
+fn a_bad_gpu_list_is_refused_before_the_build() {
+    let t = tempfile::tempdir().unwrap();
+    let manifest = t.path().join("m.toml");
+    std::fs::write(&manifest, "[[entry]]\nmodel = \"mlp3\"\nbatch = 1\n").unwrap();
+    let (manifest, store) = (manifest.to_str().unwrap(), t.path().join("s"));
+    let base = ["compile", manifest, "--target", "cpu", "--store", store.to_str().unwrap(), "--out", "o"];
+    let twice = failure(&[&base[..], &["--gpus", "1,0,1"]].concat(), t.path());
+    assert!(twice.contains("--gpus: --gpus names GPU 1 twice"), "{twice}");
+    let parse = tessera().args([&base[..], &["--gpus", "0,one"]].concat()).current_dir(t.path()).output().unwrap();
+    assert!(String::from_utf8_lossy(&parse.stderr).contains("'one' is not a GPU index"), "{parse:?}");
+    let absent = failure(&[&base[..], &["--gpus", "99"]].concat(), t.path());
+    assert!(absent.contains("--gpus: ") && (absent.contains("there is no GPU 99") || absent.contains("no CUDA driver") || absent.contains("sees no GPU")), "{absent}");
+    assert!(!t.path().join("o").exists(), "nothing is built");
+}

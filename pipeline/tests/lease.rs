@@ -31,6 +31,7 @@ fn compile_with(store: &Path, remote: Option<&str>, out: &Path, costs: CostMode)
         wait: false,
         costs,
         tuning: Default::default(),
+        gpus: tessera::cli::build_options::GpuList(None),
         frozen: false,
         measured_on: None,
         remote: remote.map(|u| u.parse().unwrap()),

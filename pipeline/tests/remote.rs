@@ -27,6 +27,7 @@ fn options(store: &Path, remote: Option<&str>) -> BuildOptions {
         wait: false,
         costs: CostMode::Analytical,
         tuning: Default::default(),
+        gpus: tessera::cli::build_options::GpuList(None),
         frozen: false,
         measured_on: None,
         remote: remote.map(|u| u.parse().unwrap()),

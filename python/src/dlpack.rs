@@ -142,6 +142,16 @@ fn dtype_of(t: DLDataType) -> Option<DType> {
     })
 }
 
+/// Where `value` (the tensor `what` names in errors) lives, from its `__dlpack_device__` (nothing is taken).
+pub fn place_of(what: &str, value: &Bound<'_, PyAny>) -> PyResult<Place> {
+    let (device_type, device_id): (i32, i32) = value.call_method0("__dlpack_device__")?.extract()?;
+    match device_type {
+        DL_CPU | DL_CUDA_HOST => Ok(Place::Host),
+        DL_CUDA => Ok(Place::Cuda(device_id)),
+        other => Err(Error::new_err(format!("{what} is on DLPack device type {other}: tessera reads host memory and CUDA GPUs"))),
+    }
+}
+
 /// Takes `value` (the tensor `what` names in errors) through its `__dlpack__`.
 ///
 /// Host tensors are asked for with no stream. CUDA tensors with the consumer's `stream` (the CUstream the run
@@ -149,12 +159,7 @@ fn dtype_of(t: DLDataType) -> Option<DType> {
 /// synchronization from the producer) when there is none: the caller then synchronizes the device before
 /// reading them ([`crate`]'s run does).
 pub fn borrow(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>, stream: Option<u64>) -> PyResult<Borrowed> {
-    let (device_type, device_id): (i32, i32) = value.call_method0("__dlpack_device__")?.extract()?;
-    let place = match device_type {
-        DL_CPU | DL_CUDA_HOST => Place::Host,
-        DL_CUDA => Place::Cuda(device_id),
-        other => return Err(Error::new_err(format!("{what} is on DLPack device type {other}: tessera reads host memory and CUDA GPUs"))),
-    };
+    let place = place_of(what, value)?;
     let capsule = if place == Place::Host {
         value.call_method0("__dlpack__")?
     } else {
@@ -204,10 +209,6 @@ pub fn borrow(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>, stream: Opti
             expect *= dim as i64;
         }
     }
-    if let Place::Cuda(id) = place {
-        if id != 0 {
-            return Err(Error::new_err(format!("{what} is on GPU {id}: tessera runs on GPU 0 (set CUDA_VISIBLE_DEVICES to choose the GPU)")));
-        }
-    }
+    // Which GPU a CUDA tensor is on is checked against the model's before it is taken (the crate's `gpu_tensor`).
     Ok(borrowed)
 }

@@ -1,6 +1,6 @@
 //! `tessera._tessera`: the Python API of `tessera-runtime` (the `tessera` package re-exports it).
 //!
-//! `load(path)` gives a [`Model`]; `model.run({name: ndarray})` returns `{name: ndarray}`. Inputs are
+//! `load(path, gpu=None)` gives a [`Model`]; `model.run({name: ndarray})` returns `{name: ndarray}`. Inputs are
 //! borrowed from C-contiguous arrays in place (others are made contiguous first, one copy); outputs are
 //! allocated as Rust vectors, written by the run, and handed to NumPy as the arrays' own memory (no copy
 //! after the run). Tensors of other frameworks (torch, CuPy, JAX) come in through DLPack, in place, on the
@@ -100,15 +100,39 @@ impl Input<'_> {
 }
 
 /// Takes input `name`: a NumPy array, or any object with `__dlpack__` (torch, CuPy, JAX tensors).
-fn take_input<'py>(py: Python<'py>, name: &str, value: &Bound<'py, PyAny>, stream: Option<u64>) -> PyResult<Input<'py>> {
+fn take_input<'py>(py: Python<'py>, model: &tessera_runtime::Model, name: &str, value: &Bound<'py, PyAny>, stream: Option<u64>) -> PyResult<Input<'py>> {
     if value.cast::<PyUntypedArray>().is_ok() {
         let (h, shape) = hold(py, name, value)?;
         return Ok(Input::Numpy(h, shape));
     }
     if dlpack::is_dlpack(value) {
-        return Ok(Input::Dl(dlpack::borrow(py, &format!("input '{name}'"), value, stream)?));
+        return Ok(Input::Dl(take_dlpack(py, model, &format!("input '{name}'"), value, stream)?));
     }
     Err(Error::new_err(format!("input '{name}' must be a NumPy array or a DLPack tensor (torch, CuPy, JAX), got {}", value.get_type().name()?)))
+}
+
+/// Takes a DLPack tensor (`what` in errors) for a run of `model`. A CUDA tensor must be on the model's GPU
+/// (checked before it is taken, so that the refusal is tessera's and names both GPUs); that GPU is made
+/// current first, as PyTorch exports a CUDA tensor only while its GPU is the current one.
+fn take_dlpack(py: Python<'_>, model: &tessera_runtime::Model, what: &str, value: &Bound<'_, PyAny>, stream: Option<u64>) -> PyResult<dlpack::Borrowed> {
+    if let dlpack::Place::Cuda(id) = dlpack::place_of(what, value)? {
+        match model.gpu() {
+            None => {
+                return Err(Error::new_err(format!(
+                    "{what} is on GPU {id}, but model '{}' runs on the host: give it host tensors (NumPy arrays, torch: .cpu())",
+                    model.name()
+                )))
+            }
+            Some(gpu) if usize::try_from(id).ok() != Some(gpu) => {
+                return Err(Error::new_err(format!(
+                    "{what} is on GPU {id}, but model '{}' runs on GPU {gpu}: give it tensors on GPU {gpu} (torch: .to('cuda:{gpu}')), or load the model there (tessera.load(path, gpu={id}))",
+                    model.name()
+                )))
+            }
+            Some(gpu) => tessera_runtime::make_gpu_current(gpu).map_err(err)?,
+        }
+    }
+    dlpack::borrow(py, what, value, stream)
 }
 
 /// Borrows `value` (input `name`) as a contiguous array of a tessera dtype.
@@ -192,66 +216,15 @@ fn bytes_of_mut(v: &mut [u16]) -> &mut [u8] {
 
 #[pymethods]
 impl Model {
-    /// Loads an artifact from bytes in memory (errors name it `<memory>`).
-    #[staticmethod]
-    fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<Model> {
-        let inner = py.detach(|| tessera_runtime::Model::from_bytes(data)).map_err(err)?;
-        Ok(Model { inner })
-    }
-
-    /// The model's name.
-    #[getter]
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    /// A batched model's batch sizes, ascending (compiled with `batch=[1, 8]` / `--batch 1,8`): `run` takes any
-    /// batch up to the largest, on the smallest plan that fits (inputs zero-padded). `[]` for a model of one plan.
-    #[getter]
-    fn batch_sizes(&self) -> Vec<usize> {
-        self.inner.batch_sizes().to_vec()
-    }
-
-    /// `[(name, numpy dtype name, shape), ...]` in model order (a batched model's: its largest plan's).
-    #[getter]
-    fn inputs(&self) -> Vec<(String, &'static str, Vec<usize>)> {
-        describe(self.inner.inputs())
-    }
-
-    /// `[(name, numpy dtype name, shape), ...]` in model order.
-    #[getter]
-    fn outputs(&self) -> Vec<(String, &'static str, Vec<usize>)> {
-        describe(self.inner.outputs())
-    }
-
-    /// How the artifact was built, as a dict (the JSON the C API gives, parsed: digests as hex), or `None` for
-    /// an artifact written before tessera recorded provenance.
-    #[getter]
-    fn provenance<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let Some(json) = self.inner.provenance_json() else { return Ok(None) };
-        Ok(Some(py.import("json")?.call_method1("loads", (json,))?))
-    }
-
-    /// Runs the model on `{input name: tensor}` (every input, its exact dtype and shape; a batched model's with
-    /// any batch up to its largest plan's, the outputs then of the run's batch): NumPy arrays, or
-    /// DLPack tensors (torch, CuPy, JAX) read in place, on the host or, for a GPU model, on GPU 0. Returns
-    /// `{output name: ndarray}` in model order; with `out={output name: DLPack tensor}`, writes the outputs
-    /// into those tensors instead (on the host: every output; on the GPU: the ones named) and returns `out`.
-    /// GPU tensors need `out=` on the GPU (tessera allocates no memory for the caller). Without `stream`, the
-    /// run synchronizes the device before reading them and returns when the outputs are written; with
-    /// `stream` (a CUstream handle: `torch.cuda.current_stream().cuda_stream`), the producers order their
-    /// writes before it (DLPack's stream argument), the run is enqueued on it and the call returns at once:
-    /// work the caller enqueues on that stream afterwards sees the outputs. The GIL is released while the
-    /// model runs.
-    #[pyo3(signature = (inputs, out=None, stream=None))]
-    fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>, out: Option<&Bound<'py, PyDict>>, stream: Option<u64>) -> PyResult<Bound<'py, PyDict>> {
+    /// [`Model::run`]'s body, inside `keeping_callers_gpu`.
+    fn run_here<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>, out: Option<&Bound<'py, PyDict>>, stream: Option<u64>) -> PyResult<Bound<'py, PyDict>> {
         if stream == Some(0) {
             return Err(Error::new_err("stream=0 is the legacy default stream, which tessera cannot order against: give a stream's handle, or none"));
         }
         let mut held: Vec<(String, Input)> = Vec::with_capacity(inputs.len());
         for (k, v) in inputs.iter() {
             let name: String = k.extract().map_err(|_| Error::new_err(format!("input names must be strings, got {}", k.repr().map(|r| r.to_string()).unwrap_or_default())))?;
-            let input = take_input(py, &name, &v, stream)?;
+            let input = take_input(py, &self.inner, &name, &v, stream)?;
             held.push((name, input));
         }
         let mut outs: Vec<(String, Bound<'py, PyAny>, dlpack::Borrowed)> = Vec::new();
@@ -261,7 +234,7 @@ impl Model {
                 if !dlpack::is_dlpack(&v) {
                     return Err(Error::new_err(format!("out['{name}'] must be a DLPack tensor (torch, CuPy, JAX, NumPy), got {}", v.get_type().name()?)));
                 }
-                let b = dlpack::borrow(py, &format!("out['{name}']"), &v, stream)?;
+                let b = take_dlpack(py, &self.inner, &format!("out['{name}']"), &v, stream)?;
                 outs.push((name, v, b));
             }
         }
@@ -299,6 +272,78 @@ impl Model {
         Ok(result)
     }
 
+    /// Loads an artifact from bytes in memory (errors name it `<memory>`); `gpu` as for `load`.
+    #[staticmethod]
+    #[pyo3(signature = (data, gpu=None))]
+    fn from_bytes(py: Python<'_>, data: &[u8], gpu: Option<i64>) -> PyResult<Model> {
+        let gpu = gpu_index(gpu)?;
+        let inner = py
+            .detach(|| match gpu {
+                None => tessera_runtime::Model::from_bytes(data),
+                Some(g) => tessera_runtime::Model::from_bytes_on_gpu(data, g),
+            })
+            .map_err(err)?;
+        Ok(Model { inner })
+    }
+
+    /// The GPU (CUDA device index, as torch's `cuda:N`) a GPU model was loaded on and runs on; `None` for a
+    /// host model.
+    #[getter]
+    fn gpu(&self) -> Option<usize> {
+        self.inner.gpu()
+    }
+
+    /// The model's name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// A batched model's batch sizes, ascending (compiled with `batch=[1, 8]` / `--batch 1,8`): `run` takes any
+    /// batch up to the largest, on the smallest plan that fits (inputs zero-padded). `[]` for a model of one plan.
+    #[getter]
+    fn batch_sizes(&self) -> Vec<usize> {
+        self.inner.batch_sizes().to_vec()
+    }
+
+    /// `[(name, numpy dtype name, shape), ...]` in model order (a batched model's: its largest plan's).
+    #[getter]
+    fn inputs(&self) -> Vec<(String, &'static str, Vec<usize>)> {
+        describe(self.inner.inputs())
+    }
+
+    /// `[(name, numpy dtype name, shape), ...]` in model order.
+    #[getter]
+    fn outputs(&self) -> Vec<(String, &'static str, Vec<usize>)> {
+        describe(self.inner.outputs())
+    }
+
+    /// How the artifact was built, as a dict (the JSON the C API gives, parsed: digests as hex), or `None` for
+    /// an artifact written before tessera recorded provenance.
+    #[getter]
+    fn provenance<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(json) = self.inner.provenance_json() else { return Ok(None) };
+        Ok(Some(py.import("json")?.call_method1("loads", (json,))?))
+    }
+
+    /// Runs the model on `{input name: tensor}` (every input, its exact dtype and shape; a batched model's with
+    /// any batch up to its largest plan's, the outputs then of the run's batch): NumPy arrays, or
+    /// DLPack tensors (torch, CuPy, JAX) read in place, on the host or, for a GPU model, on its GPU. Returns
+    /// `{output name: ndarray}` in model order; with `out={output name: DLPack tensor}`, writes the outputs
+    /// into those tensors instead (on the host: every output; on the GPU: the ones named) and returns `out`.
+    /// GPU tensors need `out=` on the GPU (tessera allocates no memory for the caller). Without `stream`, the
+    /// run synchronizes the device before reading them and returns when the outputs are written; with
+    /// `stream` (a CUstream handle: `torch.cuda.current_stream().cuda_stream`), the producers order their
+    /// writes before it (DLPack's stream argument), the run is enqueued on it and the call returns at once:
+    /// work the caller enqueues on that stream afterwards sees the outputs. GPU tensors must be on the model's
+    /// GPU (`gpu`); the run makes that GPU the thread's current CUDA device while it takes them (torch exports a
+    /// tensor only from its current device) and runs, and gives the caller back its own current device
+    /// afterwards. The GIL is released while the model runs.
+    #[pyo3(signature = (inputs, out=None, stream=None))]
+    fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>, out: Option<&Bound<'py, PyDict>>, stream: Option<u64>) -> PyResult<Bound<'py, PyDict>> {
+        tessera_runtime::keeping_callers_gpu(|| self.run_here(py, inputs, out, stream))
+    }
+
     fn __repr__(&self) -> String {
         let names = |l: &[TensorInfo]| l.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
         format!("<tessera.Model '{}': inputs {}; outputs {}>", self.inner.name(), names(self.inner.inputs()), names(self.inner.outputs()))
@@ -306,7 +351,8 @@ impl Model {
 }
 
 impl Model {
-    /// A run whose tensors are on the GPU: every input and every `out=` tensor there, none copied.
+    /// A run whose tensors are on the GPU: every input and every `out=` tensor there (the model's GPU), none
+    /// copied.
     fn run_on_gpu<'py>(
         &self,
         py: Python<'py>,
@@ -316,6 +362,7 @@ impl Model {
         stream: Option<u64>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let side = |p: dlpack::Place| if p == dlpack::Place::Host { "the host" } else { "the GPU" };
+        // Every GPU tensor is on the model's GPU (`take_dlpack` refused others).
         let first_gpu = held.iter().map(|(n, i)| (n, i.place())).chain(outs.iter().map(|(n, _, b)| (n, b.place))).find(|(_, p)| *p != dlpack::Place::Host);
         let (gpu_name, _) = first_gpu.expect("called for a run with a GPU tensor");
         for (name, input) in held {
@@ -344,11 +391,11 @@ impl Model {
         let targets: Vec<(&str, DeviceTensor)> = outs.iter().map(|(n, _, b)| (n.as_str(), dev(b))).collect();
         let model = &self.inner;
         py.detach(|| {
-            if stream.is_none() {
-                // The producers' streams are theirs: wait for all the device's work before reading.
-                tessera_runtime::synchronize_gpu()?;
+            if let (None, Some(gpu)) = (stream, model.gpu()) {
+                // The producers' streams are theirs: wait for all the model's GPU's work before reading.
+                tessera_runtime::synchronize_gpu_of(gpu)?;
             }
-            // SAFETY: DLPack tensors on GPU 0 the caller owns, alive for the call (`held`, `outs`) and, with a
+            // SAFETY: DLPack tensors on the model's GPU (checked above) the caller owns, alive for the call (`held`, `outs`) and, with a
             // stream, kept by the caller until the stream passes the run (the documented contract of `stream=`);
             // the run checks dtypes, shapes and allocation sizes; outputs are the caller's distinct tensors.
             unsafe { model.run_device_on(&ins, &targets, stream) }
@@ -358,10 +405,25 @@ impl Model {
     }
 }
 
-/// Reads, checks (format, blake3 digest, every index and bound) and loads the artifact at `path`.
+/// The `gpu=` argument of `load` and `Model.from_bytes`, refused when negative.
+fn gpu_index(gpu: Option<i64>) -> PyResult<Option<usize>> {
+    gpu.map(|g| usize::try_from(g).map_err(|_| Error::new_err(format!("gpu={g}: a GPU index (CUDA device index) is 0 or more"))))
+        .transpose()
+}
+
+/// Reads, checks (format, blake3 digest, every index and bound) and loads the artifact at `path`. A GPU
+/// artifact loads on GPU `gpu` (a CUDA device index, as torch's `cuda:N`; default 0), where every run of it
+/// executes; a host artifact takes no `gpu` (giving one is an error).
 #[pyfunction]
-fn load(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Model> {
-    let inner = py.detach(|| tessera_runtime::Model::load(&path)).map_err(err)?;
+#[pyo3(signature = (path, gpu=None))]
+fn load(py: Python<'_>, path: std::path::PathBuf, gpu: Option<i64>) -> PyResult<Model> {
+    let gpu = gpu_index(gpu)?;
+    let inner = py
+        .detach(|| match gpu {
+            None => tessera_runtime::Model::load(&path),
+            Some(g) => tessera_runtime::Model::load_on_gpu(&path, g),
+        })
+        .map_err(err)?;
     Ok(Model { inner })
 }
 

@@ -9,6 +9,9 @@
     paths = tessera.compile("model.onnx", "out", targets=["cpu"], costs="analytical")
     # {"model": "out/model.tsr"}: what `tessera compile model.onnx -t cpu --costs analytical --out out` builds
 
+A GPU artifact loads on GPU 0, or on the GPU `tessera.load(path, gpu=1)` names (a CUDA device index, as torch's
+`cuda:1`; `m.gpu` says which, None for a host model), and runs there, DLPack tensors in and out on that GPU.
+
 Inputs are NumPy arrays of each input's exact dtype and shape (C-contiguous ones are read in place, others
 copied once); outputs are new arrays that own the memory the run wrote (no copy after the run). The GIL is
 released while the model runs and while compiling, so threads sharing one model run in parallel. Errors raise

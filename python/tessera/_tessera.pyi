@@ -18,9 +18,14 @@ class Model:
     """A loaded artifact: its digest checked and its code loaded; run it from any number of threads."""
 
     @staticmethod
-    def from_bytes(data: bytes) -> "Model": ...
+    def from_bytes(data: bytes, gpu: Optional[int] = None) -> "Model":
+        """Loads an artifact held in memory; `gpu` as for `load`."""
     @property
     def name(self) -> str: ...
+    @property
+    def gpu(self) -> Optional[int]:
+        """The GPU (CUDA device index, as torch's cuda:N) a GPU model was loaded on and runs on; None for a host
+        model."""
     @property
     def batch_sizes(self) -> List[int]:
         """A batched model's batch sizes, ascending: run takes any batch up to the largest, on the smallest plan
@@ -34,12 +39,15 @@ class Model:
         """How the artifact was built: tessera_version, source_revision, source (kind, name, digest), targets,
         precision, costs, options; None for an artifact written before tessera recorded provenance."""
     def run(self, inputs: Mapping[str, Any], out: Optional[Mapping[str, Any]] = None, stream: Optional[int] = None) -> Dict[str, Any]:
-        """Inputs: NumPy arrays or DLPack tensors (torch, CuPy, JAX), read in place, on the host or GPU 0.
+        """Inputs: NumPy arrays or DLPack tensors (torch, CuPy, JAX), read in place, on the host or the model's GPU.
         Returns NumPy arrays, or with `out=` writes into those DLPack tensors and returns `out`; `stream` (a
-        CUstream handle) enqueues a GPU run on it and returns at once."""
+        CUstream handle) enqueues a GPU run on it and returns at once. A GPU run makes the model's GPU the
+        thread's current CUDA device while it runs, and gives the caller's back afterwards."""
         ...
 
-def load(path: Union[str, os.PathLike]) -> Model: ...
+def load(path: Union[str, os.PathLike], gpu: Optional[int] = None) -> Model:
+    """Loads an artifact; a GPU artifact on GPU `gpu` (a CUDA device index; default 0). A host artifact takes no
+    `gpu`: giving one raises Error."""
 
 _Path = Union[str, os.PathLike]
 

@@ -148,3 +148,72 @@ def test_provenance_is_what_tessera_inspect_prints():
     payload_len = (64 + body_len + 63) // 64 * 64 + data_len
     payload = data[:12] + bytes(4) + data[16:payload_len]
     assert tessera.Model.from_bytes(payload).provenance is None
+
+
+def test_host_models_are_on_no_gpu_and_refuse_a_gpu_index():
+    path = artifact("mlp3-b8")
+    m = tessera.load(str(path))
+    assert m.gpu is None
+    assert tessera.Model.from_bytes(path.read_bytes()).gpu is None
+    assert tessera.load(str(path), gpu=None).gpu is None
+    # A GPU index asks for a GPU artifact: a host one is refused by name, before anything loads.
+    message = "model 'mlp3-b8' runs on the host; it cannot be placed on GPU 1"
+    with pytest.raises(tessera.Error, match=r"mlp3-b8\.tsr.*" + re.escape(message)):
+        tessera.load(str(path), gpu=1)
+    with pytest.raises(tessera.Error, match=re.escape("<memory>") + ".*" + re.escape(message)):
+        tessera.Model.from_bytes(path.read_bytes(), gpu=1)
+    with pytest.raises(tessera.Error, match=re.escape("gpu=-1: a GPU index")):
+        tessera.load(str(path), gpu=-1)
+
+
+def test_gpu_models_run_on_the_gpu_they_are_loaded_on():
+    """On a machine with two GPUs, torch with CUDA and $TESSERA_GPU_ARTIFACT (a GPU artifact): the model loaded
+    on GPU 1 runs there, on torch tensors of cuda:1, as it runs on GPU 0, from any thread; tensors of another GPU
+    are refused naming both."""
+    torch = pytest.importorskip("torch")
+    path = os.environ.get("TESSERA_GPU_ARTIFACT")
+    if not path or not torch.cuda.is_available():
+        pytest.skip("needs a GPU, torch with CUDA and $TESSERA_GPU_ARTIFACT (a GPU artifact)")
+    assert tessera.load(path).gpu == 0
+    with pytest.raises(tessera.Error, match="no GPU 99"):
+        tessera.load(path, gpu=99)
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    try:
+        m = tessera.load(path, gpu=1)
+        assert m.gpu == 1 and tessera.Model.from_bytes(Path(path).read_bytes(), gpu=1).gpu == 1
+        rng = np.random.default_rng(3)
+        inputs = {n: rng.standard_normal(shape).astype(dtype) for n, dtype, shape in m.inputs}
+        want = tessera.load(path).run(inputs)
+        assert_same_bits(m.run(inputs), want)
+        dev = {k: torch.from_numpy(v).to("cuda:1") for k, v in inputs.items()}
+
+        def run_on_gpu1():
+            out = {k: torch.zeros(v.shape, dtype=torch.float32, device="cuda:1") for k, v in want.items()}
+            m.run(dev, out=out)
+            for k in want:
+                assert out[k].device.index == 1 and out[k].cpu().numpy().tobytes() == want[k].tobytes(), k
+
+        run_on_gpu1()
+        # A thread whose current device is torch's default (GPU 0): the run makes the model's GPU current.
+        errors = []
+        t = threading.Thread(target=lambda: _collect(errors, run_on_gpu1))
+        t.start()
+        t.join()
+        assert not errors, errors
+        out = {k: torch.empty(v.shape, dtype=torch.float32, device="cuda:1") for k, v in want.items()}
+        with pytest.raises(tessera.Error, match=r"input '.*' is on GPU 0, but model '.*' runs on GPU 1"):
+            m.run({k: v.to("cuda:0") for k, v in dev.items()}, out=out)
+        with pytest.raises(tessera.Error, match=r"out\['.*'\] is on GPU 0, but model '.*' runs on GPU 1"):
+            m.run(dev, out={k: v.to("cuda:0") for k, v in out.items()})
+        # Loads and runs give the caller its current device back.
+        assert torch.cuda.current_device() == 0
+    finally:
+        torch.cuda.set_device(0)
+
+
+def _collect(errors, f):
+    try:
+        f()
+    except Exception as e:  # noqa: BLE001 (reported by the test's thread)
+        errors.append(e)

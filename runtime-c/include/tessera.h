@@ -80,8 +80,9 @@ typedef struct TesseraTensorMut {
   size_t size_bytes;
 } TesseraTensorMut;
 
-// A tensor in GPU memory the caller owns, for `tessera_model_run_device`: `data` is a `CUdeviceptr` on GPU
-// 0's primary context (the one the CUDA runtime API uses by default), holding `size_bytes` bytes.
+// A tensor in GPU memory the caller owns, for `tessera_model_run_device`: `data` is a `CUdeviceptr` on the
+// primary context of the model's GPU (`tessera_model_gpu`; the context the CUDA runtime API uses for that
+// device: `cudaSetDevice(gpu)` then `cudaMalloc`), holding `size_bytes` bytes.
 typedef struct TesseraDeviceTensor {
   const char *name;
   // A `TesseraDtype`.
@@ -106,7 +107,8 @@ const char *tessera_version(void);
 const char *tessera_last_error(void);
 
 // Reads, checks (format, blake3 digest, every index and bound) and loads the artifact at `path` into
-// `*out`. No code of the artifact is loaded before the checks pass.
+// `*out`. No code of the artifact is loaded before the checks pass. A GPU artifact loads on GPU 0
+// (`tessera_model_load_on_gpu` picks another).
 //
 // # Safety
 // `path` is a NUL-terminated string; `out` points at writable memory for one pointer.
@@ -120,6 +122,27 @@ enum TesseraStatus tessera_model_load(const char *path,
 enum TesseraStatus tessera_model_load_bytes(const uint8_t *bytes,
                                             size_t len,
                                             struct TesseraModel **out);
+
+// `tessera_model_load` of a GPU artifact onto GPU `gpu` (a CUDA device ordinal, as `cudaSetDevice` takes and
+// `CUDA_VISIBLE_DEVICES` renumbers): its weights, memory and CUDA graphs go to that GPU and every run of the
+// model executes there, from any thread. A negative `gpu` is `TESSERA_STATUS_ERROR_INVALID_ARGUMENT`; a GPU
+// the driver does not see, or a host artifact (which runs on no GPU: load it with `tessera_model_load`), is
+// `TESSERA_STATUS_ERROR_LOAD`, the message naming the GPU.
+//
+// # Safety
+// `path` is a NUL-terminated string; `out` points at writable memory for one pointer.
+enum TesseraStatus tessera_model_load_on_gpu(const char *path,
+                                             int32_t gpu,
+                                             struct TesseraModel **out);
+
+// `tessera_model_load_on_gpu` from `len` bytes in memory (copied; the caller may free them after the call).
+//
+// # Safety
+// `bytes` points at `len` readable bytes; `out` points at writable memory for one pointer.
+enum TesseraStatus tessera_model_load_bytes_on_gpu(const uint8_t *bytes,
+                                                   size_t len,
+                                                   int32_t gpu,
+                                                   struct TesseraModel **out);
 
 // Frees a model (null is allowed and does nothing). No run of it may be in flight.
 //
@@ -214,11 +237,19 @@ const char *tessera_dtype_name(int32_t dtype);
 // `model` is null or a live model.
 int32_t tessera_model_is_gpu(const struct TesseraModel *model);
 
+// The GPU (CUDA device ordinal) a GPU model was loaded on and runs on: 0 from `tessera_model_load*`, the
+// one asked for from `tessera_model_load*_on_gpu`; -1 for a host model or if `model` is null.
+//
+// # Safety
+// `model` is null or a live model.
+int32_t tessera_model_gpu(const struct TesseraModel *model);
+
 // Runs a GPU model on inputs in device memory (every input once, by name, of its exact dtype and shape),
 // writing the outputs named in `outputs` into the caller's device buffers (others are not copied). Returns
 // when the outputs are written; the inputs must be complete before the call (synchronize the stream that
-// wrote them). A host model is `TESSERA_STATUS_ERROR_INPUT`; a pointer that is not device memory of GPU 0's
-// primary context, or whose allocation is too small, is `TESSERA_STATUS_ERROR_RUN`, naming the tensor.
+// wrote them). The run executes on the model's GPU (`tessera_model_gpu`), from whichever thread calls. A host
+// model is `TESSERA_STATUS_ERROR_INPUT`; a pointer that is not device memory of the model's GPU, or whose
+// allocation is too small, is `TESSERA_STATUS_ERROR_RUN`, naming the tensor.
 //
 // # Safety
 // `model` is a live model; `inputs` points at `n_inputs` tensors and `outputs` at `n_outputs`, each with a
@@ -231,8 +262,8 @@ enum TesseraStatus tessera_model_run_device(const struct TesseraModel *model,
                                             const struct TesseraDeviceTensor *outputs,
                                             size_t n_outputs);
 
-// `tessera_model_run_device` ordered on the caller's CUDA stream `stream` (a `CUstream` or `cudaStream_t` of GPU
-// 0's primary context) and asynchronous: the run waits for the work enqueued on `stream` before the call (no
+// `tessera_model_run_device` ordered on the caller's CUDA stream `stream` (a `CUstream` or `cudaStream_t` of the
+// primary context of the model's GPU) and asynchronous: the run waits for the work enqueued on `stream` before the call (no
 // synchronization needed after writing the inputs), returns once it is enqueued, and work enqueued on
 // `stream` afterwards sees the outputs. Errors found before enqueueing (names, dtypes, shapes, pointers) are
 // returned; a kernel failure surfaces on `stream`, as for the caller's own kernels. A plan with host steps runs
@@ -241,7 +272,7 @@ enum TesseraStatus tessera_model_run_device(const struct TesseraModel *model,
 //
 // # Safety
 // As `tessera_model_run_device`, with "during the call" extended to "until `stream` reaches the call"; `stream`
-// is a live stream of GPU 0's primary context.
+// is a live stream of the primary context of the model's GPU.
 enum TesseraStatus tessera_model_run_device_async(const struct TesseraModel *model,
                                                   const struct TesseraDeviceTensor *inputs,
                                                   size_t n_inputs,

@@ -171,7 +171,8 @@ pub extern "C" fn tessera_last_error() -> *const c_char {
 }
 
 /// Reads, checks (format, blake3 digest, every index and bound) and loads the artifact at `path` into
-/// `*out`. No code of the artifact is loaded before the checks pass.
+/// `*out`. No code of the artifact is loaded before the checks pass. A GPU artifact loads on GPU 0
+/// (`tessera_model_load_on_gpu` picks another).
 ///
 /// # Safety
 /// `path` is a NUL-terminated string; `out` points at writable memory for one pointer.
@@ -194,6 +195,43 @@ pub unsafe extern "C" fn tessera_model_load_bytes(bytes: *const u8, len: usize, 
         // SAFETY: the caller's promise.
         let bytes = unsafe { slice_arg(bytes, len, "bytes") }?;
         store_model(out, || Ok(Model::from_bytes(bytes)?))
+    })
+}
+
+/// The GPU index `gpu` of a `*_on_gpu` call, refused when negative.
+pub(crate) fn gpu_arg(gpu: i32) -> Result<usize, Failure> {
+    usize::try_from(gpu).map_err(|_| invalid(format!("gpu is {gpu}: a GPU index (CUDA device ordinal) is 0 or more")))
+}
+
+/// `tessera_model_load` of a GPU artifact onto GPU `gpu` (a CUDA device ordinal, as `cudaSetDevice` takes and
+/// `CUDA_VISIBLE_DEVICES` renumbers): its weights, memory and CUDA graphs go to that GPU and every run of the
+/// model executes there, from any thread. A negative `gpu` is `TESSERA_STATUS_ERROR_INVALID_ARGUMENT`; a GPU
+/// the driver does not see, or a host artifact (which runs on no GPU: load it with `tessera_model_load`), is
+/// `TESSERA_STATUS_ERROR_LOAD`, the message naming the GPU.
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `out` points at writable memory for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_model_load_on_gpu(path: *const c_char, gpu: i32, out: *mut *mut TesseraModel) -> TesseraStatus {
+    guard(|| {
+        // SAFETY: the caller's promise.
+        let path = unsafe { str_arg(path, "path") }?;
+        let gpu = gpu_arg(gpu)?;
+        store_model(out, || Ok(Model::load_on_gpu(path, gpu)?))
+    })
+}
+
+/// `tessera_model_load_on_gpu` from `len` bytes in memory (copied; the caller may free them after the call).
+///
+/// # Safety
+/// `bytes` points at `len` readable bytes; `out` points at writable memory for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_model_load_bytes_on_gpu(bytes: *const u8, len: usize, gpu: i32, out: *mut *mut TesseraModel) -> TesseraStatus {
+    guard(|| {
+        // SAFETY: the caller's promise.
+        let bytes = unsafe { slice_arg(bytes, len, "bytes") }?;
+        let gpu = gpu_arg(gpu)?;
+        store_model(out, || Ok(Model::from_bytes_on_gpu(bytes, gpu)?))
     })
 }
 

@@ -6,8 +6,9 @@ use crate::guard::{guard, guard_value, invalid, Failure, TesseraStatus};
 use std::ffi::c_char;
 use tessera_runtime::DeviceTensor;
 
-/// A tensor in GPU memory the caller owns, for `tessera_model_run_device`: `data` is a `CUdeviceptr` on GPU
-/// 0's primary context (the one the CUDA runtime API uses by default), holding `size_bytes` bytes.
+/// A tensor in GPU memory the caller owns, for `tessera_model_run_device`: `data` is a `CUdeviceptr` on the
+/// primary context of the model's GPU (`tessera_model_gpu`; the context the CUDA runtime API uses for that
+/// device: `cudaSetDevice(gpu)` then `cudaMalloc`), holding `size_bytes` bytes.
 #[repr(C)]
 pub struct TesseraDeviceTensor {
     pub name: *const c_char,
@@ -30,6 +31,17 @@ pub struct TesseraDeviceTensor {
 pub unsafe extern "C" fn tessera_model_is_gpu(model: *const TesseraModel) -> i32 {
     // SAFETY: the caller's promise.
     guard_value(0, || unsafe { model.as_ref() }.map(|m| i32::from(m.model.is_gpu())))
+}
+
+/// The GPU (CUDA device ordinal) a GPU model was loaded on and runs on: 0 from `tessera_model_load*`, the
+/// one asked for from `tessera_model_load*_on_gpu`; -1 for a host model or if `model` is null.
+///
+/// # Safety
+/// `model` is null or a live model.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_model_gpu(model: *const TesseraModel) -> i32 {
+    // SAFETY: the caller's promise.
+    guard_value(-1, || unsafe { model.as_ref() }.and_then(|m| m.model.gpu()).map(|g| i32::try_from(g).unwrap_or(i32::MAX)))
 }
 
 /// Reads the tensors at `p` (`n` of them) as device tensors of `what`s ("input", "output").
@@ -59,8 +71,9 @@ unsafe fn device_args<'a>(p: *const TesseraDeviceTensor, n: usize, what: &str) -
 /// Runs a GPU model on inputs in device memory (every input once, by name, of its exact dtype and shape),
 /// writing the outputs named in `outputs` into the caller's device buffers (others are not copied). Returns
 /// when the outputs are written; the inputs must be complete before the call (synchronize the stream that
-/// wrote them). A host model is `TESSERA_STATUS_ERROR_INPUT`; a pointer that is not device memory of GPU 0's
-/// primary context, or whose allocation is too small, is `TESSERA_STATUS_ERROR_RUN`, naming the tensor.
+/// wrote them). The run executes on the model's GPU (`tessera_model_gpu`), from whichever thread calls. A host
+/// model is `TESSERA_STATUS_ERROR_INPUT`; a pointer that is not device memory of the model's GPU, or whose
+/// allocation is too small, is `TESSERA_STATUS_ERROR_RUN`, naming the tensor.
 ///
 /// # Safety
 /// `model` is a live model; `inputs` points at `n_inputs` tensors and `outputs` at `n_outputs`, each with a
@@ -84,8 +97,8 @@ pub unsafe extern "C" fn tessera_model_run_device(
     })
 }
 
-/// `tessera_model_run_device` ordered on the caller's CUDA stream `stream` (a `CUstream` or `cudaStream_t` of GPU
-/// 0's primary context) and asynchronous: the run waits for the work enqueued on `stream` before the call (no
+/// `tessera_model_run_device` ordered on the caller's CUDA stream `stream` (a `CUstream` or `cudaStream_t` of the
+/// primary context of the model's GPU) and asynchronous: the run waits for the work enqueued on `stream` before the call (no
 /// synchronization needed after writing the inputs), returns once it is enqueued, and work enqueued on
 /// `stream` afterwards sees the outputs. Errors found before enqueueing (names, dtypes, shapes, pointers) are
 /// returned; a kernel failure surfaces on `stream`, as for the caller's own kernels. A plan with host steps runs
@@ -94,7 +107,7 @@ pub unsafe extern "C" fn tessera_model_run_device(
 ///
 /// # Safety
 /// As `tessera_model_run_device`, with "during the call" extended to "until `stream` reaches the call"; `stream`
-/// is a live stream of GPU 0's primary context.
+/// is a live stream of the primary context of the model's GPU.
 #[no_mangle]
 pub unsafe extern "C" fn tessera_model_run_device_async(
     model: *const TesseraModel,

@@ -1,13 +1,16 @@
-//! `tessera_model_run_device` through the C ABI (called as C would, through the exported functions).
-//! Everywhere: a host model, a size that disagrees with the shape, null pointers are statuses with messages.
-//! On a GPU machine (`TESSERA_GPU=1`, `--include-ignored`): a zoo model compiled for `cuda` runs from device
-//! buffers the caller allocated, with outputs equal, bit for bit, to `tessera_model_run`'s from host memory.
+//! `tessera_model_run_device` and `tessera_model_load*_on_gpu` through the C ABI (called as C would, through
+//! the exported functions). Everywhere: a host model, a size that disagrees with the shape, null pointers, a
+//! negative GPU index, a host artifact given a GPU index are statuses with messages. On a GPU machine
+//! (`TESSERA_GPU=1`, `--include-ignored`): a zoo model compiled for `cuda` runs from device buffers the caller
+//! allocated, with outputs equal, bit for bit, to `tessera_model_run`'s from host memory; a GPU that does not
+//! exist is an error naming it; and where there are two GPUs, the model loaded on GPU 1 gives GPU 0's outputs,
+//! from device memory of GPU 1 too.
 
 #[path = "../../runtime/tests/common/mod.rs"]
 mod common;
 
 use cudarc::driver::result;
-use std::ffi::{CStr, CString};
+use std::ffi::{c_char, CStr, CString};
 use std::ptr::{null, null_mut};
 use tessera_kernels::artifact::Artifact;
 use tessera_runtime_c::*;
@@ -62,6 +65,102 @@ fn bad_calls_are_statuses_with_messages() {
         assert!(last().contains("stream is null"), "{}", last());
         tessera_model_free(m);
     }
+}
+
+/// `tessera_model_load_on_gpu(path, gpu)`: the status and the model (null on failure).
+fn load_on_gpu(path: &std::path::Path, gpu: i32) -> (TesseraStatus, *mut TesseraModel) {
+    let p = CString::new(path.to_str().unwrap()).unwrap();
+    let mut m = null_mut();
+    // SAFETY: a C string and a place for the pointer.
+    let s = unsafe { tessera_model_load_on_gpu(p.as_ptr(), gpu, &mut m) };
+    (s, m)
+}
+
+#[test]
+fn gpu_indices_are_checked() {
+    let path = common::c_zoo().join("mlp3-b8.tsr");
+    let bytes = std::fs::read(&path).unwrap();
+    // SAFETY (this test): C strings, byte buffers of their lengths, places for the model, live models.
+    unsafe {
+        let m = load(&path);
+        assert_eq!(tessera_model_gpu(m), -1, "a host model is on no GPU");
+        assert_eq!(tessera_model_gpu(null()), -1);
+        tessera_model_free(m);
+        // A negative index, whatever the artifact: an invalid argument naming it; nothing is stored.
+        let (s, m) = load_on_gpu(&path, -1);
+        assert_eq!((s, m), (TesseraStatus::ErrorInvalidArgument, null_mut()));
+        assert!(last().contains("gpu is -1"), "{}", last());
+        let mut m: *mut TesseraModel = null_mut();
+        assert_eq!(tessera_model_load_bytes_on_gpu(bytes.as_ptr(), bytes.len(), -3, &mut m), TesseraStatus::ErrorInvalidArgument);
+        assert!(last().contains("gpu is -3") && m.is_null(), "{}", last());
+        // A host artifact given a GPU: a load error naming the model and the GPU (no GPU needed to tell).
+        let (s, mut m) = load_on_gpu(&path, 1);
+        assert_eq!((s, m), (TesseraStatus::ErrorLoad, null_mut()));
+        assert!(last().contains("model 'mlp3-b8' runs on the host; it cannot be placed on GPU 1") && last().contains("mlp3-b8.tsr"), "{}", last());
+        assert_eq!(tessera_model_load_bytes_on_gpu(bytes.as_ptr(), bytes.len(), 0, &mut m), TesseraStatus::ErrorLoad);
+        assert!(last().contains("<memory>") && last().contains("cannot be placed on GPU 0"), "{}", last());
+        // The other arguments are checked as tessera_model_load checks them.
+        assert_eq!(tessera_model_load_on_gpu(null::<c_char>(), 0, &mut m), TesseraStatus::ErrorInvalidArgument);
+        assert!(last().contains("path is null"), "{}", last());
+        let p = CString::new(path.to_str().unwrap()).unwrap();
+        assert_eq!(tessera_model_load_on_gpu(p.as_ptr(), 0, null_mut()), TesseraStatus::ErrorInvalidArgument);
+        assert!(last().contains("out (where the model goes) is null"), "{}", last());
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine (two GPUs for all of it)"]
+fn models_run_on_the_gpu_they_are_loaded_on() {
+    if std::env::var_os("TESSERA_GPU").is_none() {
+        eprintln!("skipping: set TESSERA_GPU=1 on a machine with an NVIDIA GPU");
+        return;
+    }
+    let n = tessera_kernels::runtime::cuda::device::count().expect("TESSERA_GPU=1 but no usable GPU");
+    let zoo = common::compile("out-cuda", &["cuda -compiler=nvrtc"]);
+    let path = zoo.join("mlp3-b8.tsr");
+    let (s, m) = load_on_gpu(&path, 99);
+    assert_eq!((s, m), (TesseraStatus::ErrorLoad, null_mut()), "{}", last());
+    assert!(last().contains("GPU 99") && last().contains(&format!("the CUDA driver sees {n}")), "{}", last());
+    let m0 = load(&path);
+    // SAFETY (this block): live models; every host buffer and device allocation has its tensor's size and is
+    // used by nothing else while a run is in flight.
+    unsafe {
+        assert_eq!(tessera_model_gpu(m0), 0);
+        if n < 2 {
+            println!("skipping the second GPU: the CUDA driver sees {n} GPU");
+            tessera_model_free(m0);
+            return;
+        }
+        let (s, m1) = load_on_gpu(&path, 1);
+        assert_eq!(s, TesseraStatus::Ok, "{}", last());
+        assert_eq!((tessera_model_gpu(m1), tessera_model_is_gpu(m1)), (1, 1));
+        let input = info(m1, 0, true);
+        let output = info(m1, 0, false);
+        let x: Vec<f32> = (0..input.size_bytes / 4).map(|i| ((i % 83) as f32) / 83.0 - 0.5).collect();
+        let host_in = TesseraTensor { name: input.name, dtype: input.dtype, rank: input.rank, shape: input.shape, data: x.as_ptr().cast(), size_bytes: input.size_bytes };
+        let run = |m: *const TesseraModel| {
+            let mut y = vec![0u8; output.size_bytes];
+            let mut host_out = TesseraTensorMut { name: output.name, dtype: output.dtype, rank: output.rank, shape: output.shape, data: y.as_mut_ptr().cast(), size_bytes: output.size_bytes };
+            assert_eq!(tessera_model_run(m, &host_in, 1, &mut host_out, 1), TesseraStatus::Ok, "{}", last());
+            y
+        };
+        let want = run(m0);
+        assert!(run(m1) == want, "GPU 1's output differs from GPU 0's");
+        // From device memory of GPU 1 (its primary context, as `cudaSetDevice(1)` then `cudaMalloc` gives).
+        tessera_kernels::runtime::cuda::device::context_of(1).unwrap().bind_to_thread().unwrap();
+        let d_x = result::malloc_sync(input.size_bytes).unwrap();
+        let d_y = result::malloc_sync(output.size_bytes).unwrap();
+        result::memcpy_htod_sync(d_x, std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), input.size_bytes)).unwrap();
+        assert_eq!(tessera_model_run_device(m1, &device(&input, d_x), 1, &device(&output, d_y), 1), TesseraStatus::Ok, "{}", last());
+        let mut got = vec![0u8; output.size_bytes];
+        result::memcpy_dtoh_sync(&mut got, d_y).unwrap();
+        assert!(got == want, "GPU 1's output from its device memory differs from GPU 0's");
+        result::free_sync(d_x).unwrap();
+        result::free_sync(d_y).unwrap();
+        tessera_model_free(m0);
+        tessera_model_free(m1);
+    }
+    println!("mlp3-b8: the C ABI runs the model on GPU 1 as on GPU 0, from GPU 1's device memory too");
 }
 
 #[test]

@@ -16,7 +16,9 @@
 //!
 //! - [`Model::load`] / [`Model::from_bytes`]: read and check an artifact (magic, version, lengths, blake3
 //!   digest, every index and bound) before any of its modules is loaded, refuse modules compiled for an
-//!   instruction set this CPU lacks, then load its modules and constants once.
+//!   instruction set this CPU lacks, then load its modules and constants once (a GPU artifact's on GPU 0).
+//! - [`Model::load_on_gpu`] / [`Model::from_bytes_on_gpu`]: the same for a GPU artifact, on the GPU of that
+//!   CUDA device ordinal ([`Model::gpu`] says which; a host artifact there is an error).
 //! - [`Model::inputs`] / [`Model::outputs`]: names, dtypes and shapes ([`TensorInfo`]), in model order.
 //! - [`Model::provenance`] / [`Model::provenance_json`]: how the artifact was built ([`Provenance`]: tessera
 //!   version and source revision, source model and digest, targets, precision, costs, build options).
@@ -33,14 +35,17 @@
 //! **GPU artifacts** load and run through the same API, inputs and outputs in host memory, or in device
 //! memory the caller owns ([`Model::run_device`] with [`DeviceTensor`]s: copied device to device, never
 //! through the host). Their engine has one device arena and one set of captured CUDA graphs, so runs of one
-//! GPU model take turns (a mutex): many threads may call, one run executes at a time.
+//! GPU model take turns (a mutex): many threads may call, one run executes at a time. A GPU model lives on
+//! one GPU, the one it was loaded on (GPU 0 unless [`Model::load_on_gpu`] names another): its runs execute
+//! there from any thread, and device memory and streams handed to it are that GPU's. Models on different
+//! GPUs run at the same time; to use every GPU of a host, load one model per GPU.
 
 mod device;
 mod error;
 mod model;
 mod view;
 
-pub use device::{synchronize_gpu, DeviceTensor};
+pub use device::{keeping_callers_gpu, make_gpu_current, synchronize_gpu, synchronize_gpu_of, DeviceTensor};
 pub use error::{Error, ErrorKind};
 pub use model::{Model, TensorInfo};
 pub use view::{Element, TensorView, TensorViewMut, Writable};

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tessera_kernels::artifact::{Artifact, Provenance};
 use std::borrow::Cow;
 use tessera_kernels::batch;
+use tessera_kernels::runtime::cuda::device;
 use tessera_kernels::runtime::{Program, Registry, RuntimeError, Session};
-use tessera_kernels::{DType, Tensor, TensorType};
+use tessera_kernels::{DType, Place, Tensor, TensorType};
 
 /// A model input or output: name, element type and shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,13 +42,16 @@ impl TensorInfo {
 
 /// A loaded artifact, ready to run from any number of threads (see the crate documentation). A batched
 /// artifact (compiled with `--batch 1,8`) runs inputs of any batch up to its largest plan's, each run on the
-/// smallest plan that fits ([`batch_sizes`](Self::batch_sizes)).
+/// smallest plan that fits ([`batch_sizes`](Self::batch_sizes)). A GPU artifact runs on the GPU it was loaded
+/// on ([`gpu`](Self::gpu)), from whichever thread calls it.
 pub struct Model {
     /// One per plan (one for an artifact of one plan), batch sizes ascending.
     plans: Vec<Plan>,
     /// A batched artifact's batch sizes; empty for one plan.
     batches: Vec<usize>,
     provenance: Option<Provenance>,
+    /// The GPU (CUDA device ordinal) a GPU model's engines, memory and CUDA graphs are on; `None` on the host.
+    gpu: Option<usize>,
 }
 
 /// One plan: its program (sharing one copy of the weights with the others) and its pool of sessions.
@@ -67,19 +71,61 @@ impl Plan {
 }
 
 impl Model {
-    /// Reads, checks and loads the artifact at `path`. Errors name the file.
+    /// Reads, checks and loads the artifact at `path`: a host artifact on the host, a GPU artifact on GPU 0
+    /// ([`load_on_gpu`](Self::load_on_gpu) picks another). Errors name the file.
     pub fn load(path: impl AsRef<Path>) -> Result<Model, Error> {
-        let artifact = Artifact::open(path.as_ref()).map_err(|e| Error::new(ErrorKind::Artifact, e.to_string()))?;
-        Self::from_artifact(&artifact)
+        Self::place(&Self::open(path.as_ref())?, None)
     }
 
-    /// Reads, checks and loads an artifact held in memory. Errors name it `<memory>`.
+    /// Reads, checks and loads an artifact held in memory, as [`load`](Self::load) does. Errors name it
+    /// `<memory>`.
     pub fn from_bytes(bytes: &[u8]) -> Result<Model, Error> {
-        let artifact = Artifact::read(bytes).map_err(|e| Error::new(ErrorKind::Artifact, e.to_string()))?;
-        Self::from_artifact(&artifact)
+        Self::place(&Self::read(bytes)?, None)
     }
 
-    fn from_artifact(a: &Artifact) -> Result<Model, Error> {
+    /// [`load`](Self::load) of a GPU artifact onto GPU `gpu` (a CUDA device ordinal, as `cudaSetDevice` takes
+    /// and `CUDA_VISIBLE_DEVICES` renumbers): its modules, weights, memory and CUDA graphs go to that GPU, and
+    /// every run of the model executes there, from any thread. A GPU the driver does not see is an
+    /// [`ErrorKind::Load`] error naming it; so is a host artifact, which runs on no GPU (load it with
+    /// [`load`](Self::load), which takes artifacts of either kind).
+    pub fn load_on_gpu(path: impl AsRef<Path>, gpu: usize) -> Result<Model, Error> {
+        Self::place(&Self::open(path.as_ref())?, Some(gpu))
+    }
+
+    /// [`load_on_gpu`](Self::load_on_gpu) of an artifact held in memory. Errors name it `<memory>`.
+    pub fn from_bytes_on_gpu(bytes: &[u8], gpu: usize) -> Result<Model, Error> {
+        Self::place(&Self::read(bytes)?, Some(gpu))
+    }
+
+    fn open(path: &Path) -> Result<Artifact, Error> {
+        Artifact::open(path).map_err(|e| Error::new(ErrorKind::Artifact, e.to_string()))
+    }
+
+    fn read(bytes: &[u8]) -> Result<Artifact, Error> {
+        Artifact::read(bytes).map_err(|e| Error::new(ErrorKind::Artifact, e.to_string()))
+    }
+
+    /// Loads a checked artifact: on GPU `gpu` when given (a GPU artifact only, on a GPU that exists: both
+    /// checked before any module loads), else a GPU artifact on GPU 0.
+    fn place(a: &Artifact, gpu: Option<usize>) -> Result<Model, Error> {
+        if let Some(g) = gpu {
+            // Where modules run is recorded per module: known before any of them loads.
+            let on_gpu = (0..a.plan_count()).any(|i| a.plan(i).modules.iter().any(|m| m.format.place() == Place::Gpu));
+            if !on_gpu {
+                return Err(Error::new(
+                    ErrorKind::Load,
+                    format!("artifact {}: model '{}' runs on the host; it cannot be placed on GPU {g} (load it without a GPU index)", a.file, a.body.model),
+                ));
+            }
+            device::context_of(g).map_err(|e| Error::new(ErrorKind::Load, format!("artifact {}: model '{}' cannot be placed on GPU {g}: {e}", a.file, a.body.model)))?;
+        }
+        let g = gpu.unwrap_or(0);
+        // Everything the load opens on the device (modules, engines, weights, sessions) is made on, and keeps,
+        // GPU `g`'s context.
+        device::keeping_callers_context(|| device::on(g, || Self::from_artifact(a, g)))
+    }
+
+    fn from_artifact(a: &Artifact, gpu: usize) -> Result<Model, Error> {
         // Each plan loads as an artifact of its own (modules, memory plan, sessions), all of them sharing one copy
         // of the weights (one host copy; GPU plans one device upload), as the file holds them once.
         let programs = Program::load_plans(a, Registry::builtin()).map_err(|e| Error::new(ErrorKind::Load, e.0))?;
@@ -91,7 +137,8 @@ impl Model {
             let first = Session::new(program.clone()).map_err(|e| Error::new(ErrorKind::Load, e.0))?;
             plans.push(Plan { program, inputs, outputs, idle: Mutex::new(vec![first]) });
         }
-        Ok(Model { plans, batches: a.batches().iter().map(|&b| b as usize).collect(), provenance: a.provenance.clone() })
+        let gpu = plans.iter().any(|p| p.program.is_gpu()).then_some(gpu);
+        Ok(Model { plans, batches: a.batches().iter().map(|&b| b as usize).collect(), provenance: a.provenance.clone(), gpu })
     }
 
     /// The largest plan (the only one of an artifact of one plan).
@@ -150,6 +197,13 @@ impl Model {
     /// Whether the model runs on the GPU (then its runs take turns; see the crate documentation).
     pub fn is_gpu(&self) -> bool {
         self.largest().program.is_gpu()
+    }
+
+    /// The GPU (CUDA device ordinal) a GPU model was loaded on and runs on: 0 from [`load`](Self::load) and
+    /// [`from_bytes`](Self::from_bytes), the one asked for from [`load_on_gpu`](Self::load_on_gpu) and
+    /// [`from_bytes_on_gpu`](Self::from_bytes_on_gpu); `None` for a host model.
+    pub fn gpu(&self) -> Option<usize> {
+        self.gpu
     }
 
     /// Host memory of one session (activations and scratch), allocated once per concurrent run; for a batched
@@ -240,7 +294,8 @@ impl Model {
             Some(s) => s,
             None => Session::new(p.program.clone()).map_err(|e| Error::new(ErrorKind::Load, e.0))?,
         };
-        let result = f(&mut session);
+        // A GPU run binds its GPU's context to this thread as it goes; the caller keeps its own.
+        let result = device::keeping_callers_context(|| f(&mut session));
         p.idle().push(session);
         result.map_err(|e| Error::new(ErrorKind::Run, e.0))
     }

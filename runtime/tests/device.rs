@@ -1,14 +1,17 @@
-//! Runs from device memory the caller owns (`Model::run_device`). Everywhere: a host model refuses device
-//! pointers with an error naming the model. On a GPU machine (`TESSERA_GPU=1`, `--include-ignored`): zoo
-//! models compiled for `cuda` run from the caller's device buffers with outputs equal, bit for bit, to host
-//! runs of the same loaded model, outputs not asked for are left alone, and wrong pointers, buffers too
-//! small and wrong shapes are errors naming the tensor.
+//! Runs from device memory the caller owns (`Model::run_device`), and GPU placement (`Model::load_on_gpu`).
+//! Everywhere: a host model refuses device pointers with an error naming the model, is on no GPU, and refuses
+//! a GPU index. On a GPU machine (`TESSERA_GPU=1`, `--include-ignored`): zoo models compiled for `cuda` run
+//! from the caller's device buffers with outputs equal, bit for bit, to host runs of the same loaded model,
+//! outputs not asked for are left alone, and wrong pointers, buffers too small and wrong shapes are errors
+//! naming the tensor; a GPU that does not exist is an error naming it; and where there are two GPUs, one
+//! artifact loaded on each gives the same outputs, from device memory of GPU 1 too.
 
 mod common;
 
-use cudarc::driver::result;
+use cudarc::driver::{result, sys};
 use std::sync::Arc;
 use tessera_kernels::artifact::Artifact;
+use tessera_kernels::runtime::cuda::device;
 use tessera_runtime::{DeviceTensor, ErrorKind, Model, Tensor, TensorView};
 
 #[test]
@@ -20,6 +23,25 @@ fn host_models_refuse_device_pointers() {
     let e = unsafe { m.run_device(&[("input", DeviceTensor::new(tessera_runtime::DType::F32, &shape, 0x1000))], &[]) }.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Input);
     assert!(e.message().contains("model 'mlp3-b8' runs on the host"), "{e}");
+}
+
+#[test]
+fn host_models_are_on_no_gpu_and_refuse_a_gpu_index() {
+    let path = common::c_zoo().join("mlp3-b8.tsr");
+    let m = Model::load(&path).unwrap();
+    assert_eq!((m.is_gpu(), m.gpu()), (false, None));
+    assert_eq!(Model::from_bytes(&std::fs::read(&path).unwrap()).unwrap().gpu(), None);
+    // A GPU index asks for a GPU artifact: a host one is refused, naming the file, the model and the GPU (no GPU
+    // is needed to tell: where modules run is recorded in the artifact).
+    for gpu in [0, 1] {
+        let e = Model::load_on_gpu(&path, gpu).err().expect("a host artifact on a GPU");
+        assert_eq!(e.kind(), ErrorKind::Load, "{e}");
+        assert!(e.message().contains(&path.display().to_string()), "{e}");
+        assert!(e.message().contains(&format!("model 'mlp3-b8' runs on the host; it cannot be placed on GPU {gpu}")), "{e}");
+    }
+    let e = Model::from_bytes_on_gpu(&std::fs::read(&path).unwrap(), 1).err().expect("a host artifact on a GPU");
+    assert_eq!(e.kind(), ErrorKind::Load, "{e}");
+    assert!(e.message().contains("<memory>") && e.message().contains("runs on the host; it cannot be placed on GPU 1"), "{e}");
 }
 
 /// Device memory of `bytes` bytes (at least one, so every tensor has a real address), freed on drop.
@@ -152,4 +174,79 @@ fn batched_gpu_plans_share_one_upload_of_the_weights() {
         let want = Tensor::from_f32([batch, 10], &want[0].to_f32_vec()[..batch * 10]);
         common::close(&format!("batch {batch}"), &got[0], &want);
     }
+}
+
+/// The GPU whose memory `ptr` is, as the driver records it.
+fn ordinal_of(ptr: u64) -> i32 {
+    let mut ordinal = -1i32;
+    // SAFETY: an out-parameter of the attribute's type (int); the driver is loaded (the pointer is its).
+    unsafe { sys::cuPointerGetAttribute((&mut ordinal as *mut i32).cast(), sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) }.result().unwrap();
+    ordinal
+}
+
+#[test]
+#[ignore = "needs a GPU: run with TESSERA_GPU=1 and --include-ignored on the GPU machine (two GPUs for all of it)"]
+fn models_run_on_the_gpu_they_are_loaded_on() {
+    if std::env::var_os("TESSERA_GPU").is_none() {
+        eprintln!("skipping: set TESSERA_GPU=1 on a machine with an NVIDIA GPU");
+        return;
+    }
+    let n = device::count().expect("TESSERA_GPU=1 but no usable GPU");
+    let zoo = common::compile("out-cuda", &["cuda -compiler=nvrtc"]);
+    let path = zoo.join("bert-tiny-b1-s128.tsr");
+    // A GPU the driver does not see: an error naming it and how many there are, before anything loads.
+    let e = Model::load_on_gpu(&path, 99).err().expect("there is no GPU 99");
+    assert_eq!(e.kind(), ErrorKind::Load, "{e}");
+    assert!(e.message().contains("GPU 99") && e.message().contains(&format!("the CUDA driver sees {n}")), "{e}");
+    let e = tessera_runtime::synchronize_gpu_of(99).unwrap_err();
+    assert!(e.message().contains("no GPU 99"), "{e}");
+    // `load` is GPU 0, and so is `load_on_gpu(.., 0)`.
+    let m0 = Model::load(&path).unwrap();
+    assert_eq!((m0.is_gpu(), m0.gpu()), (true, Some(0)));
+    assert_eq!(Model::load_on_gpu(&path, 0).unwrap().gpu(), Some(0));
+    if n < 2 {
+        println!("skipping the second GPU: the CUDA driver sees {n} GPU");
+        return;
+    }
+    // The caller's current CUDA context (GPU 0's here) is its own again after a load and a run on GPU 1.
+    let bound_gpu = || {
+        let mut d: cudarc::driver::sys::CUdevice = -1;
+        // SAFETY: an out-parameter; the driver is loaded.
+        assert_eq!(unsafe { cudarc::driver::sys::cuCtxGetDevice(&mut d) }, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
+        d
+    };
+    device::context_of(0).unwrap().bind_to_thread().unwrap();
+    let m1 = Model::load_on_gpu(&path, 1).unwrap();
+    assert_eq!((m1.is_gpu(), m1.gpu()), (true, Some(1)));
+    assert_eq!(bound_gpu(), 0, "loading on GPU 1 left GPU 1's context current");
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(Model::from_bytes_on_gpu(&bytes, 1).unwrap().gpu(), Some(1));
+    let inputs: Vec<Tensor> = Artifact::open(&path).unwrap().random_inputs(17);
+    let views: Vec<(&str, TensorView)> = m0.inputs().iter().zip(&inputs).map(|(d, t)| (d.name.as_str(), TensorView::from(t))).collect();
+    let want = m0.run(&views).unwrap();
+    m1.run(&views).unwrap();
+    assert_eq!(bound_gpu(), 0, "running on GPU 1 left GPU 1's context current");
+    // The same code on the same inputs on two GPUs of one host: the same bits, from this thread and another
+    // (the model keeps its GPU whichever thread runs it).
+    for (what, got) in [("GPU 1", m1.run(&views).unwrap()), ("GPU 1 from another thread", std::thread::scope(|s| s.spawn(|| m1.run(&views).unwrap()).join().unwrap()))] {
+        for ((d, g), w) in m1.outputs().iter().zip(&got).zip(&want) {
+            assert!(g.bytes() == w.bytes(), "output '{}' on {what} differs from GPU 0's", d.name);
+        }
+    }
+    // From device memory of GPU 1 (the caller's, allocated in GPU 1's primary context), outputs into it.
+    let ctx1 = device::context_of(1).unwrap();
+    ctx1.bind_to_thread().unwrap();
+    let dev_in: Vec<Buffer> = inputs.iter().map(|t| Buffer::with(t.bytes())).collect();
+    let dev_out: Vec<Buffer> = m1.outputs().iter().map(|d| Buffer::with(&vec![0xAB; d.size_bytes()])).collect();
+    assert!(dev_in.iter().chain(&dev_out).all(|b| ordinal_of(b.ptr) == 1), "the buffers are GPU 1's");
+    let ins: Vec<(&str, DeviceTensor)> = m1.inputs().iter().zip(&dev_in).map(|(d, b)| (d.name.as_str(), DeviceTensor::new(d.dtype, &d.shape, b.ptr))).collect();
+    let outs: Vec<(&str, DeviceTensor)> = m1.outputs().iter().zip(&dev_out).map(|(d, b)| (d.name.as_str(), DeviceTensor::new(d.dtype, &d.shape, b.ptr))).collect();
+    tessera_runtime::synchronize_gpu_of(1).unwrap();
+    // SAFETY: every buffer is ours, on the model's GPU, of its tensor's size, and used by nothing else during the call.
+    unsafe { m1.run_device(&ins, &outs) }.unwrap();
+    ctx1.bind_to_thread().unwrap();
+    for ((d, b), w) in m1.outputs().iter().zip(&dev_out).zip(&want) {
+        assert!(b.read() == w.bytes(), "output '{}' from GPU 1's device memory differs from GPU 0's host-memory run", d.name);
+    }
+    println!("bert-tiny-b1-s128: GPU 0 and GPU 1 give the same outputs, from host memory and from GPU 1's device memory");
 }

@@ -29,11 +29,19 @@ pub struct Ctx<'a> {
     pub calibration: Option<&'a crate::calibrate::CalibrationDir>,
     /// How much of the candidate space measured costs measure (default: pruned).
     pub tuning: Tuning,
+    /// The GPUs the tune stage measures on (`--gpus`); None: every GPU of this machine with GPU 0's
+    /// fingerprint ([`crate::device::measuring_gpus`]). Where measuring runs, not what is built: in no key.
+    pub gpus: Option<Vec<usize>>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(driver: &'a dyn Driver, targets: &'a TargetSet, backends: &'a [Box<dyn Backend>]) -> Self {
-        Ctx { driver, targets, backends, costs: CostMode::default(), prefer: None, runtime: Registry::builtin(), calibration: None, tuning: Tuning::default() }
+        Ctx { driver, targets, backends, costs: CostMode::default(), prefer: None, runtime: Registry::builtin(), calibration: None, tuning: Tuning::default(), gpus: None }
+    }
+
+    pub fn with_gpus(mut self, gpus: Option<Vec<usize>>) -> Self {
+        self.gpus = gpus;
+        self
     }
 
     pub fn with_tuning(mut self, tuning: Tuning) -> Self {

@@ -98,6 +98,61 @@ pub fn this_gpu() -> Option<GpuFingerprint> {
     .clone()
 }
 
+/// The GPUs that measure for this process's builds: `requested` (the `--gpus` build option) checked, or by
+/// default every GPU of the machine that [`this_gpu`]'s fingerprint describes. Tune records are keyed by
+/// GPU 0's fingerprint, so a GPU measures only where it is the same part as GPU 0 (name, architecture, SM
+/// count, memory, L2, clock, driver): a host of mixed GPUs measures on GPU 0's kind; naming another kind is
+/// an error.
+pub fn measuring_gpus(requested: Option<&[usize]>) -> Result<Vec<usize>, String> {
+    if let Some(requested) = requested {
+        if requested.is_empty() {
+            return Err("--gpus names no GPU".to_string());
+        }
+        if let Some(g) = requested.iter().enumerate().find_map(|(i, g)| requested[..i].contains(g).then_some(g)) {
+            return Err(format!("--gpus names GPU {g} twice"));
+        }
+    }
+    let n = cuda::device::count()?;
+    let first = cuda::device::info_of(0)?;
+    let same = |g: usize| -> Result<bool, String> { Ok(g == 0 || cuda::device::info_of(g)? == first) };
+    let Some(requested) = requested else {
+        let mut gpus = Vec::with_capacity(n);
+        for g in 0..n {
+            if same(g)? {
+                gpus.push(g);
+            } else {
+                let other = cuda::device::info_of(g)?;
+                tracing::info!(gpu = g, name = %other.name, "GPU {g} ({}) is not GPU 0's kind ({}): it does not measure", other.name, first.name);
+            }
+        }
+        return Ok(gpus);
+    };
+    for &g in requested {
+        cuda::device::context_of(g)?;
+        if !same(g)? {
+            let other = cuda::device::info_of(g)?;
+            return Err(format!(
+                "GPU {g} ({}, {} SMs, {} kHz) is not the same part as GPU 0 ({}, {} SMs, {} kHz), whose fingerprint keys this machine's tune records: measure on GPUs like GPU 0",
+                other.name, other.sm_count, other.clock_khz, first.name, first.sm_count, first.clock_khz
+            ));
+        }
+    }
+    Ok(requested.to_vec())
+}
+
+/// Parses a `--gpus` list: `all`, or GPU indices separated by commas (`0,1,3`).
+pub fn parse_gpus(text: &str) -> Result<Option<Vec<usize>>, String> {
+    let text = text.trim();
+    if text == "all" {
+        return Ok(None);
+    }
+    let gpus: Vec<usize> = text
+        .split(',')
+        .map(|g| g.trim().parse::<usize>().map_err(|_| format!("'{g}' is not a GPU index (--gpus takes `all` or indices like 0,1)")))
+        .collect::<Result<_, _>>()?;
+    Ok(Some(gpus))
+}
+
 /// What makes one CPU time a kernel differently from another.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct CpuFingerprint {
@@ -178,20 +233,26 @@ fn read_caches(dir: &std::path::Path) -> Vec<(u32, String, String)> {
     caches
 }
 
-/// The lock serializing measurements on the device of a target kind: hold it while timing.
+/// The lock serializing measurements on the device of a target kind: hold it while timing. On the GPU,
+/// each GPU has its own (this thread's current one, [`cuda::device::current`]): measurements on different
+/// GPUs run at once.
 pub fn measurement_lock(device: &str) -> Exclusive {
     static OTHER: Mutex<()> = Mutex::new(());
+    // One lock per GPU ordinal (a host has fewer than 16; beyond, two GPUs would share one and take turns).
+    static GPUS: [Mutex<()>; 16] = [const { Mutex::new(()) }; 16];
     // A panic during an earlier measurement leaves nothing to repair: the locks guard no data.
-    if device == "cpu" {
+    let lock = |m: &'static Mutex<()>| Exclusive::Other(m.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    match device {
         // On the CPU, a measurement also waits for our own compile work to drain and holds it off (see `busy`).
-        Exclusive::Cpu(CPU_GATE.write().unwrap_or_else(|poisoned| poisoned.into_inner()))
-    } else {
-        Exclusive::Other(OTHER.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+        "cpu" => Exclusive::Cpu(CPU_GATE.write().unwrap_or_else(|poisoned| poisoned.into_inner())),
+        "cuda" => lock(&GPUS[cuda::device::current() % GPUS.len()]),
+        _ => lock(&OTHER),
     }
 }
 
-/// Runs `f` with the device to ourselves: under [`measurement_lock`], on a thread of its own. Models and
-/// kernels run on the runtime's pool (`tessera_kernels::runtime::on_runtime_pool`) as they do when deployed.
+/// Runs `f` with the device to ourselves: under [`measurement_lock`], on a thread of its own that keeps
+/// the caller's current GPU. Models and kernels run on the runtime's pool
+/// (`tessera_kernels::runtime::on_runtime_pool`) as they do when deployed.
 ///
 /// Why a thread of its own: the caller may be a worker of rayon's global pool, and a worker waiting for
 /// another pool (the runtime's) goes on running its own pool's jobs; one of those taking [`busy`] while this
@@ -199,7 +260,8 @@ pub fn measurement_lock(device: &str) -> Exclusive {
 /// without taking work, and so does the caller joining it.
 pub fn exclusively<R: Send>(device: &str, f: impl FnOnce() -> R + Send) -> R {
     let _exclusive = measurement_lock(device);
-    std::thread::scope(|s| match s.spawn(f).join() {
+    let gpu = cuda::device::current();
+    std::thread::scope(|s| match s.spawn(move || cuda::device::on(gpu, f)).join() {
         Ok(r) => r,
         Err(panic) => std::panic::resume_unwind(panic),
     })
@@ -263,6 +325,50 @@ mod tests {
         });
         let total = rx.recv_timeout(std::time::Duration::from_secs(120)).expect("measurements and busy work never finished: deadlock");
         assert_eq!(total, 32 * 499_500);
+    }
+
+    /// Measurements on two GPUs run at once; two on one GPU take turns.
+    #[test]
+    fn each_gpu_has_its_own_measurement_lock() {
+        use std::sync::mpsc::channel;
+        use std::time::Duration;
+        let (held_tx, held_rx) = channel();
+        let (release_tx, release_rx) = channel::<()>();
+        let holder = std::thread::spawn(move || {
+            cuda::device::on(1, || {
+                let _gpu1 = measurement_lock("cuda");
+                held_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+            })
+        });
+        held_rx.recv().unwrap();
+        let (done_tx, done_rx) = channel();
+        let other = done_tx.clone();
+        std::thread::spawn(move || cuda::device::on(0, || { let _gpu0 = measurement_lock("cuda"); other.send(0).unwrap(); }));
+        assert_eq!(done_rx.recv_timeout(Duration::from_secs(30)), Ok(0), "GPU 0's lock waited for GPU 1's");
+        std::thread::spawn(move || cuda::device::on(1, || { let _again = measurement_lock("cuda"); done_tx.send(1).unwrap(); }));
+        assert!(done_rx.recv_timeout(Duration::from_millis(200)).is_err(), "a second measurement on GPU 1 ran beside the first");
+        release_tx.send(()).unwrap();
+        assert_eq!(done_rx.recv_timeout(Duration::from_secs(30)), Ok(1));
+        holder.join().unwrap();
+    }
+
+    /// `exclusively` runs its work on a thread of its own that keeps the caller's current GPU.
+    #[test]
+    fn exclusive_work_keeps_the_callers_gpu() {
+        assert_eq!(cuda::device::on(3, || exclusively("cuda", cuda::device::current)), 3);
+        assert_eq!(exclusively("cuda", cuda::device::current), 0);
+    }
+
+    #[test]
+    fn parses_gpu_lists() {
+        assert_eq!(parse_gpus("all"), Ok(None));
+        assert_eq!(parse_gpus("0"), Ok(Some(vec![0])));
+        assert_eq!(parse_gpus(" 0, 1,3 "), Ok(Some(vec![0, 1, 3])));
+        assert_eq!(parse_gpus("0,x"), Err("'x' is not a GPU index (--gpus takes `all` or indices like 0,1)".to_string()));
+        assert!(parse_gpus("").is_err() && parse_gpus("-1").is_err());
+        assert_eq!(measuring_gpus(Some(&[])), Err("--gpus names no GPU".to_string()));
+        assert_eq!(measuring_gpus(Some(&[1, 0, 1])), Err("--gpus names GPU 1 twice".to_string()));
     }
 
     #[test]

@@ -25,6 +25,7 @@
 
 use crate::backend::{Backend, BackendError, FunctionInfo, LoweredKernel};
 use crate::context::{CostSource, Ctx};
+use crate::compile::Compile;
 use crate::lower::Lower;
 use crate::device::{cpu_fingerprint, exclusively, gpu_fingerprint, DeviceFingerprint};
 use crate::interp::{int_input_bounds, random_tensor};
@@ -286,8 +287,36 @@ enum Prepared {
 /// Built modules and, per tune key, where each configuration's function is (in the miss's order).
 #[derive(Default)]
 struct Batch {
-    modules: Vec<Box<dyn LoadedModule>>,
+    /// Compiled, not loaded: each measuring thread loads the modules it measures on its own GPU
+    /// ([`Loaded`]).
+    modules: Vec<crate::backend::Module>,
     kernels: BTreeMap<Digest, Vec<(String, Prepared)>>,
+}
+
+/// One measuring thread's modules, loaded where it measures (its GPU, or the host) when first needed.
+/// Indexed like the modules they load; a thread of its own, so the lock is never contended: it only makes
+/// the loaded modules shareable with the tune stage's compute closure.
+struct Loaded(std::sync::Mutex<Vec<Option<Box<dyn LoadedModule>>>>);
+
+impl Loaded {
+    fn new(count: usize) -> Loaded {
+        Loaded(std::sync::Mutex::new((0..count).map(|_| None).collect()))
+    }
+
+    /// Runs `f` on the loaded modules after loading those of `preps` (at `base`) not loaded yet.
+    fn with<R>(&self, ctx: &Ctx, modules: &[&crate::backend::Module], base: usize, preps: &[(String, Prepared)], f: impl FnOnce(&[Option<Box<dyn LoadedModule>>]) -> Result<R>) -> Result<R> {
+        let mut loaded = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for (_, prep) in preps {
+            if let Prepared::Ready { module, .. } = prep {
+                let i = base + module;
+                if loaded[i].is_none() {
+                    let m = modules[i];
+                    loaded[i] = Some(ctx.runtime.load(m).map_err(|e| anyhow!("target {}: loading a tune module: {e}", m.target))?);
+                }
+            }
+        }
+        f(&loaded)
+    }
 }
 
 /// Measures candidates (see the module documentation), with `opts` or each device's schedule; costs come
@@ -359,19 +388,66 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
 
     // Lower and compile every target's misses, targets in parallel.
     let batches: Vec<Batch> = misses.par_iter().map(|(_, ms)| prepare(ctx, ms)).collect::<Result<_>>()?;
-    let mut modules: Vec<&dyn LoadedModule> = Vec::new();
+    let mut modules: Vec<&crate::backend::Module> = Vec::new();
     // Per tune key: its batch's first module index, and each configuration's prepared function.
     type Where<'b> = (usize, &'b [(String, Prepared)]);
     let mut prepared: BTreeMap<Digest, Where> = BTreeMap::new();
     for b in &batches {
         let base = modules.len();
-        modules.extend(b.modules.iter().map(|m| m.as_ref()));
+        modules.extend(b.modules.iter());
         for (k, p) in &b.kernels {
             prepared.insert(*k, (base, p));
         }
     }
 
-    // Measure, one function at a time.
+    // Measure, one function at a time per device: what was missed and built above on the measuring GPUs at
+    // once (a thread per GPU taking kernels as they come), the rest (records to read, the odd kernel gone
+    // since it was looked up, host kernels) on this thread.
+    let record_of = |p: &Keyed, nodes: &[NodeId], loaded: &Loaded| -> Result<TuneRecord> {
+        let measure = || -> Result<TuneRecord> {
+            let outcome = match prepared.get(&p.key) {
+                Some(&(base, prep)) => loaded.with(ctx, &modules, base, prep, |m| run_prepared(m, base, prep, &p.opts, p.target))?,
+                None if ctx.costs.frozen() => {
+                    return Err(MissingRecords { stage: Tune::NAME, missing: vec![format!("target {}, kernel {}: tune key {} (gone since it was looked up)", p.target, p.kernel, p.key)] }.into())
+                }
+                None => {
+                    // Recorded when peeked at, gone since (gc), or a race: build this one alone.
+                    let sig = kernel_signature(g, nodes, p.backend.inline_const_max());
+                    let miss = Miss::new(p.key, p.target, p.backend, extract_subgraph(g, &sig), p.kernel, p.params.default_only)?;
+                    let b = prepare(ctx, std::slice::from_ref(&miss))?;
+                    let mods: Vec<&crate::backend::Module> = b.modules.iter().collect();
+                    let prep = &b.kernels[&p.key];
+                    Loaded::new(mods.len()).with(ctx, &mods, 0, prep, |m| run_prepared(m, 0, prep, &p.opts, p.target))?
+                }
+            };
+            Ok(TuneRecord { kernel: p.kernel, target: p.target.canonical(), backend: p.backend.name().to_string(), outcome })
+        };
+        let (_, record) = run(ctx.driver, &Tune { params: &p.params, measure: &measure })?;
+        if record.kernel != p.kernel {
+            bail!("tune record {} is for kernel {}, expected {}", p.key, record.kernel, p.kernel);
+        }
+        Ok(record)
+    };
+    let mut firsts: BTreeMap<Digest, usize> = BTreeMap::new();
+    for (i, p) in planned.iter().enumerate() {
+        if p.measurable {
+            firsts.entry(p.key).or_insert(i);
+        }
+    }
+    let (on_gpus, here): (Vec<usize>, Vec<usize>) =
+        firsts.values().copied().partition(|&i| planned[i].target.device() == "cuda" && prepared.contains_key(&planned[i].key));
+    let mut records: BTreeMap<Digest, TuneRecord> = BTreeMap::new();
+    let loaded_here = Loaded::new(modules.len());
+    let mut here = here;
+    here.sort_unstable();
+    for i in here {
+        records.insert(planned[i].key, record_of(&planned[i], &cands[i].1, &loaded_here)?);
+    }
+    if !on_gpus.is_empty() {
+        let gpus = crate::device::measuring_gpus(ctx.gpus.as_deref()).map_err(|e| anyhow!("measuring on the GPU: {e}"))?;
+        records.extend(on_every_gpu(&gpus, &on_gpus, modules.len(), |i, loaded| record_of(&planned[i], &cands[i].1, loaded))?.into_iter().map(|(i, r)| (planned[i].key, r)));
+    }
+
     let mut out = Vec::with_capacity(cands.len());
     for (p, (_, nodes)) in planned.iter().zip(cands) {
         if !p.measurable {
@@ -385,43 +461,23 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
             });
             continue;
         }
-        let measure = || -> Result<TuneRecord> {
-            let outcome = match prepared.get(&p.key) {
-                Some(&(base, prep)) => run_prepared(&modules, base, prep, &p.opts, p.target)?,
-                None if ctx.costs.frozen() => {
-                    return Err(MissingRecords { stage: Tune::NAME, missing: vec![format!("target {}, kernel {}: tune key {} (gone since it was looked up)", p.target, p.kernel, p.key)] }.into())
-                }
-                None => {
-                    // Recorded when peeked at, gone since (gc), or a race: build this one alone.
-                    let sig = kernel_signature(g, nodes, p.backend.inline_const_max());
-                    let miss = Miss::new(p.key, p.target, p.backend, extract_subgraph(g, &sig), p.kernel, p.params.default_only)?;
-                    let b = prepare(ctx, std::slice::from_ref(&miss))?;
-                    let mods: Vec<&dyn LoadedModule> = b.modules.iter().map(|m| m.as_ref()).collect();
-                    run_prepared(&mods, 0, &b.kernels[&p.key], &p.opts, p.target)?
-                }
-            };
-            Ok(TuneRecord { kernel: p.kernel, target: p.target.canonical(), backend: p.backend.name().to_string(), outcome })
-        };
-        let (_, record) = run(ctx.driver, &Tune { params: &p.params, measure: &measure })?;
-        if record.kernel != p.kernel {
-            bail!("tune record {} is for kernel {}, expected {}", p.key, record.kernel, p.kernel);
-        }
-        out.push(match record.outcome {
+        let record = records.get(&p.key).with_context(|| format!("tune {}: no record made", p.key))?;
+        out.push(match &record.outcome {
             TuneOutcome::Measured { best, measurements } => {
                 let m = measurements
                     .iter()
-                    .find(|(c, _)| *c == best)
+                    .find(|(c, _)| c == best)
                     .map(|(_, m)| *m)
                     .with_context(|| format!("tune record {}: best config '{best}' has no measurement", p.key))?;
                 // The search uses the median (robust to the odd preemption; validation measures whole plans
                 // the same way). The record keeps every figure.
-                CandidateCost { us: m.median_us, source: CostSource::Measured, key: p.key, error: None, measurement: Some(m), config: best }
+                CandidateCost { us: m.median_us, source: CostSource::Measured, key: p.key, error: None, measurement: Some(m), config: best.clone() }
             }
             TuneOutcome::Unsupported { error } => CandidateCost {
                 us: f64::INFINITY,
                 source: CostSource::Unsupported,
                 key: p.key,
-                error: Some(error),
+                error: Some(error.clone()),
                 measurement: None,
                 config: p.default_config.clone(),
             },
@@ -430,12 +486,70 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
     Ok(out)
 }
 
+/// Kernels the tune stage sent to each GPU to measure, in this process (see [`measured_by_gpu`]).
+static MEASURED_BY_GPU: std::sync::Mutex<BTreeMap<usize, usize>> = std::sync::Mutex::new(BTreeMap::new());
+
+/// How many kernels the tune stage has sent to each GPU (by index) to measure in this process so far:
+/// for reports and tests of multi-GPU tuning.
+pub fn measured_by_gpu() -> BTreeMap<usize, usize> {
+    MEASURED_BY_GPU.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Runs `work(item, loaded)` for every item on the GPUs `gpus` at once: a thread per GPU (the GPU current on
+/// it, [`tessera_kernels::runtime::cuda::device::on`]), each taking the next item as it finishes one, with
+/// the modules it loads on its GPU (`modules` of them, [`Loaded`]). Results come back by item, in `items`
+/// order; the first error by that order stops the rest.
+fn on_every_gpu<R: Send>(gpus: &[usize], items: &[usize], modules: usize, work: impl Fn(usize, &Loaded) -> Result<R> + Sync) -> Result<Vec<(usize, R)>> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use tessera_kernels::runtime::cuda::device;
+    let started = std::time::Instant::now();
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let threads = gpus.len().min(items.len()).max(1);
+    let per_gpu: Vec<Vec<(usize, Result<R>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = gpus[..threads]
+            .iter()
+            .map(|&gpu| {
+                let (next, failed, work) = (&next, &failed, &work);
+                s.spawn(move || {
+                    device::on(gpu, || {
+                        let loaded = Loaded::new(modules);
+                        let mut done = Vec::new();
+                        while !failed.load(Ordering::Relaxed) {
+                            let at = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(&item) = items.get(at) else { break };
+                            let r = work(item, &loaded);
+                            if r.is_err() {
+                                failed.store(true, Ordering::Relaxed);
+                            }
+                            done.push((at, r));
+                        }
+                        done
+                    })
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    });
+    let counts: Vec<String> = gpus[..threads].iter().zip(&per_gpu).map(|(g, d)| format!("GPU {g}: {}", d.len())).collect();
+    {
+        let mut by_gpu = MEASURED_BY_GPU.lock().unwrap_or_else(|p| p.into_inner());
+        for (g, d) in gpus[..threads].iter().zip(&per_gpu) {
+            *by_gpu.entry(*g).or_default() += d.len();
+        }
+    }
+    tracing::info!(kernels = items.len(), seconds = started.elapsed().as_secs_f64(), "tune: {} kernels measured on {} GPU(s) ({})", items.len(), threads, counts.join(", "));
+    let mut all: Vec<(usize, Result<R>)> = per_gpu.into_iter().flatten().collect();
+    all.sort_by_key(|(at, _)| *at);
+    all.into_iter().map(|(at, r)| r.map(|r| (items[at], r))).collect()
+}
+
 /// Measures every configuration of one prepared kernel, each under the device lock, and keeps the fastest by
 /// median (the first of equals: the default comes first). A configuration whose lowering or compile was
 /// refused, or that the GPU refuses before running (a library algorithm needing more workspace than planned,
 /// a heuristic rank the library does not offer), is left out; when all are, the kernel is unsupported, with
 /// the first one's reason.
-fn run_prepared(modules: &[&dyn LoadedModule], base: usize, preps: &[(String, Prepared)], opts: &MeasureOptions, target: &Target) -> Result<TuneOutcome> {
+fn run_prepared(modules: &[Option<Box<dyn LoadedModule>>], base: usize, preps: &[(String, Prepared)], opts: &MeasureOptions, target: &Target) -> Result<TuneOutcome> {
     let mut measurements: Vec<(String, Measurement)> = Vec::new();
     let mut first_error: Option<String> = None;
     for (config, prep) in preps {
@@ -444,7 +558,7 @@ fn run_prepared(modules: &[&dyn LoadedModule], base: usize, preps: &[(String, Pr
             Prepared::Ready { module, index, info, int_bounds } => {
                 let inputs: Vec<Tensor> =
                     info.inputs.iter().enumerate().map(|(i, ty)| random_tensor(ty, INPUT_SEED, i as u64, int_bounds[i])).collect();
-                let module = modules[base + module];
+                let module = modules[base + module].as_deref().context("a tune module measured before it was loaded")?;
                 // GPU modules are timed on the GPU (CUDA events over a captured graph), host modules on the CPU.
                 match exclusively(target.device(), || match module.gpu() {
                     Some(_) => measure_gpu_function(module, *index, info, &inputs, opts),
@@ -474,13 +588,15 @@ fn run_prepared(modules: &[&dyn LoadedModule], base: usize, preps: &[(String, Pr
     })
 }
 
-/// Lowers (memoized, shared with the compile path) and compiles one target's missed kernels into a module
-/// per core; if one fails, each of its kernels alone, so one bad kernel costs only itself.
+/// Lowers (memoized, shared with the compile path) and compiles one target's missed kernels: for a backend
+/// of one kernel per module, each kernel through the (memoized) compile stage; else into a module per core,
+/// and if one fails, each of its kernels alone, so one bad kernel costs only itself.
 fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
     // Every configuration of every miss, each lowered to its own function.
     let jobs: Vec<(&Miss, &str, usize)> = misses.iter().flat_map(|m| m.configs.iter().enumerate().map(move |(i, c)| (m, c.as_str(), i))).collect();
-    /// A tune key, the configuration's slot, its lowering (or why it was refused), its inputs' int bounds.
-    type Lowered = (Digest, usize, std::result::Result<LoweredKernel, String>, Vec<i64>);
+    /// A tune key, the configuration's slot, its lowering and that lowering's digest (or why it was
+    /// refused), its inputs' int bounds.
+    type Lowered = (Digest, usize, std::result::Result<(Digest, LoweredKernel), String>, Vec<i64>);
     let lowered: Vec<Lowered> = jobs
         .par_iter()
         .map(|&(m, config, i)| Ok((m.key, i, lower(ctx, m, config)?, int_input_bounds(&m.kernel_graph))))
@@ -491,9 +607,13 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
     // Slots in each miss's configuration order, filled below.
     let mut slots: BTreeMap<Digest, Vec<Option<Prepared>>> = misses.iter().map(|m| (m.key, m.configs.iter().map(|_| None).collect())).collect();
     let mut ok: Vec<(Digest, usize, LoweredKernel, Vec<i64>)> = Vec::new();
+    let mut lowered_digests: Vec<Digest> = Vec::new();
     for (key, i, l, bounds) in lowered {
         match l {
-            Ok(lk) => ok.push((key, i, lk, bounds)),
+            Ok((digest, lk)) => {
+                ok.push((key, i, lk, bounds));
+                lowered_digests.push(digest);
+            }
             Err(e) => slots.get_mut(&key).expect("a miss's key")[i] = Some(Prepared::Refused(e)),
         }
     }
@@ -513,6 +633,51 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
         Ok(batch)
     };
     if ok.is_empty() {
+        return finish(batch, slots);
+    }
+    if backend.kernels_per_module() == Some(1) {
+        // Each kernel its own module, through the compile stage an artifact's build runs for a module of one
+        // kernel: a kernel measured here is not compiled again when a plan that uses it links. One kernel per
+        // job, so the cores stay busy to the end.
+        let toolchain = backend.environment(target);
+        let distinct: Vec<Digest> = lowered_digests.iter().copied().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        let built: Vec<std::result::Result<crate::backend::Module, String>> = distinct
+            .par_iter()
+            .map(|d| {
+                let stage = Compile { target, backend, lowered: std::slice::from_ref(d), toolchain: toolchain.clone(), driver: ctx.driver };
+                match run(ctx.driver, &stage) {
+                    Ok((_, module)) => Ok(Ok(module)),
+                    // A missing toolchain is no kernel's fault: it is reported, never recorded as a refusal.
+                    Err(e) => match cause::<BackendError>(&e) {
+                        Some(BackendError::Toolchain { .. }) | None => Err(e.context(format!("target {target}: compiling kernels to measure"))),
+                        Some(refused) => Ok(Err(format!("compile failed: {refused}"))),
+                    },
+                }
+            })
+            .collect::<Result<_>>()?;
+        let mut module_of: BTreeMap<Digest, usize> = BTreeMap::new();
+        for (d, m) in distinct.iter().zip(built) {
+            match m {
+                Ok(m) => {
+                    module_of.insert(*d, batch.modules.len());
+                    batch.modules.push(m);
+                }
+                Err(e) => {
+                    for ((key, slot, _, _), _) in ok.iter().zip(&lowered_digests).filter(|(_, ld)| *ld == d) {
+                        slots.get_mut(key).expect("a miss's key")[*slot] = Some(Prepared::Refused(e.clone()));
+                    }
+                }
+            }
+        }
+        for ((key, slot, lk, bounds), d) in ok.iter().zip(&lowered_digests) {
+            let Some(&mi) = module_of.get(d) else { continue };
+            let index = batch.modules[mi]
+                .functions
+                .iter()
+                .position(|f| f.symbol == lk.info.symbol)
+                .with_context(|| format!("target {target}: the compiled module has no function {}", lk.info.symbol))?;
+            slots.get_mut(key).expect("a miss's key")[*slot] = Some(Prepared::Ready { module: mi, index, info: lk.info.clone(), int_bounds: bounds.clone() });
+        }
         return finish(batch, slots);
     }
     // One module per core's share of the kernels, compiled in parallel (C compiles are single-threaded and
@@ -546,9 +711,7 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
                 continue;
             }
         };
-        let loaded = ctx.runtime.load(&module).map_err(|e| anyhow!("target {target}: loading a tune module: {e}"))?;
         let mi = batch.modules.len();
-        batch.modules.push(loaded);
         for i in members {
             let (key, slot, lk, bounds) = &ok[i];
             let index = module
@@ -558,6 +721,7 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
                 .with_context(|| format!("target {target}: the compiled module has no function {}", lk.info.symbol))?;
             slots.get_mut(key).expect("a miss's key")[*slot] = Some(Prepared::Ready { module: mi, index, info: lk.info.clone(), int_bounds: bounds.clone() });
         }
+        batch.modules.push(module);
     }
     finish(batch, slots)
 }
@@ -565,12 +729,12 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
 /// Lowers one kernel through the lower stage (the compile path's, so it is lowered once). `Err(text)` when
 /// the backend refuses it ([`BackendError::Unsupported`], also when another caller of the key ran it); any
 /// other failure (a backend's invalid request or internal error, the store) is an error.
-fn lower(ctx: &Ctx, m: &Miss, config: &str) -> Result<std::result::Result<LoweredKernel, String>> {
+fn lower(ctx: &Ctx, m: &Miss, config: &str) -> Result<std::result::Result<(Digest, LoweredKernel), String>> {
     let symbol = symbol_in(m.backend, m.target, &m.kernel, config);
     let graph = || Ok(m.kernel_graph.clone());
     let stage = Lower { kernel: m.kernel, target: m.target, backend: m.backend, graph: &graph, symbol: &symbol, config };
     match run(ctx.driver, &stage) {
-        Ok((_, lk)) => Ok(Ok(lk)),
+        Ok(lowered) => Ok(Ok(lowered)),
         Err(e) => match cause::<BackendError>(&e) {
             Some(refused @ BackendError::Unsupported { .. }) => Ok(Err(refused.to_string())),
             _ => Err(e),
@@ -610,5 +774,57 @@ impl Stage for Tune<'_> {
     }
     fn compute(&self) -> Result<TuneRecord> {
         (self.measure)()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_kernels::runtime::cuda::device;
+
+    /// Every item is worked once, on a thread whose current GPU is one of those given, each GPU takes a
+    /// share, and results come back in item order. No GPU is opened: `device::on` only sets the thread's
+    /// current GPU, which is what the work's loads and measurements would use.
+    #[test]
+    fn every_gpu_takes_items_until_none_is_left() {
+        let gpus = [0, 2, 3];
+        let items: Vec<usize> = (0..24).map(|i| i * 10).collect();
+        let seen = std::sync::Mutex::new(Vec::new());
+        let out = on_every_gpu(&gpus, &items, 0, |item, _| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            seen.lock().unwrap().push(item);
+            Ok((item, device::current()))
+        })
+        .unwrap();
+        assert_eq!(out.iter().map(|(i, _)| *i).collect::<Vec<_>>(), items, "results in item order");
+        assert!(out.iter().all(|(i, (j, _))| i == j));
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort_unstable();
+        assert_eq!(seen, items, "each item worked exactly once");
+        let used: std::collections::BTreeSet<usize> = out.iter().map(|(_, (_, g))| *g).collect();
+        assert_eq!(used, gpus.into_iter().collect(), "every GPU took a share of 24 items of 5 ms");
+        assert_eq!(device::current(), 0, "the caller's current GPU is untouched");
+    }
+
+    /// The first error by item order is the one reported, and it stops the GPUs from taking more items.
+    #[test]
+    fn an_error_on_one_gpu_stops_the_others() {
+        let items: Vec<usize> = (0..1000).collect();
+        let worked = std::sync::atomic::AtomicUsize::new(0);
+        let err = on_every_gpu(&[0, 1], &items, 0, |item, _| {
+            worked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            if item >= 5 { bail!("item {item} failed") } else { Ok(()) }
+        })
+        .unwrap_err();
+        assert_eq!(err.to_string(), "item 5 failed");
+        assert!(worked.into_inner() < 20, "the threads stopped taking items after the first error");
+    }
+
+    /// More GPUs than items: only as many threads as items.
+    #[test]
+    fn fewer_items_than_gpus() {
+        let out = on_every_gpu(&[0, 1, 2, 3], &[7], 0, |item, _| Ok(item * 2)).unwrap();
+        assert_eq!(out, vec![(7, 14)]);
     }
 }

@@ -46,7 +46,7 @@ pub fn run(args: BaselinesArgs) -> Result<()> {
     let memo = Memo::new(&store);
     let bench = BenchSettings { iters: args.iters, warmup: args.warmup, seed: args.seed };
     let quiet = args.json;
-    let models = run_baselines(&memo, &backends, &targets, &jobs, bench, costs, args.build.tuning, &|line| {
+    let models = run_baselines(&memo, &backends, &targets, &jobs, bench, costs, args.build.tuning, args.build.gpus.0.clone(), &|line| {
         if !quiet {
             eprintln!("{line}");
         }

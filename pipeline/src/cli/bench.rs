@@ -9,11 +9,15 @@
 //! includes copying inputs in and outputs out. GPU artifacts are timed on the GPU: CUDA events around each
 //! replay of the model's CUDA graph, inputs uploaded once (so host copies are not timed), after the warm-up
 //! replays; `--profile` times each kernel on its own between events (launched directly, not replayed).
+//! GPU artifacts load and run on GPU 0, or on the GPU `--gpu N` names (every artifact of the call; a host
+//! artifact among them is then an error, before anything is timed).
 
 use crate::bench::{bench_abba, bench_artifact, profile_artifact, BenchResult, StepProfile};
 use clap::Args;
 use serde::Serialize;
 use std::path::PathBuf;
+use tessera_kernels::artifact::Artifact;
+use tessera_kernels::runtime::cuda::device;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -44,6 +48,10 @@ pub struct BenchArgs {
     /// on, or $TESSERA_THREADS.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// GPU artifacts: the GPU to load and time them on, a CUDA device index (as CUDA_VISIBLE_DEVICES numbers
+    /// them); default 0. An error for a host artifact.
+    #[arg(long, value_name = "N")]
+    pub gpu: Option<usize>,
 }
 
 fn profile_table(model: &str, steps: &[StepProfile]) -> String {
@@ -95,11 +103,8 @@ fn table(results: &[BenchResult]) -> String {
     s
 }
 
-/// Runs `tessera bench`: every artifact in order, then a table (or JSON: `{"results": [...]}`).
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    if let Some(n) = args.threads {
-        tessera_kernels::runtime::set_threads(n).map_err(|e| anyhow::anyhow!("--threads {n}: {e}"))?;
-    }
+/// Every artifact's results (and profiles, with `--profile`), in order.
+fn measure(args: &BenchArgs) -> anyhow::Result<(Vec<BenchResult>, Vec<Vec<StepProfile>>)> {
     let mut results = Vec::with_capacity(args.artifacts.len());
     let mut profiles = Vec::new();
     if args.abba {
@@ -113,6 +118,23 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             profiles.push(profile_artifact(a, args.iters, args.warmup, args.seed)?);
         }
     }
+    Ok((results, profiles))
+}
+
+/// Runs `tessera bench`: every artifact in order, then a table (or JSON: `{"results": [...]}`).
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(n) = args.threads {
+        tessera_kernels::runtime::set_threads(n).map_err(|e| anyhow::anyhow!("--threads {n}: {e}"))?;
+    }
+    if let Some(g) = args.gpu {
+        // Checked up front (each artifact read once more), so that a host artifact late in the list fails
+        // before the others are timed.
+        for a in &args.artifacts {
+            super::run_artifact::check_gpu(&Artifact::open(a)?, a, g)?;
+        }
+    }
+    // Everything the benches open on the device (modules, engines, events) is made on the current GPU.
+    let (results, profiles) = device::on(args.gpu.unwrap_or(0), || measure(&args))?;
     if args.json {
         #[derive(Serialize)]
         struct Report<'a> {
@@ -183,6 +205,25 @@ mod tests {
         let j = serde_json::to_value(&r).unwrap();
         assert_eq!(j["model"], "spin");
         assert!(j["p90_ms"].as_f64().unwrap() >= j["p10_ms"].as_f64().unwrap());
+    }
+
+    #[test]
+    fn gpu_index_of_a_host_artifact_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let path = artifact(d.path());
+        let args = BenchArgs {
+            artifacts: vec![path],
+            iters: 1,
+            warmup: 0,
+            seed: 0,
+            json: true,
+            profile: false,
+            abba: false,
+            threads: None,
+            gpu: Some(2),
+        };
+        let e = format!("{:#}", run(args).unwrap_err());
+        assert!(e.contains("spin.tsr") && e.contains("--gpu 2: model 'spin' runs on the host; it cannot be placed on GPU 2"), "{e}");
     }
 
     #[test]

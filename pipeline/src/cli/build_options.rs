@@ -80,6 +80,10 @@ pub struct BuildOptions {
     /// the configurations of the competitive ones), `full` every candidate in every configuration.
     #[arg(long, default_value = "pruned", value_parser = clap::builder::TypedValueParser::map(clap::builder::PossibleValuesParser::new(Tuning::NAMES), |s| s.parse::<Tuning>().expect("a listed name")))]
     pub tuning: Tuning,
+    /// With measured costs: the GPUs that measure, `all` (every GPU of this machine that is GPU 0's kind) or
+    /// indices like `0,1`. Where measuring runs, not what is built: the artifacts and records do not depend on it.
+    #[arg(long, value_name = "all|I,J,..", default_value = "all", value_parser = parse_gpus_arg)]
+    pub gpus: GpuList,
     /// Build from recorded measurements only (the same as `--costs recorded`): the tune records and plan
     /// timings in the store, from an earlier measured build or imported (`tessera store import`). Nothing is
     /// measured; a missing record fails the build with the list of every one missing.
@@ -173,6 +177,7 @@ impl BuildOptions {
             // The request assumes the measured GPU when it compiles.
             costs: self.costs()?,
             tuning: self.tuning,
+            gpus: self.gpus.0.clone(),
             measured_on: self.measured_on()?,
             store: self.store_request(),
             out: out.to_path_buf(),
@@ -185,6 +190,14 @@ impl BuildOptions {
     pub fn remote_options(&self) -> RemoteOptions {
         RemoteOptions { read_only: self.remote_read_only, timeout: std::time::Duration::from_millis(self.remote_timeout_ms), ..Default::default() }
     }
+}
+
+/// `--gpus`: None for `all`.
+#[derive(Clone, Debug)]
+pub struct GpuList(pub Option<Vec<usize>>);
+
+fn parse_gpus_arg(text: &str) -> Result<GpuList, String> {
+    tessera_stages::device::parse_gpus(text).map(GpuList)
 }
 
 /// `--remote-timeout-ms`'s default: the store's [`tessera_store::DEFAULT_REMOTE_TIMEOUT`].

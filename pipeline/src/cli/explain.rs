@@ -92,7 +92,7 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     let store = args.build.open_store()?;
     let memo = Memo::new(&store);
     let calibration = args.build.calibration()?;
-    let ctx = Ctx::new(&memo, &targets, &backends).with_costs(costs).with_tuning(args.build.tuning).with_calibration(calibration.as_ref());
+    let ctx = Ctx::new(&memo, &targets, &backends).with_costs(costs).with_tuning(args.build.tuning).with_gpus(args.build.gpus.0.clone()).with_calibration(calibration.as_ref());
     let planned = plan_model(&ctx, &job)?;
     store.flush()?;
     let graph = planned.graph.get()?;

@@ -3,7 +3,8 @@
 //! Two branches, chosen by the model file's extension:
 //! - `MODEL.onnx --reference`: import with the ONNX importer (input shapes fixed by `--shape`), run the
 //!   reference interpreter, the correctness oracle every backend is compared against;
-//! - `MODEL.tsr`: a compiled artifact, run by its runtime (not supported yet).
+//! - `MODEL.tsr`: a compiled artifact, run by its runtime (run_artifact.rs; a GPU artifact on GPU `--gpu N`,
+//!   default 0).
 //!
 //! Every graph output is written as `OUT/<output name>.npy`. Inputs come from `--input NAME=FILE.npy`;
 //! every input not given is drawn by [`tessera_stages::interp::random_inputs`] from `--seed` (default 0):
@@ -58,6 +59,10 @@ pub struct RunArgs {
     /// on, or $TESSERA_THREADS.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// A GPU artifact: the GPU to load and run it on, a CUDA device index (as CUDA_VISIBLE_DEVICES numbers
+    /// them); default 0. An error for a host artifact or an ONNX model.
+    #[arg(long, value_name = "N")]
+    pub gpu: Option<usize>,
 }
 
 /// What kind of file `tessera run` was given.
@@ -87,13 +92,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                     args.model.display()
                 );
             }
+            if let Some(g) = args.gpu {
+                bail!("{}: --gpu {g}: the reference interpreter runs on the CPU; --gpu places a GPU artifact (.tsr)", args.model.display());
+            }
             run_reference(&args)
         }
         ModelKind::Artifact => {
             if args.reference {
                 bail!("{}: --reference runs an ONNX model; an artifact always runs its compiled code", args.model.display());
             }
-            let report = super::run_artifact::run_artifact_at(&args.model, &args.inputs, args.seed, args.batch, &args.out)?;
+            let report = super::run_artifact::run_artifact_at(&args.model, &args.inputs, args.seed, args.batch, args.gpu, &args.out)?;
             print_report(&args, "artifact", &report, &format!("ran the compiled artifact in {:.4} s", report.seconds))
         }
     }
@@ -330,6 +338,7 @@ mod tests {
             json: false,
             batch: None,
             threads: None,
+            gpu: None,
         };
         // A missing artifact is an error naming the file, not a panic.
         let e = format!("{:#}", run(args).unwrap_err());
@@ -431,7 +440,7 @@ mod tests {
         }
 
         fn args(model: &Path, out: &Path, inputs: Vec<String>) -> RunArgs {
-            RunArgs { model: model.into(), reference: true, inputs, shapes: vec!["x=4x3".into()], out: out.into(), seed: 3, json: false, batch: None, threads: None }
+            RunArgs { model: model.into(), reference: true, inputs, shapes: vec!["x=4x3".into()], out: out.into(), seed: 3, json: false, batch: None, threads: None, gpu: None }
         }
 
         #[test]
@@ -458,6 +467,9 @@ mod tests {
             let mut a = args(&model, &out2, vec![]);
             a.reference = false;
             assert!(run(a).unwrap_err().to_string().contains("--reference"));
+            let mut a = args(&model, &out2, vec![]);
+            a.gpu = Some(0);
+            assert!(run(a).unwrap_err().to_string().contains("--gpu 0: the reference interpreter runs on the CPU"));
         }
     }
 }

@@ -2,7 +2,8 @@
 //! its outputs as NumPy files, named and drawn exactly as a reference run of the model names and draws them
 //! (see [`super::run`]): outputs as `OUT/<output name>.npy` with the same file-stem rule, inputs not given
 //! drawn from `--seed` with the same generator and bounds (recorded in the artifact), and saved as
-//! `OUT/<input name>.npy`, so the two runs' directories compare file by file.
+//! `OUT/<input name>.npy`, so the two runs' directories compare file by file. A GPU artifact loads and runs
+//! on GPU 0, or on the GPU `--gpu N` names ([`check_gpu`] refuses it for a host artifact).
 
 use super::run::{bind_input_names, RunReport, RunTensor, Stems};
 use anyhow::{bail, Context};
@@ -10,19 +11,41 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tessera_kernels::artifact::{Artifact, Buf};
 use tessera_kernels::batch::BatchedExecutable;
+use tessera_kernels::runtime::cuda::device;
+use tessera_kernels::Place;
 use tessera_stages::ir::Tensor;
 use tessera_stages::npy;
 
 /// Runs the artifact at `path`: inputs from `--input NAME=FILE.npy` arguments, the rest drawn from `seed`;
 /// writes outputs (and drawn inputs) into `out_dir`. `seconds` in the report is the run alone, not loading.
 pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Path) -> anyhow::Result<RunReport> {
-    run_artifact_at(path, input_args, seed, None, out_dir)
+    run_artifact_at(path, input_args, seed, None, None, out_dir)
+}
+
+/// Whether the artifact's modules run on the GPU (recorded per module: known before any of them loads).
+pub fn is_gpu_artifact(a: &Artifact) -> bool {
+    (0..a.plan_count()).any(|i| a.plan(i).modules.iter().any(|m| m.format.place() == Place::Gpu))
+}
+
+/// The checks of an explicit `--gpu N` before anything loads: the artifact at `path` runs on the GPU (a host
+/// artifact on a GPU is an error naming both), and GPU `gpu` exists (else the driver's view: how many GPUs
+/// it sees).
+pub fn check_gpu(a: &Artifact, path: &Path, gpu: usize) -> anyhow::Result<()> {
+    if !is_gpu_artifact(a) {
+        bail!("{}: --gpu {gpu}: model '{}' runs on the host; it cannot be placed on GPU {gpu} (leave out --gpu)", path.display(), a.body.model);
+    }
+    device::context_of(gpu).map_err(|e| anyhow::anyhow!("{}: --gpu {gpu}: {e}", path.display()))?;
+    Ok(())
 }
 
 /// [`run_artifact`]; for a batched artifact, inputs of any batch up to its largest plan's: `batch` (else the
 /// leading dimension of the first input given, else the smallest plan's) is the batch of the drawn inputs.
-pub fn run_artifact_at(path: &Path, input_args: &[String], seed: u64, batch: Option<usize>, out_dir: &Path) -> anyhow::Result<RunReport> {
+/// A GPU artifact loads and runs on GPU `gpu` (default 0); `Some` for a host artifact is an error.
+pub fn run_artifact_at(path: &Path, input_args: &[String], seed: u64, batch: Option<usize>, gpu: Option<usize>, out_dir: &Path) -> anyhow::Result<RunReport> {
     let artifact = Artifact::open(path)?;
+    if let Some(g) = gpu {
+        check_gpu(&artifact, path, g)?;
+    }
     let body = &artifact.body;
     let names: Vec<&str> = body.inputs.iter().map(|d| d.name.as_str()).collect();
     let given = bind_input_names(&names, input_args)?;
@@ -64,10 +87,13 @@ pub fn run_artifact_at(path: &Path, input_args: &[String], seed: u64, batch: Opt
         }
     }
 
-    let mut exe = BatchedExecutable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
-    let start = std::time::Instant::now();
-    let outputs = exe.run(&inputs)?;
-    let seconds = start.elapsed().as_secs_f64();
+    // A GPU artifact's modules, memory and graphs are made on (and keep) the current GPU's context.
+    let (outputs, seconds) = device::on(gpu.unwrap_or(0), || -> anyhow::Result<_> {
+        let mut exe = BatchedExecutable::load(&artifact).with_context(|| format!("loading {}", path.display()))?;
+        let start = std::time::Instant::now();
+        let outputs = exe.run(&inputs)?;
+        Ok((outputs, start.elapsed().as_secs_f64()))
+    })?;
 
     std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create output directory {}", out_dir.display()))?;
     let mut stems = Stems::default();
@@ -171,6 +197,16 @@ mod tests {
         for f in ["out_y.npy", "ids_0.npy"] {
             assert_eq!(std::fs::read(out.join(f)).unwrap(), std::fs::read(out2.join(f)).unwrap(), "{f}");
         }
+    }
+
+    #[test]
+    fn gpu_index_of_a_host_artifact_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let tsr = artifact(d.path());
+        assert!(!is_gpu_artifact(&Artifact::open(&tsr).unwrap()));
+        let e = format!("{:#}", run_artifact_at(&tsr, &[], 0, None, Some(1), &d.path().join("o")).err().unwrap());
+        assert!(e.contains("dbl.tsr") && e.contains("--gpu 1: model 'dbl' runs on the host; it cannot be placed on GPU 1"), "{e}");
+        assert!(!d.path().join("o").exists(), "refused before running");
     }
 
     #[test]

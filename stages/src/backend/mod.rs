@@ -267,7 +267,15 @@ pub trait Backend: Send + Sync {
             Err(BackendError::unsupported(self.name(), format!("no configuration '{config}' (it has only '{}')", self.default_config(target))))
         }
     }
-    /// Compiles all of one model's lowered partitions into one module.
+    /// At most this many kernels go into one module of an artifact; a model's kernels for this backend are
+    /// compiled as that many modules at once (the compile stage runs once per module, in parallel). None: one
+    /// module per target. A constant of the backend, never of the machine, so an artifact's bytes do not
+    /// depend on the cores that built it.
+    fn kernels_per_module(&self) -> Option<usize> {
+        None
+    }
+    /// Compiles lowered partitions (all of one model's for this target, or a share of at most
+    /// [`Backend::kernels_per_module`]) into one module.
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError>;
 }
 

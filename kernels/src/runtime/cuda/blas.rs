@@ -178,7 +178,7 @@ impl LoadedBlas {
         let b = BlasModule::decode(m).map_err(RuntimeError)?;
         available().map_err(|e| RuntimeError(format!("module of backend {} needs a GPU with cuBLASLt: {e}", m.backend)))?;
         let ctx = device::context().map_err(RuntimeError)?;
-        ctx.bind_to_thread().map_err(|e| RuntimeError(format!("GPU 0: {e}")))?;
+        ctx.bind_to_thread().map_err(|e| RuntimeError(device::error(e)))?;
         let handle = cudarc::cublaslt::result::create_handle().map_err(|e| RuntimeError(format!("module of backend {}: cublasLtCreate: {e:?}", m.backend)))?;
         Ok(LoadedBlas {
             backend: m.backend.clone(),

@@ -14,7 +14,7 @@ use cudarc::driver::result;
 /// Runs function `index` of the GPU module `module` (signature `info`) on `inputs` and returns its outputs.
 pub fn call_gpu_function(module: &dyn LoadedModule, index: usize, info: &FunctionInfo, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
     let fail = |msg: String| RuntimeError(format!("running GPU function '{}': {msg}", info.symbol));
-    let g = |e: cudarc::driver::DriverError| fail(format!("GPU 0: {e}"));
+    let g = |e: cudarc::driver::DriverError| fail(device::error(e));
     if inputs.len() != info.inputs.len() {
         return Err(fail(format!("it takes {} inputs, got {}", info.inputs.len(), inputs.len())));
     }

@@ -1,7 +1,14 @@
-//! The process's GPU: one CUDA context (device 0's primary context), made once, and its description.
+//! The process's GPUs: one CUDA context per GPU (the device's primary context), made when first used, and
+//! their descriptions.
+//!
+//! Which GPU a thread works on is that thread's current GPU: 0, or the one [`on`] sets around a call.
+//! Everything that opens device state (loading a module, making an engine, measuring a function, copying
+//! a tensor) does it in the current GPU's context and keeps that context, so an engine made on GPU 1 runs
+//! on GPU 1 from whichever thread calls it. This is the CUDA runtime's `cudaSetDevice` model, scoped.
 
 use super::libs;
 use cudarc::driver::{result, sys, CudaContext};
+use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
 
 /// What a GPU is, for reports and tune keys (the stages' GPU device fingerprint).
@@ -19,25 +26,101 @@ pub struct DeviceInfo {
     pub driver_cuda: String,
 }
 
-/// The context of GPU 0, or why there is none here (no driver, no device, a driver too old...).
-pub fn context() -> Result<Arc<CudaContext>, String> {
-    static CTX: OnceLock<Result<Arc<CudaContext>, String>> = OnceLock::new();
-    CTX.get_or_init(|| {
-        libs::driver()?;
-        match CudaContext::device_count() {
-            Ok(n) if n > 0 => {}
-            Ok(_) => return Err("the CUDA driver sees no GPU".to_string()),
-            Err(e) => return Err(format!("the CUDA driver cannot list GPUs: {e}")),
-        }
-        CudaContext::new(0).map_err(|e| format!("cannot open GPU 0: {e}"))
-    })
-    .clone()
+thread_local! {
+    static CURRENT: Cell<usize> = const { Cell::new(0) };
 }
 
-/// The description of GPU 0.
+/// This thread's current GPU (0 unless inside [`on`]).
+pub fn current() -> usize {
+    CURRENT.with(|c| c.get())
+}
+
+/// Runs `f` with GPU `ordinal` as this thread's current GPU, and restores the one before afterwards (also
+/// when `f` panics). Whether that GPU exists is checked by what `f` opens on it.
+pub fn on<R>(ordinal: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CURRENT.with(|c| c.replace(ordinal)));
+    f()
+}
+
+/// How many GPUs the CUDA driver sees, or why it sees none (no driver, a driver too old...).
+pub fn count() -> Result<usize, String> {
+    static COUNT: OnceLock<Result<usize, String>> = OnceLock::new();
+    COUNT
+        .get_or_init(|| {
+            libs::driver()?;
+            match CudaContext::device_count() {
+                Ok(n) if n > 0 => Ok(n as usize),
+                Ok(_) => Err("the CUDA driver sees no GPU".to_string()),
+                Err(e) => Err(format!("the CUDA driver cannot list GPUs: {e}")),
+            }
+        })
+        .clone()
+}
+
+/// The context of GPU `ordinal`, or why there is none (no driver, no such device...).
+pub fn context_of(ordinal: usize) -> Result<Arc<CudaContext>, String> {
+    static CONTEXTS: OnceLock<Vec<OnceLock<Result<Arc<CudaContext>, String>>>> = OnceLock::new();
+    let n = count()?;
+    if ordinal >= n {
+        return Err(format!("there is no GPU {ordinal}: the CUDA driver sees {n} (GPU 0{})", if n > 1 { format!(" to GPU {}", n - 1) } else { String::new() }));
+    }
+    let slots = CONTEXTS.get_or_init(|| (0..n).map(|_| OnceLock::new()).collect());
+    slots[ordinal].get_or_init(|| CudaContext::new(ordinal).map_err(|e| format!("cannot open GPU {ordinal}: {e}"))).clone()
+}
+
+/// The context of this thread's current GPU ([`current`]).
+pub fn context() -> Result<Arc<CudaContext>, String> {
+    context_of(current())
+}
+
+/// Runs `f` and then makes the CUDA context that was current on this thread before it current again (none, if
+/// none was). Loads and runs bind their GPU's context to the calling thread as they go; an application's own
+/// CUDA work (the CUDA runtime API's current device, PyTorch's `torch.cuda.current_device()`) must find its
+/// own context after a call into tessera, not the context of the GPU the model is on.
+pub fn keeping_callers_context<R>(f: impl FnOnce() -> R) -> R {
+    if count().is_err() {
+        return f();
+    }
+    struct Restore(sys::CUcontext);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: the context was current on this thread before (or null: none); primary contexts stay
+            // alive for the process (tessera never releases them).
+            unsafe {
+                let _ = sys::cuCtxSetCurrent(self.0);
+            }
+        }
+    }
+    let mut before: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: an out-parameter; the driver is loaded (`count` succeeded).
+    let _restore = (unsafe { sys::cuCtxGetCurrent(&mut before) } == sys::CUresult::CUDA_SUCCESS).then_some(Restore(before));
+    f()
+}
+
+/// A driver error as text naming the GPU it happened on: the one whose context is bound to this thread
+/// (every caller binds its context first), else the current GPU.
+pub fn error(e: cudarc::driver::DriverError) -> String {
+    let mut device: sys::CUdevice = 0;
+    // SAFETY: an out-parameter; the driver is loaded (it returned `e`).
+    let bound = unsafe { sys::cuCtxGetDevice(&mut device) } == sys::CUresult::CUDA_SUCCESS;
+    format!("GPU {}: {e}", if bound { device as usize } else { current() })
+}
+
+/// The description of this thread's current GPU.
 pub fn info() -> Result<DeviceInfo, String> {
-    let ctx = context()?;
-    let e = |e: cudarc::driver::DriverError| format!("GPU 0: {e}");
+    info_of(current())
+}
+
+/// The description of GPU `ordinal`.
+pub fn info_of(ordinal: usize) -> Result<DeviceInfo, String> {
+    let ctx = context_of(ordinal)?;
+    let e = |e: cudarc::driver::DriverError| format!("GPU {ordinal}: {e}");
     let (major, minor) = ctx.compute_capability().map_err(e)?;
     let attr = |a| ctx.attribute(a).map_err(e);
     let sm_count = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
@@ -57,12 +140,13 @@ pub fn info() -> Result<DeviceInfo, String> {
     })
 }
 
-/// Waits for all work on GPU 0 (every stream of its context, the caller's included): what a caller that
-/// hands tessera device memory written on a stream tessera does not know does before the run reads it.
+/// Waits for all work on this thread's current GPU (every stream of its context, the caller's included):
+/// what a caller that hands tessera device memory written on a stream tessera does not know does before the
+/// run reads it.
 pub fn synchronize() -> Result<(), String> {
     let ctx = context()?;
-    ctx.bind_to_thread().map_err(|e| format!("GPU 0: {e}"))?;
-    ctx.synchronize().map_err(|e| format!("GPU 0: {e}"))
+    ctx.bind_to_thread().map_err(error)?;
+    ctx.synchronize().map_err(error)
 }
 
 /// `n` rounded up to 256 bytes, the alignment of every device buffer tessera lays out.
@@ -70,7 +154,7 @@ pub fn align256(n: u64) -> u64 {
     n.div_ceil(256) * 256
 }
 
-/// Device memory of GPU 0, freed on drop.
+/// Device memory of one GPU, freed on drop.
 pub struct DeviceAlloc {
     ctx: Arc<CudaContext>,
     pub ptr: sys::CUdeviceptr,
@@ -79,7 +163,7 @@ pub struct DeviceAlloc {
 impl DeviceAlloc {
     /// `bytes` (at least 1) of device memory, uninitialized.
     pub fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<DeviceAlloc, String> {
-        ctx.bind_to_thread().map_err(|e| format!("GPU 0: {e}"))?;
+        ctx.bind_to_thread().map_err(|e| format!("GPU {}: {e}", ctx.ordinal()))?;
         // SAFETY: a plain allocation, freed by `drop`.
         let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|e| format!("cannot allocate {bytes} bytes on the GPU: {e}"))?;
         Ok(DeviceAlloc { ctx: ctx.clone(), ptr })

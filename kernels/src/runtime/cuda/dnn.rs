@@ -204,7 +204,7 @@ impl LoadedDnn {
         let d = DnnModule::decode(m).map_err(RuntimeError)?;
         available().map_err(|e| RuntimeError(format!("module of backend {} needs a GPU with cuDNN: {e}", m.backend)))?;
         let ctx = device::context().map_err(RuntimeError)?;
-        ctx.bind_to_thread().map_err(|e| RuntimeError(format!("GPU 0: {e}")))?;
+        ctx.bind_to_thread().map_err(|e| RuntimeError(device::error(e)))?;
         let mut h = std::ptr::null_mut();
         // SAFETY: plain out-parameter; the library is present (checked above).
         ok(unsafe { dnn::cudnnCreate(&mut h) }, "cudnnCreate").map_err(|e| RuntimeError(format!("module of backend {}: {e}", m.backend)))?;

@@ -92,7 +92,7 @@ struct Pinned {
 
 impl Pinned {
     fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Pinned, RuntimeError> {
-        ctx.bind_to_thread().map_err(|e| RuntimeError(format!("GPU 0: {e}")))?;
+        ctx.bind_to_thread().map_err(|e| RuntimeError(device::error(e)))?;
         // SAFETY: a plain allocation; at least one byte so the pointer is real.
         let ptr = unsafe { result::malloc_host(len.max(1), 0) }.map_err(|e| RuntimeError(format!("cannot pin {len} bytes of host memory: {e}")))?;
         Ok(Pinned { ctx: ctx.clone(), ptr: ptr as *mut u8, len })
@@ -210,7 +210,7 @@ unsafe impl Send for DeviceEngine {}
 unsafe impl Sync for DeviceEngine {}
 
 fn gpu(e: cudarc::driver::DriverError) -> RuntimeError {
-    RuntimeError(format!("GPU 0: {e}"))
+    RuntimeError(device::error(e))
 }
 
 impl DeviceEngine {
@@ -480,7 +480,7 @@ impl DeviceEngine {
     /// `mark`s).
     fn run_host_segment(&self, downloads: &[Copy], steps: &Range<usize>, mark: &mut dyn FnMut(usize, Mark) -> Result<(), RuntimeError>) -> Result<(), RuntimeError> {
         self.enqueue_copies(downloads, false)?;
-        self.stream.synchronize().map_err(|e| RuntimeError(format!("GPU 0: a kernel failed: {e}")))?;
+        self.stream.synchronize().map_err(|e| RuntimeError(format!("a kernel failed: {}", device::error(e))))?;
         for s in steps.clone() {
             mark(s, Mark::BeforeStep)?;
             self.call_host(s)?;
@@ -538,7 +538,7 @@ impl DeviceEngine {
             // SAFETY: as in `upload`.
             unsafe { result::memcpy_dtoh_async(dst, st.device, self.stream.cu_stream()) }.map_err(gpu)?;
         }
-        self.stream.synchronize().map_err(|e| RuntimeError(format!("GPU 0: a kernel failed: {e}")))?;
+        self.stream.synchronize().map_err(|e| RuntimeError(format!("a kernel failed: {}", device::error(e))))?;
         for (i, dst) in outputs.iter_mut().enumerate() {
             let Some(dst) = dst else { continue };
             let (st, _, on_host) = &self.outputs[i];
@@ -622,7 +622,7 @@ impl DeviceEngine {
                 }
                 _ => Ok(()),
             })?;
-            self.stream.synchronize().map_err(|e| RuntimeError(format!("GPU 0: a kernel failed: {e}")))?;
+            self.stream.synchronize().map_err(|e| RuntimeError(format!("a kernel failed: {}", device::error(e))))?;
             if it >= warmup {
                 for (k, v) in per.iter_mut().enumerate() {
                     v.push(events[2 * k].elapsed_ms(&events[2 * k + 1]).map_err(gpu)? as f64 * 1e3);

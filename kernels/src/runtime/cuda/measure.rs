@@ -66,7 +66,7 @@ pub fn measure_gpu_function(
     opts: &MeasureOptions,
 ) -> Result<Measurement, GpuMeasureError> {
     let fail = |msg: String| RuntimeError(format!("measuring GPU function '{}': {msg}", info.symbol));
-    let g = |e: cudarc::driver::DriverError| fail(format!("GPU 0: {e}"));
+    let g = |e: cudarc::driver::DriverError| fail(device::error(e));
     check_request(info, inputs, opts).map_err(fail)?;
     let gpu = module.gpu().ok_or_else(|| fail("its module is not a GPU module".to_string()))?;
     let ctx = device::context().map_err(fail)?;

@@ -3,7 +3,7 @@
 //!
 //! - [`libs`]: finding the driver and NVRTC before cudarc opens them.
 //! - [`format`]: the cubin module format (a cubin and each function's launches).
-//! - [`device`]: the process's context on GPU 0 and its description.
+//! - [`device`]: the process's GPUs: a context per GPU, each thread's current GPU, their descriptions.
 //! - [`module`]: a loaded cubin, and what every GPU module gives the engine (launches).
 //! - [`blas`]: the cuBLASLt module format and its loader (the `cublas` backend's matmuls).
 //! - [`dnn`]: the cuDNN module format and its loader (the `cudnn` backend's fused convolutions).

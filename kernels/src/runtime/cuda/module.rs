@@ -8,7 +8,7 @@ use crate::runtime::{LoadedModule, RuntimeError};
 use cudarc::driver::{sys, CudaFunction, CudaModule};
 use std::sync::Arc;
 
-/// A cubin module loaded on GPU 0.
+/// A cubin module loaded on one GPU (the current one when it was loaded).
 pub struct LoadedCubin {
     backend: String,
     _module: Arc<CudaModule>,

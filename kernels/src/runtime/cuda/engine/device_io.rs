@@ -3,6 +3,7 @@
 //! all on the engine's stream, so a caller whose tensors already live on the GPU pays no trip through the
 //! host. A child module of `engine` so that it reaches the engine's staging tables without widening them.
 
+use super::super::device;
 use super::{gpu, DeviceEngine};
 use crate::runtime::RuntimeError;
 use cudarc::driver::{result, sys};
@@ -15,7 +16,7 @@ fn check_range(what: &str, ptr: u64, bytes: usize) -> Result<(), RuntimeError> {
     // SAFETY: two out-parameters; the driver is loaded (the engine's context exists and is bound).
     unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) }
         .result()
-        .map_err(|e| RuntimeError(format!("{what}: {ptr:#x} is not device memory of GPU 0's context: {e}")))?;
+        .map_err(|e| RuntimeError(format!("{what}: {ptr:#x} is not device memory of the model's GPU: {}", device::error(e))))?;
     let end = ptr.checked_add(bytes as u64);
     if end.is_none_or(|end| end > base + size as u64) {
         return Err(RuntimeError(format!("{what}: needs {bytes} bytes at {ptr:#x}, but its allocation ({base:#x}, {size} bytes) ends {} bytes after it", base + size as u64 - ptr)));
@@ -26,12 +27,12 @@ fn check_range(what: &str, ptr: u64, bytes: usize) -> Result<(), RuntimeError> {
 impl DeviceEngine {
     /// One run from caller-owned device memory: `inputs[i]` is `(name, CUdeviceptr)` of input `i` (model
     /// order, exactly its type's size), and each `outputs[o]` given receives output `o`. Every pointer is
-    /// checked to lie inside one allocation of GPU 0's context with room for its tensor. The copies and the
+    /// checked to lie inside one allocation of the model's GPU with room for its tensor. The copies and the
     /// graph replay run on the engine's stream.
     ///
     /// With `caller: None`, the engine's stream is synchronized before returning: the caller must have
     /// finished writing the inputs before the call (the engine's stream does not wait for the caller's), and
-    /// may read the outputs as soon as it returns. With `caller: Some(stream)` (a `CUstream` of GPU 0's
+    /// may read the outputs as soon as it returns. With `caller: Some(stream)` (a `CUstream` of the model's GPU's
     /// context), the run is ordered on that stream and asynchronous: the engine's stream waits for what the
     /// caller enqueued on it before (an event), and the caller's stream waits for the outputs' copies (another
     /// event), so work the caller enqueues after the call sees the outputs; the call returns once the work is
@@ -42,7 +43,7 @@ impl DeviceEngine {
     /// Every pointer is device memory the caller owns, holding (inputs) or receiving (outputs) the tensor, and
     /// no other work reads or writes it until the run is over (with a stream: until the caller's stream
     /// reaches the point of the call); outputs do not overlap each other or any input; `caller` is a live
-    /// stream of GPU 0's context.
+    /// stream of the model's GPU's context.
     pub unsafe fn run_device(&mut self, inputs: &[(&str, u64)], outputs: &[Option<(&str, u64)>], caller: Option<sys::CUstream>) -> Result<(), RuntimeError> {
         self.ctx.bind_to_thread().map_err(gpu)?;
         for ((name, ptr), st) in inputs.iter().zip(&self.inputs) {
@@ -99,7 +100,7 @@ impl DeviceEngine {
         match caller {
             // SAFETY: as above; the caller's stream now waits for the outputs' copies.
             Some(caller) if self.host.is_none() => unsafe { order_after(caller, stream) },
-            _ => self.stream.synchronize().map_err(|e| RuntimeError(format!("GPU 0: a kernel or a copy failed: {e}"))),
+            _ => self.stream.synchronize().map_err(|e| RuntimeError(format!("a kernel or a copy failed: {}", device::error(e)))),
         }
     }
 }
@@ -116,6 +117,6 @@ unsafe fn order_after(waiter: sys::CUstream, first: sys::CUstream) -> Result<(),
         sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32).result().map_err(gpu)?;
         let ordered = sys::cuEventRecord(event, first).result().and_then(|_| sys::cuStreamWaitEvent(waiter, event, 0).result());
         sys::cuEventDestroy_v2(event).result().map_err(gpu)?;
-        ordered.map_err(|e| RuntimeError(format!("GPU 0: cannot order the run after the caller's stream: {e}")))
+        ordered.map_err(|e| RuntimeError(format!("cannot order the run after the caller's stream: {}", device::error(e))))
     }
 }
