@@ -155,8 +155,6 @@ fn zoo_compiles_for(target: &[&str]) -> std::collections::BTreeMap<&'static str,
             }
             let c = tessera_kernels::runtime::cuda::format::CubinModule::decode(m).unwrap();
             assert_eq!(c.arch, "sm_90");
-            // One kernel per module (`kernels_per_module`): compiled at once, and shared with the tune stage.
-            assert_eq!(m.functions.len(), 1, "{}: a cuda module of {} kernels", job.name, m.functions.len());
         }
         // Without a GPU, loading says why instead of crashing.
         if tessera_kernels::runtime::cuda::available().is_err() {
@@ -605,9 +603,6 @@ fn tuning_measures_on_every_gpu_given() {
     let sent = |g: usize| after.get(&g).copied().unwrap_or(0) - before.get(&g).copied().unwrap_or(0);
     eprintln!("cold build on GPUs 0 and 1: {cold_s:.1} s; kernels measured: GPU 0 {}, GPU 1 {}", sent(0), sent(1));
     assert!(sent(0) > 0 && sent(1) > 0, "both GPUs measure: {after:?}");
-    // The plans' cuda kernels were compiled, one per module, to be measured: linking compiles them no more.
-    let compile = cold.stages.get("compile").expect("a compile stage");
-    assert!(compile.hits > 0, "the artifacts compiled again what tuning compiled: {:?}", cold.stages);
     let again = build(vec![1], "one");
     assert_eq!(again.stages.get("tune").map_or(0, |t| t.executions), 0, "GPU 1 alone measured again: {:?}", again.stages);
     for (a, b) in cold.artifacts.iter().zip(&again.artifacts) {

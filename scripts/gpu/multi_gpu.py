@@ -26,7 +26,8 @@ TARGETS = [t for t in os.environ.get("MULTI_GPU_TARGETS", "").split(";") if t] o
     "cuda -compiler=cudnn -precision=fp16",
 ]
 
-MEASURED = re.compile(r"tune: (\d+) kernels measured on (\d+) GPU\(s\) \(([^)]*)\).*seconds=([0-9.eE+-]+)")
+MEASURED = re.compile(r"tune: (\d+) kernels measured on (\d+) GPU\(s\) \(([^)]*)\).*loading_seconds=([0-9.eE+-]+).*seconds=([0-9.eE+-]+)")
+COMPILED = re.compile(r"tune: (\d+) kernels for .* compiled as (\d+) modules in ([0-9.]+) s")
 
 
 def gpu_count():
@@ -40,20 +41,24 @@ def cold_build(binary, inputs, gpus, tuning, work):
     cmd = [binary, "compile", *inputs, "--store", store, "--out", out, "--gpus", gpus, "--tuning", tuning, "--json"]
     for t in TARGETS:
         cmd += ["--target", t]
-    env = dict(os.environ, TESSERA_LOG="info")
+    env = dict(os.environ, TESSERA_LOG="info,tessera::tune=debug")
     start = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.monotonic() - start
     if done.returncode != 0:
         sys.exit(f"build on GPUs {gpus} failed:\n{done.stderr[-4000:]}")
     summary = json.loads(done.stdout)
-    measuring, per_gpu, rounds = 0.0, {}, 0
+    measuring, loading, compiling, per_gpu, rounds = 0.0, 0.0, 0.0, {}, 0
     for line in done.stderr.splitlines():
+        c = COMPILED.search(line)
+        if c:
+            compiling += float(c.group(3))
         m = MEASURED.search(line)
         if not m:
             continue
         rounds += 1
-        measuring += float(m.group(4))
+        loading += float(m.group(4))
+        measuring += float(m.group(5))
         for part in m.group(3).split(","):
             g, n = part.strip().removeprefix("GPU ").split(":")
             per_gpu[g] = per_gpu.get(g, 0) + int(n)
@@ -62,6 +67,8 @@ def cold_build(binary, inputs, gpus, tuning, work):
         "gpus": gpus,
         "wall_s": round(wall, 2),
         "measuring_s": round(measuring, 2),
+        "loading_s_summed_over_gpus": round(loading, 2),
+        "tune_compiling_s": round(compiling, 2),
         "measuring_calls": rounds,
         "kernels_by_gpu": per_gpu,
         "tune_executions": stages.get("tune", {}).get("executions"),

@@ -191,8 +191,14 @@ def tessera_side(tessera, path, shapes, workdir, name, row, index=0, compilers=N
     out = os.path.join(workdir, f"out-{name}-{index}")
     shape_args = sum((["--shape", f"{k}={'x'.join(map(str, v))}"] for k, v in shapes.items()), [])
     cmd = [tessera, "compile", path] + [a for t in targets(compilers) for a in ("--target", t)] + ["--store", store, "--out", out, "--costs", COSTS] + shape_args
-    cold, _ = timed(cmd)
+    cold, cold_json = timed(cmd + ["--json"])
     warm, _ = timed(cmd)
+    try:
+        # Where the cold compile's time went: each stage's summed execution time (parallel work adds up).
+        stages = json.loads(cold_json)["stages"]
+        row["tessera_cold_stages" + ("" if index == 0 else f"_{index}")] = {k: round(v["exec_micros"] / 1e6, 2) for k, v in stages.items()}
+    except (ValueError, KeyError):
+        pass
     artifacts = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".tsr")]
     _, js = timed([tessera, "bench", artifacts[0], "--json", "--iters", str(ITERS * 4), "--warmup", str(WARMUP)])
     r = json.loads(js)["results"][0]

@@ -1,5 +1,5 @@
-//! The stages after partition for one execution plan: lower each distinct kernel, compile each target's
-//! modules, link one artifact. Below the partition stage (its validation builds trial plans with it) and below
+//! The stages after partition for one execution plan: lower each distinct kernel, compile one module per
+//! target, link one artifact. Below the partition stage (its validation builds trial plans with it) and below
 //! [`crate::build`], which runs it for a model's searched plan.
 
 use crate::backend::Module;
@@ -22,13 +22,12 @@ pub struct BuiltArtifact {
     pub artifact: Digest,
     /// Lowered kernels, one per distinct (target, kernel).
     pub lowered: Vec<Digest>,
-    /// The modules: per target that won partitions, one, or one per share of its kernels
-    /// ([`crate::backend::Backend::kernels_per_module`]).
+    /// One module per target that won partitions.
     pub modules: Vec<Digest>,
 }
 
 /// The stages after partition for one plan (recorded in the store as `plan_digest`): lower each distinct
-/// kernel, compile the modules of each target (in parallel), link. `graph` gives the model graph the plan's node indices refer
+/// kernel, compile one module per target, link. `graph` gives the model graph the plan's node indices refer
 /// to; it is only called when a lower misses.
 pub fn build_artifact<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, graph: &(dyn Fn() -> Result<&'g Graph> + Sync)) -> Result<BuiltArtifact> {
     // Stage: lower, once per distinct (target, kernel, configuration).
@@ -52,35 +51,25 @@ pub fn build_artifact<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, grap
         .context("lower")?;
     let lowered: BTreeMap<Lowering, Digest> = lowered.into_iter().collect();
 
-    // Stage: compile, in target-set order: per target that won partitions, one module, or one per share of at
-    // most `kernels_per_module` of its kernels (lowering order); all of them at once.
+    // Stage: compile, one module per target that won partitions, in target-set order.
     let used_targets: Vec<&Target> = ctx.targets.targets.iter().filter(|t| plan.partitions.iter().any(|p| &p.target == *t)).collect();
-    let mut compiles: Vec<(&Target, Vec<Digest>)> = Vec::new();
-    for t in &used_targets {
-        let kernels: Vec<Digest> = lowered.iter().filter(|((lt, _, _), _)| lt == *t).map(|(_, d)| *d).collect();
-        let per_module = ctx.backend(t)?.kernels_per_module().unwrap_or(kernels.len()).max(1);
-        compiles.extend(kernels.chunks(per_module).map(|share| (*t, share.to_vec())));
-    }
     // Digests only: a hit does not read or decode the module (its code can be megabytes); the link stage's
     // input reads the modules when the link runs.
-    let module_digests: Vec<Digest> = compiles
-        .par_iter()
-        .map(|(t, kernels)| {
-            let backend = ctx.backend(t)?;
-            let stage = Compile { target: t, backend, lowered: kernels, toolchain: backend.environment(t), driver: ctx.driver };
-            run_digest(ctx.driver, &stage).with_context(|| format!("compile for {t}"))
-        })
-        .collect::<Result<_>>()?;
-    let module_targets: Vec<&Target> = compiles.iter().map(|(t, _)| *t).collect();
+    let mut module_digests: Vec<Digest> = Vec::new();
+    for t in &used_targets {
+        let backend = ctx.backend(t)?;
+        let kernels: Vec<Digest> = lowered.iter().filter(|((lt, _, _), _)| lt == *t).map(|(_, d)| *d).collect();
+        let stage = Compile { target: t, backend, lowered: &kernels, toolchain: backend.environment(t), driver: ctx.driver };
+        module_digests.push(run_digest(ctx.driver, &stage).with_context(|| format!("compile for {t}"))?);
+    }
 
     // Stage: link.
-    let input = || link_input(ctx, plan, &module_targets, &module_digests);
+    let input = || link_input(ctx, plan, &used_targets, &module_digests);
     let artifact = run_digest(ctx.driver, &Link { plan_digest, modules: &module_digests, format_version: FORMAT_VERSION, input: &input }).context("link")?;
     Ok(BuiltArtifact { artifact, lowered: lowered.into_values().collect(), modules: module_digests })
 }
 
-/// The link stage's input; `module_targets[i]` is the target module `i` was compiled for.
-fn link_input(ctx: &Ctx, plan: &ExecPlan, module_targets: &[&Target], module_digests: &[Digest]) -> Result<LinkInput> {
+fn link_input(ctx: &Ctx, plan: &ExecPlan, used_targets: &[&Target], module_digests: &[Digest]) -> Result<LinkInput> {
     let store = ctx.driver.store();
     let modules: Vec<Module> = module_digests.iter().map(|d| load::<Compile>(ctx.driver, d)).collect::<Result<_>>()?;
     let constants: Vec<Tensor> = plan
@@ -95,12 +84,13 @@ fn link_input(ctx: &Ctx, plan: &ExecPlan, module_targets: &[&Target], module_dig
     };
     let mut steps = Vec::with_capacity(plan.partitions.len());
     for p in &plan.partitions {
-        let (mi, fi) = modules
+        let mi = used_targets.iter().position(|t| **t == p.target).expect("module per used target");
+        let module = &modules[mi];
+        let fi = module
+            .functions
             .iter()
-            .enumerate()
-            .filter(|(mi, _)| *module_targets[*mi] == p.target)
-            .find_map(|(mi, m)| m.functions.iter().position(|f| f.symbol == p.symbol).map(|fi| (mi, fi)))
-            .with_context(|| format!("no module for {} has function {}", p.target, p.symbol))?;
+            .position(|f| f.symbol == p.symbol)
+            .with_context(|| format!("module for {} has no function {}", p.target, p.symbol))?;
         steps.push(LinkStep { module: mi as u32, function: fi as u32, args: p.args.iter().map(to_ref).collect() });
     }
     Ok(LinkInput {

@@ -25,7 +25,6 @@
 
 use crate::backend::{Backend, BackendError, FunctionInfo, LoweredKernel};
 use crate::context::{CostSource, Ctx};
-use crate::compile::Compile;
 use crate::lower::Lower;
 use crate::device::{cpu_fingerprint, exclusively, gpu_fingerprint, DeviceFingerprint};
 use crate::interp::{int_input_bounds, random_tensor};
@@ -296,22 +295,28 @@ struct Batch {
 /// One measuring thread's modules, loaded where it measures (its GPU, or the host) when first needed.
 /// Indexed like the modules they load; a thread of its own, so the lock is never contended: it only makes
 /// the loaded modules shareable with the tune stage's compute closure.
-struct Loaded(std::sync::Mutex<Vec<Option<Box<dyn LoadedModule>>>>);
+struct Loaded {
+    modules: std::sync::Mutex<Vec<Option<Box<dyn LoadedModule>>>>,
+    /// Time spent loading them, in microseconds (reported with the measurements).
+    load_micros: std::sync::atomic::AtomicU64,
+}
 
 impl Loaded {
     fn new(count: usize) -> Loaded {
-        Loaded(std::sync::Mutex::new((0..count).map(|_| None).collect()))
+        Loaded { modules: std::sync::Mutex::new((0..count).map(|_| None).collect()), load_micros: Default::default() }
     }
 
     /// Runs `f` on the loaded modules after loading those of `preps` (at `base`) not loaded yet.
     fn with<R>(&self, ctx: &Ctx, modules: &[&crate::backend::Module], base: usize, preps: &[(String, Prepared)], f: impl FnOnce(&[Option<Box<dyn LoadedModule>>]) -> Result<R>) -> Result<R> {
-        let mut loaded = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut loaded = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         for (_, prep) in preps {
             if let Prepared::Ready { module, .. } = prep {
                 let i = base + module;
                 if loaded[i].is_none() {
                     let m = modules[i];
+                    let started = std::time::Instant::now();
                     loaded[i] = Some(ctx.runtime.load(m).map_err(|e| anyhow!("target {}: loading a tune module: {e}", m.target))?);
+                    self.load_micros.fetch_add(started.elapsed().as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
                 }
             }
         }
@@ -505,12 +510,13 @@ fn on_every_gpu<R: Send>(gpus: &[usize], items: &[usize], modules: usize, work: 
     let started = std::time::Instant::now();
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
+    let loading = std::sync::atomic::AtomicU64::new(0);
     let threads = gpus.len().min(items.len()).max(1);
     let per_gpu: Vec<Vec<(usize, Result<R>)>> = std::thread::scope(|s| {
         let handles: Vec<_> = gpus[..threads]
             .iter()
             .map(|&gpu| {
-                let (next, failed, work) = (&next, &failed, &work);
+                let (next, failed, work, loading) = (&next, &failed, &work, &loading);
                 s.spawn(move || {
                     device::on(gpu, || {
                         let loaded = Loaded::new(modules);
@@ -524,6 +530,7 @@ fn on_every_gpu<R: Send>(gpus: &[usize], items: &[usize], modules: usize, work: 
                             }
                             done.push((at, r));
                         }
+                        loading.fetch_add(loaded.load_micros.into_inner(), Ordering::Relaxed);
                         done
                     })
                 })
@@ -538,7 +545,8 @@ fn on_every_gpu<R: Send>(gpus: &[usize], items: &[usize], modules: usize, work: 
             *by_gpu.entry(*g).or_default() += d.len();
         }
     }
-    tracing::info!(kernels = items.len(), seconds = started.elapsed().as_secs_f64(), "tune: {} kernels measured on {} GPU(s) ({})", items.len(), threads, counts.join(", "));
+    let loading_seconds = loading.into_inner() as f64 / 1e6;
+    tracing::info!(target: "tessera::tune", kernels = items.len(), loading_seconds, seconds = started.elapsed().as_secs_f64(), "tune: {} kernels measured on {} GPU(s) ({})", items.len(), threads, counts.join(", "));
     let mut all: Vec<(usize, Result<R>)> = per_gpu.into_iter().flatten().collect();
     all.sort_by_key(|(at, _)| *at);
     all.into_iter().map(|(at, r)| r.map(|r| (items[at], r))).collect()
@@ -588,15 +596,14 @@ fn run_prepared(modules: &[Option<Box<dyn LoadedModule>>], base: usize, preps: &
     })
 }
 
-/// Lowers (memoized, shared with the compile path) and compiles one target's missed kernels: for a backend
-/// of one kernel per module, each kernel through the (memoized) compile stage; else into a module per core,
-/// and if one fails, each of its kernels alone, so one bad kernel costs only itself.
+/// Lowers (memoized, shared with the compile path) and compiles one target's missed kernels into a module
+/// per core (per kernel where the backend says so); if one fails, each of its kernels alone, so one bad
+/// kernel costs only itself.
 fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
     // Every configuration of every miss, each lowered to its own function.
     let jobs: Vec<(&Miss, &str, usize)> = misses.iter().flat_map(|m| m.configs.iter().enumerate().map(move |(i, c)| (m, c.as_str(), i))).collect();
-    /// A tune key, the configuration's slot, its lowering and that lowering's digest (or why it was
-    /// refused), its inputs' int bounds.
-    type Lowered = (Digest, usize, std::result::Result<(Digest, LoweredKernel), String>, Vec<i64>);
+    /// A tune key, the configuration's slot, its lowering (or why it was refused), its inputs' int bounds.
+    type Lowered = (Digest, usize, std::result::Result<LoweredKernel, String>, Vec<i64>);
     let lowered: Vec<Lowered> = jobs
         .par_iter()
         .map(|&(m, config, i)| Ok((m.key, i, lower(ctx, m, config)?, int_input_bounds(&m.kernel_graph))))
@@ -607,13 +614,9 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
     // Slots in each miss's configuration order, filled below.
     let mut slots: BTreeMap<Digest, Vec<Option<Prepared>>> = misses.iter().map(|m| (m.key, m.configs.iter().map(|_| None).collect())).collect();
     let mut ok: Vec<(Digest, usize, LoweredKernel, Vec<i64>)> = Vec::new();
-    let mut lowered_digests: Vec<Digest> = Vec::new();
     for (key, i, l, bounds) in lowered {
         match l {
-            Ok((digest, lk)) => {
-                ok.push((key, i, lk, bounds));
-                lowered_digests.push(digest);
-            }
+            Ok(lk) => ok.push((key, i, lk, bounds)),
             Err(e) => slots.get_mut(&key).expect("a miss's key")[i] = Some(Prepared::Refused(e)),
         }
     }
@@ -635,63 +638,19 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
     if ok.is_empty() {
         return finish(batch, slots);
     }
-    if backend.kernels_per_module() == Some(1) {
-        // Each kernel its own module, through the compile stage an artifact's build runs for a module of one
-        // kernel: a kernel measured here is not compiled again when a plan that uses it links. One kernel per
-        // job, so the cores stay busy to the end.
-        let toolchain = backend.environment(target);
-        let distinct: Vec<Digest> = lowered_digests.iter().copied().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-        let built: Vec<std::result::Result<crate::backend::Module, String>> = distinct
-            .par_iter()
-            .map(|d| {
-                let stage = Compile { target, backend, lowered: std::slice::from_ref(d), toolchain: toolchain.clone(), driver: ctx.driver };
-                match run(ctx.driver, &stage) {
-                    Ok((_, module)) => Ok(Ok(module)),
-                    // A missing toolchain is no kernel's fault: it is reported, never recorded as a refusal.
-                    Err(e) => match cause::<BackendError>(&e) {
-                        Some(BackendError::Toolchain { .. }) | None => Err(e.context(format!("target {target}: compiling kernels to measure"))),
-                        Some(refused) => Ok(Err(format!("compile failed: {refused}"))),
-                    },
-                }
-            })
-            .collect::<Result<_>>()?;
-        let mut module_of: BTreeMap<Digest, usize> = BTreeMap::new();
-        for (d, m) in distinct.iter().zip(built) {
-            match m {
-                Ok(m) => {
-                    module_of.insert(*d, batch.modules.len());
-                    batch.modules.push(m);
-                }
-                Err(e) => {
-                    for ((key, slot, _, _), _) in ok.iter().zip(&lowered_digests).filter(|(_, ld)| *ld == d) {
-                        slots.get_mut(key).expect("a miss's key")[*slot] = Some(Prepared::Refused(e.clone()));
-                    }
-                }
-            }
-        }
-        for ((key, slot, lk, bounds), d) in ok.iter().zip(&lowered_digests) {
-            let Some(&mi) = module_of.get(d) else { continue };
-            let index = batch.modules[mi]
-                .functions
-                .iter()
-                .position(|f| f.symbol == lk.info.symbol)
-                .with_context(|| format!("target {target}: the compiled module has no function {}", lk.info.symbol))?;
-            slots.get_mut(key).expect("a miss's key")[*slot] = Some(Prepared::Ready { module: mi, index, info: lk.info.clone(), int_bounds: bounds.clone() });
-        }
-        return finish(batch, slots);
-    }
-    // One module per core's share of the kernels, compiled in parallel (C compiles are single-threaded and
-    // partition stages run one model at a time, so this is where the cores are used); a chunk that fails to
-    // compile is retried kernel by kernel. A missing toolchain is no kernel's fault: it is reported, never
-    // recorded as a refusal.
+    // One module per core's share of the kernels (or per kernel, `tune_kernels_alone`), compiled in parallel
+    // (C and NVRTC compiles are single-threaded and partition stages run one model at a time, so this is where
+    // the cores are used); a module that fails to compile is retried kernel by kernel. A missing toolchain is
+    // no kernel's fault: it is reported, never recorded as a refusal.
     let lks: Vec<LoweredKernel> = ok.iter().map(|(_, _, lk, _)| lk.clone()).collect();
-    let chunk = lks.len().div_ceil(rayon::current_num_threads().max(1));
+    let chunk = if backend.tune_kernels_alone() { 1 } else { lks.len().div_ceil(rayon::current_num_threads().max(1)) };
     let chunks: Vec<Vec<usize>> = (0..lks.len()).collect::<Vec<_>>().chunks(chunk.max(1)).map(|c| c.to_vec()).collect();
     let compile = |members: &[usize]| {
         let _busy = crate::device::busy();
         let group: Vec<LoweredKernel> = members.iter().map(|&i| lks[i].clone()).collect();
         backend.compile_module(target, &group)
     };
+    let started = std::time::Instant::now();
     let groups: Vec<(Vec<usize>, std::result::Result<crate::backend::Module, BackendError>)> = chunks
         .par_iter()
         .flat_map_iter(|members| match compile(members) {
@@ -700,6 +659,7 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
             Err(_) => members.iter().map(|&i| (vec![i], compile(&[i]))).collect(),
         })
         .collect();
+    tracing::debug!(target: "tessera::tune", "tune: {} kernels for {target} compiled as {} modules in {:.2} s", lks.len(), groups.len(), started.elapsed().as_secs_f64());
     for (members, module) in groups {
         let module = match module {
             Ok(m) => m,
@@ -729,12 +689,12 @@ fn prepare(ctx: &Ctx, misses: &[Miss]) -> Result<Batch> {
 /// Lowers one kernel through the lower stage (the compile path's, so it is lowered once). `Err(text)` when
 /// the backend refuses it ([`BackendError::Unsupported`], also when another caller of the key ran it); any
 /// other failure (a backend's invalid request or internal error, the store) is an error.
-fn lower(ctx: &Ctx, m: &Miss, config: &str) -> Result<std::result::Result<(Digest, LoweredKernel), String>> {
+fn lower(ctx: &Ctx, m: &Miss, config: &str) -> Result<std::result::Result<LoweredKernel, String>> {
     let symbol = symbol_in(m.backend, m.target, &m.kernel, config);
     let graph = || Ok(m.kernel_graph.clone());
     let stage = Lower { kernel: m.kernel, target: m.target, backend: m.backend, graph: &graph, symbol: &symbol, config };
     match run(ctx.driver, &stage) {
-        Ok(lowered) => Ok(Ok(lowered)),
+        Ok((_, lk)) => Ok(Ok(lk)),
         Err(e) => match cause::<BackendError>(&e) {
             Some(refused @ BackendError::Unsupported { .. }) => Ok(Err(refused.to_string())),
             _ => Err(e),

@@ -267,15 +267,14 @@ pub trait Backend: Send + Sync {
             Err(BackendError::unsupported(self.name(), format!("no configuration '{config}' (it has only '{}')", self.default_config(target))))
         }
     }
-    /// At most this many kernels go into one module of an artifact; a model's kernels for this backend are
-    /// compiled as that many modules at once (the compile stage runs once per module, in parallel). None: one
-    /// module per target. A constant of the backend, never of the machine, so an artifact's bytes do not
-    /// depend on the cores that built it.
-    fn kernels_per_module(&self) -> Option<usize> {
-        None
+    /// Whether the tune stage compiles each kernel it measures as a module of its own (all at once, one per
+    /// core at a time) rather than a module per core's share of the kernels. Right where a module's fixed cost
+    /// is small beside its kernels' and kernels' costs differ widely (NVRTC: a 0.05 s prelude; kernels from
+    /// 0.05 s to seconds), so no core is left with the slow share while the others idle.
+    fn tune_kernels_alone(&self) -> bool {
+        false
     }
-    /// Compiles lowered partitions (all of one model's for this target, or a share of at most
-    /// [`Backend::kernels_per_module`]) into one module.
+    /// Compiles all of one model's lowered partitions into one module.
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError>;
 }
 

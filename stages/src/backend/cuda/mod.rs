@@ -186,12 +186,10 @@ impl Backend for CudaBackend {
         cost::estimate_us(g, nodes)
     }
 
-    /// One: every NVRTC compile is single-threaded and a module's fixed cost (the prelude, 0.05 s) is small
-    /// beside its kernels' (0.1-10 s), so kernels compile one per module, all at once; and a module of one
-    /// kernel has the same compile key wherever the kernel appears, so a kernel the tune stage compiled to
-    /// measure is not compiled again for the artifact, nor for another model that has it.
-    fn kernels_per_module(&self) -> Option<usize> {
-        Some(1)
+    /// Yes: an NVRTC compile is single-threaded, a module's prelude costs 0.05 s and a kernel 0.05 s to
+    /// several seconds (tiled tensor-core GEMMs), so per-core shares of kernels finish far apart.
+    fn tune_kernels_alone(&self) -> bool {
+        true
     }
 
     /// The GEMM knob settings ([`gemm::KNOB_SETTINGS`]), `cuda/v<version>/<setting>`.
