@@ -589,8 +589,9 @@ fn tuning_measures_on_every_gpu_given() {
     let backends = all_backends();
     let targets = resolve_targets(&TARGETS[3].0.iter().map(|t| t.to_string()).collect::<Vec<_>>(), &backends).unwrap();
     let jobs = jobs_from_inputs(&[manifest], &Default::default()).unwrap();
-    let memo = Memo::new(&store);
     let build = |gpus: Vec<usize>, out: &str| {
+        // A memo per build: its stage counts are that build's.
+        let memo = Memo::new(&store);
         let ctx = tessera_stages::context::Ctx::new(&memo, &targets, &backends).with_costs(CostMode::Measured).with_gpus(Some(gpus));
         compile_all_in(&memo, &ctx, &jobs, &tmp.path().join(out), &|_| {}).unwrap()
     };

@@ -134,6 +134,9 @@ pub fn synchronize_gpu() -> Result<(), Error> {
 /// [`ErrorKind::Run`] error where there is no usable GPU, or no GPU `gpu` (the message names it).
 pub fn synchronize_gpu_of(gpu: usize) -> Result<(), Error> {
     use tessera_kernels::runtime::cuda::device;
-    device::context_of(gpu).map_err(|e| Error::new(ErrorKind::Run, e))?;
-    device::keeping_callers_context(|| device::on(gpu, device::synchronize)).map_err(|e| Error::new(ErrorKind::Run, e))
+    device::keeping_callers_context(|| {
+        device::context_of(gpu)?;
+        device::on(gpu, device::synchronize)
+    })
+    .map_err(|e| Error::new(ErrorKind::Run, e))
 }

@@ -70,6 +70,14 @@ impl Plan {
     }
 }
 
+impl Drop for Model {
+    /// Freeing a GPU model's device memory binds its GPU's context to this thread: the caller keeps its own.
+    fn drop(&mut self) {
+        let plans = std::mem::take(&mut self.plans);
+        device::keeping_callers_context(|| drop(plans));
+    }
+}
+
 impl Model {
     /// Reads, checks and loads the artifact at `path`: a host artifact on the host, a GPU artifact on GPU 0
     /// ([`load_on_gpu`](Self::load_on_gpu) picks another). Errors name the file.
@@ -108,6 +116,12 @@ impl Model {
     /// Loads a checked artifact: on GPU `gpu` when given (a GPU artifact only, on a GPU that exists: both
     /// checked before any module loads), else a GPU artifact on GPU 0.
     fn place(a: &Artifact, gpu: Option<usize>) -> Result<Model, Error> {
+        // Opening a GPU's context (the first time, below) and loading bind it to this thread: the caller keeps
+        // its own.
+        device::keeping_callers_context(|| Self::place_here(a, gpu))
+    }
+
+    fn place_here(a: &Artifact, gpu: Option<usize>) -> Result<Model, Error> {
         if let Some(g) = gpu {
             // Where modules run is recorded per module: known before any of them loads.
             let on_gpu = (0..a.plan_count()).any(|i| a.plan(i).modules.iter().any(|m| m.format.place() == Place::Gpu));
@@ -122,7 +136,7 @@ impl Model {
         let g = gpu.unwrap_or(0);
         // Everything the load opens on the device (modules, engines, weights, sessions) is made on, and keeps,
         // GPU `g`'s context.
-        device::keeping_callers_context(|| device::on(g, || Self::from_artifact(a, g)))
+        device::on(g, || Self::from_artifact(a, g))
     }
 
     fn from_artifact(a: &Artifact, gpu: usize) -> Result<Model, Error> {

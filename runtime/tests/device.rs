@@ -200,30 +200,35 @@ fn models_run_on_the_gpu_they_are_loaded_on() {
     assert!(e.message().contains("GPU 99") && e.message().contains(&format!("the CUDA driver sees {n}")), "{e}");
     let e = tessera_runtime::synchronize_gpu_of(99).unwrap_err();
     assert!(e.message().contains("no GPU 99"), "{e}");
+    // The caller's current CUDA context is its own again after a load and a run: none here.
+    let bound_gpu = || {
+        let mut d: cudarc::driver::sys::CUdevice = -1;
+        // SAFETY: an out-parameter; the driver is loaded. With no context current, the call fails and `d` stays -1.
+        let _ = unsafe { cudarc::driver::sys::cuCtxGetDevice(&mut d) };
+        d
+    };
+    // SAFETY: unbinds whatever this thread had current (nothing of ours is in flight).
+    unsafe { cudarc::driver::sys::cuCtxSetCurrent(std::ptr::null_mut()) };
     // `load` is GPU 0, and so is `load_on_gpu(.., 0)`.
     let m0 = Model::load(&path).unwrap();
+    assert_eq!(bound_gpu(), -1, "loading left a context current on a thread that had none");
     assert_eq!((m0.is_gpu(), m0.gpu()), (true, Some(0)));
     assert_eq!(Model::load_on_gpu(&path, 0).unwrap().gpu(), Some(0));
+    let inputs: Vec<Tensor> = Artifact::open(&path).unwrap().random_inputs(17);
+    let views: Vec<(&str, TensorView)> = m0.inputs().iter().zip(&inputs).map(|(d, t)| (d.name.as_str(), TensorView::from(t))).collect();
+    let want = m0.run(&views).unwrap();
+    assert_eq!(bound_gpu(), -1, "a run, or freeing a model, left a context current on a thread that had none");
     if n < 2 {
         println!("skipping the second GPU: the CUDA driver sees {n} GPU");
         return;
     }
     // The caller's current CUDA context (GPU 0's here) is its own again after a load and a run on GPU 1.
-    let bound_gpu = || {
-        let mut d: cudarc::driver::sys::CUdevice = -1;
-        // SAFETY: an out-parameter; the driver is loaded.
-        assert_eq!(unsafe { cudarc::driver::sys::cuCtxGetDevice(&mut d) }, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
-        d
-    };
     device::context_of(0).unwrap().bind_to_thread().unwrap();
     let m1 = Model::load_on_gpu(&path, 1).unwrap();
     assert_eq!((m1.is_gpu(), m1.gpu()), (true, Some(1)));
     assert_eq!(bound_gpu(), 0, "loading on GPU 1 left GPU 1's context current");
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(Model::from_bytes_on_gpu(&bytes, 1).unwrap().gpu(), Some(1));
-    let inputs: Vec<Tensor> = Artifact::open(&path).unwrap().random_inputs(17);
-    let views: Vec<(&str, TensorView)> = m0.inputs().iter().zip(&inputs).map(|(d, t)| (d.name.as_str(), TensorView::from(t))).collect();
-    let want = m0.run(&views).unwrap();
     m1.run(&views).unwrap();
     assert_eq!(bound_gpu(), 0, "running on GPU 1 left GPU 1's context current");
     // The same code on the same inputs on two GPUs of one host: the same bits, from this thread and another
