@@ -267,13 +267,6 @@ pub trait Backend: Send + Sync {
             Err(BackendError::unsupported(self.name(), format!("no configuration '{config}' (it has only '{}')", self.default_config(target))))
         }
     }
-    /// Whether the tune stage compiles each kernel it measures as a module of its own (all at once, one per
-    /// core at a time) rather than a module per core's share of the kernels. Right where a module's fixed cost
-    /// is small beside its kernels' and kernels' costs differ widely (NVRTC: a 0.05 s prelude; kernels from
-    /// 0.05 s to seconds), so no core is left with the slow share while the others idle.
-    fn tune_kernels_alone(&self) -> bool {
-        false
-    }
     /// Compiles all of one model's lowered partitions into one module.
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError>;
 }

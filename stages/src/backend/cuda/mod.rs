@@ -186,12 +186,6 @@ impl Backend for CudaBackend {
         cost::estimate_us(g, nodes)
     }
 
-    /// Yes: an NVRTC compile is single-threaded, a module's prelude costs 0.05 s and a kernel 0.05 s to
-    /// several seconds (tiled tensor-core GEMMs), so per-core shares of kernels finish far apart.
-    fn tune_kernels_alone(&self) -> bool {
-        true
-    }
-
     /// The GEMM knob settings ([`gemm::KNOB_SETTINGS`]), `cuda/v<version>/<setting>`.
     fn configs(&self, _target: &Target) -> TunableSet {
         gemm::KNOB_SETTINGS.iter().map(|(name, _)| config_name(name)).collect()
