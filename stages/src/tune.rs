@@ -8,10 +8,12 @@
 //! On a miss, the kernel is lowered through the same lower stage the compile path uses
 //! ([`Lower`](crate::lower::Lower)), so a kernel measured while partitioning is never lowered
 //! again when the model compiles. The missed kernels of one target go into one module per core (a handful
-//! of C compiles per call), all compiled in parallel (rayon). Only when every module is built do
-//! measurements start, one function at a time under the device's lock
+//! of C compiles per call), all compiled in parallel (rayon). A target's GPU kernels are measured as soon as
+//! its modules are built, on every measuring GPU at once, while other targets compile; host measurements
+//! start only when every module is built, one function at a time under the device's lock
 //! ([`device::exclusively`](crate::device::exclusively), on a thread pool of its own), so no compile of ours
-//! competes with a timing run and two measurements never overlap in this process. A zoo runs the partition
+//! competes with a host timing run and two measurements never overlap on one device in this process (a GPU
+//! measurement times the GPU with CUDA events, so compiles on the cores beside it do not change it). A zoo runs the partition
 //! stages of its models one at a time (the pipeline's `build::compile_models`) for the same
 //! reason: work outside the lock (graph loads, signatures, store reads) would otherwise share the cores.
 //!
@@ -292,30 +294,34 @@ struct Batch {
     kernels: BTreeMap<Digest, Vec<(String, Prepared)>>,
 }
 
-/// One measuring thread's modules, loaded where it measures (its GPU, or the host) when first needed.
-/// Indexed like the modules they load; a thread of its own, so the lock is never contended: it only makes
-/// the loaded modules shareable with the tune stage's compute closure.
+/// One measuring thread's modules, loaded where it measures (its GPU, or the host) when first needed, by
+/// (batch, module of the batch). A thread of its own, so the lock is never contended: it only makes the
+/// loaded modules shareable with the tune stage's compute closure.
 struct Loaded {
-    modules: std::sync::Mutex<Vec<Option<Box<dyn LoadedModule>>>>,
+    modules: std::sync::Mutex<LoadedModules>,
     /// Time spent loading them, in microseconds (reported with the measurements).
     load_micros: std::sync::atomic::AtomicU64,
 }
 
+/// Loaded modules by (batch, module of the batch).
+type LoadedModules = BTreeMap<(usize, usize), Box<dyn LoadedModule>>;
+
 impl Loaded {
-    fn new(count: usize) -> Loaded {
-        Loaded { modules: std::sync::Mutex::new((0..count).map(|_| None).collect()), load_micros: Default::default() }
+    fn new() -> Loaded {
+        Loaded { modules: Default::default(), load_micros: Default::default() }
     }
 
-    /// Runs `f` on the loaded modules after loading those of `preps` (at `base`) not loaded yet.
-    fn with<R>(&self, ctx: &Ctx, modules: &[&crate::backend::Module], base: usize, preps: &[(String, Prepared)], f: impl FnOnce(&[Option<Box<dyn LoadedModule>>]) -> Result<R>) -> Result<R> {
+    /// Runs `f` on the loaded modules after loading those of `preps` (of batch `batch`, whose modules are
+    /// `modules`) not loaded yet.
+    fn with<R>(&self, ctx: &Ctx, batch: usize, modules: &[crate::backend::Module], preps: &[(String, Prepared)], f: impl FnOnce(&LoadedModules) -> Result<R>) -> Result<R> {
         let mut loaded = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         for (_, prep) in preps {
             if let Prepared::Ready { module, .. } = prep {
-                let i = base + module;
-                if loaded[i].is_none() {
-                    let m = modules[i];
+                if !loaded.contains_key(&(batch, *module)) {
+                    let m = &modules[*module];
                     let started = std::time::Instant::now();
-                    loaded[i] = Some(ctx.runtime.load(m).map_err(|e| anyhow!("target {}: loading a tune module: {e}", m.target))?);
+                    let l = ctx.runtime.load(m).map_err(|e| anyhow!("target {}: loading a tune module: {e}", m.target))?;
+                    loaded.insert((batch, *module), l);
                     self.load_micros.fetch_add(started.elapsed().as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
                 }
             }
@@ -391,27 +397,19 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
         return Err(MissingRecords { stage: Tune::NAME, missing }.into());
     }
 
-    // Lower and compile every target's misses, targets in parallel.
-    let batches: Vec<Batch> = misses.par_iter().map(|(_, ms)| prepare(ctx, ms)).collect::<Result<_>>()?;
-    let mut modules: Vec<&crate::backend::Module> = Vec::new();
-    // Per tune key: its batch's first module index, and each configuration's prepared function.
-    type Where<'b> = (usize, &'b [(String, Prepared)]);
-    let mut prepared: BTreeMap<Digest, Where> = BTreeMap::new();
-    for b in &batches {
-        let base = modules.len();
-        modules.extend(b.modules.iter());
-        for (k, p) in &b.kernels {
-            prepared.insert(*k, (base, p));
-        }
-    }
-
-    // Measure, one function at a time per device: what was missed and built above on the measuring GPUs at
-    // once (a thread per GPU taking kernels as they come), the rest (records to read, the odd kernel gone
-    // since it was looked up, host kernels) on this thread.
+    // Lower and compile every target's misses, targets in parallel; each target's missed GPU kernels are
+    // measured as soon as its batch is built, on every measuring GPU at once (a thread per GPU taking kernels
+    // as they come), while the other targets still compile. The rest (records to read, the odd kernel gone
+    // since it was looked up, host kernels) is measured on this thread once every batch is built, so no
+    // compile of ours shares the cores with a host measurement.
+    let targets: Vec<(&Target, Vec<Miss>)> = misses.into_iter().collect();
+    let batch_of: BTreeMap<Digest, usize> = targets.iter().enumerate().flat_map(|(b, (_, ms))| ms.iter().map(move |m| (m.key, b))).collect();
+    let batches: Vec<std::sync::OnceLock<Batch>> = targets.iter().map(|_| std::sync::OnceLock::new()).collect();
     let record_of = |p: &Keyed, nodes: &[NodeId], loaded: &Loaded| -> Result<TuneRecord> {
         let measure = || -> Result<TuneRecord> {
-            let outcome = match prepared.get(&p.key) {
-                Some(&(base, prep)) => loaded.with(ctx, &modules, base, prep, |m| run_prepared(m, base, prep, &p.opts, p.target))?,
+            let built = batch_of.get(&p.key).and_then(|&b| batches[b].get().and_then(|batch| batch.kernels.get(&p.key).map(|prep| (b, batch, prep))));
+            let outcome = match built {
+                Some((b, batch, prep)) => loaded.with(ctx, b, &batch.modules, prep, |m| run_prepared(m, b, prep, &p.opts, p.target))?,
                 None if ctx.costs.frozen() => {
                     return Err(MissingRecords { stage: Tune::NAME, missing: vec![format!("target {}, kernel {}: tune key {} (gone since it was looked up)", p.target, p.kernel, p.key)] }.into())
                 }
@@ -419,10 +417,9 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
                     // Recorded when peeked at, gone since (gc), or a race: build this one alone.
                     let sig = kernel_signature(g, nodes, p.backend.inline_const_max());
                     let miss = Miss::new(p.key, p.target, p.backend, extract_subgraph(g, &sig), p.kernel, p.params.default_only)?;
-                    let b = prepare(ctx, std::slice::from_ref(&miss))?;
-                    let mods: Vec<&crate::backend::Module> = b.modules.iter().collect();
-                    let prep = &b.kernels[&p.key];
-                    Loaded::new(mods.len()).with(ctx, &mods, 0, prep, |m| run_prepared(m, 0, prep, &p.opts, p.target))?
+                    let alone = prepare(ctx, std::slice::from_ref(&miss))?;
+                    let prep = &alone.kernels[&p.key];
+                    Loaded::new().with(ctx, 0, &alone.modules, prep, |m| run_prepared(m, 0, prep, &p.opts, p.target))?
                 }
             };
             Ok(TuneRecord { kernel: p.kernel, target: p.target.canonical(), backend: p.backend.name().to_string(), outcome })
@@ -439,18 +436,33 @@ fn measure_all(ctx: &Ctx, g: &Graph, cands: &[(Target, Vec<NodeId>)], opts: Opti
             firsts.entry(p.key).or_insert(i);
         }
     }
-    let (on_gpus, here): (Vec<usize>, Vec<usize>) =
-        firsts.values().copied().partition(|&i| planned[i].target.device() == "cuda" && prepared.contains_key(&planned[i].key));
+    let (on_gpus, mut here): (Vec<usize>, Vec<usize>) =
+        firsts.values().copied().partition(|&i| planned[i].target.device() == "cuda" && batch_of.contains_key(&planned[i].key));
+    let mut gpu_items_of: Vec<Vec<usize>> = vec![Vec::new(); targets.len()];
+    for &i in &on_gpus {
+        gpu_items_of[batch_of[&planned[i].key]].push(i);
+    }
+    let prepare_all = |send: &(dyn Fn(usize) + Sync)| -> Result<()> {
+        (0..targets.len()).into_par_iter().try_for_each(|b| {
+            let batch = prepare(ctx, &targets[b].1)?;
+            // Set once: `b` is this closure's alone.
+            let _ = batches[b].set(batch);
+            gpu_items_of[b].iter().for_each(|&i| send(i));
+            Ok(())
+        })
+    };
     let mut records: BTreeMap<Digest, TuneRecord> = BTreeMap::new();
-    let loaded_here = Loaded::new(modules.len());
-    let mut here = here;
+    if on_gpus.is_empty() {
+        prepare_all(&|_| {})?;
+    } else {
+        let gpus = crate::device::measuring_gpus(ctx.gpus.as_deref()).map_err(|e| anyhow!("measuring on the GPU: {e}"))?;
+        let measured = on_every_gpu(&gpus, on_gpus.len(), prepare_all, |i, loaded| record_of(&planned[i], &cands[i].1, loaded))?;
+        records.extend(measured.into_iter().map(|(i, r)| (planned[i].key, r)));
+    }
+    let loaded_here = Loaded::new();
     here.sort_unstable();
     for i in here {
         records.insert(planned[i].key, record_of(&planned[i], &cands[i].1, &loaded_here)?);
-    }
-    if !on_gpus.is_empty() {
-        let gpus = crate::device::measuring_gpus(ctx.gpus.as_deref()).map_err(|e| anyhow!("measuring on the GPU: {e}"))?;
-        records.extend(on_every_gpu(&gpus, &on_gpus, modules.len(), |i, loaded| record_of(&planned[i], &cands[i].1, loaded))?.into_iter().map(|(i, r)| (planned[i].key, r)));
     }
 
     let mut out = Vec::with_capacity(cands.len());
@@ -500,35 +512,43 @@ pub fn measured_by_gpu() -> BTreeMap<usize, usize> {
     MEASURED_BY_GPU.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// Runs `work(item, loaded)` for every item on the GPUs `gpus` at once: a thread per GPU (the GPU current on
-/// it, [`tessera_kernels::runtime::cuda::device::on`]), each taking the next item as it finishes one, with
-/// the modules it loads on its GPU (`modules` of them, [`Loaded`]). Results come back by item, in `items`
-/// order; the first error by that order stops the rest.
-fn on_every_gpu<R: Send>(gpus: &[usize], items: &[usize], modules: usize, work: impl Fn(usize, &Loaded) -> Result<R> + Sync) -> Result<Vec<(usize, R)>> {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+/// Runs `work(item, loaded)` on the GPUs `gpus` at once for each of the `count` items `feed` sends (it runs on
+/// this thread, and may send from any thread): a thread per GPU (the GPU current on it,
+/// [`tessera_kernels::runtime::cuda::device::on`]), each taking the next item sent as it finishes one, with
+/// the modules it loads on its GPU ([`Loaded`]). Results come back in item order; an error (the first by
+/// item, or `feed`'s) stops the rest.
+fn on_every_gpu<R: Send>(
+    gpus: &[usize],
+    count: usize,
+    feed: impl FnOnce(&(dyn Fn(usize) + Sync)) -> Result<()>,
+    work: impl Fn(usize, &Loaded) -> Result<R> + Sync,
+) -> Result<Vec<(usize, R)>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
     use tessera_kernels::runtime::cuda::device;
     let started = std::time::Instant::now();
-    let next = AtomicUsize::new(0);
+    let (send, received) = std::sync::mpsc::channel::<usize>();
+    let received = std::sync::Mutex::new(received);
     let failed = AtomicBool::new(false);
     let loading = std::sync::atomic::AtomicU64::new(0);
-    let threads = gpus.len().min(items.len()).max(1);
-    let per_gpu: Vec<Vec<(usize, Result<R>)>> = std::thread::scope(|s| {
+    let threads = gpus.len().min(count).max(1);
+    let (fed, per_gpu): (Result<()>, Vec<Vec<(usize, Result<R>)>>) = std::thread::scope(|s| {
         let handles: Vec<_> = gpus[..threads]
             .iter()
             .map(|&gpu| {
-                let (next, failed, work, loading) = (&next, &failed, &work, &loading);
+                let (received, failed, work, loading) = (&received, &failed, &work, &loading);
                 s.spawn(move || {
                     device::on(gpu, || {
-                        let loaded = Loaded::new(modules);
+                        let loaded = Loaded::new();
                         let mut done = Vec::new();
                         while !failed.load(Ordering::Relaxed) {
-                            let at = next.fetch_add(1, Ordering::Relaxed);
-                            let Some(&item) = items.get(at) else { break };
+                            // Waits for the next item; none once `feed` is done and every item is taken.
+                            let next = received.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                            let Ok(item) = next else { break };
                             let r = work(item, &loaded);
                             if r.is_err() {
                                 failed.store(true, Ordering::Relaxed);
                             }
-                            done.push((at, r));
+                            done.push((item, r));
                         }
                         loading.fetch_add(loaded.load_micros.into_inner(), Ordering::Relaxed);
                         done
@@ -536,8 +556,17 @@ fn on_every_gpu<R: Send>(gpus: &[usize], items: &[usize], modules: usize, work: 
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+        let fed = feed(&|item| {
+            // Fails only once every GPU thread has stopped (after an error), which the result reports.
+            let _ = send.send(item);
+        });
+        if fed.is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+        drop(send);
+        (fed, handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect())
     });
+    fed?;
     let counts: Vec<String> = gpus[..threads].iter().zip(&per_gpu).map(|(g, d)| format!("GPU {g}: {}", d.len())).collect();
     {
         let mut by_gpu = MEASURED_BY_GPU.lock().unwrap_or_else(|p| p.into_inner());
@@ -546,10 +575,10 @@ fn on_every_gpu<R: Send>(gpus: &[usize], items: &[usize], modules: usize, work: 
         }
     }
     let loading_seconds = loading.into_inner() as f64 / 1e6;
-    tracing::info!(target: "tessera::tune", kernels = items.len(), loading_seconds, seconds = started.elapsed().as_secs_f64(), "tune: {} kernels measured on {} GPU(s) ({})", items.len(), threads, counts.join(", "));
+    tracing::info!(target: "tessera::tune", kernels = count, loading_seconds, seconds = started.elapsed().as_secs_f64(), "tune: {} kernels measured on {} GPU(s) ({})", count, threads, counts.join(", "));
     let mut all: Vec<(usize, Result<R>)> = per_gpu.into_iter().flatten().collect();
-    all.sort_by_key(|(at, _)| *at);
-    all.into_iter().map(|(at, r)| r.map(|r| (items[at], r))).collect()
+    all.sort_by_key(|(item, _)| *item);
+    all.into_iter().map(|(item, r)| r.map(|r| (item, r))).collect()
 }
 
 /// Measures every configuration of one prepared kernel, each under the device lock, and keeps the fastest by
@@ -557,7 +586,7 @@ fn on_every_gpu<R: Send>(gpus: &[usize], items: &[usize], modules: usize, work: 
 /// refused, or that the GPU refuses before running (a library algorithm needing more workspace than planned,
 /// a heuristic rank the library does not offer), is left out; when all are, the kernel is unsupported, with
 /// the first one's reason.
-fn run_prepared(modules: &[Option<Box<dyn LoadedModule>>], base: usize, preps: &[(String, Prepared)], opts: &MeasureOptions, target: &Target) -> Result<TuneOutcome> {
+fn run_prepared(modules: &LoadedModules, batch: usize, preps: &[(String, Prepared)], opts: &MeasureOptions, target: &Target) -> Result<TuneOutcome> {
     let mut measurements: Vec<(String, Measurement)> = Vec::new();
     let mut first_error: Option<String> = None;
     for (config, prep) in preps {
@@ -566,7 +595,7 @@ fn run_prepared(modules: &[Option<Box<dyn LoadedModule>>], base: usize, preps: &
             Prepared::Ready { module, index, info, int_bounds } => {
                 let inputs: Vec<Tensor> =
                     info.inputs.iter().enumerate().map(|(i, ty)| random_tensor(ty, INPUT_SEED, i as u64, int_bounds[i])).collect();
-                let module = modules[base + module].as_deref().context("a tune module measured before it was loaded")?;
+                let module = modules.get(&(batch, *module)).map(|m| m.as_ref()).context("a tune module measured before it was loaded")?;
                 // GPU modules are timed on the GPU (CUDA events over a captured graph), host modules on the CPU.
                 match exclusively(target.device(), || match module.gpu() {
                     Some(_) => measure_gpu_function(module, *index, info, &inputs, opts),
@@ -743,14 +772,22 @@ mod tests {
     use tessera_kernels::runtime::cuda::device;
 
     /// Every item is worked once, on a thread whose current GPU is one of those given, each GPU takes a
-    /// share, and results come back in item order. No GPU is opened: `device::on` only sets the thread's
-    /// current GPU, which is what the work's loads and measurements would use.
+    /// share, and results come back in item order, the items fed from several threads and some late. No GPU
+    /// is opened: `device::on` only sets the thread's current GPU, which is what the work's loads and
+    /// measurements would use.
     #[test]
     fn every_gpu_takes_items_until_none_is_left() {
         let gpus = [0, 2, 3];
         let items: Vec<usize> = (0..24).map(|i| i * 10).collect();
         let seen = std::sync::Mutex::new(Vec::new());
-        let out = on_every_gpu(&gpus, &items, 0, |item, _| {
+        let feed = |send: &(dyn Fn(usize) + Sync)| -> Result<()> {
+            // Sent from several threads, late ones after a pause: the GPUs wait for them.
+            items[..12].par_iter().for_each(|&i| send(i));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            items[12..].iter().for_each(|&i| send(i));
+            Ok(())
+        };
+        let out = on_every_gpu(&gpus, items.len(), feed, |item, _| {
             std::thread::sleep(std::time::Duration::from_millis(5));
             seen.lock().unwrap().push(item);
             Ok((item, device::current()))
@@ -771,7 +808,7 @@ mod tests {
     fn an_error_on_one_gpu_stops_the_others() {
         let items: Vec<usize> = (0..1000).collect();
         let worked = std::sync::atomic::AtomicUsize::new(0);
-        let err = on_every_gpu(&[0, 1], &items, 0, |item, _| {
+        let err = on_every_gpu(&[0, 1], items.len(), |send| { items.iter().for_each(|&i| send(i)); Ok(()) }, |item, _| {
             worked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             std::thread::sleep(std::time::Duration::from_millis(1));
             if item >= 5 { bail!("item {item} failed") } else { Ok(()) }
@@ -784,7 +821,15 @@ mod tests {
     /// More GPUs than items: only as many threads as items.
     #[test]
     fn fewer_items_than_gpus() {
-        let out = on_every_gpu(&[0, 1, 2, 3], &[7], 0, |item, _| Ok(item * 2)).unwrap();
+        let out = on_every_gpu(&[0, 1, 2, 3], 1, |send| { send(7); Ok(()) }, |item, _| Ok(item * 2)).unwrap();
         assert_eq!(out, vec![(7, 14)]);
+    }
+
+    /// A feed that fails (a compile error while the GPUs measure what was built) stops the GPUs and is the
+    /// error reported.
+    #[test]
+    fn a_failing_feed_stops_the_gpus() {
+        let err = on_every_gpu(&[0, 1], 10, |send| { send(1); bail!("compiling failed") }, |item, _| Ok(item)).unwrap_err();
+        assert_eq!(err.to_string(), "compiling failed");
     }
 }
