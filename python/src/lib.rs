@@ -216,62 +216,6 @@ fn bytes_of_mut(v: &mut [u16]) -> &mut [u8] {
 
 #[pymethods]
 impl Model {
-    /// [`Model::run`]'s body, inside `keeping_callers_gpu`.
-    fn run_here<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>, out: Option<&Bound<'py, PyDict>>, stream: Option<u64>) -> PyResult<Bound<'py, PyDict>> {
-        if stream == Some(0) {
-            return Err(Error::new_err("stream=0 is the legacy default stream, which tessera cannot order against: give a stream's handle, or none"));
-        }
-        let mut held: Vec<(String, Input)> = Vec::with_capacity(inputs.len());
-        for (k, v) in inputs.iter() {
-            let name: String = k.extract().map_err(|_| Error::new_err(format!("input names must be strings, got {}", k.repr().map(|r| r.to_string()).unwrap_or_default())))?;
-            let input = take_input(py, &self.inner, &name, &v, stream)?;
-            held.push((name, input));
-        }
-        let mut outs: Vec<(String, Bound<'py, PyAny>, dlpack::Borrowed)> = Vec::new();
-        if let Some(out) = out {
-            for (k, v) in out.iter() {
-                let name: String = k.extract().map_err(|_| Error::new_err("output names in out= must be strings"))?;
-                if !dlpack::is_dlpack(&v) {
-                    return Err(Error::new_err(format!("out['{name}'] must be a DLPack tensor (torch, CuPy, JAX, NumPy), got {}", v.get_type().name()?)));
-                }
-                let b = take_dlpack(py, &self.inner, &format!("out['{name}']"), &v, stream)?;
-                outs.push((name, v, b));
-            }
-        }
-        let on_gpu = held.iter().any(|(_, i)| i.place() != dlpack::Place::Host) || outs.iter().any(|(_, _, b)| b.place != dlpack::Place::Host);
-        if on_gpu {
-            return self.run_on_gpu(py, &held, out, &outs, stream);
-        }
-        if stream.is_some() {
-            return Err(Error::new_err("stream= is for GPU tensors: this run's tensors are on the host"));
-        }
-        let views: Vec<(&str, TensorView)> = held.iter().map(|(n, i)| (n.as_str(), i.view())).collect();
-        let model = &self.inner;
-        if let Some(out_dict) = out {
-            let mut targets: Vec<(&str, TensorViewMut)> = outs
-                .iter()
-                // SAFETY: the caller's output tensors, alive as long as `outs`; nothing else uses them during the run.
-                .map(|(n, _, b)| (n.as_str(), TensorViewMut::from_bytes(b.dtype, &b.shape, unsafe { b.host_bytes_mut() })))
-                .collect();
-            py.detach(|| model.run_into(&views, &mut targets)).map_err(err)?;
-            return Ok(out_dict.clone());
-        }
-        // A batched model's outputs have the run's batch: the inputs' leading dimension (the run checks they agree).
-        let batch = held.first().and_then(|(_, i)| i.shape().first().copied()).unwrap_or(0);
-        let infos = self.inner.outputs_at(batch);
-        let infos = &infos;
-        let mut bufs = infos.iter().map(OutBuf::new).collect::<PyResult<Vec<_>>>()?;
-        {
-            let mut outs: Vec<(&str, TensorViewMut)> = infos.iter().zip(bufs.iter_mut()).map(|(d, b)| (d.name.as_str(), b.view(d))).collect();
-            py.detach(|| model.run_into(&views, &mut outs)).map_err(err)?;
-        }
-        let result = PyDict::new(py);
-        for (d, b) in infos.iter().zip(bufs) {
-            result.set_item(&d.name, b.into_numpy(py, &d.shape)?)?;
-        }
-        Ok(result)
-    }
-
     /// Loads an artifact from bytes in memory (errors name it `<memory>`); `gpu` as for `load`.
     #[staticmethod]
     #[pyo3(signature = (data, gpu=None))]
@@ -351,6 +295,62 @@ impl Model {
 }
 
 impl Model {
+    /// [`Model::run`]'s body, inside `keeping_callers_gpu`.
+    fn run_here<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>, out: Option<&Bound<'py, PyDict>>, stream: Option<u64>) -> PyResult<Bound<'py, PyDict>> {
+        if stream == Some(0) {
+            return Err(Error::new_err("stream=0 is the legacy default stream, which tessera cannot order against: give a stream's handle, or none"));
+        }
+        let mut held: Vec<(String, Input)> = Vec::with_capacity(inputs.len());
+        for (k, v) in inputs.iter() {
+            let name: String = k.extract().map_err(|_| Error::new_err(format!("input names must be strings, got {}", k.repr().map(|r| r.to_string()).unwrap_or_default())))?;
+            let input = take_input(py, &self.inner, &name, &v, stream)?;
+            held.push((name, input));
+        }
+        let mut outs: Vec<(String, Bound<'py, PyAny>, dlpack::Borrowed)> = Vec::new();
+        if let Some(out) = out {
+            for (k, v) in out.iter() {
+                let name: String = k.extract().map_err(|_| Error::new_err("output names in out= must be strings"))?;
+                if !dlpack::is_dlpack(&v) {
+                    return Err(Error::new_err(format!("out['{name}'] must be a DLPack tensor (torch, CuPy, JAX, NumPy), got {}", v.get_type().name()?)));
+                }
+                let b = take_dlpack(py, &self.inner, &format!("out['{name}']"), &v, stream)?;
+                outs.push((name, v, b));
+            }
+        }
+        let on_gpu = held.iter().any(|(_, i)| i.place() != dlpack::Place::Host) || outs.iter().any(|(_, _, b)| b.place != dlpack::Place::Host);
+        if on_gpu {
+            return self.run_on_gpu(py, &held, out, &outs, stream);
+        }
+        if stream.is_some() {
+            return Err(Error::new_err("stream= is for GPU tensors: this run's tensors are on the host"));
+        }
+        let views: Vec<(&str, TensorView)> = held.iter().map(|(n, i)| (n.as_str(), i.view())).collect();
+        let model = &self.inner;
+        if let Some(out_dict) = out {
+            let mut targets: Vec<(&str, TensorViewMut)> = outs
+                .iter()
+                // SAFETY: the caller's output tensors, alive as long as `outs`; nothing else uses them during the run.
+                .map(|(n, _, b)| (n.as_str(), TensorViewMut::from_bytes(b.dtype, &b.shape, unsafe { b.host_bytes_mut() })))
+                .collect();
+            py.detach(|| model.run_into(&views, &mut targets)).map_err(err)?;
+            return Ok(out_dict.clone());
+        }
+        // A batched model's outputs have the run's batch: the inputs' leading dimension (the run checks they agree).
+        let batch = held.first().and_then(|(_, i)| i.shape().first().copied()).unwrap_or(0);
+        let infos = self.inner.outputs_at(batch);
+        let infos = &infos;
+        let mut bufs = infos.iter().map(OutBuf::new).collect::<PyResult<Vec<_>>>()?;
+        {
+            let mut outs: Vec<(&str, TensorViewMut)> = infos.iter().zip(bufs.iter_mut()).map(|(d, b)| (d.name.as_str(), b.view(d))).collect();
+            py.detach(|| model.run_into(&views, &mut outs)).map_err(err)?;
+        }
+        let result = PyDict::new(py);
+        for (d, b) in infos.iter().zip(bufs) {
+            result.set_item(&d.name, b.into_numpy(py, &d.shape)?)?;
+        }
+        Ok(result)
+    }
+
     /// A run whose tensors are on the GPU: every input and every `out=` tensor there (the model's GPU), none
     /// copied.
     fn run_on_gpu<'py>(

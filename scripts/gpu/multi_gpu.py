@@ -4,7 +4,7 @@
 For each GPU set (`--sets 0 0,1 0,1,2,3`, those the machine has): a cold measured build of the inputs with
 `--gpus SET` into an empty store of its own, in a fresh process. Reported per set: the build's wall time, the
 tune stage's measuring time (the sum of its `tune: N kernels measured on K GPU(s)` log lines, the part that
-runs on every GPU at once), the kernels each GPU measured, the tune executions, and the artifacts' digests.
+runs on every GPU at once; from 1c394a6 on it includes the compiles the measurements overlap), the kernels each GPU measured, the tune executions, and the artifacts' digests.
 Scaling of the measuring part against one GPU: `t1 / (k * tk)`, 1.0 being linear.
 
 Usage, from the repository root with the release binary staged in .gpu/bin:
