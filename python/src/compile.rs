@@ -32,11 +32,12 @@ pub enum Inputs {
 /// `$TESSERA_REMOTE_SIGNING_KEY` and `$TESSERA_REMOTE_TRUST`, the credentials file and CA file from
 /// `$TESSERA_REMOTE_CREDENTIALS` and `$TESSERA_REMOTE_CA`, credentials otherwise from the environment, as the CLI
 /// reads them); `remote_read_only`: never
-/// write to it. The GIL is released while compiling. Raises `tessera.Error` with the compiler's message
+/// write to it. `gpus`: the GPUs that measure (the CLI's `--gpus`: indices; `None` is every GPU of GPU 0's
+/// kind), checked before anything is built. The GIL is released while compiling. Raises `tessera.Error` with the compiler's message
 /// (which names the file or model at fault); when some models fail, the others' artifacts are still
 /// written and the error lists every failure.
 #[pyfunction]
-#[pyo3(signature = (inputs, out, *, targets=None, shapes=None, batch=None, calibration=None, store=None, costs="measured", wait=false, remote=None, remote_read_only=false))]
+#[pyo3(signature = (inputs, out, *, targets=None, shapes=None, batch=None, calibration=None, store=None, costs="measured", wait=false, remote=None, remote_read_only=false, gpus=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn compile<'py>(
     py: Python<'py>,
@@ -51,6 +52,7 @@ pub fn compile<'py>(
     wait: bool,
     remote: Option<String>,
     remote_read_only: bool,
+    gpus: Option<Vec<usize>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let inputs: Vec<String> = match inputs {
         Inputs::One(p) => vec![path_string(p)?],
@@ -64,6 +66,7 @@ pub fn compile<'py>(
         batches: batch.unwrap_or_default(),
         targets: targets.unwrap_or_default(),
         costs,
+        gpus,
         store: StoreRequest { dir: store, wait, remote: remote_request(remote, remote_read_only)? },
         ..CompileRequest::new(inputs, out)
     };

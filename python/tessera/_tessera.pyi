@@ -64,6 +64,7 @@ def compile(
     wait: bool = False,
     remote: Optional[str] = None,
     remote_read_only: bool = False,
+    gpus: Optional[Sequence[int]] = None,
 ) -> Dict[str, str]:
     """Compiles models into `out/<model>.tsr` (absent from a runtime-only build)."""
 

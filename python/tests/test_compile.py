@@ -75,6 +75,10 @@ def test_errors_name_what_is_at_fault(tmp_path):
         tessera.compile(ONNX, tmp_path / "out", targets=["cpu"], store=store, costs="guessed")
     with pytest.raises(tessera.Error, match=r"tpu"):
         tessera.compile(ONNX, tmp_path / "out", targets=["tpu"], store=store, costs="analytical")
+    # The GPUs that measure are checked before anything is built, with or without a GPU here.
+    with pytest.raises(tessera.Error, match=r"--gpus: --gpus names GPU 1 twice"):
+        tessera.compile(ONNX, tmp_path / "gpus", targets=["cpu"], store=store, gpus=[1, 0, 1])
+    assert not (tmp_path / "gpus").exists()
 
 
 def test_a_remote_is_taken_as_the_cli_takes_it(tmp_path, monkeypatch):
