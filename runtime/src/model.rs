@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use tessera_kernels::batch;
 use tessera_kernels::runtime::cuda::device;
 use tessera_kernels::runtime::{Program, Registry, RuntimeError, Session};
-use tessera_kernels::{DType, Place, Tensor, TensorType};
+use tessera_kernels::{DType, Tensor, TensorType};
 
 /// A model input or output: name, element type and shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,9 +123,7 @@ impl Model {
 
     fn place_here(a: &Artifact, gpu: Option<usize>) -> Result<Model, Error> {
         if let Some(g) = gpu {
-            // Where modules run is recorded per module: known before any of them loads.
-            let on_gpu = (0..a.plan_count()).any(|i| a.plan(i).modules.iter().any(|m| m.format.place() == Place::Gpu));
-            if !on_gpu {
+            if !a.runs_on_gpu() {
                 return Err(Error::new(
                     ErrorKind::Load,
                     format!("artifact {}: model '{}' runs on the host; it cannot be placed on GPU {g} (load it without a GPU index)", a.file, a.body.model),

@@ -349,6 +349,11 @@ impl Artifact {
         }
     }
 
+    /// Whether any plan's modules run on the GPU (recorded per module: known before any of them loads).
+    pub fn runs_on_gpu(&self) -> bool {
+        (0..self.plan_count()).any(|i| self.plan(i).modules.iter().any(|m| m.format.place() == crate::module::Place::Gpu))
+    }
+
     /// Reads and checks the artifact file at `path`.
     pub fn open(path: &Path) -> Result<Artifact, ArtifactError> {
         let file = path.display().to_string();

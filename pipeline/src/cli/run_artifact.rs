@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use tessera_kernels::artifact::{Artifact, Buf};
 use tessera_kernels::batch::BatchedExecutable;
 use tessera_kernels::runtime::cuda::device;
-use tessera_kernels::Place;
 use tessera_stages::ir::Tensor;
 use tessera_stages::npy;
 
@@ -22,16 +21,11 @@ pub fn run_artifact(path: &Path, input_args: &[String], seed: u64, out_dir: &Pat
     run_artifact_at(path, input_args, seed, None, None, out_dir)
 }
 
-/// Whether the artifact's modules run on the GPU (recorded per module: known before any of them loads).
-pub fn is_gpu_artifact(a: &Artifact) -> bool {
-    (0..a.plan_count()).any(|i| a.plan(i).modules.iter().any(|m| m.format.place() == Place::Gpu))
-}
-
 /// The checks of an explicit `--gpu N` before anything loads: the artifact at `path` runs on the GPU (a host
 /// artifact on a GPU is an error naming both), and GPU `gpu` exists (else the driver's view: how many GPUs
 /// it sees).
 pub fn check_gpu(a: &Artifact, path: &Path, gpu: usize) -> anyhow::Result<()> {
-    if !is_gpu_artifact(a) {
+    if !a.runs_on_gpu() {
         bail!("{}: --gpu {gpu}: model '{}' runs on the host; it cannot be placed on GPU {gpu} (leave out --gpu)", path.display(), a.body.model);
     }
     device::context_of(gpu).map_err(|e| anyhow::anyhow!("{}: --gpu {gpu}: {e}", path.display()))?;
@@ -203,7 +197,7 @@ mod tests {
     fn gpu_index_of_a_host_artifact_is_refused() {
         let d = tempfile::tempdir().unwrap();
         let tsr = artifact(d.path());
-        assert!(!is_gpu_artifact(&Artifact::open(&tsr).unwrap()));
+        assert!(!Artifact::open(&tsr).unwrap().runs_on_gpu());
         let e = format!("{:#}", run_artifact_at(&tsr, &[], 0, None, Some(1), &d.path().join("o")).err().unwrap());
         assert!(e.contains("dbl.tsr") && e.contains("--gpu 1: model 'dbl' runs on the host; it cannot be placed on GPU 1"), "{e}");
         assert!(!d.path().join("o").exists(), "refused before running");
