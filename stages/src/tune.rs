@@ -526,6 +526,7 @@ fn on_every_gpu<R: Send>(
     use std::sync::atomic::{AtomicBool, Ordering};
     use tessera_kernels::runtime::cuda::device;
     let started = std::time::Instant::now();
+    let profile_before = tessera_kernels::runtime::cuda::measure::profile();
     let (send, received) = std::sync::mpsc::channel::<usize>();
     let received = std::sync::Mutex::new(received);
     let failed = AtomicBool::new(false);
@@ -575,7 +576,25 @@ fn on_every_gpu<R: Send>(
         }
     }
     let loading_seconds = loading.into_inner() as f64 / 1e6;
-    tracing::info!(target: "tessera::tune", kernels = count, loading_seconds, seconds = started.elapsed().as_secs_f64(), "tune: {} kernels measured on {} GPU(s) ({})", count, threads, counts.join(", "));
+    // Where the measuring threads' time went, summed over them (the rest of `seconds` times GPUs: waiting for
+    // kernels still compiling, drawing inputs, the store).
+    let p = tessera_kernels::runtime::cuda::measure::profile().since(&profile_before);
+    let s = |us: u64| us as f64 / 1e6;
+    tracing::info!(
+        target: "tessera::tune",
+        kernels = count,
+        functions = p.functions,
+        loading_seconds,
+        setup_seconds = s(p.setup_us),
+        launches_seconds = s(p.launches_us),
+        capture_seconds = s(p.capture_us),
+        timing_seconds = s(p.timing_us),
+        seconds = started.elapsed().as_secs_f64(),
+        "tune: {} kernels measured on {} GPU(s) ({})",
+        count,
+        threads,
+        counts.join(", ")
+    );
     let mut all: Vec<(usize, Result<R>)> = per_gpu.into_iter().flatten().collect();
     all.sort_by_key(|(item, _)| *item);
     all.into_iter().map(|(item, r)| r.map(|r| (item, r))).collect()
@@ -589,17 +608,23 @@ fn on_every_gpu<R: Send>(
 fn run_prepared(modules: &LoadedModules, batch: usize, preps: &[(String, Prepared)], opts: &MeasureOptions, target: &Target) -> Result<TuneOutcome> {
     let mut measurements: Vec<(String, Measurement)> = Vec::new();
     let mut first_error: Option<String> = None;
+    // The configurations of a kernel take the same inputs (drawn once: the draw of a large weight costs more
+    // than a measurement of it on the GPU).
+    let mut drawn: Option<(&[tessera_kernels::tensor::TensorType], &[i64], Vec<Tensor>)> = None;
     for (config, prep) in preps {
         let refused = match prep {
             Prepared::Refused(error) => Some(error.clone()),
             Prepared::Ready { module, index, info, int_bounds } => {
-                let inputs: Vec<Tensor> =
-                    info.inputs.iter().enumerate().map(|(i, ty)| random_tensor(ty, INPUT_SEED, i as u64, int_bounds[i])).collect();
+                if !drawn.as_ref().is_some_and(|(types, bounds, _)| *types == info.inputs.as_slice() && *bounds == int_bounds.as_slice()) {
+                    let inputs = info.inputs.iter().enumerate().map(|(i, ty)| random_tensor(ty, INPUT_SEED, i as u64, int_bounds[i])).collect();
+                    drawn = Some((&info.inputs, int_bounds, inputs));
+                }
+                let inputs = &drawn.as_ref().expect("drawn above").2;
                 let module = modules.get(&(batch, *module)).map(|m| m.as_ref()).context("a tune module measured before it was loaded")?;
                 // GPU modules are timed on the GPU (CUDA events over a captured graph), host modules on the CPU.
                 match exclusively(target.device(), || match module.gpu() {
-                    Some(_) => measure_gpu_function(module, *index, info, &inputs, opts),
-                    None => measure_function(module, *index, info, &inputs, opts).map_err(GpuMeasureError::Failed),
+                    Some(_) => measure_gpu_function(module, *index, info, inputs, opts),
+                    None => measure_function(module, *index, info, inputs, opts).map_err(GpuMeasureError::Failed),
                 }) {
                     Ok(m) => {
                         measurements.push((config.clone(), m));

@@ -27,7 +27,8 @@ use cudarc::cublaslt::sys as lt;
 use cudarc::driver::sys;
 use serde::{Deserialize, Serialize};
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 /// Workspace every matmul may use (inside the function's scratch): 4 MiB, what cuBLASLt's documentation
 /// suggests for Hopper's split-K and stream-K algorithms without wasting memory.
@@ -155,7 +156,14 @@ pub struct LoadedBlas {
     handle: Arc<Handle>,
     functions: Vec<Vec<Matmul>>,
     arg_counts: Vec<usize>,
+    /// Each matmul's algorithm (by function, position and its operands' alignments, all the heuristic is
+    /// asked about) once the heuristic picked it: asking again for every set of buffers (the tune stage
+    /// prepares a function for dozens) cost more than running the matmuls.
+    algos: AlgoCache,
 }
+
+/// See [`LoadedBlas::algos`].
+type AlgoCache = Mutex<BTreeMap<(usize, usize, [u32; 4]), lt::cublasLtMatmulAlgo_t>>;
 
 struct Handle(lt::cublasLtHandle_t);
 
@@ -185,6 +193,7 @@ impl LoadedBlas {
             handle: Arc::new(Handle(handle)),
             functions: b.functions,
             arg_counts: library::arg_counts(m),
+            algos: Mutex::new(BTreeMap::new()),
         })
     }
 }
@@ -201,8 +210,8 @@ impl LoadedModule for LoadedBlas {
 
 impl GpuModule for LoadedBlas {
     fn launches(&self, index: usize, args: &[u64]) -> Result<Vec<PreparedLaunch>, RuntimeError> {
-        library::prepare_function(&self.backend, &self.functions, &self.arg_counts, index, args, |mm| {
-            PreparedMatmul::new(&self.handle, mm, args).map(|c| Arc::new(c) as Arc<dyn LibraryCall>)
+        library::prepare_function(&self.backend, &self.functions, &self.arg_counts, index, args, |i, mm| {
+            PreparedMatmul::new(&self.handle, mm, args, &self.algos, (index, i)).map(|c| Arc::new(c) as Arc<dyn LibraryCall>)
         })
     }
 }
@@ -240,7 +249,9 @@ fn alignment(addr: u64) -> u32 {
 }
 
 impl PreparedMatmul {
-    fn new(handle: &Arc<Handle>, mm: &Matmul, args: &[u64]) -> Result<PreparedMatmul, String> {
+    /// The matmul `mm` on the buffers `args`, its algorithm from `algos` under `call` (function, position)
+    /// when an earlier preparation for the same alignments asked the heuristic.
+    fn new(handle: &Arc<Handle>, mm: &Matmul, args: &[u64], algos: &AlgoCache, call: (usize, usize)) -> Result<PreparedMatmul, String> {
         let at = |o: &Operand| args[o.arg as usize] + o.offset;
         // Storage type of A, B, C and D (and the bias, which defaults to D's); compute is fp32 whatever it is.
         let ty = match mm.dtype {
@@ -292,14 +303,19 @@ impl PreparedMatmul {
             this.ptrs = [at(&mm.b), at(&mm.a), c_ptr, at(&mm.d)];
             this.beta = beta;
             // The heuristic's algorithm of rank `mm.rank` for these pointers' alignment and the workspace we have.
+            let aligned = this.ptrs.map(alignment);
+            let cache = || algos.lock().map_err(|_| "the algorithm cache's lock is poisoned".to_string());
+            if let Some(algo) = cache()?.get(&(call.0, call.1, aligned)) {
+                this.algo = *algo;
+                return Ok(this);
+            }
             let mut pref = std::ptr::null_mut();
             ok(lt::cublasLtMatmulPreferenceCreate(&mut pref), "cublasLtMatmulPreferenceCreate")?;
             let found = (|| {
                 let set = |attr: lt::cublasLtMatmulPreferenceAttributes_t, v: u64, len: usize| ok(lt::cublasLtMatmulPreferenceSetAttribute(pref, attr, &v as *const u64 as *const c_void, len), "cublasLtMatmulPreferenceSetAttribute");
                 set(lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, WORKSPACE_BYTES, 8)?;
                 use lt::cublasLtMatmulPreferenceAttributes_t as P;
-                for (attr, p) in [(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, this.ptrs[0]), (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, this.ptrs[1]), (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, this.ptrs[2]), (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, this.ptrs[3])] {
-                    let a = alignment(p);
+                for (attr, a) in [P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES].into_iter().zip(aligned) {
                     ok(lt::cublasLtMatmulPreferenceSetAttribute(pref, attr, &a as *const u32 as *const c_void, 4), "alignment preference")?;
                 }
                 let wanted = mm.rank as usize + 1;
@@ -319,6 +335,7 @@ impl PreparedMatmul {
             })();
             let _ = lt::cublasLtMatmulPreferenceDestroy(pref);
             this.algo = found?;
+            cache()?.insert((call.0, call.1, aligned), this.algo);
             Ok(this)
         }
     }

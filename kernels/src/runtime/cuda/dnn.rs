@@ -23,6 +23,7 @@ use crate::DType;
 use cudarc::cudnn::sys as dnn;
 use cudarc::driver::sys;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
@@ -189,6 +190,10 @@ pub struct LoadedDnn {
     handle: Arc<Mutex<Handle>>,
     functions: Vec<Vec<Conv>>,
     arg_counts: Vec<usize>,
+    /// Each convolution's algorithm (by function and position) once the heuristic picked it and its
+    /// workspace was checked: the same for any buffers, and asking again for every set of buffers (the tune
+    /// stage prepares a function for dozens) cost more than running the convolutions.
+    algos: Mutex<BTreeMap<(usize, usize), dnn::cudnnConvolutionFwdAlgo_t>>,
 }
 
 fn ok(s: dnn::cudnnStatus_t, what: &str) -> Result<(), String> {
@@ -213,6 +218,7 @@ impl LoadedDnn {
             handle: Arc::new(Mutex::new(Handle(h))),
             functions: d.functions,
             arg_counts: library::arg_counts(m),
+            algos: Mutex::new(BTreeMap::new()),
         })
     }
 }
@@ -229,8 +235,12 @@ impl LoadedModule for LoadedDnn {
 
 impl GpuModule for LoadedDnn {
     fn launches(&self, index: usize, args: &[u64]) -> Result<Vec<PreparedLaunch>, RuntimeError> {
-        library::prepare_function(&self.backend, &self.functions, &self.arg_counts, index, args, |c| {
-            PreparedConv::new(&self.handle, c, args).map(|p| Arc::new(p) as Arc<dyn LibraryCall>)
+        library::prepare_function(&self.backend, &self.functions, &self.arg_counts, index, args, |i, c| {
+            let algos = || self.algos.lock().map_err(|_| "the algorithm cache's lock is poisoned".to_string());
+            let known = algos()?.get(&(index, i)).copied();
+            let p = PreparedConv::new(&self.handle, c, args, known)?;
+            algos()?.insert((index, i), p.algo);
+            Ok(Arc::new(p) as Arc<dyn LibraryCall>)
         })
     }
 }
@@ -257,7 +267,9 @@ unsafe impl Send for PreparedConv {}
 unsafe impl Sync for PreparedConv {}
 
 impl PreparedConv {
-    fn new(handle: &Arc<Mutex<Handle>>, c: &Conv, args: &[u64]) -> Result<PreparedConv, String> {
+    /// The convolution `c` on the buffers `args`, with algorithm `known` when an earlier preparation of it
+    /// picked and checked one (else the heuristic's pick, its workspace checked).
+    fn new(handle: &Arc<Mutex<Handle>>, c: &Conv, args: &[u64], known: Option<dnn::cudnnConvolutionFwdAlgo_t>) -> Result<PreparedConv, String> {
         let at = |o: &Operand| args[o.arg as usize] + o.offset;
         // Storage type of x, w, z, y and the bias; the convolution computes in fp32 (its descriptor's type) for
         // each (cuDNN's PSEUDO_HALF and PSEUDO_BFLOAT16 configurations).
@@ -320,6 +332,10 @@ impl PreparedConv {
                 }
                 // No residual: z aliases y with alpha2 = 0, as cuDNN allows.
                 None => this.ptrs[2] = this.ptrs[4],
+            }
+            if let Some(algo) = known {
+                this.algo = algo;
+                return Ok(this);
             }
             if c.relu {
                 let h = handle.lock().map_err(|_| "the cuDNN handle's lock is poisoned".to_string())?;

@@ -122,7 +122,7 @@ pub fn prepare_function<C: CallDesc>(
     arg_counts: &[usize],
     index: usize,
     args: &[u64],
-    prepare: impl Fn(&C) -> Result<Arc<dyn LibraryCall>, String>,
+    prepare: impl Fn(usize, &C) -> Result<Arc<dyn LibraryCall>, String>,
 ) -> Result<Vec<PreparedLaunch>, RuntimeError> {
     let calls = functions.get(index).ok_or_else(|| RuntimeError(format!("module of backend {backend}: no function {index}")))?;
     if args.len() != arg_counts[index] {
@@ -132,7 +132,7 @@ pub fn prepare_function<C: CallDesc>(
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let call = prepare(c).map_err(|e| RuntimeError(format!("module of backend {backend}: function {index}: {} {i} ({}): {e}", C::WHAT, c.describe())))?;
+            let call = prepare(i, c).map_err(|e| RuntimeError(format!("module of backend {backend}: function {index}: {} {i} ({}): {e}", C::WHAT, c.describe())))?;
             Ok(PreparedLaunch { entry: c.describe(), grid: [0; 3], block: [0; 3], shared_bytes: 0, op: LaunchOp::Library(call) })
         })
         .collect()

@@ -30,6 +30,49 @@ pub const MIN_CALLS: u64 = 16;
 /// to fill twice the L2; beyond a few dozen the rotation no longer changes what it measures).
 pub const MAX_COPIES: u64 = 64;
 
+/// Where this process's GPU measurements spent their time, summed over every thread that measured: the
+/// tune stage reports it per call (a profile of cold compiles, so it is kept here and not guessed at).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MeasureProfile {
+    /// Functions measured.
+    pub functions: u64,
+    /// Allocating the buffer copies, zeroing them, uploading the inputs (microseconds).
+    pub setup_us: u64,
+    /// Resolving the function's launches against each copy (library calls prepare descriptors here).
+    pub launches_us: u64,
+    /// Capturing the calls into a CUDA graph, instantiating and uploading it.
+    pub capture_us: u64,
+    /// The warm-up and timed replays.
+    pub timing_us: u64,
+}
+
+impl MeasureProfile {
+    /// What was spent since `earlier` (a profile taken before).
+    pub fn since(&self, earlier: &MeasureProfile) -> MeasureProfile {
+        MeasureProfile {
+            functions: self.functions - earlier.functions,
+            setup_us: self.setup_us - earlier.setup_us,
+            launches_us: self.launches_us - earlier.launches_us,
+            capture_us: self.capture_us - earlier.capture_us,
+            timing_us: self.timing_us - earlier.timing_us,
+        }
+    }
+}
+
+static PROFILE: [std::sync::atomic::AtomicU64; 5] = [const { std::sync::atomic::AtomicU64::new(0) }; 5];
+
+/// The GPU measurements of this process so far (see [`MeasureProfile`]).
+pub fn profile() -> MeasureProfile {
+    let at = |i: usize| PROFILE[i].load(std::sync::atomic::Ordering::Relaxed);
+    MeasureProfile { functions: at(0), setup_us: at(1), launches_us: at(2), capture_us: at(3), timing_us: at(4) }
+}
+
+fn add_to_profile(i: usize, since: &mut std::time::Instant) {
+    let now = std::time::Instant::now();
+    PROFILE[i].fetch_add((now - *since).as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
+    *since = now;
+}
+
 /// Why a GPU function has no measurement.
 #[derive(Debug)]
 pub enum GpuMeasureError {
@@ -68,6 +111,7 @@ pub fn measure_gpu_function(
     let fail = |msg: String| RuntimeError(format!("measuring GPU function '{}': {msg}", info.symbol));
     let g = |e: cudarc::driver::DriverError| fail(device::error(e));
     check_request(info, inputs, opts).map_err(fail)?;
+    let mut phase = std::time::Instant::now();
     let gpu = module.gpu().ok_or_else(|| fail("its module is not a GPU module".to_string()))?;
     let ctx = device::context().map_err(fail)?;
     ctx.bind_to_thread().map_err(g)?;
@@ -85,17 +129,21 @@ pub fn measure_gpu_function(
     let copies = (2 * l2).div_ceil(set).clamp(1, MAX_COPIES);
     let calls = copies * MIN_CALLS.div_ceil(copies);
     let memory = DeviceAlloc::new(&ctx, (copies * set) as usize).map_err(fail)?;
+    // The inputs go up once, into the first copy; the other copies are that one's bytes copied on the device
+    // (an upload of twice the L2 from pageable memory for every function measured cost more than timing it).
     // SAFETY: every copy lies inside the allocation (sized above); synchronous copies.
     unsafe {
         result::memset_d8_sync(memory.ptr, 0, (copies * set) as usize).map_err(g)?;
-        for c in 0..copies {
-            for (t, off) in inputs.iter().zip(&offsets) {
-                if !t.bytes().is_empty() {
-                    result::memcpy_htod_sync(memory.ptr + c * set + off, t.bytes()).map_err(g)?;
-                }
+        for (t, off) in inputs.iter().zip(&offsets) {
+            if !t.bytes().is_empty() {
+                result::memcpy_htod_sync(memory.ptr + off, t.bytes()).map_err(g)?;
             }
         }
+        for c in 1..copies {
+            result::memcpy_dtod_sync(memory.ptr + c * set, memory.ptr, set as usize).map_err(g)?;
+        }
     }
+    add_to_profile(1, &mut phase);
     let launches: Vec<Vec<PreparedLaunch>> = (0..copies)
         .map(|c| {
             let args: Vec<u64> = offsets.iter().map(|o| memory.ptr + c * set + o).collect();
@@ -103,6 +151,7 @@ pub fn measure_gpu_function(
         })
         .collect::<Result<_, _>>()
         .map_err(|e| GpuMeasureError::Refused(format!("measuring GPU function '{}': {}", info.symbol, e.0)))?;
+    add_to_profile(2, &mut phase);
 
     let stream = ctx.new_stream().map_err(g)?;
     stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(g)?;
@@ -116,6 +165,7 @@ pub fn measure_gpu_function(
     enqueued.map_err(|e| fail(format!("capturing its launches: {e}")))?;
     let graph = graph.ok_or_else(|| fail("the function enqueues no work".to_string()))?;
     graph.upload().map_err(g)?;
+    add_to_profile(3, &mut phase);
 
     let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
     let (start, end) = (ctx.new_event(timing).map_err(g)?, ctx.new_event(timing).map_err(g)?);
@@ -144,5 +194,7 @@ pub fn measure_gpu_function(
     stream.synchronize().map_err(g)?;
     drop(graph);
     drop(memory);
+    add_to_profile(4, &mut phase);
+    PROFILE[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(Measurement::from_samples(&samples, warmups).expect("at least min_runs >= 1 samples"))
 }
