@@ -41,7 +41,9 @@ def cold_build(binary, inputs, gpus, tuning, work):
     cmd = [binary, "compile", *inputs, "--store", store, "--out", out, "--gpus", gpus, "--tuning", tuning, "--json"]
     for t in TARGETS:
         cmd += ["--target", t]
-    env = dict(os.environ, TESSERA_LOG="info,tessera::tune=debug")
+    # NVRTC's own cache in the driver's compute cache off: a cold build compiles everything (see
+    # side_by_side.py's COLD_ENV).
+    env = dict(os.environ, TESSERA_LOG="info,tessera::tune=debug", CUDA_CACHE_DISABLE="1")
     start = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.monotonic() - start
