@@ -55,12 +55,23 @@ pub struct GraphDocError {
 
 impl GraphDoc {
     /// Describes `g`, handing each constant to `put` (which stores its bytes and returns their digest).
-    pub fn from_graph<E>(g: &Graph, mut put: impl FnMut(&Tensor) -> Result<Digest, E>) -> Result<GraphDoc, E> {
+    /// `put` runs on every constant at once (rayon): hashing and storing a model's weights is most of the
+    /// work; a failing put fails the whole (with one of the errors, should several fail).
+    pub fn from_graph<E: Send>(g: &Graph, put: impl Fn(&Tensor) -> Result<Digest, E> + Sync) -> Result<GraphDoc, E> {
+        use rayon::prelude::*;
+        let mut stored: Vec<Option<Digest>> = g
+            .values
+            .par_iter()
+            .map(|v| match &v.def {
+                ValueDef::Const(t) => put(t).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<_, E>>()?;
         let mut values = Vec::with_capacity(g.values.len());
-        for v in &g.values {
+        for (i, v) in g.values.iter().enumerate() {
             let def = match &v.def {
                 ValueDef::Input(i) => ValueDefDoc::Input(*i as u32),
-                ValueDef::Const(t) => ValueDefDoc::Const(put(t)?),
+                ValueDef::Const(_) => ValueDefDoc::Const(stored[i].take().expect("every constant was stored above")),
                 ValueDef::Node { node, output } => ValueDefDoc::Node { node: node.0, output: *output as u32 },
             };
             values.push(ValueDoc { name: v.name.clone(), ty: v.ty.clone(), def });
@@ -137,13 +148,14 @@ mod tests {
         let w = g.add_const("w", Tensor::from_f32([3], &[1.0, 2.0, 3.0]));
         let y = g.add("y", Op::Binary(BinaryOp::Mul), &[x, w]).unwrap();
         g.outputs.push(y);
-        let mut objects: BTreeMap<Digest, Vec<u8>> = BTreeMap::new();
+        let objects: std::sync::Mutex<BTreeMap<Digest, Vec<u8>>> = Default::default();
         let doc = GraphDoc::from_graph(&g, |t| -> Result<Digest, ()> {
             let d = Digest::of(t.bytes());
-            objects.insert(d, t.bytes().to_vec());
+            objects.lock().unwrap().insert(d, t.bytes().to_vec());
             Ok(d)
         })
         .unwrap();
+        let objects = objects.into_inner().unwrap();
         let bytes = postcard::to_stdvec(&doc).unwrap();
         let back: GraphDoc = postcard::from_bytes(&bytes).unwrap();
         let g2 = back.to_graph(|d| objects.get(d).cloned().ok_or_else(|| "missing".to_string())).unwrap();
