@@ -28,17 +28,25 @@ pub struct RunStageStats {
 }
 
 /// One key's single execution within a run: later callers block on it until it is set. Blocking is safe while a
-/// flight's holder never needs the blocked thread to finish, which rayon's work stealing could break (a worker
-/// waiting inside the holder's nested parallel work steals the blocked job); no such hang has been seen here. The
-/// same wait between two builds of one process, through the store's local lease, did hang (three compiles into
-/// one store on a 16-core machine), so that one never waits in-process (store/src/local_lease.rs).
-type Flight = Arc<OnceLock<std::result::Result<Digest, SharedFailure>>>;
+/// flight's holder never needs the blocked thread to finish. Rayon's work stealing breaks that on one thread: a
+/// worker leading a flight waits inside its own nested parallel work (a module's NVRTC programs, a graph's
+/// constants stored at once) by running other tasks, and a task that wants the same key then waits, on the
+/// leader's own thread, for the leader below it on the stack. So the flight knows its leader's thread, and a
+/// call from that thread computes the output itself instead ([`Memo::call`]). A GPU build hung that way on
+/// the H200 (2026-11-28: validation built plans that share a module as rayon tasks). The same wait between two
+/// builds of one process, through the store's local lease, did hang (three compiles into one store on a
+/// 16-core machine), so that one never waits in-process (store/src/local_lease.rs).
+#[derive(Default)]
+struct Flight {
+    leader: Mutex<Option<std::thread::ThreadId>>,
+    result: OnceLock<std::result::Result<Digest, SharedFailure>>,
+}
 
 /// A run's view of the store: memoized calls and per-stage counters.
 pub struct Memo<'s> {
     store: &'s Store,
     stats: Mutex<BTreeMap<&'static str, RunStageStats>>,
-    inflight: Mutex<BTreeMap<(&'static str, Digest), Flight>>,
+    inflight: Mutex<BTreeMap<(&'static str, Digest), Arc<Flight>>>,
     observer: Option<Box<dyn Fn(&'static str, bool) + Send + Sync + 's>>,
 }
 
@@ -48,10 +56,17 @@ impl Driver for Memo<'_> {
     }
 
     fn call(&self, stage: &'static str, key: Digest, policy: DevicePolicy, compute: &mut dyn FnMut() -> Result<Vec<u8>>) -> Result<Digest> {
-        let flight: Flight = self.inflight.lock().expect("inflight lock").entry((stage, key)).or_default().clone();
+        let flight: Arc<Flight> = self.inflight.lock().expect("inflight lock").entry((stage, key)).or_default().clone();
+        let me = std::thread::current().id();
+        if flight.result.get().is_none() && *flight.leader.lock().expect("flight leader lock") == Some(me) {
+            // Called again under its own execution, on the leader's thread (see `Flight`): waiting would wait
+            // for itself. The same output, computed here (or found in the store, if the leader got that far).
+            return self.lookup_or_compute(stage, key, policy, compute);
+        }
         let mut ran = false;
-        let result = flight.get_or_init(|| {
+        let result = flight.result.get_or_init(|| {
             ran = true;
+            *flight.leader.lock().expect("flight leader lock") = Some(me);
             self.lookup_or_compute(stage, key, policy, compute).map_err(|e| SharedFailure(Arc::new(e)))
         });
         if !ran {
@@ -139,5 +154,40 @@ impl<'s> Memo<'s> {
         if let Some(f) = &self.observer {
             f(stage, hit);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_store::OpenOptions;
+
+    /// A stage whose execution calls its own key again on the same thread (what a rayon worker does when it
+    /// takes up another task wanting the key it is computing) gets the output instead of waiting for itself.
+    #[test]
+    fn a_call_under_its_own_execution_on_the_same_thread_does_not_wait_for_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), OpenOptions::writable()).unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let memo = Memo::new(&store);
+                let key = Digest::of(b"re-entered");
+                let inner = |memo: &Memo| memo.call("reenter", key, DevicePolicy::Own, &mut || Ok(b"output".to_vec()));
+                let outer = memo.call("reenter", key, DevicePolicy::Own, &mut || {
+                    let again = inner(&memo)?;
+                    assert_eq!(store.get(&again).unwrap(), b"output");
+                    Ok(b"output".to_vec())
+                });
+                let _ = done.send(outer.map_err(|e| e.to_string()));
+            });
+            let outcome = finished.recv_timeout(std::time::Duration::from_secs(60));
+            // A hang leaves the thread blocked for good: fail rather than wait for it.
+            let result = outcome.unwrap_or_else(|_| {
+                eprintln!("the re-entered call waited for itself");
+                std::process::exit(1)
+            });
+            assert_eq!(store.get(&result.unwrap()).unwrap(), b"output");
+        });
     }
 }
