@@ -19,10 +19,11 @@
 //! Runs only for reduced precision, once per loaded document (memoized like every stage).
 
 use crate::context::LazyGraph;
-use crate::interp::{random_inputs, run_graph_observed};
+use crate::interp::{floats, random_inputs, run_graph_observed};
 use crate::ir::{Graph, Tensor, ValueDef, ValueId};
 use crate::stage::{DevicePolicy, Stage};
 use anyhow::{bail, Context, Result};
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,15 +55,24 @@ impl Ranges {
     /// constants; None for graph inputs (drawn by the caller, in range by construction) and non-float values.
     pub fn max_abs_of(&self, g: &Graph, v: ValueId) -> Option<f32> {
         match &g.value(v).def {
-            ValueDef::Const(t) if t.dtype().is_float() => Some(max_abs(&t.to_f32_vec())),
+            ValueDef::Const(t) if t.dtype().is_float() => Some(max_abs(&floats(t))),
             _ => self.max_abs.get(v.index()).copied().flatten(),
         }
     }
 }
 
-/// The largest finite magnitude below [`SENTINEL`] among `xs` (0 for none).
+/// The largest finite magnitude below [`SENTINEL`] among `xs` (0 for none). Large slices are read in
+/// parallel chunks: a maximum of non-negative non-NaN floats is the same whatever the grouping.
 pub fn max_abs(xs: &[f32]) -> f32 {
-    xs.iter().filter(|x| x.is_finite() && x.abs() < SENTINEL).fold(0f32, |m, x| m.max(x.abs()))
+    fn serial(xs: &[f32]) -> f32 {
+        xs.iter().filter(|x| x.is_finite() && x.abs() < SENTINEL).fold(0f32, |m, x| m.max(x.abs()))
+    }
+    const CHUNK: usize = 1 << 15;
+    if xs.len() < 2 * CHUNK {
+        serial(xs)
+    } else {
+        xs.par_chunks(CHUNK).map(serial).reduce(|| 0f32, f32::max)
+    }
 }
 
 /// Runs the reference on the calibration inputs (`given`'s samples, else the random ones) and records every
@@ -76,7 +86,7 @@ pub fn measure(g: &Graph, given: Option<&CalibrationInputs>) -> Result<Ranges> {
     for (what, inputs) in &samples {
         run_graph_observed(g, inputs, |v, t| {
             if t.dtype().is_float() {
-                let m = max_abs(&t.to_f32_vec());
+                let m = max_abs(&floats(t));
                 let slot = &mut max[v.index()];
                 *slot = Some(slot.map_or(m, |old| old.max(m)));
             }
@@ -267,6 +277,19 @@ mod tests {
         assert!(r.max_abs_of(&g, m).unwrap() < 1e3, "the -3.4e38 mask is a sentinel, not a value: {r:?}");
         assert_eq!(r.max_abs_of(&g, big), Some(1e5));
         assert_eq!(r.max_abs_of(&g, x), None);
+    }
+
+    /// The parallel maximum is the serial one, specials included.
+    #[test]
+    fn max_abs_in_chunks_is_the_serial_maximum() {
+        let mut xs: Vec<f32> = (0..300_000usize).map(|i| ((i * 7919) % 100_003) as f32 * if i % 3 == 0 { -1e-3 } else { 1e-3 }).collect();
+        for (at, v) in [(5, f32::NAN), (70_000, f32::INFINITY), (150_000, f32::MIN), (200_000, -0.0), (299_999, -1e31)] {
+            xs[at] = v;
+        }
+        let serial = |xs: &[f32]| xs.iter().filter(|x| x.is_finite() && x.abs() < SENTINEL).fold(0f32, |m, x| m.max(x.abs()));
+        xs[123_456] = -250.0;
+        assert_eq!(max_abs(&xs).to_bits(), serial(&xs).to_bits());
+        assert_eq!(max_abs(&xs), 250.0);
     }
 
     /// The digest names the inputs' content and order, not where they lie: the same files elsewhere give the

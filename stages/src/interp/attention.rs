@@ -7,10 +7,11 @@
 
 use super::layout::{broadcast_strides, broadcast_to, for_each_index};
 use super::linalg::{sgemm, Mat};
-use super::reduce::softmax;
+use super::reduce::softmax_into;
 use super::view::{bools, floats, from_floats};
-use super::OpError;
-use crate::ir::{attention_dims, AttentionAttrs, DType, Tensor};
+use super::{par, OpError};
+use crate::ir::{attention_dims, AttentionAttrs, Tensor};
+use rayon::prelude::*;
 
 /// Leading dims of `shape` (all but the last two).
 fn lead(shape: &[usize]) -> &[usize] {
@@ -38,39 +39,52 @@ pub(super) fn attention(a: &AttentionAttrs, x: &[&Tensor]) -> Result<Tensor, OpE
     let ko = batch_offsets(x[1].shape(), &dims.batch, sk, d);
     let vo = batch_offsets(x[2].shape(), &dims.batch, sk, dv);
 
-    // Scores, one GEMM per batch matrix. K as the right operand is `[D, Sk]`: row-major when transposed
-    // already, else K `[Sk, D]` read with swapped strides.
-    let mut s = vec![0f32; scores_shape.iter().product()];
-    for (b, ((&oq, &ok), _)) in qo.iter().zip(&ko).zip(&vo).enumerate() {
-        let kmat = if a.k_transposed { Mat::row_major(&k, ok, sk) } else { Mat { data: &k, offset: ok, rs: 1, cs: d } };
-        sgemm(sq, d, sk, Mat::row_major(&q, oq, d), kmat, 0.0, &mut s, b * sq * sk);
-    }
-    for e in &mut s {
-        *e *= a.scale;
-    }
-    if let (Some(i), Some(fill)) = (a.keep_index(), a.keep_fill) {
-        let keep = bools(x[i]);
-        let keep = broadcast_to(&keep, x[i].shape(), &scores_shape);
-        for (e, &k) in s.iter_mut().zip(keep.iter()) {
-            if !k {
-                *e = fill;
-            }
-        }
-    }
-    if let Some(i) = a.mask_index() {
-        let m = floats(x[i]);
-        let m = broadcast_to(&m, x[i].shape(), &scores_shape);
-        for (e, &m) in s.iter_mut().zip(m.iter()) {
-            *e += m;
-        }
-    }
-    let scores = from_floats(DType::F32, &scores_shape, &s)?;
-    let p = softmax(&scores, scores_shape.len() - 1, false)?;
-    let p = floats(&p);
+    // The masks broadcast to the scores' shape once (borrowed where they have it already).
+    let keep_src = a.keep_index().filter(|_| a.keep_fill.is_some()).map(|i| (bools(x[i]), x[i].shape()));
+    let keep = keep_src.as_ref().map(|(t, shape)| broadcast_to(t, shape, &scores_shape));
+    let fill = a.keep_fill.unwrap_or(0.0);
+    let mask_src = a.mask_index().map(|i| (floats(x[i]), x[i].shape()));
+    let mask = mask_src.as_ref().map(|(t, shape)| broadcast_to(t, shape, &scores_shape));
 
+    // One task per batch matrix (batch x head): its scores, scaled and masked, their softmax and the
+    // probabilities times V, each step as the unfused graph computes it, so the split changes no bit.
+    let (ss, os) = (sq * sk, sq * dv);
     let mut out = vec![0f32; dims.out_shape().iter().product()];
-    for (b, &ov) in vo.iter().enumerate() {
-        sgemm(sq, sk, dv, Mat::row_major(&p, b * sq * sk, sk), Mat::row_major(&v, ov, dv), 0.0, &mut out, b * sq * dv);
+    if ss > 0 && os > 0 {
+        // Work per matrix: both GEMMs (the softmax's exps count as a few multiply-adds each).
+        let per = ss * (d + dv + 8);
+        let task = |b: usize, out: &mut [f32]| {
+            // Scores: K as the right operand is `[D, Sk]`: row-major when transposed already, else K
+            // `[Sk, D]` read with swapped strides.
+            let mut s = vec![0f32; ss];
+            let kmat = if a.k_transposed { Mat::row_major(&k, ko[b], sk) } else { Mat { data: &k, offset: ko[b], rs: 1, cs: d } };
+            sgemm(sq, d, sk, Mat::row_major(&q, qo[b], d), kmat, 0.0, &mut s, 0);
+            let at = b * ss;
+            for e in &mut s {
+                *e *= a.scale;
+            }
+            if let Some(keep) = &keep {
+                for (e, &k) in s.iter_mut().zip(&keep[at..at + ss]) {
+                    if !k {
+                        *e = fill;
+                    }
+                }
+            }
+            if let Some(m) = &mask {
+                for (e, &m) in s.iter_mut().zip(&m[at..at + ss]) {
+                    *e += m;
+                }
+            }
+            let mut p = vec![0f32; ss];
+            softmax_into(&s, &mut p, sq, sk, 1, false);
+            sgemm(sq, sk, dv, Mat::row_major(&p, 0, sk), Mat::row_major(&v, vo[b], dv), 0.0, out, 0);
+        };
+        let nb = qo.len();
+        if nb > 1 && par::worth(per.saturating_mul(nb) / 64) {
+            out.par_chunks_mut(os).with_min_len((4 * par::GRAIN).div_ceil(per)).enumerate().for_each(|(b, o)| task(b, o));
+        } else {
+            out.chunks_mut(os).enumerate().for_each(|(b, o)| task(b, o));
+        }
     }
     from_floats(x[0].dtype(), &dims.out_shape(), &out)
 }

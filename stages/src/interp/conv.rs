@@ -8,8 +8,9 @@
 use super::layout::{contiguous_strides, for_each_index};
 use super::linalg::{sgemm, Mat};
 use super::view::{floats, from_floats};
-use super::OpError;
+use super::{par, OpError};
 use crate::ir::{ConvAttrs, ConvTransposeAttrs, Tensor};
+use rayon::prelude::*;
 
 /// The output positions `o` in `0..out` whose input coordinate `o * stride + off` lies in `0..size`.
 fn valid_range(out: usize, stride: usize, off: i64, size: usize) -> std::ops::Range<usize> {
@@ -44,8 +45,9 @@ fn im2col(x: &[f32], x_off: usize, channels: usize, w: &Window) -> Vec<f32> {
     let last = nd - 1;
     let in_strides = contiguous_strides(w.input);
     let mut cols = vec![0f32; channels * kk * ps];
-    let mut row = 0;
-    for c in 0..channels {
+    // One channel's kk rows per chunk, in parallel where large.
+    par::chunks_mut(&mut cols, kk * ps, |c, cols| {
+        let mut row = 0;
         let xc = (x_off + c * isz) as isize;
         for_each_index(w.kernel, |kp| {
             let dst = &mut cols[row * ps..(row + 1) * ps];
@@ -73,7 +75,7 @@ fn im2col(x: &[f32], x_off: usize, channels: usize, w: &Window) -> Vec<f32> {
             });
             row += 1;
         });
-    }
+    });
     cols
 }
 
@@ -98,27 +100,33 @@ pub(super) fn conv(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, a: &ConvAttrs,
     };
     let pointwise = kk == 1 && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0);
     let mut out = vec![0f32; n * m * ps];
-    let beta = match bias {
-        Some(b) => {
-            let bv = floats(b);
-            for (i, plane) in out.chunks_exact_mut(ps.max(1)).enumerate().take(n * m) {
-                plane.fill(bv[i % m]);
+    let bv = bias.map(floats);
+    let beta = if bv.is_some() { 1.0 } else { 0.0 };
+    // One task per (batch, group): its output channels' planes, bias first, then its GEMM (which may split
+    // further); tasks in parallel where there are several and enough work.
+    let task = |t: usize, out: &mut [f32]| {
+        let (b, gi) = (t / g, t % g);
+        if let Some(bv) = &bv {
+            for (j, plane) in out.chunks_exact_mut(ps).enumerate() {
+                plane.fill(bv[gi * mg + j]);
             }
-            1.0
         }
-        None => 0.0,
+        let x_off = (b * c + gi * cg) * isz;
+        let wm = Mat::row_major(&wv, gi * mg * cg * kk, cg * kk);
+        if pointwise {
+            sgemm(mg, cg, ps, wm, Mat::row_major(&xv, x_off, isz), beta, out, 0);
+        } else {
+            let cols = im2col(&xv, x_off, cg, &win);
+            sgemm(mg, cg * kk, ps, wm, Mat::row_major(&cols, 0, ps), beta, out, 0);
+        }
     };
-    for b in 0..n {
-        for gi in 0..g {
-            let x_off = (b * c + gi * cg) * isz;
-            let wm = Mat::row_major(&wv, gi * mg * cg * kk, cg * kk);
-            let c_off = (b * m + gi * mg) * ps;
-            if pointwise {
-                sgemm(mg, cg, ps, wm, Mat::row_major(&xv, x_off, isz), beta, &mut out, c_off);
-            } else {
-                let cols = im2col(&xv, x_off, cg, &win);
-                sgemm(mg, cg * kk, ps, wm, Mat::row_major(&cols, 0, ps), beta, &mut out, c_off);
-            }
+    let per = mg * ps;
+    if per > 0 {
+        let work = per * cg * kk;
+        if n * g > 1 && par::worth(work.saturating_mul(n * g) / 64) {
+            out.par_chunks_mut(per).with_min_len((4 * par::GRAIN).div_ceil(work.max(1))).enumerate().for_each(|(t, o)| task(t, o));
+        } else {
+            out.chunks_mut(per).enumerate().for_each(|(t, o)| task(t, o));
         }
     }
     from_floats(x.dtype(), out_shape, &out)

@@ -9,31 +9,31 @@
 
 use super::layout::broadcast_to;
 use super::view::{bools, float_to_int, floats, from_bools, from_floats, from_ints, ints};
-use super::OpError;
+use super::{par, OpError};
 use crate::ir::{BinaryOp, DType, GeluApprox, Tensor, UnaryOp};
 
 /// Applies `f` to the two operands broadcast to `out` (each borrowed when it already has that shape).
-fn zip_broadcast<A: Copy, B: Copy, R>(
+fn zip_broadcast<A: Copy + Send + Sync, B: Copy + Send + Sync, R: Send>(
     a: &[A],
     sa: &[usize],
     b: &[B],
     sb: &[usize],
     out: &[usize],
-    f: impl Fn(A, B) -> R,
+    f: impl Fn(A, B) -> R + Sync + Send,
 ) -> Vec<R> {
     let n: usize = out.iter().product();
     // A scalar operand needs no materialized copy.
     if a.len() == 1 && n != 1 {
         let x = a[0];
-        return broadcast_to(b, sb, out).iter().map(|&y| f(x, y)).collect();
+        return par::map(&broadcast_to(b, sb, out), |&y| f(x, y));
     }
     if b.len() == 1 && n != 1 {
         let y = b[0];
-        return broadcast_to(a, sa, out).iter().map(|&x| f(x, y)).collect();
+        return par::map(&broadcast_to(a, sa, out), |&x| f(x, y));
     }
     let a = broadcast_to(a, sa, out);
     let b = broadcast_to(b, sb, out);
-    a.iter().zip(b.iter()).map(|(&x, &y)| f(x, y)).collect()
+    par::zip(&a, &b, |&x, &y| f(x, y))
 }
 
 /// max/min that return NaN when either side is NaN (`f32::max` would return the other side).
@@ -62,17 +62,17 @@ fn clamp_nan(x: f32, lo: f32, hi: f32) -> f32 {
     }
 }
 
-fn map_floats(x: &Tensor, f: impl Fn(f32) -> f32) -> Result<Tensor, OpError> {
-    let v: Vec<f32> = floats(x).iter().map(|&a| f(a)).collect();
+fn map_floats(x: &Tensor, f: impl Fn(f32) -> f32 + Sync + Send) -> Result<Tensor, OpError> {
+    let v: Vec<f32> = par::map(&floats(x), |&a| f(a));
     from_floats(x.dtype(), x.shape(), &v)
 }
 
-fn map_f64(x: &Tensor, f: impl Fn(f64) -> f64) -> Result<Tensor, OpError> {
+fn map_f64(x: &Tensor, f: impl Fn(f64) -> f64 + Sync + Send) -> Result<Tensor, OpError> {
     map_floats(x, |a| f(a as f64) as f32)
 }
 
-fn map_ints(x: &Tensor, f: impl Fn(i64) -> i64) -> Result<Tensor, OpError> {
-    let v: Vec<i64> = ints(x).iter().map(|&a| f(a)).collect();
+fn map_ints(x: &Tensor, f: impl Fn(i64) -> i64 + Sync + Send) -> Result<Tensor, OpError> {
+    let v: Vec<i64> = par::map(&ints(x), |&a| f(a));
     from_ints(x.dtype(), x.shape(), &v)
 }
 
@@ -283,7 +283,7 @@ pub(super) fn cast(x: &Tensor, to: DType) -> Result<Tensor, OpError> {
         DType::F32 | DType::F16 | DType::BF16 => from_floats(to, shape, &floats(x)),
         DType::I64 | DType::I32 => {
             if from.is_float() {
-                let v: Vec<i64> = floats(x).iter().map(|&a| float_to_int(a as f64, to)).collect();
+                let v: Vec<i64> = par::map(&floats(x), |&a| float_to_int(a as f64, to));
                 from_ints(to, shape, &v)
             } else {
                 from_ints(to, shape, &ints(x))

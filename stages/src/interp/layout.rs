@@ -4,7 +4,9 @@
 //! Adjacent dimensions that are contiguous with each other are merged first, so the inner loop is as
 //! long as the data allows (a slice copy when the innermost stride is 1, a fill when it is 0).
 
+use super::par;
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
 /// Row-major strides, in elements, of a contiguous tensor of `shape`.
 pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
@@ -40,33 +42,62 @@ fn coalesce(shape: &[usize], strides: &[isize]) -> (Vec<usize>, Vec<isize>) {
 }
 
 /// Copies the view `src[offset + Σ i_k · strides[k]]` over every multi-index `i` of `shape`, row-major.
-/// The caller guarantees every addressed element lies inside `src`.
-pub(crate) fn gather_strided<T: Copy>(src: &[T], shape: &[usize], offset: isize, strides: &[isize]) -> Vec<T> {
+/// The caller guarantees every addressed element lies inside `src`. A large view is copied in parallel,
+/// in blocks of its leading (coalesced) dimensions.
+pub(crate) fn gather_strided<T: Copy + Send + Sync>(src: &[T], shape: &[usize], offset: isize, strides: &[isize]) -> Vec<T> {
     let numel: usize = shape.iter().product();
     if numel == 0 {
         return Vec::new();
     }
     let (sh, st) = coalesce(shape, strides);
-    let mut out = Vec::with_capacity(numel);
-    let Some((&n, outer)) = sh.split_last() else {
-        out.push(src[offset as usize]);
-        return out;
-    };
+    if sh.is_empty() {
+        return vec![src[offset as usize]];
+    }
+    // Leading dimensions whose indices name the blocks: enough blocks for a few per thread.
+    let mut lead = 0;
+    let mut blocks = 1;
+    while par::worth(numel) && lead + 1 < sh.len() && blocks < 64 {
+        blocks *= sh[lead];
+        lead += 1;
+    }
+    let block: usize = sh[lead..].iter().product();
+    par::fill_chunks(numel, block, |b, dst| {
+        let mut base = offset;
+        let mut rest = b;
+        for d in (0..lead).rev() {
+            base += (rest % sh[d]) as isize * st[d];
+            rest /= sh[d];
+        }
+        gather_into(src, &sh[lead..], &st[lead..], base, dst);
+    })
+}
+
+/// Writes the view (coalesced, at least one dimension) into `dst`, row-major.
+fn gather_into<T: Copy>(src: &[T], sh: &[usize], st: &[isize], mut base: isize, dst: &mut [MaybeUninit<T>]) {
+    let (&n, outer) = sh.split_last().expect("a view of at least one dimension");
     let s = st[st.len() - 1];
     let outer_strides = &st[..st.len() - 1];
     let mut idx = vec![0usize; outer.len()];
-    let mut base = offset;
+    let mut at = 0;
     loop {
+        let row = &mut dst[at..at + n];
         match s {
-            1 => out.extend_from_slice(&src[base as usize..base as usize + n]),
-            0 => out.extend(std::iter::repeat_n(src[base as usize], n)),
-            _ => out.extend((0..n as isize).map(|i| src[(base + i * s) as usize])),
+            1 => row.iter_mut().zip(&src[base as usize..base as usize + n]).for_each(|(d, &v)| {
+                d.write(v);
+            }),
+            0 => row.iter_mut().for_each(|d| {
+                d.write(src[base as usize]);
+            }),
+            _ => row.iter_mut().enumerate().for_each(|(i, d)| {
+                d.write(src[(base + i as isize * s) as usize]);
+            }),
         }
+        at += n;
         // Odometer over the outer dimensions, keeping `base` in step.
         let mut k = outer.len();
         loop {
             if k == 0 {
-                return out;
+                return;
             }
             k -= 1;
             idx[k] += 1;
@@ -91,7 +122,7 @@ pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<isize> {
 }
 
 /// The data of a tensor of `shape` broadcast to `out`: borrowed when nothing changes.
-pub(crate) fn broadcast_to<'a, T: Copy>(x: &'a [T], shape: &[usize], out: &[usize]) -> Cow<'a, [T]> {
+pub(crate) fn broadcast_to<'a, T: Copy + Send + Sync>(x: &'a [T], shape: &[usize], out: &[usize]) -> Cow<'a, [T]> {
     if shape == out {
         Cow::Borrowed(x)
     } else {
@@ -156,6 +187,21 @@ mod tests {
     fn scalar_and_empty() {
         assert_eq!(gather_strided(&[7u32], &[], 0, &[]), vec![7]);
         assert!(gather_strided(&[7u32], &[0, 3], 0, &[3, 1]).is_empty());
+    }
+
+    /// Views large enough to be copied in parallel blocks: permuted, broadcast (stride 0) and reversed.
+    #[test]
+    fn large_views_match_naive() {
+        let src: Vec<u32> = (0..60 * 70 * 11).collect();
+        let own = contiguous_strides(&[60, 70, 11]);
+        for (shape, offset, strides) in [
+            (vec![11, 60, 70], 0, vec![own[2], own[0], own[1]]),
+            (vec![70, 3, 60, 11], 0, vec![own[1], 0, own[0], own[2]]),
+            (vec![60, 70, 11], 60 * 70 * 11 - 1, vec![-own[0], -own[1], -own[2]]),
+            (vec![2, 60 * 70 * 11], 0, vec![0, 1]),
+        ] {
+            assert_eq!(gather_strided(&src, &shape, offset, &strides), naive(&src, &shape, offset, &strides), "{shape:?} {strides:?}");
+        }
     }
 
     proptest! {

@@ -1,15 +1,19 @@
 //! MatMul (NumPy semantics: batched, broadcast, rank-1 operands promoted) and the GEMM that Conv and
 //! ConvTranspose share.
 //!
-//! Float GEMMs go through `matrixmultiply::sgemm` (packed, SIMD, threaded on large products): f32
-//! accumulation with FMA, as ONNX Runtime's MLAS does, so the oracle agrees with ORT to float rounding.
-//! Its threads split output blocks, never the k loop, so results do not depend on the thread count.
+//! Float GEMMs go through `matrixmultiply::sgemm` (packed, SIMD): f32 accumulation with FMA, as ONNX
+//! Runtime's MLAS does, so the oracle agrees with ORT to float rounding. Large products run as blocks of
+//! the output on rayon tasks, one single-threaded call each, aligned so that the results are those of one
+//! call (see [`sgemm`]); batched products run their matrices in parallel. Nothing splits the k loop, so
+//! results do not depend on the thread count.
 //! Integer MatMul is a plain wrapping i64 triple loop (it only ever appears on small shape data).
 
 use super::layout::broadcast_strides;
+use super::par::{Shared, SharedMut};
 use super::view::{floats, from_floats, from_ints, ints};
 use super::OpError;
 use crate::ir::{broadcast_shapes, Tensor};
+use rayon::prelude::*;
 
 /// A row-major-or-strided matrix operand: data, offset of element (0, 0), row stride, column stride.
 #[derive(Clone, Copy)]
@@ -31,9 +35,61 @@ impl<'a> Mat<'a> {
     }
 }
 
+/// A parallel GEMM cuts C into blocks of rows and columns that start at multiples of this, so every block
+/// is a whole number of the micro-tiles one `matrixmultiply::sgemm` call over all of C computes (its MR and
+/// NR are 4, 8 or 16 whatever kernel it picks, its row panels MC = 64 rows): each element of C gets the same
+/// tile, packed panels and kc-chunked k loop, hence the same bits, as in the single call.
+const GEMM_ALIGN: usize = 64;
+/// Multiply-adds per GEMM block at least (about 0.1 ms of one core).
+const GEMM_TASK: usize = 1 << 22;
+
 /// C (m x n, row-major at `c[c_off..]`) = A (m x k) · B (k x n) + beta · C.
+///
+/// One `matrixmultiply::sgemm` call (single-threaded: the crate's own 4-thread pool is not used) per block
+/// of C, a block per thread of the caller's rayon pool where the product is large enough. Each element's
+/// result depends on its micro-tile only (see [`GEMM_ALIGN`]), never on the blocks, so the bits are those of
+/// one call over all of C whatever the thread count; on one thread it is that call.
 #[allow(clippy::too_many_arguments)] // the BLAS signature, spelled out
 pub(super) fn sgemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &mut [f32], c_off: usize) {
+    sgemm_in_blocks(m, k, n, a, b, beta, c, c_off, GEMM_TASK, rayon::current_num_threads())
+}
+
+/// About how many multiply-adds packing one element of A or B costs (measured: matrixmultiply's AVX-512
+/// kernel, BERT's shapes).
+const PACK_COST: usize = 32;
+
+/// How [`sgemm`] cuts an `m x k x n` product into at most `max_blocks` blocks of at least `min_task`
+/// multiply-adds: (row blocks, column blocks). The blocks run at once, so it takes the cut whose largest
+/// block costs least: its `r · c` multiply-adds and the packing of its `r` rows of A and `c` columns of B,
+/// per step of k (the blocks pack A and B anew: many thin ones would pack A or B many times over).
+fn gemm_blocks(m: usize, k: usize, n: usize, min_task: usize, max_blocks: usize) -> (usize, usize) {
+    let (um, un) = (m.div_ceil(GEMM_ALIGN), n.div_ceil(GEMM_ALIGN));
+    let tasks = (m.saturating_mul(n).saturating_mul(k) / min_task.max(1)).clamp(1, max_blocks.max(1));
+    let span = |units: usize, parts: usize, len: usize| (units.div_ceil(parts) * GEMM_ALIGN).min(len);
+    (1..=um.min(tasks))
+        .map(|rows| (rows, un.min(tasks / rows)))
+        .min_by_key(|&(rows, cols)| {
+            let (r, c) = (span(um, rows, m), span(un, cols, n));
+            r * c + PACK_COST * (r + c)
+        })
+        .unwrap_or((1, 1))
+}
+
+/// [`sgemm`] cut into at most `max_blocks` blocks of at least `min_task` multiply-adds (tests force fine
+/// cuts).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn sgemm_in_blocks(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Mat,
+    b: Mat,
+    beta: f32,
+    c: &mut [f32],
+    c_off: usize,
+    min_task: usize,
+    max_blocks: usize,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -44,25 +100,41 @@ pub(super) fn sgemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: 
         }
         return;
     }
-    // SAFETY: the assertion above proves every element the kernel reads (A, B) or writes (C, with
-    // strides n and 1, which do not alias) lies inside the slices, which outlive the call.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            1.0,
-            a.data.as_ptr().add(a.offset),
-            a.rs as isize,
-            a.cs as isize,
-            b.data.as_ptr().add(b.offset),
-            b.rs as isize,
-            b.cs as isize,
-            beta,
-            c.as_mut_ptr().add(c_off),
-            n as isize,
-            1,
-        );
+    let (um, un) = (m.div_ceil(GEMM_ALIGN), n.div_ceil(GEMM_ALIGN));
+    let (rows, cols) = gemm_blocks(m, k, n, min_task, max_blocks);
+    let (ap, bp, cp) = (Shared(a.data.as_ptr()), Shared(b.data.as_ptr()), SharedMut(c.as_mut_ptr()));
+    // Block `t`'s rows and columns: unit boundaries `u * i / parts` (each block at least one unit), in
+    // elements, clipped to the matrix.
+    let block = move |t: usize| {
+        let (i, j) = (t / cols, t % cols);
+        let r = (um * i / rows * GEMM_ALIGN)..(um * (i + 1) / rows * GEMM_ALIGN).min(m);
+        let cl = (un * j / cols * GEMM_ALIGN)..(un * (j + 1) / cols * GEMM_ALIGN).min(n);
+        // SAFETY: the assertion above proves every element of A, B and C that any block addresses lies
+        // inside the slices, which outlive the call (the tasks end before it returns). The blocks partition
+        // C, so no two tasks write the same element, and C's strides (n, 1) do not alias.
+        unsafe {
+            matrixmultiply::sgemm(
+                r.len(),
+                k,
+                cl.len(),
+                1.0,
+                ap.get().add(a.offset + r.start * a.rs),
+                a.rs as isize,
+                a.cs as isize,
+                bp.get().add(b.offset + cl.start * b.cs),
+                b.rs as isize,
+                b.cs as isize,
+                beta,
+                cp.get().add(c_off + r.start * n + cl.start),
+                n as isize,
+                1,
+            );
+        }
+    };
+    if rows * cols == 1 {
+        block(0);
+    } else {
+        (0..rows * cols).into_par_iter().for_each(block);
     }
 }
 
@@ -135,9 +207,135 @@ pub(super) fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
         let rows = m * d.batch.iter().product::<usize>();
         sgemm(rows, k, n, Mat::row_major(&av, 0, k), Mat::row_major(&bv, 0, n), 0.0, &mut out, 0);
     } else {
-        for (bi, (oa, ob)) in batch_offsets(&d).into_iter().enumerate() {
-            sgemm(m, k, n, Mat::row_major(&av, oa, k), Mat::row_major(&bv, ob, n), 0.0, &mut out, bi * m * n);
+        // One matrix per task (each may split further), as many per task as make one GEMM task of work.
+        let offs = batch_offsets(&d);
+        let per = m * n * k;
+        let gemm = |bi: usize, c: &mut [f32]| {
+            let (oa, ob) = offs[bi];
+            sgemm(m, k, n, Mat::row_major(&av, oa, k), Mat::row_major(&bv, ob, n), 0.0, c, 0);
+        };
+        if offs.len() > 1 && per.saturating_mul(offs.len()) >= 2 * GEMM_TASK && m * n > 0 {
+            out.par_chunks_mut(m * n).with_min_len(GEMM_TASK.div_ceil(per.max(1))).enumerate().for_each(|(bi, c)| gemm(bi, c));
+        } else if m * n > 0 {
+            out.chunks_mut(m * n).enumerate().for_each(|(bi, c)| gemm(bi, c));
         }
     }
     from_floats(a.dtype(), &d.out, &out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One `matrixmultiply::sgemm` call over all of C: what [`sgemm`] did before it split C into blocks.
+    #[allow(clippy::too_many_arguments)]
+    fn one_call(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &mut [f32], c_off: usize) {
+        assert!(a.fits(m, k) && b.fits(k, n) && c_off + m * n <= c.len());
+        // SAFETY: as in `sgemm_in_blocks`, every addressed element is inside the slices.
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                k,
+                n,
+                1.0,
+                a.data.as_ptr().add(a.offset),
+                a.rs as isize,
+                a.cs as isize,
+                b.data.as_ptr().add(b.offset),
+                b.rs as isize,
+                b.cs as isize,
+                beta,
+                c.as_mut_ptr().add(c_off),
+                n as isize,
+                1,
+            );
+        }
+    }
+
+    /// Values of mixed signs and magnitudes (so that rounding depends on the summation order).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                let mant = (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                mant * [1.0, 3.0e-3, 7.0e2, 1.0][(s >> 20) as usize % 4]
+            })
+            .collect()
+    }
+
+    /// A `rows x cols` operand inside a larger buffer: row-major (`layout` 0) or column-major (1), each line
+    /// `pad` elements longer than it needs, starting 3 elements in.
+    fn operand(rows: usize, cols: usize, layout: u8, pad: usize, seed: u64) -> (Vec<f32>, usize, usize, usize) {
+        let (rs, cs) = if layout == 0 { (cols + pad, 1) } else { (1, rows + pad) };
+        let len = 3 + (rows - 1) * rs + (cols - 1) * cs + 1;
+        (values(len, seed), 3, rs, cs)
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    fn pool(threads: usize) -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
+    }
+
+    /// Cut into at most `blocks` blocks (down to one per 64 x 64 tile), or as `sgemm` cuts it (None);
+    /// strided and transposed operands, beta = 0, 1 and others, k over several of matrixmultiply's kc chunks
+    /// (256): every bit as in one call, on 1 thread and on 4.
+    #[allow(clippy::too_many_arguments)]
+    fn check(m: usize, k: usize, n: usize, la: u8, lb: u8, pad: usize, beta: f32, seed: u64, blocks: Option<usize>) -> Result<(), TestCaseError> {
+        let (av, ao, ars, acs) = operand(m, k, la, pad, seed);
+        let (bv, bo, brs, bcs) = operand(k, n, lb, pad, seed ^ 1);
+        let a = Mat { data: &av, offset: ao, rs: ars, cs: acs };
+        let b = Mat { data: &bv, offset: bo, rs: brs, cs: bcs };
+        let c0 = values(m * n + 7, seed ^ 2);
+        let mut want = c0.clone();
+        one_call(m, k, n, a, b, beta, &mut want, 5);
+        for threads in [1, 4] {
+            let mut got = c0.clone();
+            pool(threads).install(|| match blocks {
+                Some(most) => sgemm_in_blocks(m, k, n, a, b, beta, &mut got, 5, 1, most),
+                None => sgemm(m, k, n, a, b, beta, &mut got, 5),
+            });
+            prop_assert_eq!(bits(&got), bits(&want), "{}x{}x{} layouts {}/{} pad {} beta {} on {} threads", m, k, n, la, lb, pad, beta, threads);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn blocks_give_the_bits_of_one_call(
+            m in 1usize..200, k in 1usize..600, n in 1usize..200,
+            la in 0u8..2, lb in 0u8..2, pad in 0usize..3, beta in prop::sample::select(vec![0.0f32, 1.0, 0.5, -1.25]),
+            seed in any::<u64>(), most in prop::sample::select(vec![2usize, 3, 7, 1000]),
+        ) {
+            check(m, k, n, la, lb, pad, beta, seed, Some(most))?;
+        }
+    }
+
+    /// Cuts into about as many blocks as allowed, and the fewest packed elements among those.
+    #[test]
+    fn blocks_follow_the_threads_and_the_shape() {
+        assert_eq!(gemm_blocks(1024, 768, 3072, GEMM_TASK, 1), (1, 1));
+        assert_eq!(gemm_blocks(1024, 768, 3072, GEMM_TASK, 16), (2, 8));
+        assert_eq!(gemm_blocks(64, 147, 12544, GEMM_TASK, 16), (1, 16));
+        assert_eq!(gemm_blocks(512, 4608, 49, GEMM_TASK, 16), (8, 1));
+        assert_eq!(gemm_blocks(128, 64, 128, GEMM_TASK, 16), (1, 1));
+        assert_eq!(gemm_blocks(130, 5, 300, 1, 1000), (3, 5));
+    }
+
+    /// The default split of large odd shapes (tall, wide, deep), as MatMul and Conv call it.
+    #[test]
+    fn default_blocks_of_large_odd_shapes_give_the_bits_of_one_call() {
+        for (m, k, n) in [(1031, 300, 517), (67, 1100, 1300), (2000, 77, 130), (5, 3000, 2049)] {
+            check(m, k, n, 0, 0, 0, 0.0, m as u64, None).unwrap();
+            check(m, k, n, 1, 0, 1, 1.0, k as u64, None).unwrap();
+        }
+    }
 }

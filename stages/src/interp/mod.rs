@@ -8,6 +8,9 @@
 //! - sums, means, variances, softmax denominators and pooling averages accumulate in f64;
 //! - MatMul and Conv use a packed SIMD GEMM (`matrixmultiply`) with f32 accumulation, as ONNX Runtime
 //!   does, so a BERT-base forward pass takes seconds, not minutes;
+//! - ops run one after another, each kernel splitting its work over the caller's rayon pool (`par`) across
+//!   independent outputs only (elements, rows, planes, matrices, GEMM blocks aligned to the GEMM's own
+//!   tiles), never across one output's accumulation: the bits do not depend on the thread count;
 //! - integers use wrapping two's-complement arithmetic; data movement is bit-exact for every dtype.
 //!
 //! [`eval_op`] runs one op (constant folding and the ONNX importer use it to fold shape subgraphs);
@@ -22,6 +25,7 @@ mod layout;
 mod linalg;
 mod movement;
 mod nd;
+mod par;
 mod pool;
 mod random;
 mod reduce;
@@ -32,6 +36,8 @@ mod view;
 mod tests;
 
 pub use random::{int_input_bounds, random_inputs, random_tensor, INT_INPUT_BOUND};
+/// Every element of a tensor as f32, borrowed where it is f32 already (calibration reads every value so).
+pub(crate) use view::floats;
 
 use crate::ir::{self, channels_first_perm, channels_last_perm, infer_op, Graph, Op, Tensor, TensorType, ValueDef, ValueId, VerifyError};
 
@@ -157,7 +163,15 @@ pub fn run_graph(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpErro
 
 /// [`run_graph`], showing `observe` every value a node computes (in execution order) before it is dropped:
 /// what calibration uses to find each value's range (`crate::calibrate`).
-pub fn run_graph_observed(g: &Graph, inputs: &[Tensor], mut observe: impl FnMut(ValueId, &Tensor)) -> Result<Vec<Tensor>, InterpError> {
+///
+/// The nodes run one after another on a thread of the caller's rayon pool (the caller's thread where it is
+/// one), and each kernel splits its work over the pool: started there, a kernel's parallel loop costs no
+/// hand-over from outside the pool and back (tens of µs each, several per node).
+pub fn run_graph_observed(g: &Graph, inputs: &[Tensor], observe: impl FnMut(ValueId, &Tensor) + Send) -> Result<Vec<Tensor>, InterpError> {
+    rayon::scope(|_| run_nodes(g, inputs, observe))
+}
+
+fn run_nodes(g: &Graph, inputs: &[Tensor], mut observe: impl FnMut(ValueId, &Tensor)) -> Result<Vec<Tensor>, InterpError> {
     ir::verify(g)?;
     if inputs.len() != g.inputs.len() {
         let names: Vec<&str> = g.inputs.iter().map(|&v| g.value(v).name.as_str()).collect();

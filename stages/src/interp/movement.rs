@@ -6,7 +6,7 @@
 
 use super::layout::{broadcast_strides, broadcast_to, contiguous_strides, for_each_index, gather_strided};
 use super::view::{bools, from_pod, ints, pod, with_elem};
-use super::OpError;
+use super::{par, OpError};
 use crate::ir::{PadMode, Tensor};
 
 pub(super) fn reshape(x: &Tensor, shape: &[usize]) -> Result<Tensor, OpError> {
@@ -103,13 +103,13 @@ pub(super) fn gather(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor, Op
     shape.extend_from_slice(&x.shape()[axis + 1..]);
     with_elem!(x.dtype(), T => {
         let data = pod::<T>(x.bytes());
-        let mut out: Vec<T> = Vec::with_capacity(pre * indices.len() * post);
-        for p in 0..pre {
-            for &i in &indices {
-                let at = (p * dim + i) * post;
-                out.extend_from_slice(&data[at..at + post]);
+        // One gathered slice per chunk, in parallel where large.
+        let out: Vec<T> = par::fill_chunks(pre * indices.len() * post, post, |r, dst| {
+            let at = ((r / indices.len()) * dim + indices[r % indices.len()]) * post;
+            for (d, &v) in dst.iter_mut().zip(&data[at..at + post]) {
+                d.write(v);
             }
-        }
+        });
         from_pod(x.dtype(), &shape, &out)
     })
 }
@@ -245,7 +245,7 @@ pub(super) fn where_(cond: &Tensor, x: &Tensor, y: &Tensor, out_shape: &[usize])
         let yv = pod::<T>(y.bytes());
         let xv = gather_strided(&xv, out_shape, 0, &broadcast_strides(x.shape(), out_shape));
         let yv = gather_strided(&yv, out_shape, 0, &broadcast_strides(y.shape(), out_shape));
-        let out: Vec<T> = c.iter().zip(xv.iter().zip(&yv)).map(|(&c, (&a, &b))| if c { a } else { b }).collect();
+        let out: Vec<T> = par::tabulate(c.len(), 1, |i| if c[i] { xv[i] } else { yv[i] });
         from_pod(x.dtype(), out_shape, &out)
     })
 }

@@ -8,7 +8,7 @@
 
 use super::layout::{contiguous_strides, for_each_index};
 use super::view::{floats, from_floats};
-use super::OpError;
+use super::{par, OpError};
 use crate::ir::{PoolAttrs, Tensor};
 
 /// One kernel tap of one window: the input offset it reads (None in padding) and whether it lies inside
@@ -48,18 +48,21 @@ fn tap_table(p: &PoolAttrs, input: &[usize], output: &[usize]) -> Vec<Tap> {
 }
 
 /// Applies `window(plane data, taps of one window)` at every output position of every plane.
-fn pool(x: &Tensor, p: &PoolAttrs, out_shape: &[usize], window: impl Fn(&[f32], &[Tap]) -> f32) -> Result<Tensor, OpError> {
+/// Planes in parallel where large.
+fn pool(x: &Tensor, p: &PoolAttrs, out_shape: &[usize], window: impl Fn(&[f32], &[Tap]) -> f32 + Sync + Send) -> Result<Tensor, OpError> {
     let v = floats(x);
     let input = &x.shape()[2..];
-    let planes = x.shape()[0] * x.shape()[1];
     let isz: usize = input.iter().product();
     let kk: usize = p.kernel.iter().product();
+    let ops: usize = out_shape[2..].iter().product();
     let table = tap_table(p, input, &out_shape[2..]);
-    let mut out = Vec::with_capacity(out_shape.iter().product());
-    for plane in 0..planes {
+    let mut out = vec![0f32; out_shape.iter().product()];
+    par::split(&mut out, ops, kk, |plane, out| {
         let xs = &v[plane * isz..(plane + 1) * isz];
-        out.extend(table.chunks_exact(kk.max(1)).map(|taps| window(xs, taps)));
-    }
+        for (o, taps) in out.iter_mut().zip(table.chunks_exact(kk.max(1))) {
+            *o = window(xs, taps);
+        }
+    });
     from_floats(x.dtype(), out_shape, &out)
 }
 

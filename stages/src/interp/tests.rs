@@ -858,3 +858,137 @@ fn scatter_nd_elements_slices_and_repeated_tuples() {
     // Updates of the wrong shape are a type error.
     assert!(eval_op(&Op::ScatterND, &[&data, &i(&[1, 1], &[0]), &f(&[1, 2], &[0., 0.])]).is_err());
 }
+
+// ---- parallel kernels: the bits depend neither on the thread count nor on the split ----
+
+mod parallel {
+    use super::*;
+
+    fn on<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+        rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(f)
+    }
+
+    fn rnd(dtype: DType, shape: &[usize], seed: u64) -> Tensor {
+        random_tensor(&TensorType::new(dtype, shape.to_vec()), seed, 0, INT_INPUT_BOUND)
+    }
+
+    /// `x[lo..hi]` along axis 0.
+    fn rows(x: &Tensor, lo: usize, hi: usize) -> Tensor {
+        eval1(Op::Slice { axes: vec![0], starts: vec![lo as i64], ends: vec![hi as i64], steps: vec![1] }, &[x])
+    }
+
+    fn concat(parts: &[Tensor]) -> Tensor {
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        eval1(Op::Concat { axis: 0 }, &refs)
+    }
+
+    fn same(got: &Tensor, want: &Tensor, what: &str) {
+        assert_eq!(got.ty, want.ty, "{what}");
+        assert!(got.bytes() == want.bytes(), "{what}: bits differ");
+    }
+
+    /// `op` on `inputs` (large enough to run in parallel) gives the same bits on 1 thread and on 4, and the
+    /// same as the concatenation of `op` on blocks of `step` entries of axis 0 of the inputs in `split`
+    /// (each block small enough to run serially), the other inputs whole.
+    fn check(op: Op, inputs: &[&Tensor], split: &[usize], step: usize) {
+        let what = format!("{op:?}");
+        let one = on(1, || eval1(op.clone(), inputs));
+        let four = on(4, || eval1(op.clone(), inputs));
+        same(&four, &one, &what);
+        let n = inputs[split[0]].shape()[0];
+        let parts: Vec<Tensor> = (0..n)
+            .step_by(step)
+            .map(|lo| {
+                let sliced: Vec<Tensor> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| if split.contains(&i) { rows(t, lo, (lo + step).min(n)) } else { (*t).clone() })
+                    .collect();
+                let refs: Vec<&Tensor> = sliced.iter().collect();
+                eval1(op.clone(), &refs)
+            })
+            .collect();
+        same(&concat(&parts), &one, &format!("{what} in blocks of {step}"));
+    }
+
+    #[test]
+    fn elementwise_ops_and_casts() {
+        let x = rnd(DType::F32, &[96, 700], 1);
+        let bias = rnd(DType::F32, &[700], 2);
+        let y = rnd(DType::F32, &[96, 700], 3);
+        check(Op::Gelu { approximate: GeluApprox::Erf }, &[&x], &[0], 8);
+        check(Op::Gelu { approximate: GeluApprox::Tanh }, &[&x], &[0], 8);
+        for u in [UnaryOp::Erf, UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Relu, UnaryOp::Sqrt] {
+            check(Op::Unary(u), &[&x], &[0], 8);
+        }
+        check(Op::Binary(BinaryOp::Add), &[&x, &bias], &[0], 8);
+        check(Op::Binary(BinaryOp::Mul), &[&x, &y], &[0, 1], 8);
+        check(Op::Binary(BinaryOp::Pow), &[&x, &f(&[], &[1.5])], &[0], 8);
+        check(Op::Binary(BinaryOp::Less), &[&x, &y], &[0, 1], 8);
+        for to in [DType::F16, DType::BF16, DType::I64] {
+            check(Op::Cast { to }, &[&x], &[0], 8);
+        }
+        let h = rnd(DType::F16, &[96, 700], 4);
+        check(Op::Cast { to: DType::F32 }, &[&h], &[0], 8);
+        check(Op::Gelu { approximate: GeluApprox::Erf }, &[&h], &[0], 8);
+        let c = rnd(DType::Bool, &[96, 1], 5);
+        check(Op::Where, &[&c, &x, &y], &[0, 1, 2], 8);
+    }
+
+    #[test]
+    fn rows_lines_and_planes() {
+        let x = rnd(DType::F32, &[96, 700], 1);
+        let (scale, bias) = (rnd(DType::F32, &[700], 2), rnd(DType::F32, &[700], 3));
+        check(Op::Softmax { axis: 1 }, &[&x], &[0], 8);
+        check(Op::LogSoftmax { axis: 1 }, &[&x], &[0], 8);
+        check(Op::LayerNorm { axis: 1, epsilon: 1e-5 }, &[&x, &scale, &bias], &[0], 8);
+        check(Op::Reduce { kind: ReduceKind::Mean, axes: vec![1], keepdims: true }, &[&x], &[0], 8);
+        let x3 = rnd(DType::F32, &[6, 16, 700], 4);
+        check(Op::Softmax { axis: 1 }, &[&x3], &[0], 1);
+        check(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdims: false }, &[&x3], &[0], 1);
+        let img = rnd(DType::F32, &[2, 16, 40, 40], 5);
+        let ch: Vec<Tensor> = (0..4).map(|s| rnd(DType::F32, &[16], 6 + s)).collect();
+        let var = eval1(Op::Unary(UnaryOp::Abs), &[&ch[3]]);
+        check(Op::BatchNorm { epsilon: 1e-5 }, &[&img, &ch[0], &ch[1], &ch[2], &var], &[0], 1);
+        let p = PoolAttrs { kernel: vec![3, 3], strides: vec![2, 2], pads: vec![1, 1, 1, 1], dilations: vec![1, 1], ceil_mode: false };
+        check(Op::MaxPool(p.clone()), &[&img], &[0], 1);
+        check(Op::AveragePool { pool: p, count_include_pad: false }, &[&img], &[0], 1);
+        check(Op::GlobalAveragePool, &[&img], &[0], 1);
+        check(Op::Transpose { perm: vec![0, 2, 3, 1] }, &[&img], &[0], 1);
+        let table = rnd(DType::F32, &[1000, 96], 10);
+        let ids = rnd(DType::I64, &[8, 64], 11);
+        check(Op::Gather { axis: 0 }, &[&table, &ids], &[1], 2);
+        let t3 = rnd(DType::F32, &[12, 300, 40], 12);
+        let ids = rnd(DType::I64, &[70], 13);
+        check(Op::Gather { axis: 1 }, &[&t3, &ids], &[0], 3);
+    }
+
+    #[test]
+    fn gemms_attention_and_convolutions() {
+        let a = rnd(DType::F32, &[3, 130, 70], 1);
+        let w = rnd(DType::F32, &[70, 301], 2);
+        let b = rnd(DType::F32, &[3, 70, 90], 3);
+        check(Op::MatMul, &[&a, &w], &[0], 1);
+        check(Op::MatMul, &[&a, &b], &[0, 1], 1);
+        let (q, k, v) = (rnd(DType::F32, &[4, 3, 130, 40], 4), rnd(DType::F32, &[4, 3, 130, 40], 5), rnd(DType::F32, &[4, 3, 130, 24], 6));
+        let mask = rnd(DType::F32, &[4, 1, 1, 130], 7);
+        let keep = rnd(DType::Bool, &[1, 1, 130, 130], 8);
+        let attn = |k_transposed, mask, keep_fill| Op::Attention(AttentionAttrs { scale: 0.125, k_transposed, mask, keep_fill });
+        check(attn(false, true, Some(-1e4)), &[&q, &k, &v, &mask, &keep], &[0, 1, 2, 3], 1);
+        let kt = eval1(Op::Transpose { perm: vec![0, 1, 3, 2] }, &[&k]);
+        check(attn(true, false, None), &[&q, &kt, &v], &[0, 1, 2], 1);
+        let x = rnd(DType::F32, &[2, 8, 30, 30], 9);
+        let wc = rnd(DType::F32, &[16, 4, 3, 3], 10);
+        let bc = rnd(DType::F32, &[16], 11);
+        let ca = ConvAttrs { strides: vec![1, 1], pads: vec![1, 1, 1, 1], dilations: vec![1, 1], group: 2 };
+        check(Op::Conv(ca), &[&x, &wc, &bc], &[0], 1);
+        let big = rnd(DType::F32, &[1, 3, 120, 120], 12);
+        let w7 = rnd(DType::F32, &[70, 3, 7, 7], 13);
+        let ca = ConvAttrs { strides: vec![2, 2], pads: vec![3, 3, 3, 3], dilations: vec![1, 1], group: 1 };
+        check(Op::Conv(ca), &[&big, &w7], &[0], 1);
+        let dw = rnd(DType::F32, &[32, 1, 3, 3], 14);
+        let xd = rnd(DType::F32, &[2, 32, 40, 40], 15);
+        let ca = ConvAttrs { strides: vec![1, 1], pads: vec![1, 1, 1, 1], dilations: vec![1, 1], group: 32 };
+        check(Op::Conv(ca), &[&xd, &dw], &[0], 1);
+    }
+}

@@ -10,11 +10,13 @@
 //! Tensor bytes are little-endian; on a little-endian host a typed view of an aligned buffer is a
 //! zero-copy cast (the weights of a large model are never copied to be read).
 
-use super::OpError;
+use super::{par, OpError};
 use crate::ir::{DType, Tensor, TensorType};
 use bytemuck::Pod;
 use half::{bf16, f16};
+use rayon::prelude::*;
 use std::borrow::Cow;
+use std::sync::Arc;
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("the reference interpreter reads tensor bytes (little-endian) in place: it needs a little-endian host");
@@ -37,8 +39,8 @@ pub(crate) fn floats(t: &Tensor) -> Cow<'_, [f32]> {
     let b = t.bytes();
     match t.dtype() {
         DType::F32 => pod::<f32>(b),
-        DType::F16 => Cow::Owned(pod::<u16>(b).iter().map(|&x| f16::from_bits(x).to_f32()).collect()),
-        DType::BF16 => Cow::Owned(pod::<u16>(b).iter().map(|&x| bf16::from_bits(x).to_f32()).collect()),
+        DType::F16 => Cow::Owned(par::map(&pod::<u16>(b), |&x| f16::from_bits(x).to_f32())),
+        DType::BF16 => Cow::Owned(par::map(&pod::<u16>(b), |&x| bf16::from_bits(x).to_f32())),
         DType::I64 => Cow::Owned(pod::<i64>(b).iter().map(|&x| x as f32).collect()),
         DType::I32 => Cow::Owned(pod::<i32>(b).iter().map(|&x| x as f32).collect()),
         DType::Bool => Cow::Owned(b.iter().map(|&x| (x != 0) as u8 as f32).collect()),
@@ -91,21 +93,39 @@ pub(crate) fn float_to_int(x: f64, to: DType) -> i64 {
     }
 }
 
-fn tensor_of(ty: TensorType, bytes: Vec<u8>) -> Result<Tensor, OpError> {
+fn tensor_of(ty: TensorType, bytes: impl Into<Arc<[u8]>>) -> Result<Tensor, OpError> {
     Tensor::from_bytes(ty, bytes).map_err(|e| OpError::new(format!("internal error: {e}")))
+}
+
+/// `bytes` copied once into the shared buffer a tensor holds (in parallel where large).
+fn shared_copy(bytes: &[u8]) -> Arc<[u8]> {
+    const CHUNK: usize = 4 * par::GRAIN;
+    if !par::worth(bytes.len() / 4) {
+        return Arc::from(bytes);
+    }
+    let mut buf = Arc::<[u8]>::new_uninit_slice(bytes.len());
+    let dst = Arc::get_mut(&mut buf).expect("a fresh buffer has one owner");
+    let at = par::SharedMut(dst.as_mut_ptr().cast::<u8>());
+    bytes.par_chunks(CHUNK).enumerate().for_each(|(i, src)| {
+        // SAFETY: chunk i of `dst` is `src.len()` bytes at `i * CHUNK`, inside `dst` (same length as
+        // `bytes`), written by this task alone; `src` and `dst` do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), at.get().add(i * CHUNK), src.len()) }
+    });
+    // SAFETY: the chunks cover every byte of `dst`.
+    unsafe { buf.assume_init() }
 }
 
 /// A tensor of `dtype` holding `values` bit for bit (`T` must have the dtype's size).
 pub(crate) fn from_pod<T: Pod>(dtype: DType, shape: &[usize], values: &[T]) -> Result<Tensor, OpError> {
-    tensor_of(TensorType::new(dtype, shape), bytemuck::cast_slice(values).to_vec())
+    tensor_of(TensorType::new(dtype, shape), shared_copy(bytemuck::cast_slice(values)))
 }
 
 /// A float tensor from f32 results, rounded to `dtype` (nearest even for f16 and bf16).
 pub(crate) fn from_floats(dtype: DType, shape: &[usize], values: &[f32]) -> Result<Tensor, OpError> {
     match dtype {
         DType::F32 => from_pod(dtype, shape, values),
-        DType::F16 => from_pod(dtype, shape, &values.iter().map(|&x| f16::from_f32(x).to_bits()).collect::<Vec<u16>>()),
-        DType::BF16 => from_pod(dtype, shape, &values.iter().map(|&x| bf16::from_f32(x).to_bits()).collect::<Vec<u16>>()),
+        DType::F16 => from_pod(dtype, shape, &par::map(values, |&x| f16::from_f32(x).to_bits())),
+        DType::BF16 => from_pod(dtype, shape, &par::map(values, |&x| bf16::from_f32(x).to_bits())),
         d => Err(OpError::new(format!("internal error: float result stored as {d}"))),
     }
 }
@@ -120,7 +140,7 @@ pub(crate) fn from_ints(dtype: DType, shape: &[usize], values: &[i64]) -> Result
 }
 
 pub(crate) fn from_bools(shape: &[usize], values: &[bool]) -> Result<Tensor, OpError> {
-    tensor_of(TensorType::new(DType::Bool, shape), values.iter().map(|&b| b as u8).collect())
+    tensor_of(TensorType::new(DType::Bool, shape), values.iter().map(|&b| b as u8).collect::<Vec<u8>>())
 }
 
 /// Runs `$body` with `$T` bound to the unsigned integer type of the dtype's element size, for ops that
