@@ -49,7 +49,8 @@ done
 command -v cc >/dev/null && ! PATH="$path" command -v cc >/dev/null \
     && { echo "scripts/test-python.sh: the C compiler shares a folder with cargo or rustc; cannot take Rust off PATH" >&2; exit 1; }
 
-# pytest keeps its temporary folders (1.3 GB a run) under the target, not /tmp, and clears them each run.
+# pytest keeps its temporary folders (1.3 GB a run) under the target, not /tmp; they go when the tests pass.
 cd "$TARGET/pytest"   # not the checkout: `import tessera` must find the installed package, never python/tessera
 env PATH="$CLEAN/bin:$path" VIRTUAL_ENV="$CLEAN" TESSERA_ZOO="$TARGET/pytest/zoo" \
     TESSERA_BIN="$TARGET/debug/tessera" "$CLEAN/bin/python" -m pytest -q -p no:cacheprovider --basetemp "$TARGET/pytest/tmp" "$OLDPWD/python/tests" "$@"
+rm -rf "$TARGET/pytest/tmp"   # passed: nothing there to look at
