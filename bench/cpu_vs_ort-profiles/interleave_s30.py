@@ -1,3 +1,8 @@
+"""Session 30's interleaved timing (bench/cpu_vs_ort.md): per round ORT (15 runs, 2 threads), then two tessera
+builds' artifacts with `tessera bench` (15 runs each), the builds' order alternating. Kept as it was run: it
+reads ONNX exports from /tmp/ortw/base, binaries /tmp/tessera-{base,new3} and their artifacts under
+/tmp/ortw/{base,new3}, as scripts/cpu_vs_ort.py left them. Run pinned: taskset -c 0-1 python3 interleave_s30.py
+mobilenetv2-b8 6."""
 import json, subprocess, sys, time, statistics
 sys.path.insert(0, "/work/main/scripts"); sys.path.insert(0, "/work/main/scripts/gpu")
 import numpy as np, onnxruntime as ort
