@@ -335,15 +335,19 @@ fn a_module_of_several_functions() {
 fn profiling_records_each_step_of_a_call() {
     use tessera_kernels::runtime::gemm::profile;
     // A depthwise 3x3 (stride 2) with its bias and ReLU6, then a pointwise conv: two steps.
-    let mut g = Graph::new("profiled");
-    let x = g.add_input("x", TensorType::f32([1, 8, 10, 10]));
-    let wd = weight(&mut g, "wd", &[8, 1, 3, 3]);
-    let bd = weight(&mut g, "bd", &[8]);
-    let d = g.add("dw", Op::Conv(conv_attrs(&[2, 2], &[1, 1, 1, 1], &[1, 1], 8)), &[x, wd, bd]).unwrap();
-    let r = g.add("clip", Op::Clip { min: 0.0, max: 6.0 }, &[d]).unwrap();
-    let wp = weight(&mut g, "wp", &[16, 8, 1, 1]);
-    let y = g.add("pw", Op::Conv(conv_attrs(&[1, 1], &[0, 0, 0, 0], &[1, 1], 1)), &[r, wp]).unwrap();
-    g.outputs.push(y);
+    let graph = |batch: usize| {
+        let mut g = Graph::new("profiled");
+        let x = g.add_input("x", TensorType::f32([batch, 8, 10, 10]));
+        let wd = weight(&mut g, "wd", &[8, 1, 3, 3]);
+        let bd = weight(&mut g, "bd", &[8]);
+        let d = g.add("dw", Op::Conv(conv_attrs(&[2, 2], &[1, 1, 1, 1], &[1, 1], 8)), &[x, wd, bd]).unwrap();
+        let r = g.add("clip", Op::Clip { min: 0.0, max: 6.0 }, &[d]).unwrap();
+        let wp = weight(&mut g, "wp", &[16, 8, 1, 1]);
+        let y = g.add("pw", Op::Conv(conv_attrs(&[1, 1], &[0, 0, 0, 0], &[1, 1], 1)), &[r, wp]).unwrap();
+        g.outputs.push(y);
+        g
+    };
+    let g = graph(1);
     let all: Vec<NodeId> = (0..g.nodes.len() as u32).map(NodeId).collect();
     // A symbol of its own: other tests of this binary may call modules while recording is on.
     let c = lower_nodes(&g, &all, "profiled_fn");
@@ -367,6 +371,83 @@ fn profiling_records_each_step_of_a_call() {
     // Input, weights and output (and the bias read by the epilogue), in bytes.
     assert_eq!(calls[0].steps[1].bytes, 4 * (16 * 8 + 8 * 25 + 16 * 25));
     assert_eq!(calls[0].steps[0].bytes, 4 * (8 * 100 + 8 * (25 + 9)) + 4 * 8);
+
+    // The same layers over two images on two threads run as one unit of image lanes
+    // (runtime/gemm/schedule.rs), recorded as one step labelled by image 0's layers, FLOPs of both images.
+    let g2 = graph(2);
+    let c = lower_nodes(&g2, &all, "profiled_images_fn");
+    let m = GemmBackend.compile_module(&target(), std::slice::from_ref(&c.lowered)).unwrap();
+    let module = load_module(&m).unwrap();
+    let inputs = random_inputs(&g2, 1);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    profile::set_enabled(true);
+    let got = pool.install(|| call(module.as_ref(), &m, 0, &g2, &c.sig, &inputs));
+    let calls: Vec<_> = profile::take().into_iter().filter(|c| c.symbol == "profiled_images_fn").collect();
+    profile::set_enabled(false);
+    assert_close(&got[0], &run_graph(&g2, &inputs).unwrap()[0].to_f32_vec(), "profiled, two images");
+    let what: Vec<&str> = calls[0].steps.iter().map(|s| s.what.as_str()).collect();
+    assert_eq!(what, ["images x2: depthwise 3x3 s2 c=16 10x10->5x5 +add,clip | sgemm 2x 16x25x8"]);
+    assert_eq!(calls[0].steps[0].flops, 2 * (2 * 8 * 25 * 9 + 2 * 16 * 25 * 8));
+}
+
+/// Runs `check` inside a pool of `threads` threads (the executor cuts work by the pool it runs on).
+fn check_on(g: &Graph, threads: usize) -> Module {
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| check(g))
+}
+
+/// A batch of 4 images through a 3x3 convolution, a depthwise one and a pointwise one with a residual, and a
+/// MatMul batched over 4 images: on 2 and 4 threads the images run side by side through those layers, each on one thread
+/// (runtime/gemm/schedule.rs); on 1 and 3 threads one layer after another. Every thread count gives the
+/// interpreter's result.
+#[test]
+fn images_side_by_side_match_the_reference_on_any_thread_count() {
+    let mut g = Graph::new("images");
+    let x = g.add_input("x", TensorType::f32([4, 8, 12, 12]));
+    let w = weight(&mut g, "w", &[16, 8, 3, 3]);
+    let b = weight(&mut g, "b", &[16, 1, 1]);
+    let c = g.add("conv", Op::Conv(conv_attrs(&[1, 1], &[1, 1, 1, 1], &[1, 1], 1)), &[x, w]).unwrap();
+    let c = g.add("bias", Op::Binary(BinaryOp::Add), &[c, b]).unwrap();
+    let c = g.add("relu", Op::Unary(UnaryOp::Relu), &[c]).unwrap();
+    let wd = weight(&mut g, "wd", &[16, 1, 3, 3]);
+    let d = g.add("dw", Op::Conv(conv_attrs(&[1, 1], &[1, 1, 1, 1], &[1, 1], 16)), &[c, wd]).unwrap();
+    let d = g.add("clip", Op::Clip { min: 0.0, max: 6.0 }, &[d]).unwrap();
+    let wp = weight(&mut g, "wp", &[8, 16, 1, 1]);
+    let p = g.add("pw", Op::Conv(conv_attrs(&[1, 1], &[0, 0, 0, 0], &[1, 1], 1)), &[d, wp]).unwrap();
+    let p = g.add("res", Op::Binary(BinaryOp::Add), &[p, x]).unwrap();
+    g.outputs.push(p);
+    // A MatMul batched over images (a weight per image), with a GELU.
+    let mut mm = Graph::new("batched_matmul");
+    let a = mm.add_input("a", TensorType::f32([4, 3, 8, 24]));
+    let wm = weight(&mut mm, "wm", &[4, 3, 24, 40]);
+    let y = mm.add("mm", Op::MatMul, &[a, wm]).unwrap();
+    let y = mm.add("gelu", Op::Gelu { approximate: GeluApprox::Tanh }, &[y]).unwrap();
+    mm.outputs.push(y);
+    for threads in [1, 2, 3, 4] {
+        let m = check_on(&g, threads);
+        assert_eq!(steps(&m), ["im2col", "gemm", "im2col", "gemm", "im2col", "gemm", "im2col", "gemm", "dw", "gemm"], "one convolution per image");
+        check_on(&mm, threads);
+    }
+}
+
+/// Outputs over the epilogue's parallel threshold (64K elements) and column matrices over the fused-block
+/// threshold (1M elements), two images side by side on 2 threads: one image's blocks and epilogue run on
+/// its own thread, and give the interpreter's result.
+#[test]
+fn large_outputs_with_epilogues_on_any_thread_count() {
+    let mut g = Graph::new("large");
+    let x = g.add_input("x", TensorType::f32([2, 16, 130, 130]));
+    let w = weight(&mut g, "w", &[8, 16, 3, 3]);
+    let b = weight(&mut g, "b", &[8, 1, 1]);
+    let c = g.add("conv", Op::Conv(conv_attrs(&[1, 1], &[1, 1, 1, 1], &[1, 1], 1)), &[x, w]).unwrap();
+    let c = g.add("bias", Op::Binary(BinaryOp::Add), &[c, b]).unwrap();
+    let c = g.add("relu", Op::Unary(UnaryOp::Relu), &[c]).unwrap();
+    let wd = weight(&mut g, "wd", &[8, 1, 3, 3]);
+    let d = g.add("dw", Op::Conv(conv_attrs(&[1, 1], &[1, 1, 1, 1], &[1, 1], 8)), &[c, wd]).unwrap();
+    let d = g.add("hs", Op::Unary(UnaryOp::HardSwish), &[d]).unwrap();
+    g.outputs.push(d);
+    for threads in [1, 2, 3] {
+        check_on(&g, threads);
+    }
 }
 
 // ---- Loading and calling errors ----

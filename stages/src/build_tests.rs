@@ -74,8 +74,8 @@ fn lower_key_has_every_ingredient() {
     assert_eq!(base, key("k", &c, &SourceEdited(CBackend, CBackend.version()), "f"));
 }
 
-/// A backend whose source digests differently: `CBackend` in all but its code version, as if one byte of
-/// its generator had changed.
+/// A backend whose source digests differently: the wrapped backend in all but its code version, as if one
+/// byte of its generator (or its runtime) had changed.
 struct SourceEdited<B>(B, crate::code::CodeVersion);
 
 impl<B: Backend> Backend for SourceEdited<B> {
@@ -105,19 +105,20 @@ impl<B: Backend> Backend for SourceEdited<B> {
     }
 }
 
-/// Every backend's code version is its declared number with the digests of its own source units, so a
-/// changed byte of a generator (which changes its unit's digest: `code::tests`) changes its version.
+/// Every backend's code version is its declared number with the digests of its own source units (its
+/// generator, and the runtime of its module format), so a changed byte of either (which changes its unit's
+/// digest: `code::tests`) changes its version.
 #[test]
 fn backend_versions_follow_their_source_units() {
     use crate::code::{digests, runtime_digests, CodeVersion};
     use crate::backend::{cublas, cuda, cudnn, cutlass, gemm};
     let expected = [
-        ("c", CodeVersion::new(c::VERSION, &[digests::BACKEND_C])),
-        ("gemm", CodeVersion::new(gemm::VERSION, &[digests::BACKEND_GEMM, runtime_digests::RUNTIME])),
-        ("cuda", CodeVersion::new(cuda::VERSION, &[digests::BACKEND_CUDA])),
-        ("cublas", CodeVersion::new(cublas::VERSION, &[digests::BACKEND_CUBLAS, runtime_digests::RUNTIME])),
-        ("cudnn", CodeVersion::new(cudnn::VERSION, &[digests::BACKEND_CUDNN, runtime_digests::RUNTIME])),
-        ("cutlass", CodeVersion::new(cutlass::VERSION, &[digests::BACKEND_CUTLASS])),
+        ("c", CodeVersion::new(c::VERSION, &[digests::BACKEND_C, runtime_digests::RUNTIME_C])),
+        ("gemm", CodeVersion::new(gemm::VERSION, &[digests::BACKEND_GEMM, runtime_digests::RUNTIME_GEMM])),
+        ("cuda", CodeVersion::new(cuda::VERSION, &[digests::BACKEND_CUDA, runtime_digests::RUNTIME_CUDA])),
+        ("cublas", CodeVersion::new(cublas::VERSION, &[digests::BACKEND_CUBLAS, runtime_digests::RUNTIME_CUDA])),
+        ("cudnn", CodeVersion::new(cudnn::VERSION, &[digests::BACKEND_CUDNN, runtime_digests::RUNTIME_CUDA])),
+        ("cutlass", CodeVersion::new(cutlass::VERSION, &[digests::BACKEND_CUTLASS, runtime_digests::RUNTIME_CUDA])),
     ];
     for b in crate::backend::registry::all() {
         let (_, v) = expected.iter().find(|(n, _)| *n == b.name()).unwrap_or_else(|| panic!("backend {} has no expectation here", b.name()));
@@ -254,6 +255,12 @@ fn time_plans_key_has_every_ingredient() {
         ("artifacts", key(&[d("a"), d("c")], vec![cpu.clone(), cpu.clone()])),
         ("devices", key(&[d("a"), d("b")], vec![cpu.clone(), None])),
     ]);
+    // The backends' code versions (their generators and their formats' runtimes) are ingredients: an edited
+    // `gemm` executor re-times the plans that run on it.
+    let edited: Vec<Box<dyn Backend>> = vec![Box::new(CBackend), Box::new(SourceEdited(GemmBackend, crate::code::CodeVersion::new(crate::backend::gemm::VERSION, &[[7; 32]])))];
+    let edited_ctx = Ctx::new(&driver, &targets, &edited);
+    let edited_key = TimePlans { ctx: &edited_ctx, artifacts: vec![d("a"), d("b")], devices: vec![cpu.clone(), cpu.clone()] }.key().unwrap();
+    assert_ne!(edited_key, key(&[d("a"), d("b")], vec![cpu.clone(), cpu.clone()]));
 }
 
 /// A graph source with a recipe, and one keyed by its document.

@@ -14,17 +14,22 @@ mod exec;
 mod im2col;
 pub mod plan;
 pub mod profile;
+mod schedule;
 pub mod validate;
 
 use super::{LoadedModule, RuntimeError};
 use plan::{Plan, PlanFunction};
 use validate::{validate, BufferLens};
 use crate::module::{FunctionInfo, Module, ModuleFormat};
+use std::sync::OnceLock;
 
 struct Function {
     plan: PlanFunction,
     lens: BufferLens,
     info: FunctionInfo,
+    /// The units of the function's steps, worked out on its first call for the thread count of that call
+    /// (a process runs on one pool; another thread count works them out again each call).
+    schedule: OnceLock<(usize, Vec<schedule::Unit>)>,
 }
 
 /// A loaded, validated `gemm` module.
@@ -46,7 +51,7 @@ pub fn load(m: &Module) -> Result<GemmModule, RuntimeError> {
     let mut functions = Vec::with_capacity(plan.functions.len());
     for (f, info) in plan.functions.into_iter().zip(&m.functions) {
         let lens = validate(&f, info).map_err(|e| fail(e.0))?;
-        functions.push(Function { plan: f, lens, info: info.clone() });
+        functions.push(Function { plan: f, lens, info: info.clone(), schedule: OnceLock::new() });
     }
     Ok(GemmModule { backend: m.backend.clone(), functions })
 }
@@ -91,7 +96,13 @@ impl LoadedModule for GemmModule {
         };
         // SAFETY: the plan was validated against `f.info` at load; the caller guarantees (this trait's
         // contract) that the buffers are live, of the listed types, outputs not aliasing inputs.
-        exec::run(&f.plan, &mem);
+        let threads = rayon::current_num_threads().max(1);
+        let (cached, units) = f.schedule.get_or_init(|| (threads, schedule::schedule(&f.plan.steps, threads)));
+        if *cached == threads {
+            exec::run(&f.plan, units, &mem);
+        } else {
+            exec::run(&f.plan, &schedule::schedule(&f.plan.steps, threads), &mem);
+        }
         Ok(())
     }
 }

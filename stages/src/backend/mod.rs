@@ -210,8 +210,9 @@ pub trait Backend: Send + Sync {
         self.spec().name
     }
     /// Code version: part of every key of this backend's work. The declared number (bump it when the meaning
-    /// of generated code changes; it names configurations) with the digest of the backend's source
-    /// ([`crate::code`]), so any change to a generator changes its keys.
+    /// of generated code changes; it names configurations) with the digests of the backend's source and of
+    /// the runtime that runs its module format ([`crate::code`]), so any change to a generator, or to what
+    /// its kernels are measured on, changes its keys.
     fn version(&self) -> crate::code::CodeVersion;
     /// Whether this machine can compile for the backend (e.g. a C compiler is present); the reason if not.
     fn available(&self) -> Result<(), String>;

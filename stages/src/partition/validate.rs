@@ -222,6 +222,13 @@ pub struct TimePlans<'a> {
     pub devices: Vec<Option<crate::device::DeviceFingerprint>>,
 }
 
+impl TimePlans<'_> {
+    /// Each target's backend and its code version, in the targets' order.
+    fn backend_versions(&self) -> Result<Vec<(&'static str, crate::code::CodeVersion)>> {
+        self.ctx.targets.targets.iter().map(|t| self.ctx.backend(t).map(|b| (b.name(), b.version()))).collect()
+    }
+}
+
 impl Stage for TimePlans<'_> {
     const NAME: &'static str = "time-plans";
     // Times under `exclusively` itself.
@@ -234,6 +241,9 @@ impl Stage for TimePlans<'_> {
         Ok(self
             .key_builder()
             .input("artifacts", &self.artifacts)
+            // The artifacts run on the runtimes of their targets' backends, whose code units are in the
+            // backends' versions (the shared part of the runtime is in this stage's version).
+            .input("backends", &self.backend_versions()?)
             .input("input_seed", &INPUT_SEED)
             .env("schedule", &(BLOCK.warmup, BLOCK.min_runs, BLOCK.max_runs, BLOCK.budget_us))
             .env("devices", &self.devices)

@@ -113,12 +113,15 @@ impl Layout {
 const MIN_TASK_OUTPUTS: usize = 4096;
 
 /// `out` holds `batch * channels * multiplier` planes; `base` is the epilogue's flat index of `out[0]`.
-pub fn depthwise(x: &[f32], w: &[f32], out: &mut [f32], g: &Geometry, ops: &[Op], base: u64) {
-    banded(x, w, out, g, ops, base, BAND_ELEMS)
+/// Its planes run on the pool's threads if `parallel`, else all on the calling thread (one image of a batch
+/// whose images run side by side).
+pub fn depthwise(x: &[f32], w: &[f32], out: &mut [f32], g: &Geometry, ops: &[Op], base: u64, parallel: bool) {
+    banded(x, w, out, g, ops, base, BAND_ELEMS, parallel)
 }
 
 /// [`depthwise`] in bands of at most `band_elems` elements (tests force many small bands).
-fn banded(x: &[f32], w: &[f32], out: &mut [f32], g: &Geometry, ops: &[Op], base: u64, band_elems: usize) {
+#[allow(clippy::too_many_arguments)]
+fn banded(x: &[f32], w: &[f32], out: &mut [f32], g: &Geometry, ops: &[Op], base: u64, band_elems: usize, parallel: bool) {
     let [ih, iw] = g.input;
     let [oh, ow] = g.output;
     let (isz, taps, ps) = (ih * iw, g.kernel[0] * g.kernel[1], oh * ow);
@@ -128,24 +131,28 @@ fn banded(x: &[f32], w: &[f32], out: &mut [f32], g: &Geometry, ops: &[Op], base:
     let planes_per_sample = g.channels * g.multiplier;
     let l = Layout::new(g, band_elems);
     let phases_len = l.plane * g.strides[0] * g.strides[1];
-    out.par_chunks_mut(ps).enumerate().with_min_len(MIN_TASK_OUTPUTS.div_ceil(ps)).for_each_init(
-        || (vec![0f32; phases_len], vec![0f32; l.band * l.pw]),
-        |(phases, wide), (p, plane)| {
-            let (b, co) = (p / planes_per_sample, p % planes_per_sample);
-            let ci = co / g.multiplier;
-            let xp = &x[(b * g.channels + ci) * isz..][..isz];
-            for (i, rows) in plane.chunks_mut(l.band * ow).enumerate() {
-                let r0 = i * l.band;
-                l.split(xp, g, r0, phases);
-                let wide = &mut wide[..rows.len() / ow * l.pw];
-                accumulate(&w[co * taps..][..taps], &l.taps, phases, wide);
-                for (orow, wrow) in rows.chunks_exact_mut(ow).zip(wide.chunks_exact(l.pw)) {
-                    orow.copy_from_slice(&wrow[..ow]);
-                }
-                epilogue::apply(ops, rows, base + (p * ps + r0 * ow) as u64);
+    let init = || (vec![0f32; phases_len], vec![0f32; l.band * l.pw]);
+    let plane_fn = |(phases, wide): &mut (Vec<f32>, Vec<f32>), (p, plane): (usize, &mut [f32])| {
+        let (b, co) = (p / planes_per_sample, p % planes_per_sample);
+        let ci = co / g.multiplier;
+        let xp = &x[(b * g.channels + ci) * isz..][..isz];
+        for (i, rows) in plane.chunks_mut(l.band * ow).enumerate() {
+            let r0 = i * l.band;
+            l.split(xp, g, r0, phases);
+            let wide = &mut wide[..rows.len() / ow * l.pw];
+            accumulate(&w[co * taps..][..taps], &l.taps, phases, wide);
+            for (orow, wrow) in rows.chunks_exact_mut(ow).zip(wide.chunks_exact(l.pw)) {
+                orow.copy_from_slice(&wrow[..ow]);
             }
-        },
-    );
+            epilogue::apply_on(ops, rows, base + (p * ps + r0 * ow) as u64, false);
+        }
+    };
+    if parallel {
+        out.par_chunks_mut(ps).enumerate().with_min_len(MIN_TASK_OUTPUTS.div_ceil(ps)).for_each_init(init, plane_fn);
+    } else {
+        let mut bufs = init();
+        out.chunks_mut(ps).enumerate().for_each(|item| plane_fn(&mut bufs, item));
+    }
 }
 
 /// Flat-index chunk of the wide output accumulated by all taps before the next: 16 KiB (a band's wide rows
@@ -227,7 +234,7 @@ mod tests {
                 }
             }
         }
-        epilogue::apply(ops, &mut out, base);
+        epilogue::apply_on(ops, &mut out, base, false);
         out
     }
 
@@ -251,8 +258,10 @@ mod tests {
         let x: Vec<f32> = (0..2 * 3 * 42).map(|i| (i % 11) as f32 - 5.0).collect();
         let w: Vec<f32> = (0..6 * 6).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
         let mut out = vec![f32::NAN; 2 * 6 * 12];
-        depthwise(&x, &w, &mut out, &g, &[Op::Relu], 0);
-        assert_eq!(out, direct(&x, &w, &g, 2, &[Op::Relu], 0));
+        for parallel in [true, false] {
+            depthwise(&x, &w, &mut out, &g, &[Op::Relu], 0, parallel);
+            assert_eq!(out, direct(&x, &w, &g, 2, &[Op::Relu], 0), "parallel {parallel}");
+        }
     }
 
     proptest! {
@@ -267,7 +276,7 @@ mod tests {
             input in prop::collection::vec(1usize..32, 2), kernel in prop::collection::vec(1usize..6, 2),
             strides in prop::collection::vec(1usize..4, 2), dilations in prop::collection::vec(1usize..3, 2),
             pads in prop::collection::vec(0usize..5, 4), three_by_three in any::<bool>(),
-            band_elems in prop_oneof![Just(BAND_ELEMS), 1usize..400],
+            band_elems in prop_oneof![Just(BAND_ELEMS), 1usize..400], parallel in any::<bool>(),
         ) {
             // Half the cases are 3x3, which takes the one-pass loop on planes of 256 wide elements and more.
             let kernel = if three_by_three { vec![3, 3] } else { kernel };
@@ -293,7 +302,7 @@ mod tests {
             let ops = [Op::Add { src: &bias, inner: (g.output[0] * g.output[1]) as u64 }, Op::Clip { min: -0.5, max: 0.75 }];
             let want = direct(&x, &w, &g, batch, &ops, 0);
             let mut got = vec![f32::NAN; want.len()];
-            banded(&x, &w, &mut got, &g, &ops, 0, band_elems);
+            banded(&x, &w, &mut got, &g, &ops, 0, band_elems, parallel);
             for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                 prop_assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "element {}: got {}, want {}", i, a, b);
             }

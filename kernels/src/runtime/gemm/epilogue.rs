@@ -30,12 +30,13 @@ const TILE: usize = 4096;
 /// Outputs at least this large are processed by several threads.
 const PARALLEL_MIN: usize = 1 << 16;
 
-/// Applies `ops` in order to `out`, whose first element has flat index `base` in the fused tensor.
-pub fn apply(ops: &[Op], out: &mut [f32], base: u64) {
+/// Applies `ops` in order to `out`, whose first element has flat index `base` in the fused tensor; large
+/// outputs on the pool's threads if `parallel`, else on the calling thread.
+pub fn apply_on(ops: &[Op], out: &mut [f32], base: u64, parallel: bool) {
     if ops.is_empty() {
         return;
     }
-    if out.len() >= PARALLEL_MIN {
+    if parallel && out.len() >= PARALLEL_MIN {
         out.par_chunks_mut(TILE).enumerate().for_each(|(t, tile)| apply_tile(ops, tile, base + (t * TILE) as u64));
     } else {
         for (t, tile) in out.chunks_mut(TILE).enumerate() {
@@ -114,8 +115,8 @@ mod tests {
             let mut out = vec![0.5f32; len];
             let split = split.min(len);
             let (a, b) = out.split_at_mut(split);
-            apply(&[Op::Add { src: &src, inner }], a, base);
-            apply(&[Op::Add { src: &src, inner }], b, base + split as u64);
+            apply_on(&[Op::Add { src: &src, inner }], a, base, true);
+            apply_on(&[Op::Add { src: &src, inner }], b, base + split as u64, true);
             for (i, v) in out.iter().enumerate() {
                 let want = 0.5 + src[(((base + i as u64) / inner) % count as u64) as usize];
                 prop_assert_eq!(*v, want, "element {}", i);
@@ -129,20 +130,23 @@ mod tests {
         let input: Vec<f32> = (0..(PARALLEL_MIN + 123)).map(|i| (i % 97) as f32 / 13.0 - 3.0).collect();
         let ops = [Op::Add { src: &src, inner: 3 }, Op::GeluErf, Op::Clip { min: -0.1, max: 2.5 }];
         let mut par = input.clone();
-        apply(&ops, &mut par, 5);
+        apply_on(&ops, &mut par, 5, true);
         let mut seq = input.clone();
         for (t, tile) in seq.chunks_mut(1000).enumerate() {
-            apply(&ops, tile, 5 + t as u64 * 1000);
+            apply_on(&ops, tile, 5 + t as u64 * 1000, true);
         }
         assert_eq!(par, seq);
+        let mut one_thread = input.clone();
+        apply_on(&ops, &mut one_thread, 5, false);
+        assert_eq!(par, one_thread);
     }
 
     #[test]
     fn nan_passes_through_relu_clip_and_hardswish() {
         let mut v = [f32::NAN, -1.0, 7.0];
-        apply(&[Op::Relu], &mut v, 0);
+        apply_on(&[Op::Relu], &mut v, 0, true);
         assert!(v[0].is_nan() && v[1] == 0.0 && v[2] == 7.0);
-        apply(&[Op::Clip { min: 0.0, max: 6.0 }, Op::HardSwish], &mut v, 0);
+        apply_on(&[Op::Clip { min: 0.0, max: 6.0 }, Op::HardSwish], &mut v, 0, true);
         assert!(v[0].is_nan() && v[1] == 0.0 && v[2] == 6.0);
     }
 }

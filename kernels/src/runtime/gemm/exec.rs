@@ -9,6 +9,7 @@ use super::depthwise::{self, Geometry};
 use super::epilogue::{self, Op};
 use super::im2col::{self, Window};
 use super::profile;
+use super::schedule::{Part, Unit, FUSE_MIN_COLS};
 use crate::runtime::gemm::plan::{Buf, Depthwise2d, EpOp, Epilogue, GeluKind, Im2col, Mat, PlanFunction, Sgemm, Step, View};
 
 /// The buffers of one call: argument and scratch base pointers, and the plan's constants.
@@ -18,6 +19,10 @@ pub struct Mem<'a> {
     pub scratch: *mut f32,
     pub consts: &'a [Vec<f32>],
 }
+
+// SAFETY: `Mem` is only base pointers. It is shared by the image lanes of one unit, whose writes the schedule
+// proved disjoint from every other lane's reads and writes.
+unsafe impl Sync for Mem<'_> {}
 
 fn us(x: u64) -> usize {
     // Validation bounded every size by a buffer length, which fits in usize.
@@ -69,68 +74,47 @@ impl Mem<'_> {
     }
 }
 
-/// What runs as one: a step, or a 2-D im2col fused with the GEMM that reads its column matrix.
-pub(super) enum Unit<'a> {
-    Step(&'a Step),
-    /// Run in blocks of output rows: each task lays out its block's columns in a cache-sized buffer of its
-    /// thread and multiplies them at once, so the whole column matrix (9x a 3x3 convolution's input) is never
-    /// written to memory and read back.
-    Conv(&'a Im2col, &'a Sgemm),
-}
-
-/// An im2col fuses with the next step if that is an unbatched GEMM whose B operand is exactly the dense
-/// column matrix it writes: the lowering allocates that matrix for this one GEMM and frees it after, so no
-/// other step reads it (the plan format says the matrix is unspecified after a fused pair). The GEMM's
-/// output must not overlap the im2col's input, which the fused pair reads while writing it (validation
-/// allows that overlap between two separate steps; the lowering never makes it).
-fn fuses(c: &Im2col, g: &Sgemm) -> bool {
-    let (taps, ps): (u64, u64) = (c.kernel.iter().product(), c.output.iter().product());
-    let x_len = c.channels * c.input.iter().product::<u64>();
-    let overlaps = c.x.buf == g.c.buf && c.x.offset < g.c.offset + g.m * g.n && g.c.offset < c.x.offset + x_len;
-    !overlaps
-        && c.input.len() == 2
-        && g.batch.is_empty()
-        && g.b.at == c.dst
-        && g.b.batch_strides.is_empty()
-        && (g.b.rs, g.b.cs) == (ps, 1)
-        && (g.k, g.n) == (c.channels * taps, ps)
-        && g.k * g.n > FUSE_MIN_COLS
-}
-
-fn units(steps: &[Step]) -> Vec<Unit<'_>> {
-    let mut units = Vec::with_capacity(steps.len());
-    let mut i = 0;
-    while i < steps.len() {
-        match (&steps[i], steps.get(i + 1)) {
-            (Step::Im2col(c), Some(Step::Sgemm(g))) if fuses(c, g) => {
-                units.push(Unit::Conv(c, g));
-                i += 2;
-            }
-            (s, _) => {
-                units.push(Unit::Step(s));
-                i += 1;
-            }
-        }
-    }
-    units
-}
-
-/// Runs every step of `f` in order.
+/// Runs every step of `f` in order, as `units` group them (from [`schedule::schedule`] for `f`'s steps).
 ///
 /// # Safety
 /// `f` was validated against the signature the buffers of `mem` follow, and those buffers are live.
-pub unsafe fn run(f: &PlanFunction, mem: &Mem) {
-    let one = |u: &Unit| match *u {
-        Unit::Step(Step::Sgemm(s)) => sgemm(s, mem),
-        Unit::Step(Step::Im2col(s)) => im2col(s, mem),
-        Unit::Step(Step::Depthwise2d(s)) => depthwise(s, mem),
-        Unit::Conv(c, g) => conv(c, g, mem),
+pub unsafe fn run(f: &PlanFunction, units: &[Unit], mem: &Mem) {
+    let steps = &f.steps;
+    let one = |u: &Unit| match u {
+        Unit::Step(i) => match &steps[*i] {
+            Step::Sgemm(s) => sgemm(s, mem, 0..batches(s), threads()),
+            Step::Im2col(s) => im2col(s, mem),
+            Step::Depthwise2d(s) => depthwise(s, mem, 0..s.batch, true),
+        },
+        Unit::Conv(i) => conv(steps, *i, mem, threads()),
+        Unit::Images { lanes, .. } => {
+            use rayon::prelude::*;
+            lanes.par_iter().for_each(|lane| lane.iter().for_each(|&p| part(steps, p, mem)));
+        }
     };
-    let units = units(&f.steps);
     if profile::enabled() {
-        profile::timed(&f.symbol, &units, one);
+        profile::timed(&f.symbol, steps, units, one);
     } else {
         units.iter().for_each(one);
+    }
+}
+
+/// One image's share of a layer, on the calling thread.
+///
+/// # Safety
+/// As [`run`]; `p` comes from the schedule of these steps, so no other image's part touches what it writes.
+unsafe fn part(steps: &[Step], p: Part, mem: &Mem) {
+    match p {
+        Part::Conv(i) => conv(steps, i, mem, 1),
+        Part::Gemm { step, image } => {
+            let Step::Sgemm(s) = &steps[step] else { unreachable!("the schedule splits GEMMs by batch") };
+            let inner: u64 = s.batch[1..].iter().product();
+            sgemm(s, mem, image * inner..(image + 1) * inner, 1)
+        }
+        Part::Depthwise { step, image } => {
+            let Step::Depthwise2d(s) = &steps[step] else { unreachable!("the schedule splits depthwise steps by batch") };
+            depthwise(s, mem, image..image + 1, false)
+        }
     }
 }
 
@@ -221,17 +205,26 @@ unsafe fn gemm_on(m: usize, n: usize, k: usize, o: Operands, threads: usize) {
     });
 }
 
-unsafe fn sgemm(s: &Sgemm, mem: &Mem) {
+fn batches(s: &Sgemm) -> u64 {
+    s.batch.iter().product()
+}
+
+/// Batches `range` (flat, row-major) of the GEMM `s`, one after another, each on `threads` threads.
+unsafe fn sgemm(s: &Sgemm, mem: &Mem, range: std::ops::Range<u64>, threads: usize) {
     let (m, n, k) = (us(s.m), us(s.n), us(s.k));
-    let batches: u64 = s.batch.iter().product();
-    if m == 0 || n == 0 || batches == 0 {
+    if m == 0 || n == 0 || range.is_empty() {
         return;
     }
     let ops = mem.ops(&s.epilogue);
-    let threads = threads();
+    // The first batch's index, row-major.
     let mut idx = vec![0u64; s.batch.len()];
-    for bi in 0..us(batches) {
-        let c = mem.write(View { buf: s.c.buf, offset: s.c.offset + (bi * m * n) as u64 }, m * n);
+    let mut rest = range.start;
+    for d in (0..idx.len()).rev() {
+        idx[d] = rest % s.batch[d];
+        rest /= s.batch[d];
+    }
+    for bi in range {
+        let c = mem.write(View { buf: s.c.buf, offset: s.c.offset + bi * s.m * s.n }, m * n);
         if k == 0 {
             c.fill(0.0);
         } else {
@@ -247,7 +240,7 @@ unsafe fn sgemm(s: &Sgemm, mem: &Mem) {
             // A and B.
             gemm_on(m, n, k, o, threads);
         }
-        epilogue::apply(&ops, c, s.epilogue.base + (bi * m * n) as u64);
+        epilogue::apply_on(&ops, c, s.epilogue.base + bi * s.m * s.n, threads > 1);
         // Next batch index, row-major.
         for d in (0..idx.len()).rev() {
             idx[d] += 1;
@@ -278,21 +271,18 @@ const COLS_BLOCK_ELEMS: usize = 256 * 1024;
 /// Columns (output positions) of a block at least: narrower GEMMs lose more to the micro-kernels' edges
 /// than the block saves (ResNet-50's 7x7 layers in blocks of 14 columns took 1.7x the unfused time).
 const COLS_BLOCK_MIN_N: usize = 256;
-/// Column matrices up to this many elements are laid out whole (4 MiB): they stay in the caches anyway,
-/// and one GEMM over all columns runs at the crate's best rate. Measured on the 2-core EPYC, one thread:
-/// ResNet-50's stem (147 x 12544) in blocks took 0.65-0.8x, its 64-channel 3x3 layers (576 x 3136)
-/// 0.78-1.0x, the 14x14 and 7x7 layers 1.0-1.7x the unfused time.
-const FUSE_MIN_COLS: u64 = 1024 * 1024;
 
 thread_local! {
     /// Each pool thread's column block, grown to the largest one it has built and then reused.
     static COLS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// An im2col and its GEMM ([`Unit::Conv`]) in blocks of whole output rows, a block per task: its columns
-/// into the thread's buffer, then one single-threaded GEMM writing the block's columns of C. Then the
-/// epilogue over all of C.
-unsafe fn conv(c: &Im2col, g: &Sgemm, mem: &Mem) {
+/// The im2col at step `i` fused with its GEMM at `i + 1` ([`Unit::Conv`], [`Part::Conv`]) on `threads`
+/// threads, in blocks of whole output rows, a block per task: its columns into the thread's buffer, then one
+/// single-threaded GEMM writing the block's columns of C. Then the epilogue over all of C. A column matrix
+/// small enough to stay in the caches is one block.
+unsafe fn conv(steps: &[Step], i: usize, mem: &Mem, threads: usize) {
+    let (Step::Im2col(c), Step::Sgemm(g)) = (&steps[i], &steps[i + 1]) else { unreachable!("the schedule fuses an im2col with a GEMM") };
     let (input, kernel, output) = (usv(&c.input), usv(&c.kernel), usv(&c.output));
     let (strides, pads, dil) = (usv(&c.strides), usv(&c.pads_begin), usv(&c.dilations));
     let (m, n, k, channels) = (us(g.m), us(g.n), us(g.k), us(c.channels));
@@ -302,8 +292,11 @@ unsafe fn conv(c: &Im2col, g: &Sgemm, mem: &Mem) {
         let w = Window { input: &input, kernel: &kernel, output: &output, strides: &strides, pads_begin: &pads, dilations: &dil };
         let x = mem.read(c.x, channels * input[0] * input[1]);
         // Rows per block: the buffer's budget, but at least one block per thread while rows allow.
-        let threads = threads();
-        let rows = (COLS_BLOCK_ELEMS / (k * ow).max(1)).max(COLS_BLOCK_MIN_N.div_ceil(ow.max(1))).clamp(1, oh).min(oh.div_ceil(threads).max(1));
+        let rows = if g.k * g.n <= FUSE_MIN_COLS {
+            oh
+        } else {
+            (COLS_BLOCK_ELEMS / (k * ow).max(1)).max(COLS_BLOCK_MIN_N.div_ceil(ow.max(1))).clamp(1, oh).min(oh.div_ceil(threads).max(1))
+        };
         let o = Operands {
             c: out.as_mut_ptr(),
             ldc: n as isize,
@@ -316,16 +309,18 @@ unsafe fn conv(c: &Im2col, g: &Sgemm, mem: &Mem) {
         let block = |bi: usize| {
             let r = bi * rows..((bi + 1) * rows).min(oh);
             let nb = r.len() * ow;
-            COLS.with_borrow_mut(|cols| {
-                if cols.len() < k * nb {
-                    cols.resize(k * nb, 0.0);
-                }
-                im2col::im2col_rows(x, channels, &w, r.clone(), &mut cols[..k * nb]);
-                let p = Operands { b: cols.as_ptr(), b_strides: (1, nb as isize), ..o.from_column(r.start * ow) };
-                // SAFETY: block `bi` writes columns r.start * ow .. + nb of C (disjoint from other blocks), reads
-                // A and the thread's own column buffer.
-                unsafe { gemm_call(m, nb, k, p, gemm::Parallelism::None) };
-            });
+            // Taken out of the thread's slot while in use, so nothing that runs meanwhile on this thread can
+            // borrow it twice.
+            let mut cols = COLS.take();
+            if cols.len() < k * nb {
+                cols.resize(k * nb, 0.0);
+            }
+            im2col::im2col_rows(x, channels, &w, r.clone(), &mut cols[..k * nb]);
+            let p = Operands { b: cols.as_ptr(), b_strides: (1, nb as isize), ..o.from_column(r.start * ow) };
+            // SAFETY: block `bi` writes columns r.start * ow .. + nb of C (disjoint from other blocks), reads A
+            // and the thread's own column buffer.
+            unsafe { gemm_call(m, nb, k, p, gemm::Parallelism::None) };
+            COLS.set(cols);
         };
         if threads <= 1 || blocks == 1 {
             (0..blocks).for_each(block);
@@ -334,10 +329,11 @@ unsafe fn conv(c: &Im2col, g: &Sgemm, mem: &Mem) {
             (0..blocks).into_par_iter().for_each(block);
         }
     }
-    epilogue::apply(&mem.ops(&g.epilogue), out, g.epilogue.base);
+    epilogue::apply_on(&mem.ops(&g.epilogue), out, g.epilogue.base, threads > 1);
 }
 
-unsafe fn depthwise(s: &Depthwise2d, mem: &Mem) {
+/// Images `images` of the depthwise step `s`, over the pool's threads if `parallel`.
+unsafe fn depthwise(s: &Depthwise2d, mem: &Mem, images: std::ops::Range<u64>, parallel: bool) {
     let pair = |v: [u64; 2]| [us(v[0]), us(v[1])];
     let g = Geometry {
         channels: us(s.channels),
@@ -349,55 +345,19 @@ unsafe fn depthwise(s: &Depthwise2d, mem: &Mem) {
         pads_begin: pair(s.pads_begin),
         dilations: pair(s.dilations),
     };
-    let (b, planes_in, planes_out) = (us(s.batch), g.channels, g.channels * g.multiplier);
-    let x = mem.read(s.x, b * planes_in * g.input[0] * g.input[1]);
-    let w = mem.read(s.w, planes_out * g.kernel[0] * g.kernel[1]);
-    let out = mem.write(s.out, b * planes_out * g.output[0] * g.output[1]);
+    let (isz, osz, taps) = super::schedule::depthwise_sizes(s);
+    let (count, planes) = (images.end - images.start, s.channels * s.multiplier);
+    let x = mem.read(s.x.at(images.start * s.channels * isz), us(count * s.channels * isz));
+    let w = mem.read(s.w, us(planes * taps));
+    let first = images.start * planes * osz;
+    let out = mem.write(s.out.at(first), us(count * planes * osz));
     let ops = mem.ops(&s.epilogue);
-    depthwise::depthwise(x, w, out, &g, &ops, s.epilogue.base);
+    depthwise::depthwise(x, w, out, &g, &ops, s.epilogue.base + first, parallel);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Only an unbatched GEMM reading exactly the column matrix, large enough, and not writing over the
-    /// im2col's input fuses with it.
-    #[test]
-    fn fusion_needs_the_column_matrix_and_no_overlap_with_the_input() {
-        let v = |buf, offset| View { buf, offset };
-        let (ch, side, m) = (64u64, 56u64, 64u64);
-        let (k, n) = (ch * 9, side * side);
-        let c = Im2col {
-            x: v(Buf::Arg(0), 0),
-            channels: ch,
-            input: vec![side; 2],
-            kernel: vec![3; 2],
-            output: vec![side; 2],
-            strides: vec![1; 2],
-            pads_begin: vec![1; 2],
-            dilations: vec![1; 2],
-            dst: v(Buf::Scratch, 0),
-        };
-        let g = Sgemm {
-            batch: vec![],
-            m,
-            n,
-            k,
-            a: Mat { at: v(Buf::Arg(1), 0), rs: k, cs: 1, batch_strides: vec![] },
-            b: Mat { at: v(Buf::Scratch, 0), rs: n, cs: 1, batch_strides: vec![] },
-            c: v(Buf::Arg(2), 0),
-            epilogue: Epilogue::default(),
-        };
-        assert!(k * n > FUSE_MIN_COLS && fuses(&c, &g));
-        let x_in_scratch = Im2col { x: v(Buf::Scratch, k * n), ..c.clone() };
-        assert!(!fuses(&x_in_scratch, &Sgemm { c: v(Buf::Scratch, k * n + ch * n - 1), ..g.clone() }), "output over the input's end");
-        assert!(fuses(&x_in_scratch, &Sgemm { c: v(Buf::Scratch, k * n + ch * n), ..g.clone() }), "output right after the input");
-        assert!(!fuses(&c, &Sgemm { b: Mat { rs: n + 1, ..g.b.clone() }, ..g.clone() }), "not the dense column matrix");
-        assert!(!fuses(&c, &Sgemm { batch: vec![2], ..g.clone() }), "batched");
-        let small = Im2col { input: vec![14; 2], output: vec![14; 2], ..c.clone() };
-        assert!(!fuses(&small, &Sgemm { n: 196, b: Mat { rs: 196, ..g.b.clone() }, ..g.clone() }), "small enough to lay out whole");
-    }
 
     /// A GEMM cut into parts per thread (rows or columns, odd sizes, strided and transposed operands) gives
     /// the one-call result.

@@ -6,7 +6,7 @@
 //! steps' wall time with the step's shape, FLOPs and bytes, and [`take`] hands the calls back in call order.
 //! The clock is read only here, for reports: nothing timed is hashed or written into an artifact.
 
-use super::exec::Unit;
+use super::schedule::{Part, Unit};
 use super::plan::{EpOp, Epilogue, Step};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -49,29 +49,57 @@ pub fn take() -> Vec<CallTimes> {
     std::mem::take(&mut *CALLS.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// Runs `units` one by one through `run`, timing each, and records the call.
-pub(super) fn timed(symbol: &str, units: &[Unit], mut run: impl FnMut(&Unit)) {
+/// Runs `units` of `steps` one by one through `run`, timing each, and records the call.
+pub(super) fn timed(symbol: &str, steps: &[Step], units: &[Unit], mut run: impl FnMut(&Unit)) {
     let mut times = Vec::with_capacity(units.len());
     for u in units {
         let t = Instant::now();
         run(u);
         let ns = t.elapsed().as_nanos() as u64;
-        let (what, flops, bytes) = describe_unit(u);
+        let (what, flops, bytes) = describe_unit(steps, u);
         times.push(StepTime { what, flops, bytes, ns });
     }
     CALLS.lock().unwrap_or_else(|e| e.into_inner()).push(CallTimes { symbol: symbol.to_string(), steps: times });
 }
 
-/// A unit's label, FLOPs and compulsory bytes: a fused convolution is `conv <im2col> -> <sgemm>`, its bytes
-/// the GEMM's less the column matrix it never reads from memory, plus the input it does.
-fn describe_unit(u: &Unit) -> (String, u64, u64) {
-    match *u {
-        Unit::Step(s) => describe(s),
-        Unit::Conv(c, g) => {
-            let (im, _, _) = describe(&Step::Im2col(c.clone()));
-            let (gw, flops, gb) = describe(&Step::Sgemm(g.clone()));
-            let input: u64 = c.channels * c.input.iter().product::<u64>();
-            (format!("conv {} -> {gw}", im.trim_start_matches("im2col ")), flops, gb - 4 * g.k * g.n + 4 * input)
+/// A fused convolution (im2col at step `i`, GEMM at `i + 1`) is `conv <im2col> -> <sgemm>`, its bytes the
+/// GEMM's less the column matrix it never reads from memory, plus the input it does.
+fn describe_conv(steps: &[Step], i: usize) -> (String, u64, u64) {
+    let (Step::Im2col(c), Step::Sgemm(g)) = (&steps[i], &steps[i + 1]) else { unreachable!("the schedule fuses an im2col with a GEMM") };
+    let (im, _, _) = describe(&steps[i]);
+    let (gw, flops, gb) = describe(&steps[i + 1]);
+    let input: u64 = c.channels * c.input.iter().product::<u64>();
+    (format!("conv {} -> {gw}", im.trim_start_matches("im2col ")), flops, gb - 4 * g.k * g.n + 4 * input)
+}
+
+/// A unit's label, FLOPs and compulsory bytes. Image lanes are labelled by image 0's layers,
+/// `images x8: conv .. | depthwise ..`, with the FLOPs and bytes of all images.
+fn describe_unit(steps: &[Step], u: &Unit) -> (String, u64, u64) {
+    match u {
+        Unit::Step(i) => describe(&steps[*i]),
+        Unit::Conv(i) => describe_conv(steps, *i),
+        Unit::Images { lanes, .. } => {
+            let (mut flops, mut bytes) = (0, 0);
+            let mut whats = Vec::new();
+            for (b, lane) in lanes.iter().enumerate() {
+                for &p in lane {
+                    let (what, f, by) = match p {
+                        Part::Conv(i) => describe_conv(steps, i),
+                        // One image's share of a step split by image.
+                        Part::Gemm { step, .. } | Part::Depthwise { step, .. } => {
+                            let (what, f, by) = describe(&steps[step]);
+                            let n = lanes.len() as u64;
+                            (what, f / n, by / n)
+                        }
+                    };
+                    flops += f;
+                    bytes += by;
+                    if b == 0 {
+                        whats.push(what);
+                    }
+                }
+            }
+            (format!("images x{}: {}", lanes.len(), whats.join(" | ")), flops, bytes)
         }
     }
 }

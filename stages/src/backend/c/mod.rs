@@ -139,7 +139,7 @@ impl Backend for CBackend {
     }
 
     fn version(&self) -> crate::code::CodeVersion {
-        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_C])
+        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_C, crate::code::runtime_digests::RUNTIME_C])
     }
 
     fn available(&self) -> Result<(), String> {

@@ -66,7 +66,7 @@ impl Backend for CublasBackend {
     }
 
     fn version(&self) -> crate::code::CodeVersion {
-        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_CUBLAS, crate::code::runtime_digests::RUNTIME])
+        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_CUBLAS, crate::code::runtime_digests::RUNTIME_CUDA])
     }
 
     /// Compiling writes descriptions only; running needs a GPU with cuBLASLt (the runtime says so).

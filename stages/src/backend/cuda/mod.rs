@@ -152,7 +152,7 @@ impl Backend for CudaBackend {
     }
 
     fn version(&self) -> crate::code::CodeVersion {
-        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_CUDA])
+        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_CUDA, crate::code::runtime_digests::RUNTIME_CUDA])
     }
 
     /// Compiling needs NVRTC only; running needs a GPU (the runtime says so when there is none).

@@ -67,7 +67,7 @@ impl Backend for CudnnBackend {
     }
 
     fn version(&self) -> crate::code::CodeVersion {
-        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_CUDNN, crate::code::runtime_digests::RUNTIME])
+        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_CUDNN, crate::code::runtime_digests::RUNTIME_CUDA])
     }
 
     /// Compiling writes descriptions only; running needs a GPU with cuDNN (the runtime says so).

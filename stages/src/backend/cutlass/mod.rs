@@ -125,7 +125,7 @@ impl Backend for CutlassBackend {
     }
 
     fn version(&self) -> crate::code::CodeVersion {
-        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_CUTLASS])
+        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_CUTLASS, crate::code::runtime_digests::RUNTIME_CUDA])
     }
 
     /// Compiling needs nvcc and the CUTLASS headers; running needs a GPU (the runtime says so).

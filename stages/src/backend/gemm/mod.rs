@@ -68,7 +68,7 @@ impl Backend for GemmBackend {
     }
 
     fn version(&self) -> crate::code::CodeVersion {
-        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_GEMM, crate::code::runtime_digests::RUNTIME])
+        crate::code::CodeVersion::new(VERSION, &[crate::code::digests::BACKEND_GEMM, crate::code::runtime_digests::RUNTIME_GEMM])
     }
 
     fn available(&self) -> Result<(), String> {
