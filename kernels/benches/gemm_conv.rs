@@ -4,7 +4,8 @@
 //! three ops). Each case goes the real way (signature, extract, lower, compile, load) and is then timed
 //! call by call with preallocated buffers; the interpreter is timed on the same graph with `run_graph`.
 //!
-//! Run: `cargo bench -p tessera-kernels --bench gemm_conv` (optionally `-- ITERS`). Prints, per case, the
+//! Run: `cargo bench -p tessera-kernels --bench gemm_conv` (optionally `-- ITERS` and words a case's name must
+//! contain, e.g. `-- 200 depthwise`). Prints, per case, the
 //! median and minimum milliseconds of each side, the gemm side's GFLOP/s and the speed-up.
 
 use std::time::Instant;
@@ -86,6 +87,7 @@ fn time(iters: usize, mut f: impl FnMut()) -> (f64, f64) {
 
 fn main() {
     let iters: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20);
+    let words: Vec<String> = std::env::args().skip(1).filter(|a| a.parse::<usize>().is_err() && !a.starts_with("--")).collect();
     let target = Target::parse("cpu -compiler=gemm").unwrap();
     let cases = vec![
         conv_case("resnet50 conv2 3x3 64->64 @56x56", [1, 64, 56, 56], [64, 64, 3, 3], 1, 1),
@@ -94,6 +96,8 @@ fn main() {
         conv_case("mobilenetv2 depthwise 3x3 s2 96 @112", [1, 96, 112, 112], [96, 1, 3, 3], 96, 2),
         conv_case("mobilenetv2 depthwise 3x3 384 @14x14", [1, 384, 14, 14], [384, 1, 3, 3], 384, 1),
         conv_case("mobilenetv2 depthwise 3x3 960 @7x7", [1, 960, 7, 7], [960, 1, 3, 3], 960, 1),
+        conv_case("mobilenetv2 depthwise 3x3 s2 192 @28x28", [1, 192, 28, 28], [192, 1, 3, 3], 192, 2),
+        conv_case("mobilenetv2 depthwise 3x3 s2 576 @14x14", [1, 576, 14, 14], [576, 1, 3, 3], 576, 2),
         conv_case("mobilenetv2 stem 3x3 s2 3->32 @224", [1, 3, 224, 224], [32, 3, 3, 3], 1, 2),
         matmul_case("mobilenetv2 classifier 1x1280x1000", 1, 1280, 1000, false),
         matmul_case("bert-base ffn matmul 128x768x3072", 128, 768, 3072, false),
@@ -101,7 +105,7 @@ fn main() {
     ];
     println!("{iters} timed iterations after 2 warm-ups; milliseconds (median / min)");
     println!("{:<40} {:>17} {:>17} {:>9} {:>8}", "case", "interpreter", "gemm backend", "GFLOP/s", "speedup");
-    for c in cases {
+    for c in cases.into_iter().filter(|c| words.iter().all(|w| c.name.contains(w.as_str()))) {
         let g = &c.graph;
         let nodes: Vec<NodeId> = (0..g.nodes.len() as u32).map(NodeId).collect();
         let sig = subgraph_signature(g, &nodes, ConstMode::LiftLarge(INLINE_CONST_MAX));

@@ -140,7 +140,7 @@ mod tests {
     fn gpu_backends_use_only_the_shared_part_of_c() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let shared = ["plan", "nest", "cexpr", "scratch", "cost", "text"];
-        let gpu = tessera_source_digest::files(root, &["src/backend/cuda", "src/backend/cublas", "src/backend/cudnn", "src/backend/cutlass", "src/backend/gemm", "src/backend/library.rs"]).unwrap();
+        let gpu = tessera_source_digest::files(root, &["src/backend/cuda", "src/backend/cublas", "src/backend/cudnn", "src/backend/cutlass", "src/backend/gemm/support.rs", "src/backend/library.rs"]).unwrap();
         let c_shared: Vec<std::path::PathBuf> = shared.iter().map(|m| format!("src/backend/c/{m}.rs").into()).collect();
         let mut checked = 0;
         for f in gpu.iter().chain(&c_shared) {
@@ -166,5 +166,28 @@ mod tests {
             }
         }
         assert!(checked > 20, "found only {checked} references: the scan is broken");
+    }
+
+    /// The library backends' units hold only `backend/gemm/support.rs` of the `gemm` backend (units.rs):
+    /// every reference a GPU backend file makes to `backend::gemm` names its `support` module.
+    #[test]
+    fn gpu_backends_use_only_the_support_rule_of_gemm() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let gpu = tessera_source_digest::files(root, &["src/backend/cuda", "src/backend/cublas", "src/backend/cudnn", "src/backend/cutlass", "src/backend/library.rs"]).unwrap();
+        let mut checked = 0;
+        for f in &gpu {
+            let text = std::fs::read_to_string(root.join(f)).unwrap();
+            // In a file directly under src/backend (library.rs), `super::gemm` is the `gemm` backend; in a
+            // backend's folder it is that backend's own module (cuda's gemm.rs).
+            let top_level = f.parent() == Some(Path::new("src/backend"));
+            let supers = if top_level { text.match_indices("super::gemm::").collect() } else { vec![] };
+            for (at, m) in text.match_indices("backend::gemm::").chain(supers) {
+                let rest = &text[at + m.len()..];
+                let module: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                assert_eq!(module, "support", "{} names backend::gemm's '{module}', which the GPU backends' units do not hold", f.display());
+                checked += 1;
+            }
+        }
+        assert!(checked >= 4, "found only {checked} references: the scan is broken");
     }
 }

@@ -14,7 +14,10 @@
 // (`cost.rs`) and source text (`text.rs`: the scalar math `scalar.h`, indentation). Their units list those
 // files (`c_shared!`), so work on the C code generator alone does not re-key GPU kernels and measurements.
 // `code::tests::gpu_backends_use_only_the_shared_part_of_c` checks that no GPU backend file names another
-// module of `backend::c`.
+// module of `backend::c`. The library backends (`cublas`, `cudnn`, `cutlass`) take their fusion rule (an anchor
+// and the epilogues fused into it) from `src/backend/gemm/support.rs`, and only that file of the `gemm`
+// backend is in their units: the `gemm` lowering and its plan are CPU code
+// (`code::tests::gpu_backends_use_only_the_support_rule_of_gemm`).
 
 use tessera_source_digest::Unit;
 
@@ -46,7 +49,7 @@ pub const UNITS: &[Unit] = &[
     Unit { name: "BACKEND_C", paths: &["src/backend/c", "src/ir/view.rs"] },
     Unit { name: "BACKEND_GEMM", paths: &["src/backend/gemm"] },
     Unit { name: "BACKEND_CUDA", paths: c_shared!["src/backend/cuda"] },
-    Unit { name: "BACKEND_CUBLAS", paths: c_shared!["src/backend/cublas", "src/backend/library.rs", "src/backend/gemm"] },
-    Unit { name: "BACKEND_CUDNN", paths: c_shared!["src/backend/cudnn", "src/backend/library.rs", "src/backend/gemm"] },
-    Unit { name: "BACKEND_CUTLASS", paths: c_shared!["src/backend/cutlass", "src/backend/library.rs", "src/backend/gemm"] },
+    Unit { name: "BACKEND_CUBLAS", paths: c_shared!["src/backend/cublas", "src/backend/library.rs", "src/backend/gemm/support.rs"] },
+    Unit { name: "BACKEND_CUDNN", paths: c_shared!["src/backend/cudnn", "src/backend/library.rs", "src/backend/gemm/support.rs"] },
+    Unit { name: "BACKEND_CUTLASS", paths: c_shared!["src/backend/cutlass", "src/backend/library.rs", "src/backend/gemm/support.rs"] },
 ];

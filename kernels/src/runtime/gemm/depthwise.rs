@@ -131,7 +131,8 @@ fn banded(x: &[f32], w: &[f32], out: &mut [f32], g: &Geometry, ops: &[Op], base:
     let planes_per_sample = g.channels * g.multiplier;
     let l = Layout::new(g, band_elems);
     let phases_len = l.plane * g.strides[0] * g.strides[1];
-    let init = || (vec![0f32; phases_len], vec![0f32; l.band * l.pw]);
+    // BLOCK elements of slack after each: a band's wide rows are accumulated to the next whole block.
+    let init = || (vec![0f32; phases_len + BLOCK], vec![0f32; l.band * l.pw + BLOCK]);
     let plane_fn = |(phases, wide): &mut (Vec<f32>, Vec<f32>), (p, plane): (usize, &mut [f32])| {
         let (b, co) = (p / planes_per_sample, p % planes_per_sample);
         let ci = co / g.multiplier;
@@ -139,7 +140,7 @@ fn banded(x: &[f32], w: &[f32], out: &mut [f32], g: &Geometry, ops: &[Op], base:
         for (i, rows) in plane.chunks_mut(l.band * ow).enumerate() {
             let r0 = i * l.band;
             l.split(xp, g, r0, phases);
-            let wide = &mut wide[..rows.len() / ow * l.pw];
+            let wide = &mut wide[..(rows.len() / ow * l.pw).next_multiple_of(BLOCK)];
             accumulate(&w[co * taps..][..taps], &l.taps, phases, wide);
             for (orow, wrow) in rows.chunks_exact_mut(ow).zip(wide.chunks_exact(l.pw)) {
                 orow.copy_from_slice(&wrow[..ow]);
@@ -154,6 +155,11 @@ fn banded(x: &[f32], w: &[f32], out: &mut [f32], g: &Geometry, ops: &[Op], base:
         out.chunks_mut(ps).enumerate().for_each(|item| plane_fn(&mut bufs, item));
     }
 }
+
+/// A band's wide rows are accumulated in whole blocks of this many elements, past their end into slack
+/// that is dropped with the extra columns: the vector loops then have no remainder. Small planes are all
+/// remainder otherwise (7x7: 63 wide elements, under one iteration of the AVX-512 loop, four vectors).
+const BLOCK: usize = 64;
 
 /// Flat-index chunk of the wide output accumulated by all taps before the next: 16 KiB (a band's wide rows
 /// are at most this long unless a single output row is longer).
