@@ -427,29 +427,9 @@ mod tests {
     /// im2col's input fuses with it.
     #[test]
     fn fusion_needs_the_column_matrix_and_no_overlap_with_the_input() {
-                let (ch, side, m) = (64u64, 56u64, 64u64);
+        let (ch, side) = (64u64, 56u64);
         let (k, n) = (ch * 9, side * side);
-        let c = Im2col {
-            x: v(Buf::Arg(0), 0),
-            channels: ch,
-            input: vec![side; 2],
-            kernel: vec![3; 2],
-            output: vec![side; 2],
-            strides: vec![1; 2],
-            pads_begin: vec![1; 2],
-            dilations: vec![1; 2],
-            dst: v(Buf::Scratch, 0),
-        };
-        let g = Sgemm {
-            batch: vec![],
-            m,
-            n,
-            k,
-            a: Mat { at: v(Buf::Arg(1), 0), rs: k, cs: 1, batch_strides: vec![] },
-            b: Mat { at: v(Buf::Scratch, 0), rs: n, cs: 1, batch_strides: vec![] },
-            c: v(Buf::Arg(2), 0),
-            epilogue: Epilogue::default(),
-        };
+        let [Step::Im2col(c), Step::Sgemm(g)] = conv_pair(0, ch, side, v(Buf::Arg(0), 0), v(Buf::Arg(2), 0), v(Buf::Scratch, 0)) else { unreachable!() };
         assert!(k * n > FUSE_MIN_COLS && fuses(&c, &g));
         let x_in_scratch = Im2col { x: v(Buf::Scratch, k * n), ..c.clone() };
         assert!(!fuses(&x_in_scratch, &Sgemm { c: v(Buf::Scratch, k * n + ch * n - 1), ..g.clone() }), "output over the input's end");
