@@ -396,9 +396,9 @@ fn check_on(g: &Graph, threads: usize) -> Module {
 }
 
 /// A batch of 4 images through a 3x3 convolution, a depthwise one and a pointwise one with a residual, and a
-/// MatMul batched over 4 images: on 2 and 4 threads the images run side by side through those layers, each on one thread
-/// (runtime/gemm/schedule.rs); on 1 and 3 threads one layer after another. Every thread count gives the
-/// interpreter's result.
+/// MatMul batched over 4 images: on 2 and 4 threads the images run side by side through those layers, each on one
+/// thread, and on 8 each on two (runtime/gemm/schedule.rs); on 1 and 3 threads one layer after another. Every
+/// thread count gives the interpreter's result.
 #[test]
 fn images_side_by_side_match_the_reference_on_any_thread_count() {
     let mut g = Graph::new("images");
@@ -422,7 +422,7 @@ fn images_side_by_side_match_the_reference_on_any_thread_count() {
     let y = mm.add("mm", Op::MatMul, &[a, wm]).unwrap();
     let y = mm.add("gelu", Op::Gelu { approximate: GeluApprox::Tanh }, &[y]).unwrap();
     mm.outputs.push(y);
-    for threads in [1, 2, 3, 4] {
+    for threads in [1, 2, 3, 4, 8] {
         let m = check_on(&g, threads);
         assert_eq!(steps(&m), ["im2col", "gemm", "im2col", "gemm", "im2col", "gemm", "im2col", "gemm", "dw", "gemm"], "one convolution per image");
         check_on(&mm, threads);
@@ -430,8 +430,8 @@ fn images_side_by_side_match_the_reference_on_any_thread_count() {
 }
 
 /// Outputs over the epilogue's parallel threshold (64K elements) and column matrices over the fused-block
-/// threshold (1M elements), two images side by side on 2 threads: one image's blocks and epilogue run on
-/// its own thread, and give the interpreter's result.
+/// threshold (1M elements), two images side by side on 2 threads (one image's blocks and epilogue on its own
+/// thread) and on 4 (two threads per image), give the interpreter's result.
 #[test]
 fn large_outputs_with_epilogues_on_any_thread_count() {
     let mut g = Graph::new("large");
@@ -445,7 +445,7 @@ fn large_outputs_with_epilogues_on_any_thread_count() {
     let d = g.add("dw", Op::Conv(conv_attrs(&[1, 1], &[1, 1, 1, 1], &[1, 1], 8)), &[c, wd]).unwrap();
     let d = g.add("hs", Op::Unary(UnaryOp::HardSwish), &[d]).unwrap();
     g.outputs.push(d);
-    for threads in [1, 2, 3] {
+    for threads in [1, 2, 3, 4] {
         check_on(&g, threads);
     }
 }

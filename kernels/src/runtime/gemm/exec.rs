@@ -9,7 +9,7 @@ use super::depthwise::{self, Geometry};
 use super::epilogue::{self, Op};
 use super::im2col::{self, Window};
 use super::profile;
-use super::schedule::{Part, Unit, FUSE_MIN_COLS};
+use super::schedule::{self, Part, Unit, FUSE_MIN_COLS};
 use crate::runtime::gemm::plan::{Buf, Depthwise2d, EpOp, Epilogue, GeluKind, Im2col, Mat, PlanFunction, Sgemm, Step, View};
 
 /// The buffers of one call: argument and scratch base pointers, and the plan's constants.
@@ -89,7 +89,8 @@ pub unsafe fn run(f: &PlanFunction, units: &[Unit], mem: &Mem) {
         Unit::Conv(i) => conv(steps, *i, mem, threads()),
         Unit::Images { lanes, .. } => {
             use rayon::prelude::*;
-            lanes.par_iter().for_each(|lane| lane.iter().for_each(|&p| part(steps, p, mem)));
+            let each = schedule::lane_threads(lanes.len(), threads());
+            lanes.par_iter().for_each(|lane| lane.iter().for_each(|&p| part(steps, p, mem, each)));
         }
     };
     if profile::enabled() {
@@ -99,21 +100,21 @@ pub unsafe fn run(f: &PlanFunction, units: &[Unit], mem: &Mem) {
     }
 }
 
-/// One image's share of a layer, on the calling thread.
+/// One image's share of a layer, on `threads` threads (1: the calling thread).
 ///
 /// # Safety
 /// As [`run`]; `p` comes from the schedule of these steps, so no other image's part touches what it writes.
-unsafe fn part(steps: &[Step], p: Part, mem: &Mem) {
+unsafe fn part(steps: &[Step], p: Part, mem: &Mem, threads: usize) {
     match p {
-        Part::Conv(i) => conv(steps, i, mem, 1),
+        Part::Conv(i) => conv(steps, i, mem, threads),
         Part::Gemm { step, image } => {
             let Step::Sgemm(s) = &steps[step] else { unreachable!("the schedule splits GEMMs by batch") };
             let inner: u64 = s.batch[1..].iter().product();
-            sgemm(s, mem, image * inner..(image + 1) * inner, 1)
+            sgemm(s, mem, image * inner..(image + 1) * inner, threads)
         }
         Part::Depthwise { step, image } => {
             let Step::Depthwise2d(s) = &steps[step] else { unreachable!("the schedule splits depthwise steps by batch") };
-            depthwise(s, mem, image..image + 1, false)
+            depthwise(s, mem, image..image + 1, threads > 1)
         }
     }
 }
@@ -293,7 +294,8 @@ unsafe fn conv(steps: &[Step], i: usize, mem: &Mem, threads: usize) {
         let x = mem.read(c.x, channels * input[0] * input[1]);
         // Rows per block: the buffer's budget, but at least one block per thread while rows allow.
         let rows = if g.k * g.n <= FUSE_MIN_COLS {
-            oh
+            // Whole, or one block per thread (an image lane of several threads).
+            oh.div_ceil(threads.max(1))
         } else {
             (COLS_BLOCK_ELEMS / (k * ow).max(1)).max(COLS_BLOCK_MIN_N.div_ceil(ow.max(1))).clamp(1, oh).min(oh.div_ceil(threads).max(1))
         };

@@ -71,10 +71,17 @@ pub(super) fn fuses(c: &Im2col, g: &Sgemm) -> bool {
     pairs(c, g) && g.k * g.n > FUSE_MIN_COLS
 }
 
-/// `count` images keep `threads` threads equally busy: each thread takes the same number of whole images.
+/// `count` images keep `threads` threads equally busy: each thread takes the same number of whole images, or
+/// each image the same number of threads ([`lane_threads`]).
 fn shares_evenly(count: u64, threads: usize) -> bool {
     let t = threads as u64;
-    threads > 1 && count >= t && count % t == 0
+    threads > 1 && count > 1 && (count % t == 0 || t % count == 0)
+}
+
+/// The threads each of `lanes` image lanes runs on, when they share `threads` evenly: 1 where there are at
+/// least as many images as threads, else `threads / lanes` (8 images on 16 threads: 2 each).
+pub(super) fn lane_threads(lanes: usize, threads: usize) -> usize {
+    (threads / lanes.max(1)).max(1)
 }
 
 /// The units of `steps` on `threads` threads.
@@ -343,7 +350,7 @@ mod tests {
     }
 
     /// A per-image convolution, then a depthwise convolution and a pointwise GEMM over the batch: one chain
-    /// on 2 or 4 threads (4 images), none on 3 threads or 1.
+    /// on 2, 4 or 8 threads (4 images: one or two per thread, or two threads per image), none on 1, 3 or 6.
     #[test]
     fn layers_split_by_image_form_one_chain_when_threads_share_the_images() {
         let (images, ch, side) = (4u64, 8u64, 6u64);
@@ -362,14 +369,14 @@ mod tests {
             epilogue: Epilogue { base: 0, ops: vec![EpOp::Add { src: act, inner: 1, count: images * img }] },
         }));
         let n = steps.len();
-        for threads in [2, 4] {
+        for threads in [2, 4, 8] {
             let units = schedule(&steps, threads);
             let [Unit::Images { steps: r, lanes }] = units.as_slice() else { panic!("{units:?}") };
             assert_eq!(*r, 0..n);
             assert_eq!(lanes.len(), 4);
             assert_eq!(lanes[1], [Part::Conv(2), Part::Depthwise { step: 8, image: 1 }, Part::Gemm { step: 9, image: 1 }]);
         }
-        for threads in [1, 3] {
+        for threads in [1, 3, 6] {
             assert_eq!(schedule(&steps, threads), (0..n).map(Unit::Step).collect::<Vec<_>>(), "{threads} threads");
         }
     }
