@@ -331,6 +331,21 @@ mod tests {
         ]
     }
 
+    /// A 1x1 convolution of `ch` channels batched over `images` (NCHW, one weight for all images), from `x` to
+    /// `out`.
+    fn pointwise(images: u64, ch: u64, side: u64, x: View, out: View, ops: Vec<EpOp>) -> Step {
+        Step::Sgemm(Sgemm {
+            batch: vec![images],
+            m: ch,
+            n: side * side,
+            k: ch,
+            a: Mat { at: v(Buf::Arg(1), 0), rs: ch, cs: 1, batch_strides: vec![0] },
+            b: Mat { at: x, rs: side * side, cs: 1, batch_strides: vec![ch * side * side] },
+            c: out,
+            epilogue: Epilogue { base: 0, ops },
+        })
+    }
+
     fn depthwise(images: u64, ch: u64, side: u64, x: View, out: View, ops: Vec<EpOp>) -> Step {
         Step::Depthwise2d(Depthwise2d {
             x,
@@ -358,16 +373,7 @@ mod tests {
         let (x, act, act2, out, cols) = (v(Buf::Arg(0), 0), v(Buf::Scratch, 0), v(Buf::Scratch, images * img), v(Buf::Arg(3), 0), v(Buf::Scratch, 2 * images * img));
         let mut steps: Vec<Step> = (0..images).flat_map(|b| conv_pair(b, ch, side, x, act, cols)).collect();
         steps.push(depthwise(images, ch, side, act, act2, vec![EpOp::Clip { min: 0.0, max: 6.0 }]));
-        steps.push(Step::Sgemm(Sgemm {
-            batch: vec![images],
-            m: ch,
-            n: side * side,
-            k: ch,
-            a: Mat { at: v(Buf::Arg(1), 0), rs: ch, cs: 1, batch_strides: vec![0] },
-            b: Mat { at: act2, rs: side * side, cs: 1, batch_strides: vec![img] },
-            c: out,
-            epilogue: Epilogue { base: 0, ops: vec![EpOp::Add { src: act, inner: 1, count: images * img }] },
-        }));
+        steps.push(pointwise(images, ch, side, act2, out, vec![EpOp::Add { src: act, inner: 1, count: images * img }]));
         let n = steps.len();
         for threads in [2, 4, 8] {
             let units = schedule(&steps, threads);
@@ -389,18 +395,7 @@ mod tests {
         let img = ch * side * side;
         let (x, act, act2, cols) = (v(Buf::Scratch, 0), v(Buf::Scratch, 2 * img), v(Buf::Scratch, 4 * img), v(Buf::Scratch, 6 * img));
         let mut steps: Vec<Step> = (0..images).flat_map(|b| conv_pair(b, ch, side, x, act, cols)).collect();
-        let gemm = |ops| {
-            Step::Sgemm(Sgemm {
-                batch: vec![images],
-                m: ch,
-                n: side * side,
-                k: ch,
-                a: Mat { at: v(Buf::Arg(1), 0), rs: ch, cs: 1, batch_strides: vec![0] },
-                b: Mat { at: act, rs: side * side, cs: 1, batch_strides: vec![img] },
-                c: act2,
-                epilogue: Epilogue { base: 0, ops },
-            })
-        };
+        let gemm = |ops| pointwise(images, ch, side, act, act2, ops);
         // Residual over the image's own range: chains.
         steps.push(gemm(vec![EpOp::Add { src: v(Buf::Arg(0), 0), inner: 1, count: images * img }]));
         assert!(matches!(schedule(&steps, 2).as_slice(), [Unit::Images { steps, .. }] if *steps == (0..5)));
