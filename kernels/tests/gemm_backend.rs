@@ -450,6 +450,56 @@ fn large_outputs_with_epilogues_on_any_thread_count() {
     }
 }
 
+/// Appends a MobileNetV2 block to `g` after `x` (`c` channels): pointwise expansion to `e` channels with bias
+/// and ReLU6, depthwise 3x3 with stride `stride`, bias and ReLU6, pointwise projection to `out` channels with
+/// bias, and the residual `x` when shapes allow.
+fn inverted_residual(g: &mut Graph, x: ValueId, c: usize, e: usize, out: usize, stride: usize, tag: &str) -> ValueId {
+    let pw = |g: &mut Graph, x: ValueId, cin: usize, cout: usize, name: &str| {
+        let w = weight(g, &format!("{name}_w"), &[cout, cin, 1, 1]);
+        let b = weight(g, &format!("{name}_b"), &[cout, 1, 1]);
+        let y = g.add(name, Op::Conv(conv_attrs(&[1, 1], &[0, 0, 0, 0], &[1, 1], 1)), &[x, w]).unwrap();
+        g.add(&format!("{name}_bias"), Op::Binary(BinaryOp::Add), &[y, b]).unwrap()
+    };
+    let y = pw(g, x, c, e, &format!("{tag}_expand"));
+    let y = g.add(&format!("{tag}_clip1"), Op::Clip { min: 0.0, max: 6.0 }, &[y]).unwrap();
+    let wd = weight(g, &format!("{tag}_dw_w"), &[e, 1, 3, 3]);
+    let bd = weight(g, &format!("{tag}_dw_b"), &[e, 1, 1]);
+    let y = g.add(&format!("{tag}_dw"), Op::Conv(conv_attrs(&[stride, stride], &[1, 1, 1, 1], &[1, 1], e)), &[y, wd]).unwrap();
+    let y = g.add(&format!("{tag}_dw_bias"), Op::Binary(BinaryOp::Add), &[y, bd]).unwrap();
+    let y = g.add(&format!("{tag}_clip2"), Op::Clip { min: 0.0, max: 6.0 }, &[y]).unwrap();
+    let y = pw(g, y, e, out, &format!("{tag}_project"));
+    if stride == 1 && c == out {
+        g.add(&format!("{tag}_residual"), Op::Binary(BinaryOp::Add), &[y, x]).unwrap()
+    } else {
+        y
+    }
+}
+
+/// MobileNetV2 blocks in a row keep their intermediates channels-last (runtime/gemm/depthwise_nhwc.rs,
+/// backend/gemm/layout.rs): expansions write NHWC, depthwise steps read and write it, a block's output stays
+/// NHWC for the next block and for its residual, and only the last projection writes the kernel's NCHW
+/// output. Batches of 1 and 3, strides 1 and 2, channel counts that are and are not multiples of 16, on 1 to
+/// 4 threads, give the interpreter's result.
+#[test]
+fn channels_last_blocks_match_the_reference() {
+    for (batch, c, e, side) in [(1, 16, 48, 9), (3, 12, 40, 8), (2, 8, 20, 7)] {
+        let mut g = Graph::new("blocks");
+        let x = g.add_input("x", TensorType::f32([batch, c, side, side]));
+        let stem_w = weight(&mut g, "stem_w", &[c, c, 1, 1]);
+        let y = g.add("stem", Op::Conv(conv_attrs(&[1, 1], &[0, 0, 0, 0], &[1, 1], 1)), &[x, stem_w]).unwrap();
+        let y = inverted_residual(&mut g, y, c, e, c, 1, "b1");
+        let y = inverted_residual(&mut g, y, c, e, c, 1, "b2");
+        let y = inverted_residual(&mut g, y, c, e, 2 * c, 2, "b3");
+        g.outputs.push(y);
+        for threads in [1, 2, 3, 4] {
+            let m = check_on(&g, threads);
+            let plan = Plan::decode(&m.bytes).unwrap();
+            let dw: Vec<bool> = plan.functions[0].steps.iter().filter_map(|s| if let Step::Depthwise2d(d) = s { Some(d.channels_last) } else { None }).collect();
+            assert_eq!(dw, [true, true, true], "batch {batch}: every depthwise step channels-last");
+        }
+    }
+}
+
 // ---- Loading and calling errors ----
 
 fn small_module() -> Module {

@@ -8,6 +8,8 @@
 //! packing buffers.
 
 mod depthwise;
+mod depthwise_nhwc;
+mod gemv;
 mod epilogue;
 pub mod fmath;
 mod exec;

@@ -6,6 +6,8 @@
 //! ranges a step touches, so a step's mutable output never overlaps a shared input slice.
 
 use super::depthwise::{self, Geometry};
+use super::depthwise_nhwc;
+use super::gemv;
 use super::epilogue::{self, Op};
 use super::im2col::{self, Window};
 use super::profile;
@@ -135,7 +137,7 @@ fn threads() -> usize {
 /// time); cut here they take 0.50-0.63x the crate-threaded time, and the model's GEMMs 5.7 -> 4.7 ms. Cutting
 /// up to 1M outputs instead changed nothing measurable (5.13 vs 5.07 ms), so larger GEMMs keep the crate's
 /// threading, which shares one packing of each operand. A part repeats the packing of the operand it does not cut.
-const SPLIT_MAX_OUTPUTS: usize = 64 * 1024;
+const SPLIT_MAX_OUTPUTS: usize = 256 * 1024;
 
 /// A GEMM whose shorter output side is at most this is cut here whatever its size: a part then repeats
 /// only the packing of a thin operand (`short side x k`), while the crate's threads ran ResNet-50's 64-row
@@ -187,6 +189,9 @@ unsafe fn gemm_call(m: usize, n: usize, k: usize, o: Operands, par: gemm::Parall
 /// # Safety
 /// As [`gemm_call`].
 unsafe fn gemm_on(m: usize, n: usize, k: usize, o: Operands, threads: usize) {
+    if m == 1 && k > 0 && (o.b_strides.0 == 1 || o.b_strides.1 == 1) {
+        return gemv_on(n, k, o, threads);
+    }
     if threads <= 1 {
         return gemm_call(m, n, k, o, gemm::Parallelism::None);
     }
@@ -202,6 +207,28 @@ unsafe fn gemm_on(m: usize, n: usize, k: usize, o: Operands, threads: usize) {
             let (pm, pn, p) = if cut_rows { (len, n, o.from_row(start)) } else { (m, len, o.from_column(start)) };
             // SAFETY: part `p` is rows (or columns) start..start + len of the caller's C and A (or B).
             scope.spawn(move |_| unsafe { gemm_call(pm, pn, k, p, gemm::Parallelism::None) });
+        }
+    });
+}
+
+/// A one-row GEMM ([`gemv`]) on `threads` threads, each a block of C's columns (whole 16-element blocks).
+///
+/// # Safety
+/// As [`gemm_call`].
+unsafe fn gemv_on(n: usize, k: usize, o: Operands, threads: usize) {
+    let part = n.div_ceil(threads.max(1)).next_multiple_of(16).max(1);
+    let run = |p: Operands, len: usize| {
+        // SAFETY: `p` is C's columns from its start, `len` of them, with A and B as the caller gave them.
+        unsafe { gemv::gemv(std::slice::from_raw_parts_mut(p.c, len), k, p.a, p.a_strides.0, p.b, p.b_strides.1, p.b_strides.0) }
+    };
+    if part >= n {
+        return run(o, n);
+    }
+    rayon::scope(|scope| {
+        for start in (0..n).step_by(part) {
+            let len = part.min(n - start);
+            let p = o.from_column(start);
+            scope.spawn(move |_| run(p, len));
         }
     });
 }
@@ -354,7 +381,11 @@ unsafe fn depthwise(s: &Depthwise2d, mem: &Mem, images: std::ops::Range<u64>, pa
     let first = images.start * planes * osz;
     let out = mem.write(s.out.at(first), us(count * planes * osz));
     let ops = mem.ops(&s.epilogue);
-    depthwise::depthwise(x, w, out, &g, &ops, s.epilogue.base + first, parallel);
+    if s.channels_last {
+        depthwise_nhwc::depthwise_nhwc(x, w, out, &g, &ops, s.epilogue.base + first, parallel);
+    } else {
+        depthwise::depthwise(x, w, out, &g, &ops, s.epilogue.base + first, parallel);
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the encoded form; a loader accepts exactly this one.
-pub const PLAN_VERSION: u32 = 1;
+pub const PLAN_VERSION: u32 = 2;
 
 /// One module's plan: its functions in the order of the module's `functions`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -115,9 +115,11 @@ pub struct Im2col {
 
 /// A direct 2-D depthwise convolution (one input channel per group, `multiplier` output channels per input
 /// channel): `out[n, c*multiplier + j]` is input plane `x[n, c]` correlated with filter `w[c*multiplier + j, 0]`.
-/// Layouts are dense NCHW (x, out) and OIHW (w, with I = 1). Then the epilogue, over the whole output.
+/// Layouts are dense OIHW for `w` (I = 1) and, for `x` and `out`, dense NCHW or, if `channels_last`, dense
+/// NHWC (then `multiplier` is 1). Then the epilogue, over the whole output in its layout's order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Depthwise2d {
+    pub channels_last: bool,
     pub x: View,
     pub w: View,
     pub out: View,

@@ -147,8 +147,9 @@ pub fn describe(s: &Step) -> (String, u64, u64) {
             let planes = d.batch * d.channels * d.multiplier;
             let (isz, osz, taps) = (d.input[0] * d.input[1], d.output[0] * d.output[1], d.kernel[0] * d.kernel[1]);
             let what = format!(
-                "depthwise {}x{} s{} c={} {}x{}->{}x{}{ep}",
-                d.kernel[0], d.kernel[1], d.strides[0], planes, d.input[0], d.input[1], d.output[0], d.output[1]
+                "depthwise {}x{} s{} c={} {}x{}->{}x{}{}{ep}",
+                d.kernel[0], d.kernel[1], d.strides[0], planes, d.input[0], d.input[1], d.output[0], d.output[1],
+                if d.channels_last { " nhwc" } else { "" }
             );
             (what, 2 * planes * osz * taps, 4 * (d.batch * d.channels * isz + planes * (osz + taps)) + ep_bytes)
         }

@@ -348,6 +348,7 @@ mod tests {
 
     fn depthwise(images: u64, ch: u64, side: u64, x: View, out: View, ops: Vec<EpOp>) -> Step {
         Step::Depthwise2d(Depthwise2d {
+            channels_last: false,
             x,
             w: v(Buf::Arg(2), 0),
             out,

@@ -229,6 +229,9 @@ impl Ctx<'_> {
                 return self.err(format!("{what} {v} is too large"));
             }
         }
+        if s.channels_last && s.multiplier != 1 {
+            return self.err(format!("a channels-last depthwise step has multiplier 1, not {}", s.multiplier));
+        }
         let planes_in = self.mul(s.batch, s.channels)?;
         let planes_out = self.mul(planes_in, s.multiplier)?;
         let x = self.dense(s.x, self.mul(planes_in, self.product(&s.input)?)?)?;

@@ -12,21 +12,22 @@
 //! loop, which is several times faster than one tiny GEMM per channel.
 
 use super::arena::Arena;
+use super::layout::{self, ConvShape};
 use super::plan::{Buf, Depthwise2d, EpOp, Epilogue, GeluKind, Im2col, Mat, PlanFunction, Sgemm, Step, View};
 use super::support::{self, AnchorKind, Fusion, Unary};
 use crate::backend::FunctionInfo;
 use crate::ir::{self, broadcast_shapes, ConvAttrs, DType, GeluApprox, Graph, NodeId, Op, ValueDef, ValueId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// An anchor and the epilogues fused into it, in order.
-struct Chain {
-    anchor: NodeId,
+pub(super) struct Chain {
+    pub(super) anchor: NodeId,
     kind: AnchorKind,
-    eps: Vec<(NodeId, Fusion)>,
+    pub(super) eps: Vec<(NodeId, Fusion)>,
 }
 
 impl Chain {
-    fn last(&self) -> NodeId {
+    pub(super) fn last(&self) -> NodeId {
         self.eps.last().map_or(self.anchor, |e| e.0)
     }
 }
@@ -39,6 +40,8 @@ struct Lowerer<'g> {
     arena: Arena,
     /// Scratch regions of materialized intermediates: offset and length.
     scratch: BTreeMap<ValueId, (u64, u64)>,
+    /// Materialized values laid out channels-last (NHWC), from [`layout::channels_last`].
+    nhwc: BTreeSet<ValueId>,
     steps: Vec<Step>,
 }
 
@@ -92,16 +95,22 @@ impl<'g> Lowerer<'g> {
         }
     }
 
-    fn epilogue_ops(&mut self, chain: &Chain) -> Result<Vec<EpOp>, String> {
+    /// The chain's epilogue over its output, channels-last if `nhwc`: a per-channel operand then varies
+    /// fastest (`inner` 1); same-shaped operands are channels-last too (see [`layout`]) and scalars have no layout.
+    fn epilogue_ops(&mut self, chain: &Chain, nhwc: bool) -> Result<Vec<EpOp>, String> {
         let mut ops = Vec::new();
         let anchor = self.g.node(chain.anchor);
         if let (AnchorKind::Conv, Some(&bias)) = (chain.kind, anchor.inputs.get(2)) {
             let out = &self.g.ty(anchor.outputs[0]).shape;
-            ops.push(EpOp::Add { src: self.view(bias)?, inner: product(&out[2..]), count: u(out[1]) });
+            let inner = if nhwc { 1 } else { product(&out[2..]) };
+            ops.push(EpOp::Add { src: self.view(bias)?, inner, count: u(out[1]) });
         }
         for &(_, f) in &chain.eps {
             ops.push(match f {
-                Fusion::Add { other, inner, count, .. } => EpOp::Add { src: self.view(other)?, inner, count },
+                Fusion::Add { other, inner, count, .. } => {
+                    let inner = if nhwc && count > 1 { 1 } else { inner };
+                    EpOp::Add { src: self.view(other)?, inner, count }
+                }
                 Fusion::Unary { op, .. } => match op {
                     Unary::Relu => EpOp::Relu,
                     Unary::Clip { min, max } => EpOp::Clip { min, max },
@@ -153,8 +162,10 @@ impl<'g> Lowerer<'g> {
         Ok(())
     }
 
-    fn conv(&mut self, n: NodeId, a: &ConvAttrs, dest: View, ops: Vec<EpOp>) -> Result<(), String> {
+    /// `out_nhwc`: whether the chain's result (`dest`) is channels-last.
+    fn conv(&mut self, n: NodeId, a: &ConvAttrs, dest: View, out_nhwc: bool, ops: Vec<EpOp>) -> Result<(), String> {
         let node = self.g.node(n);
+        let in_nhwc = self.nhwc.contains(&node.inputs[0]);
         let (xv, wv) = (self.view(node.inputs[0])?, self.view(node.inputs[1])?);
         let (xs, ws) = (self.g.ty(node.inputs[0]).shape.clone(), self.g.ty(node.inputs[1]).shape.clone());
         let os = self.g.ty(node.outputs[0]).shape.clone();
@@ -172,7 +183,9 @@ impl<'g> Lowerer<'g> {
                     [u(fill), u(v[0])]
                 }
             };
+            debug_assert!(in_nhwc == out_nhwc, "a depthwise step reads and writes one layout");
             self.steps.push(Step::Depthwise2d(Depthwise2d {
+                channels_last: out_nhwc,
                 x: xv,
                 w: wv,
                 out: dest,
@@ -195,6 +208,24 @@ impl<'g> Lowerer<'g> {
             (kept.iter().map(|d| d.0).collect(), kept.iter().map(|d| d.1).collect(), kept.iter().map(|d| d.2).collect())
         };
         let pointwise = kk == 1 && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0);
+        if pointwise && (in_nhwc || out_nhwc) {
+            debug_assert_eq!(layout::conv_shape(self.g, n), ConvShape::Pointwise);
+            // One GEMM per image. Channels-last X is `[pixels, channels]` row-major; channels-first it is the
+            // transpose. A channels-last result is `X' W'` (pixels x out channels, W' = W transposed); a
+            // channels-first one `W X'`.
+            let (x_rs, x_cs) = if in_nhwc { (c, 1) } else { (1, isz) };
+            let (dims, x_bs, _) = batch_of(vec![(batch, c * isz, 0)]);
+            let w_bs = vec![0; dims.len()];
+            let x_mat = Mat { at: xv, rs: x_rs, cs: x_cs, batch_strides: x_bs };
+            let (m_, n_, a_mat, b_mat) = if out_nhwc {
+                (ps, m, x_mat, Mat { at: wv, rs: 1, cs: c, batch_strides: w_bs })
+            } else {
+                // B[ci, p] = X[p, ci]: the transpose of X'.
+                (m, ps, Mat { at: wv, rs: c, cs: 1, batch_strides: w_bs }, Mat { at: xv, rs: x_cs, cs: x_rs, batch_strides: x_mat.batch_strides })
+            };
+            self.steps.push(Step::Sgemm(Sgemm { batch: dims, m: m_, n: n_, k: c, a: a_mat, b: b_mat, c: dest, epilogue: Epilogue { base: 0, ops } }));
+            return Ok(());
+        }
         if pointwise {
             let (dims, w_bs, x_bs) = batch_of(vec![(batch, 0, c * isz), (groups, mg * cg, cg * isz)]);
             self.steps.push(Step::Sgemm(Sgemm {
@@ -276,7 +307,8 @@ pub fn lower_kernel(kernel: &Graph, symbol: &str) -> Result<(PlanFunction, Funct
         chain_of[i] = Some(c);
     }
 
-    let mut lw = Lowerer { g, loc: BTreeMap::new(), consts: Vec::new(), arena: Arena::default(), scratch: BTreeMap::new(), steps: Vec::new() };
+    let nhwc = layout::channels_last(g, &chains);
+    let mut lw = Lowerer { g, loc: BTreeMap::new(), consts: Vec::new(), arena: Arena::default(), scratch: BTreeMap::new(), nhwc, steps: Vec::new() };
     for (i, &v) in g.inputs.iter().enumerate() {
         lw.loc.insert(v, View { buf: Buf::Arg(i as u32), offset: 0 });
     }
@@ -318,11 +350,12 @@ pub fn lower_kernel(kernel: &Graph, symbol: &str) -> Result<(PlanFunction, Funct
                 v
             }
         };
-        let ops = lw.epilogue_ops(ch).map_err(|m| node_err(ch.last(), m))?;
+        let out_nhwc = lw.nhwc.contains(&end);
+        let ops = lw.epilogue_ops(ch, out_nhwc).map_err(|m| node_err(ch.last(), m))?;
         let anchor = ch.anchor;
         match &g.node(anchor).op {
             Op::MatMul => lw.matmul(anchor, dest, ops),
-            Op::Conv(a) => lw.conv(anchor, a, dest, ops),
+            Op::Conv(a) => lw.conv(anchor, a, dest, out_nhwc, ops),
             _ => unreachable!("anchors are MatMul or Conv"),
         }
         .map_err(|m| node_err(anchor, m))?;

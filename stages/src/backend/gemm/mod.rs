@@ -15,6 +15,7 @@
 
 pub mod arena;
 pub mod cost;
+mod layout;
 pub mod lower;
 pub mod support;
 // The plan format and its validation are the runtime's (it executes plans); lowering writes them.
