@@ -5,12 +5,14 @@ bins = sys.argv[5:]
 so = ort.SessionOptions(); so.intra_op_num_threads = 2; so.inter_op_num_threads = 1
 so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
 sess = ort.InferenceSession(f"/tmp/ortw/{model}-b{batch}.onnx", so, providers=["CPUExecutionProvider"])
-x = np.random.default_rng(7).uniform(-1, 1, size=(batch, 3, 224, 224)).astype(np.float32)
+rng = np.random.default_rng(7)
+# Every input from the model's own signature: images uniform in [-1, 1), token ids in [0, 100).
+feeds = {i.name: (rng.integers(0, 100, size=i.shape) if "int" in i.type else rng.uniform(-1, 1, size=i.shape).astype(np.float32)) for i in sess.get_inputs()}
 def ort_ms():
-    for _ in range(5): sess.run(None, {"input": x})
+    for _ in range(5): sess.run(None, feeds)
     ts = []
     for _ in range(n):
-        t = time.perf_counter(); sess.run(None, {"input": x}); ts.append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter(); sess.run(None, feeds); ts.append((time.perf_counter() - t) * 1e3)
     return (statistics.median(ts), min(ts))
 def tsr_ms(b, art):
     out = subprocess.run([b, "bench", "--iters", str(n), "--warmup", "5", "--threads", "2", "--json", art], capture_output=True, text=True, check=True).stdout

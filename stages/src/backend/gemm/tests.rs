@@ -173,3 +173,37 @@ fn supports_follows_the_target() {
     assert!(!GemmBackend.supports(&g2, NodeId(0), &Target::parse("cpu").unwrap()));
     assert!(GemmBackend.available().is_ok());
 }
+
+/// Around a depthwise conv the intermediates are channels-last (backend/gemm/layout.rs): the first pointwise
+/// GEMM reads the channels-first input and writes pixels x channels with its bias per column, the depthwise
+/// step runs channels-last, and the last GEMM reads channels-last into the channels-first output.
+#[test]
+fn depthwise_blocks_are_channels_last_inside_the_kernel() {
+    let attrs = |k: usize, group: usize| ConvAttrs { strides: vec![1; 2], pads: vec![k / 2; 4], dilations: vec![1; 2], group };
+    let mut g = Graph::new("b");
+    let x = g.add_input("x", TensorType::f32([2, 8, 10, 10]));
+    let (we, be) = (g.add_const("we", w(&[16, 8, 1, 1])), g.add_const("be", w(&[16])));
+    let wd = g.add_const("wd", w(&[16, 1, 3, 3]));
+    let wp = g.add_const("wp", w(&[4, 16, 1, 1]));
+    let e = g.add("e", Op::Conv(attrs(1, 1)), &[x, we, be]).unwrap();
+    let d = g.add("d", Op::Conv(attrs(3, 16)), &[e, wd]).unwrap();
+    let p = g.add("p", Op::Conv(attrs(1, 1)), &[d, wp]).unwrap();
+    g.outputs.push(p);
+    let (f, _) = lower(&g).unwrap();
+    let s = gemms(&f);
+    assert_eq!((s[0].batch.clone(), s[0].m, s[0].n, s[0].k), (vec![2], 100, 16, 8));
+    assert_eq!((s[0].a.rs, s[0].a.cs, s[0].b.rs, s[0].b.cs), (1, 100, 1, 8), "X read channels-first, W transposed");
+    assert!(matches!(s[0].epilogue.ops[..], [EpOp::Add { inner: 1, count: 16, .. }]), "{:?}", s[0].epilogue.ops);
+    assert!(f.steps.iter().any(|st| matches!(st, Step::Depthwise2d(d) if d.channels_last)));
+    assert_eq!((s[1].m, s[1].n, s[1].k), (4, 100, 16));
+    assert_eq!((s[1].b.rs, s[1].b.cs), (1, 16), "the depthwise output read channels-last");
+    // Without the depthwise conv nothing changes layout.
+    let mut g = Graph::new("no_dw");
+    let x = g.add_input("x", TensorType::f32([2, 8, 10, 10]));
+    let (we, wp) = (g.add_const("we", w(&[16, 8, 1, 1])), g.add_const("wp", w(&[4, 16, 1, 1])));
+    let e = g.add("e", Op::Conv(attrs(1, 1)), &[x, we]).unwrap();
+    let p = g.add("p", Op::Conv(attrs(1, 1)), &[e, wp]).unwrap();
+    g.outputs.push(p);
+    let (f, _) = lower(&g).unwrap();
+    assert!(gemms(&f).iter().all(|s| s.n == 100), "channels-first: pixels are the columns");
+}
