@@ -10,6 +10,7 @@
 mod depthwise;
 mod depthwise_nhwc;
 mod gemv;
+mod small_k;
 mod epilogue;
 pub mod fmath;
 mod exec;

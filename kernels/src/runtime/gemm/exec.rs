@@ -8,6 +8,7 @@
 use super::depthwise::{self, Geometry};
 use super::depthwise_nhwc;
 use super::gemv;
+use super::small_k;
 use super::epilogue::{self, Op};
 use super::im2col::{self, Window};
 use super::profile;
@@ -254,7 +255,12 @@ unsafe fn sgemm(s: &Sgemm, mem: &Mem, range: std::ops::Range<u64>, threads: usiz
     }
     for bi in range {
         let c = mem.write(View { buf: s.c.buf, offset: s.c.offset + bi * s.m * s.n }, m * n);
-        if k == 0 {
+        let base = s.epilogue.base + bi * s.m * s.n;
+        if small_k::fits(m, n, k) {
+            let (a, b) = (mem.base(s.a.at.buf).add(offset(&s.a, &idx)), mem.base(s.b.at.buf).add(offset(&s.b, &idx)));
+            // SAFETY: as below; the epilogue runs inside, tile by tile.
+            small_k::gemm(c, m, n, k, a, s.a.rs as isize, s.a.cs as isize, b, s.b.rs as isize, s.b.cs as isize, &ops, base, threads > 1);
+        } else if k == 0 {
             c.fill(0.0);
         } else {
             let o = Operands {
@@ -269,7 +275,9 @@ unsafe fn sgemm(s: &Sgemm, mem: &Mem, range: std::ops::Range<u64>, threads: usiz
             // A and B.
             gemm_on(m, n, k, o, threads);
         }
-        epilogue::apply_on(&ops, c, s.epilogue.base + bi * s.m * s.n, threads > 1);
+        if !small_k::fits(m, n, k) {
+            epilogue::apply_on(&ops, c, base, threads > 1);
+        }
         // Next batch index, row-major.
         for d in (0..idx.len()).rev() {
             idx[d] += 1;
