@@ -22,7 +22,8 @@ pub const MIN_M: usize = 256;
 /// Columns per vector, and rows per tile.
 const V: usize = 16;
 const ROWS: usize = 8;
-/// Rows per parallel task: a whole number of tiles.
+/// Rows per parallel task at most: a whole number of tiles. With many threads tasks get smaller, down to 4
+/// tiles, so that a 784-row GEMM gives 16 threads work (at 256 rows it ran on 4).
 const TASK_ROWS: usize = 32 * ROWS;
 
 /// Whether a GEMM of this shape takes this path: on x86-64 CPUs with AVX-512 (elsewhere the gemm crate runs
@@ -53,8 +54,10 @@ pub unsafe fn gemm(c: &mut [f32], m: usize, n: usize, k: usize, a: *const f32, a
         }
     }
     let a = SharedA(a);
+    let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
+    let task_rows = m.div_ceil(4 * threads).next_multiple_of(ROWS).clamp(4 * ROWS, TASK_ROWS);
     let task = |(t, rows): (usize, &mut [f32])| {
-        let r0 = t * TASK_ROWS;
+        let r0 = t * task_rows;
         let a = a.get();
         // SAFETY: `fits` found AVX-512F; rows r0 .. r0 + rows.len() / n of A, inside the operand the caller
         // vouched for.
@@ -64,11 +67,11 @@ pub unsafe fn gemm(c: &mut [f32], m: usize, n: usize, k: usize, a: *const f32, a
         };
         epilogue::apply_on(ops, rows, base + (r0 * n) as u64, false);
     };
-    if parallel && m > TASK_ROWS {
+    if parallel && m > task_rows {
         use rayon::prelude::*;
-        c.par_chunks_mut(TASK_ROWS * n).enumerate().for_each(task);
+        c.par_chunks_mut(task_rows * n).enumerate().for_each(task);
     } else {
-        c.chunks_mut(TASK_ROWS * n).enumerate().for_each(task);
+        c.chunks_mut(task_rows * n).enumerate().for_each(task);
     }
 }
 
