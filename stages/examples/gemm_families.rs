@@ -1,8 +1,8 @@
-//! Times every `cutlass` tile configuration (the sm80 multistage family and the Hopper warp-specialized one)
-//! and cuBLASLt (the `cublas` backend's configurations) on the GEMM chains of BERT-base at batch 8 and GPT-2
+//! Times every configuration of the GPU backends that run GEMM chains, `cutlass` (its tile configurations),
+//! `cublas` (cuBLASLt's algorithms) and `cuda` (our own kernels), on the GEMM chains of BERT-base at batch 8 and GPT-2
 //! at 256 tokens, fp16, one chain per kernel as the search places them; checks each result against the
 //! reference interpreter first (fp16 within 1e-2) and prints, per problem, each configuration's median and
-//! the best of each family. A benchmark, not a test: it needs an NVIDIA GPU.
+//! the best of each backend. A benchmark, not a test: it needs an NVIDIA GPU.
 //!
 //! `cargo run --release -p tessera-stages --example gemm_families [-- --json OUT.json]`
 //! (on the GPU machine: build here, carry the binary; nvcc and the CUTLASS headers must be found there).
@@ -91,9 +91,9 @@ fn main() {
     let mut jobs = Vec::new();
     for (pi, p) in PROBLEMS.iter().enumerate() {
         let g = graph(p);
-        for name in ["cutlass", "cublas"] {
+        for name in ["cutlass", "cublas", "nvrtc"] {
             let target = Target::parse(&format!("cuda -compiler={name} -precision=fp16")).unwrap();
-            let backend = registry::all().into_iter().find(|b| b.name() == name).expect("a built-in backend");
+            let backend = registry::all().into_iter().find(|b| b.spec().compiler == name).expect("a built-in backend");
             for config in backend.configs(&target).names() {
                 match backend.lower_config(&target, &g, "k", config) {
                     Ok(l) => jobs.push((pi, name, target.clone(), config.to_string(), l)),
@@ -106,7 +106,7 @@ fn main() {
     let modules: Vec<_> = jobs
         .par_iter()
         .map(|(pi, name, target, config, l)| {
-            let backend = registry::all().into_iter().find(|b| b.name() == *name).unwrap();
+            let backend = registry::all().into_iter().find(|b| b.spec().compiler == *name).unwrap();
             backend.compile_module(target, std::slice::from_ref(l)).unwrap_or_else(|e| panic!("{} {config}: {e}", PROBLEMS[*pi].name))
         })
         .collect();
@@ -139,21 +139,21 @@ fn main() {
             rows.push(row);
         }
     }
-    println!("\nbest per problem and family (median us, TFLOP/s):");
-    println!("| problem | cutlass sm80 | cutlass sm90 (wgmma) | cuBLASLt | sm90 / sm80 | sm90 / cuBLASLt |");
+    println!("\nbest per problem and backend (median us, TFLOP/s, configuration):");
+    println!("| problem | cutlass | cuBLASLt | cuda (ours) | time, cutlass / cuBLASLt | time, cuda / cuBLASLt |");
     println!("|---|---|---|---|---|---|");
     let mut wrong = 0;
     for p in PROBLEMS {
         let best = |f: &dyn Fn(&Row) -> bool| rows.iter().filter(|r| r.problem == p.name && f(r)).min_by(|a, b| a.median_us.total_cmp(&b.median_us));
-        let sm80 = best(&|r| r.backend == "cutlass" && !r.config.contains("sm90"));
-        let sm90 = best(&|r| r.backend == "cutlass" && r.config.contains("sm90"));
+        let cutlass = best(&|r| r.backend == "cutlass");
         let lt = best(&|r| r.backend == "cublas");
+        let ours = best(&|r| r.backend == "nvrtc");
         let cell = |r: Option<&Row>| r.map(|r| format!("{:.2} ({:.0}, {})", r.median_us, r.tflops, r.config.rsplit('/').next().unwrap_or(""))).unwrap_or_else(|| "-".into());
         let ratio = |a: Option<&Row>, b: Option<&Row>| match (a, b) {
             (Some(a), Some(b)) => format!("{:.2}", b.median_us / a.median_us),
             _ => "-".into(),
         };
-        println!("| {} ({}x{}x{}) | {} | {} | {} | {} | {} |", p.name, p.m, p.n, p.k, cell(sm80), cell(sm90), cell(lt), ratio(sm90, sm80), ratio(sm90, lt));
+        println!("| {} ({}x{}x{}) | {} | {} | {} | {} | {} |", p.name, p.m, p.n, p.k, cell(cutlass), cell(lt), cell(ours), ratio(lt, cutlass), ratio(lt, ours));
     }
     for r in &rows {
         if !(r.error < 1e-2) {

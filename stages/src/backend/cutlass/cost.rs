@@ -10,7 +10,7 @@
 //! `cutlass` the GEMV-like MatMuls our own kernels run far faster. What it gains is the epilogue fused into the
 //! same kernel, which the boundary bytes count. A launch of one kernel costs less than a library call.
 
-use super::instance::{Element, HALF_TILES, F32_TILES};
+use super::instance::{tiles, Element};
 use crate::backend::c::cost::{boundary_bytes, partition_flops};
 use crate::backend::library::matmul_shape;
 use crate::ir::{Graph, NodeId, Op};
@@ -26,7 +26,7 @@ pub const SMS: f64 = 132.0;
 fn gemm_us(g: &Graph, n: NodeId) -> Option<f64> {
     let (batch, m, nn, k, _, _) = matmul_shape(g, n).ok()?;
     let e = Element::of(g.ty(g.node(n).outputs[0]).dtype)?;
-    let [tm, tn, _] = if e.is_half() { HALF_TILES[0] } else { F32_TILES[0] }.threadblock;
+    let [tm, tn, _] = tiles(e)[0].threadblock;
     let (rows, cols) = (m.div_ceil(tm as u64), nn.div_ceil(tn as u64));
     let ctas = (rows * cols * batch) as f64;
     let padded = 2.0 * (rows * tm as u64) as f64 * (cols * tn as u64) as f64 * k as f64 * batch as f64;

@@ -10,9 +10,6 @@
 //
 // C is the epilogue's source: null for none, a bias row (LdC = 0, StrideC = 0: every row reads the same N
 // values), or a residual of D's shape (LdC = N). CUTLASS skips reading it when beta is 0.
-// Without NDEBUG, CUTLASS's device asserts put the absolute path of their header into the cubin: the same
-// module would differ byte for byte between machines that keep the headers in different folders.
-#define NDEBUG
 #include <cutlass/cutlass.h>
 #include <cutlass/gemm/device/gemm_batched.h>
 #include <cutlass/epilogue/thread/linear_combination_generic.h>

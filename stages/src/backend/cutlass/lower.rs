@@ -21,8 +21,6 @@ pub struct CutlassCode {
     pub types: Vec<(String, String)>,
     pub source: String,
     pub launches: FunctionLaunches,
-    /// Whether a function instantiates the Hopper family (its module needs `gemm_sm90.cuh`).
-    pub hopper: bool,
 }
 
 /// The element type of a kernel graph's GEMMs (every MatMul of one kernel has the same: the chain rule and
@@ -52,7 +50,7 @@ pub fn lower_kernel(g: &Graph, symbol: &str, tile: Tile) -> Result<(CutlassCode,
     let use_of = |v: ValueId| uses[v.index()];
     let node_err = |n: NodeId, msg: String| format!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name());
     let mut places = Places::new(g)?;
-    let mut code = CutlassCode { types: Vec::new(), source: String::new(), launches: FunctionLaunches::default(), hopper: tile.is_sm90() };
+    let mut code = CutlassCode { types: Vec::new(), source: String::new(), launches: FunctionLaunches::default() };
     for (i, &last) in lasts.iter().enumerate() {
         let chain = support::chain_of(g, last, &use_of).map_err(|e| node_err(last, e))?;
         let (batch, m, n, k, a_stride, b_stride) = crate::backend::library::matmul_shape(g, chain.anchor).map_err(|e| node_err(chain.anchor, e))?;
@@ -78,10 +76,8 @@ pub fn lower_kernel(g: &Graph, symbol: &str, tile: Tile) -> Result<(CutlassCode,
             activation: chain.activation,
         };
         let [tm, tn, _] = tile.threadblock;
-        // The sm80 kernel strides over batches past the grid's 65535; the sm90 one computes one tile per
-        // threadblock.
-        let grid = [m.div_ceil(tm as u64), n.div_ceil(tn as u64), if tile.is_sm90() { batch } else { batch.min(65535) }];
-        if grid[0] > i32::MAX as u64 || grid[1] > 65535 || grid[2] > 65535 {
+        let grid = [m.div_ceil(tm as u64), n.div_ceil(tn as u64), batch.min(65535)];
+        if grid[0] > i32::MAX as u64 || grid[1] > 65535 {
             return Err(e(format!("a {m}x{n} result needs a grid of {grid:?} tiles of {tm}x{tn}")));
         }
         let type_name = gemm.type_name();
@@ -96,7 +92,7 @@ pub fn lower_kernel(g: &Graph, symbol: &str, tile: Tile) -> Result<(CutlassCode,
             code.source,
             "// node '{}': {batch} x ({m}x{k} by {k}x{n}){}, {:?}\n\
              extern \"C\" __global__ void __launch_bounds__({threads}) {entry}(const void* a, const void* b,{c_decl} void* d) {{\n  \
-             tessera::{template}<{type_name}, {m}, {n}, {k}, {batch}, {a_stride}LL, {b_stride}LL, {ld_c}, {c_stride}LL>(a, b, {c_param}, d);\n}}",
+             tessera::gemm<{type_name}, {m}, {n}, {k}, {batch}, {a_stride}LL, {b_stride}LL, {ld_c}, {c_stride}LL>(a, b, {c_param}, d);\n}}",
             node.name,
             match chain.addend {
                 None => "",
@@ -105,7 +101,6 @@ pub fn lower_kernel(g: &Graph, symbol: &str, tile: Tile) -> Result<(CutlassCode,
             },
             chain.activation,
             threads = tile.threads(),
-            template = if tile.is_sm90() { "gemm_sm90" } else { "gemm" },
         );
         let mut args = vec![arg(a), arg(b)];
         if let Some((o, _, _)) = c {

@@ -9,10 +9,9 @@
 //! nvcc and CUTLASS serve a machine without a GPU). The module is a `cubin` module like the `cuda`
 //! backend's, so the runtime loads and launches it with no code of its own.
 //!
-//! Tuning space: the tile configuration ([`instance::tiles`]: kernel family, threadblock and warp tiles,
-//! stages) of the target's precision and architecture, `cutlass/v<version>/<tile>`; the tune stage measures
-//! each on the GPU and the plan records the fastest. On sm_90 the 16-bit types also have the Hopper
-//! warp-specialized family (wgmma), whose modules nvcc compiles for `sm_90a`.
+//! Tuning space: the tile configuration ([`instance::tiles`]: threadblock and warp tiles, stages) of the
+//! target's precision, `cutlass/v<version>/<tile>`; the tune stage measures each on the GPU and the plan
+//! records the fastest.
 
 pub mod cost;
 pub mod instance;
@@ -39,9 +38,6 @@ pub const VERSION: u32 = 1;
 
 /// The GEMM template every module starts with.
 pub const PRELUDE: &str = include_str!("gemm.cuh");
-
-/// The Hopper family's template, added to modules that instantiate it.
-pub const PRELUDE_SM90: &str = include_str!("gemm_sm90.cuh");
 
 /// The backend's description: its `-compiler` value and its own options.
 pub static SPEC: BackendSpec = BackendSpec {
@@ -84,17 +80,11 @@ fn config_name(tile: &Tile) -> String {
     format!("{NAME}/v{VERSION}/{}", tile.name())
 }
 
-/// The tile configurations of `element` on the target's architecture, the default first.
-fn target_tiles(target: &Target, element: Element) -> Vec<Tile> {
-    tiles(element, &toolchain::arch(target))
-}
-
-/// The tile a configuration names, among those of `element` on the target.
-fn tile_of(target: &Target, element: Element, config: &str) -> Result<Tile, BackendError> {
-    let all = target_tiles(target, element);
-    all.iter().find(|t| config_name(t) == config).copied().ok_or_else(|| {
-        let names: Vec<String> = all.iter().map(config_name).collect();
-        unsupported(format!("no {element:?} configuration '{config}' on {} (it has {})", toolchain::arch(target), names.join(", ")))
+/// The tile a configuration names, among those of `element`.
+fn tile_of(element: Element, config: &str) -> Result<Tile, BackendError> {
+    tiles(element).iter().find(|t| config_name(t) == config).copied().ok_or_else(|| {
+        let names: Vec<String> = tiles(element).iter().map(config_name).collect();
+        unsupported(format!("no {element:?} configuration '{config}' (it has {})", names.join(", ")))
     })
 }
 
@@ -108,13 +98,11 @@ pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> 
     let mut types: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
     let mut body = String::new();
     let mut seen = std::collections::BTreeSet::new();
-    let mut hopper = false;
     for k in kernels {
         if !seen.insert(k.info.symbol.as_str()) {
             return Err(invalid(format!("two kernels of one module are named '{}'", k.info.symbol)));
         }
         let code = decode(k)?;
-        hopper |= code.hopper;
         for (name, decl) in code.types {
             types.entry(name).or_insert(decl);
         }
@@ -124,10 +112,6 @@ pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> 
     let mut src = String::from("/* tessera cutlass module */\n");
     src.push_str(PRELUDE);
     src.push('\n');
-    if hopper {
-        src.push_str(PRELUDE_SM90);
-        src.push('\n');
-    }
     for decl in types.values() {
         src.push_str(decl);
     }
@@ -179,11 +163,11 @@ impl Backend for CutlassBackend {
     }
 
     fn configs(&self, target: &Target) -> TunableSet {
-        target_tiles(target, target_element(target)).iter().map(config_name).collect()
+        tiles(target_element(target)).iter().map(config_name).collect()
     }
 
     fn default_config(&self, target: &Target) -> String {
-        config_name(&target_tiles(target, target_element(target))[0])
+        config_name(&tiles(target_element(target))[0])
     }
 
     /// The default tile, then the other tiles of the kernel's element type whose grids fill at least half the
@@ -204,7 +188,7 @@ impl Backend for CutlassBackend {
             .map(|(batch, m, n, _, _, _)| (batch, m, n))
             .collect();
         let ctas = |t: &Tile| problems.iter().map(|&(b, m, n)| b * m.div_ceil(t.threadblock[0] as u64) * n.div_ceil(t.threadblock[1] as u64)).min().unwrap_or(0);
-        let all = target_tiles(target, e);
+        let all = tiles(e);
         let mut out = vec![all[0]];
         out.extend(all[1..].iter().filter(|t| ctas(t) as f64 >= cost::SMS / 2.0));
         if out.len() == 1 {
@@ -223,7 +207,7 @@ impl Backend for CutlassBackend {
     fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
         let fail = |e: String| unsupported(format!("kernel '{symbol}' ({}): {e}", kernel.name));
-        let tile = tile_of(target, lower::element_of(kernel).map_err(fail)?, config)?;
+        let tile = tile_of(lower::element_of(kernel).map_err(fail)?, config)?;
         let (code, info) = lower::lower_kernel(kernel, symbol, tile).map_err(fail)?;
         Ok(LoweredKernel { info, code: postcard::to_stdvec(&code).expect("cutlass code encodes") })
     }

@@ -1,4 +1,4 @@
-use super::instance::{Activation, Element, F32_TILES, HALF_TILES, SM90_TILES};
+use super::instance::{Activation, Element, F32_TILES, HALF_TILES};
 use super::support::{self, Addend};
 use super::*;
 use crate::ir::{BinaryOp, DType, GeluApprox, Op, Tensor, TensorType, UnaryOp, ValueId};
@@ -165,7 +165,7 @@ fn lowering_writes_one_launch_per_chain_with_its_tile() {
         g
     };
     let configs = CutlassBackend.configs_for(&target("fp16"), &ffn(1024));
-    assert_eq!(configs.len(), HALF_TILES.len() + SM90_TILES.len(), "every sm80 and Hopper tile: {configs:?}");
+    assert_eq!(configs.len(), HALF_TILES.len(), "{configs:?}");
     assert_eq!(CutlassBackend.configs_for(&target("fp16"), &ffn(128)), small);
     assert!(configs.contains(&other));
     let l2 = CutlassBackend.lower_config(&target("fp16"), &g, "k", &other).unwrap();
@@ -174,33 +174,6 @@ fn lowering_writes_one_launch_per_chain_with_its_tile() {
     let e = CutlassBackend.lower_config(&target("fp16"), &g, "k", &wrong).unwrap_err();
     assert!(matches!(&e, BackendError::Unsupported { why, .. } if why.contains("no F16 configuration")), "{e:?}");
     assert_eq!(CutlassBackend.configs(&target("fp32")).len(), F32_TILES.len());
-}
-
-/// A Hopper tile lowers to the warp-specialized template: 384 threads, a threadblock per output tile and
-/// batch, the stages' shared memory; its module carries the sm90 prelude, and only on sm_90 is it offered.
-#[test]
-fn hopper_tiles_lower_to_the_warp_specialized_template() {
-    let g = batched_residual_relu(DType::F16);
-    let tile = SM90_TILES[1];
-    let cfg = format!("cutlass/v{VERSION}/{}", tile.name());
-    assert_eq!(cfg, format!("cutlass/v{VERSION}/sm90_64x128x64_s4"));
-    let l = CutlassBackend.lower_config(&target("fp16"), &g, "k", &cfg).unwrap();
-    let code: CutlassCode = postcard::from_bytes(&l.code).unwrap();
-    assert!(code.hopper);
-    let launch = &code.launches.launches[0];
-    // 3 x (50x24 by 24x36): one 64x128 tile per batch.
-    assert_eq!((launch.grid, launch.block, launch.shared_bytes), ([1, 1, 3], [384, 1, 1], tile.shared_bytes(Element::F16)));
-    assert_eq!(tile.shared_bytes(Element::F16), (4 * (64 + 128) * 64 * 2 + 4 * 16 + 16_u32).next_multiple_of(128));
-    assert!(code.source.contains("tessera::gemm_sm90<gemm_f16_sm90_64x128x64_s4_a844_relu, 50, 36, 24, 3, 1200LL, 864LL, 36, 1800LL>(a, b, c, d);"), "{}", code.source);
-    let src = module_source(std::slice::from_ref(&l)).unwrap();
-    assert!(src.contains("struct ActEpilogue") && src.contains("KernelCpAsyncWarpSpecialized"), "the module carries the sm90 prelude");
-    let sm80 = CutlassBackend.lower(&target("fp16"), &g, "k").unwrap();
-    assert!(!module_source(std::slice::from_ref(&sm80)).unwrap().contains("Sm90Epilogue"), "an sm80 module leaves the sm90 headers out");
-    // Not on an sm_80 target, and not for fp32.
-    let ampere = Target::parse("cuda -compiler=cutlass -precision=fp16 -arch=sm_80").unwrap();
-    assert!(!CutlassBackend.configs(&ampere).names().any(|c| c == cfg));
-    assert!(CutlassBackend.lower_config(&ampere, &g, "k", &cfg).is_err());
-    assert!(!CutlassBackend.configs(&target("fp32")).names().any(|c| c.contains("sm90")));
 }
 
 /// bf16 kernels instantiate the same tensor-core tiles over `cutlass::bfloat16_t` (the fp16 instantiation's
@@ -268,15 +241,6 @@ fn kernels_compile_to_identical_cubins_without_a_gpu() {
         assert_eq!((c.arch.as_str(), &c.cubin[..4]), ("sm_90", &b"\x7fELF"[..]));
         assert_eq!(c.functions.len(), cases().len());
     }
-    // The Hopper family in both 16-bit types: every case, one module each, compiled for sm_90a.
-    for dt in [DType::F16, DType::BF16] {
-        let cfg = format!("cutlass/v{VERSION}/{}", SM90_TILES[0].name());
-        let lowered = lower_all(dt, Some(&cfg), "hop");
-        let m = CutlassBackend.compile_module(&target(precision_of(dt)), &lowered).unwrap_or_else(|e| panic!("{dt:?} {cfg}: {e}"));
-        let c = CubinModule::decode(&m).unwrap();
-        assert_eq!(c.functions.len(), cases().len());
-        assert!(c.functions.iter().all(|f| f.launches.iter().all(|l| l.block == [384, 1, 1])));
-    }
     // The toolchain's versions are compile-key facts.
     let env = CutlassBackend.environment(&target("fp16"));
     let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
@@ -301,7 +265,7 @@ fn every_tile_matches_the_reference_on_the_gpu() {
     let mut jobs: Vec<(DType, String)> = Vec::new();
     for dt in [DType::F16, DType::BF16, DType::F32] {
         let e = Element::of(dt).unwrap();
-        jobs.extend(instance::tiles(e, "sm_90").iter().map(|t| (dt, format!("cutlass/v{VERSION}/{}", t.name()))));
+        jobs.extend(instance::tiles(e).iter().map(|t| (dt, format!("cutlass/v{VERSION}/{}", t.name()))));
     }
     // One module per configuration, compiled in parallel.
     let modules: Vec<(DType, String, Vec<LoweredKernel>, Module)> = std::thread::scope(|s| {

@@ -106,21 +106,12 @@ pub fn arch(target: &Target) -> String {
     }
 }
 
-/// nvcc's `-arch`: the target's, with Hopper's architecture-specific features (`sm_90a`: wgmma, which the
-/// Hopper family needs) on sm_90. An `sm_90a` cubin runs on sm_90 devices only, which is what the target names.
-fn nvcc_arch(target: &Target) -> String {
-    match arch(target).as_str() {
-        "sm_90" => "sm_90a".into(),
-        a => a.into(),
-    }
-}
-
 /// nvcc's options for `target` (the include folders, which say where this machine keeps the headers, are
 /// added at the call: the versions stand for them in keys).
 pub fn options(target: &Target) -> Vec<String> {
     [
         "-cubin".to_string(),
-        format!("-arch={}", nvcc_arch(target)),
+        format!("-arch={}", arch(target)),
         "-std=c++17".into(),
         "-O3".into(),
         "--expt-relaxed-constexpr".into(),
