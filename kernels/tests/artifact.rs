@@ -477,7 +477,7 @@ fn mixed_plans_get_explicit_transfers() {
     // A cubin module in its real encoding (the cubin itself is not one: nothing here launches it).
     let cubin_module_bytes = || {
         use tessera_kernels::runtime::cuda::format::{CubinModule, FunctionLaunches};
-        CubinModule { arch: "sm_90".into(), cubin: b"\x7fELF, not really a cubin".to_vec(), functions: vec![FunctionLaunches { launches: vec![] }] }.encode()
+        CubinModule::single("sm_90".into(), b"\x7fELF, not really a cubin".to_vec(), vec![FunctionLaunches { launches: vec![] }]).encode()
     };
     let gpu = Module { backend: "cuda".into(), target: "cuda".into(), format: tessera_kernels::runtime::cuda::FORMAT, functions: unary(), bytes: cubin_module_bytes() };
     let step = |module: u32, args: Vec<ValueRef>| LinkStep { module, function: if module == 0 { h } else { 0 }, args };

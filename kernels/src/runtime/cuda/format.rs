@@ -1,5 +1,7 @@
-//! The `cubin` module format: one cubin for all of a model's `cuda` partitions, and for each function the
-//! kernel launches that make it up, with their launch configurations fixed at compile time.
+//! The `cubins` module format: a model's `cuda` partitions as a few cubins (the module's kernels compiled as
+//! several programs, in parallel: one program of a whole plan's kernels compiles on one core), and for each
+//! function the cubin holding its kernels and the launches that make it up, with their launch
+//! configurations fixed at compile time. The `cubin` format before it (one cubin) is still read.
 //!
 //! A function keeps the shared calling convention (`[inputs.., outputs.., scratch?]`, see
 //! [`crate::module`]); here the pointers are device addresses. Each launch passes some of them, in order, as
@@ -39,27 +41,54 @@ pub struct FunctionLaunches {
 /// The bytes of a module of format [`super::FORMAT`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CubinModule {
-    /// The architecture the cubin is for (`sm_90`).
+    /// The architecture the cubins are for (`sm_90`).
     pub arch: String,
-    pub cubin: Vec<u8>,
+    /// One cubin per program the module was compiled as.
+    pub cubins: Vec<Vec<u8>>,
     /// Per function of the module, in the module's function order.
     pub functions: Vec<FunctionLaunches>,
+    /// Per function, the index in `cubins` of the cubin holding its kernels.
+    pub function_cubins: Vec<u32>,
+}
+
+/// A module of the `cubin` format ([`super::LEGACY_FORMAT`]): one cubin for every function.
+#[derive(Deserialize)]
+struct SingleCubin {
+    arch: String,
+    cubin: Vec<u8>,
+    functions: Vec<FunctionLaunches>,
 }
 
 impl CubinModule {
+    /// A module compiled as one program.
+    pub fn single(arch: String, cubin: Vec<u8>, functions: Vec<FunctionLaunches>) -> CubinModule {
+        let function_cubins = vec![0; functions.len()];
+        CubinModule { arch, cubins: vec![cubin], functions, function_cubins }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         postcard::to_stdvec(self).expect("a cubin module encodes")
     }
 
-    /// Decodes and checks a module's bytes against its function list: every launch's arguments exist, its
-    /// configuration is launchable, a scratch offset stays inside the scratch buffer.
+    /// Decodes and checks a module's bytes (of either format) against its function list: every cubin is
+    /// an ELF file, every function names one, every launch's arguments exist, its configuration is
+    /// launchable, a scratch offset stays inside the scratch buffer.
     pub fn decode(m: &Module) -> Result<CubinModule, String> {
-        let c: CubinModule = postcard::from_bytes(&m.bytes).map_err(|e| format!("cubin module of backend {}: undecodable ({e})", m.backend))?;
-        if c.functions.len() != m.functions.len() {
-            return Err(format!("cubin module of backend {}: {} launch lists for {} functions", m.backend, c.functions.len(), m.functions.len()));
+        let undecodable = |e: postcard::Error| format!("cubin module of backend {}: undecodable ({e})", m.backend);
+        let c: CubinModule = if m.format == super::LEGACY_FORMAT {
+            let s: SingleCubin = postcard::from_bytes(&m.bytes).map_err(undecodable)?;
+            CubinModule::single(s.arch, s.cubin, s.functions)
+        } else {
+            postcard::from_bytes(&m.bytes).map_err(undecodable)?
+        };
+        if c.functions.len() != m.functions.len() || c.function_cubins.len() != m.functions.len() {
+            return Err(format!("cubin module of backend {}: {} launch lists and {} cubin indices for {} functions", m.backend, c.functions.len(), c.function_cubins.len(), m.functions.len()));
         }
-        if c.cubin.len() < 4 || &c.cubin[..4] != b"\x7fELF" {
-            return Err(format!("cubin module of backend {}: the code is not an ELF cubin", m.backend));
+        if let Some(i) = c.cubins.iter().position(|b| b.len() < 4 || &b[..4] != b"\x7fELF") {
+            return Err(format!("cubin module of backend {}: its code {i} is not an ELF cubin", m.backend));
+        }
+        if let Some((f, i)) = c.function_cubins.iter().enumerate().find(|(_, &i)| i as usize >= c.cubins.len()) {
+            return Err(format!("cubin module of backend {}: function '{}' is in cubin {i} of {}", m.backend, m.functions[f].symbol, c.cubins.len()));
         }
         for (f, info) in c.functions.iter().zip(&m.functions) {
             check_function(f, info).map_err(|e| format!("cubin module of backend {}: function '{}': {e}", m.backend, info.symbol))?;
@@ -94,4 +123,46 @@ fn check_function(f: &FunctionLaunches, info: &FunctionInfo) -> Result<(), Strin
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::TensorType;
+
+    fn info(symbol: &str) -> FunctionInfo {
+        FunctionInfo { symbol: symbol.into(), inputs: vec![TensorType::f32(vec![4])], outputs: vec![TensorType::f32(vec![4])], scratch_bytes: 0 }
+    }
+
+    fn launches(entry: &str) -> FunctionLaunches {
+        let args = vec![LaunchArg { index: 0, offset: 0 }, LaunchArg { index: 1, offset: 0 }];
+        FunctionLaunches { launches: vec![Launch { entry: entry.into(), grid: [1, 1, 1], block: [32, 1, 1], shared_bytes: 0, args }] }
+    }
+
+    fn module(format: crate::module::ModuleFormat, bytes: Vec<u8>) -> Module {
+        Module { backend: "cuda".into(), target: "cuda".into(), format, functions: vec![info("f"), info("g")], bytes }
+    }
+
+    /// Two programs: each function names its cubin; a module of the one-cubin format before still reads, as
+    /// one cubin holding every function.
+    #[test]
+    fn functions_name_their_cubin_and_the_one_cubin_format_still_reads() {
+        let elf = |tag: u8| [b"\x7fELF".as_slice(), &[tag]].concat();
+        let two = CubinModule { arch: "sm_90".into(), cubins: vec![elf(1), elf(2)], functions: vec![launches("f_k0"), launches("g_k0")], function_cubins: vec![0, 1] };
+        assert_eq!(CubinModule::decode(&module(super::super::FORMAT, two.encode())).unwrap(), two);
+        #[derive(Serialize)]
+        struct Old {
+            arch: String,
+            cubin: Vec<u8>,
+            functions: Vec<FunctionLaunches>,
+        }
+        let old = postcard::to_stdvec(&Old { arch: "sm_90".into(), cubin: elf(7), functions: vec![launches("f_k0"), launches("g_k0")] }).unwrap();
+        let read = CubinModule::decode(&module(super::super::LEGACY_FORMAT, old)).unwrap();
+        assert_eq!((read.cubins, read.function_cubins), (vec![elf(7)], vec![0, 0]));
+        let bad = CubinModule { function_cubins: vec![0, 2], ..two.clone() };
+        let e = CubinModule::decode(&module(super::super::FORMAT, bad.encode())).unwrap_err();
+        assert!(e.contains("function 'g' is in cubin 2 of 2"), "{e}");
+        let not_elf = CubinModule { cubins: vec![elf(1), b"text".to_vec()], ..two };
+        assert!(CubinModule::decode(&module(super::super::FORMAT, not_elf.encode())).unwrap_err().contains("its code 1 is not an ELF cubin"));
+    }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 /// A cubin module loaded on one GPU (the current one when it was loaded).
 pub struct LoadedCubin {
     backend: String,
-    _module: Arc<CudaModule>,
+    _modules: Vec<Arc<CudaModule>>,
     /// Per function, per launch: the kernel and its configuration.
     functions: Vec<Vec<(CudaFunction, Launch)>>,
     /// Argument count per function (`[inputs.., outputs.., scratch?]`).
@@ -22,11 +22,16 @@ impl LoadedCubin {
     pub fn load(m: &Module) -> Result<LoadedCubin, RuntimeError> {
         let c = CubinModule::decode(m).map_err(RuntimeError)?;
         let ctx = device::context().map_err(|e| RuntimeError(format!("module of backend {} needs a GPU: {e}", m.backend)))?;
-        let module = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_binary(c.cubin))
-            .map_err(|e| RuntimeError(format!("module of backend {} (compiled for {}): the GPU refuses its cubin: {e}", m.backend, c.arch)))?;
+        let arch = c.arch;
+        let modules = c
+            .cubins
+            .into_iter()
+            .enumerate()
+            .map(|(i, cubin)| ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(|e| RuntimeError(format!("module of backend {} (compiled for {arch}): the GPU refuses its cubin {i}: {e}", m.backend))))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut functions = Vec::with_capacity(c.functions.len());
-        for (f, info) in c.functions.into_iter().zip(&m.functions) {
+        for ((f, info), &cubin) in c.functions.into_iter().zip(&m.functions).zip(&c.function_cubins) {
+            let module = &modules[cubin as usize];
             let mut launches = Vec::with_capacity(f.launches.len());
             for l in f.launches {
                 let k = module.load_function(&l.entry).map_err(|e| RuntimeError(format!("module of backend {}: function '{}': kernel '{}' not in the cubin: {e}", m.backend, info.symbol, l.entry)))?;
@@ -40,7 +45,7 @@ impl LoadedCubin {
         }
         Ok(LoadedCubin {
             backend: m.backend.clone(),
-            _module: module,
+            _modules: modules,
             functions,
             arg_counts: m.functions.iter().map(|f| f.inputs.len() + f.outputs.len() + usize::from(f.scratch_bytes > 0)).collect(),
         })

@@ -130,6 +130,53 @@ pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> 
     Ok(src)
 }
 
+/// Kernels per NVRTC program of a module. Each program pays NVRTC's fixed cost (the prelude; in fp16 the
+/// toolkit's `mma.h` and the templates: 65-90 ms on the 2-core build machine), so a program per kernel would
+/// cost more than it balances; six kept every core of a 16-core host busy on ResNet-50's plans (issue 28,
+/// bench/compile.md).
+pub const KERNELS_PER_PROGRAM: usize = 6;
+
+/// Two kernels of one module with one name would be one symbol of the module's functions.
+fn check_symbols(kernels: &[LoweredKernel]) -> Result<(), BackendError> {
+    let mut seen = std::collections::BTreeSet::new();
+    match kernels.iter().find(|k| !seen.insert(k.info.symbol.as_str())) {
+        Some(k) => Err(invalid(format!("two kernels of one module are named '{}'", k.info.symbol))),
+        None => Ok(()),
+    }
+}
+
+/// Each program's source compiled by NVRTC on its own thread (at most one per core), its cubin in program
+/// order. Plain threads, not rayon's: a module is compiled inside memoized stages that rayon tasks wait on,
+/// and a rayon worker waiting here must not take one of those tasks.
+fn compile_programs(target: &Target, programs: &[&[LoweredKernel]]) -> Result<Vec<Vec<u8>>, BackendError> {
+    let compile = |kernels: &[LoweredKernel]| -> Result<Vec<u8>, BackendError> {
+        let src = module_source(kernels)?;
+        toolchain::compile(target, "module.cu", &src).map_err(|log| compile_error(kernels, &log))
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(programs.len());
+    if threads <= 1 {
+        return programs.iter().map(|p| compile(p)).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, Result<Vec<u8>, BackendError>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(p) = programs.get(i) else { return out };
+                        out.push((i, compile(p)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("an NVRTC compile thread panicked")).collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
 /// A readable NVRTC failure: the first lines of its log and the kernels they point into.
 fn compile_error(kernels: &[LoweredKernel], log: &str) -> BackendError {
     let lines: Vec<&str> = log.lines().take(15).collect();
@@ -224,13 +271,18 @@ impl Backend for CudaBackend {
         Ok(LoweredKernel { info: l.info, code: postcard::to_stdvec(&l.code).expect("cuda code encodes") })
     }
 
+    /// The kernels are compiled as programs of [`KERNELS_PER_PROGRAM`] consecutive kernels, in parallel, a
+    /// cubin each: NVRTC compiles one program on one core, and a whole plan's module as one program took
+    /// 8.4 s on the H200's host (ResNet-50 b1, 99 kernels) where its cores sat idle.
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
         libs::toolkit().map_err(|why| BackendError::toolchain("cuda", "NVRTC", why))?;
-        let src = module_source(kernels)?;
-        let cubin = toolchain::compile(target, "module.cu", &src).map_err(|log| compile_error(kernels, &log))?;
+        check_symbols(kernels)?;
+        let programs: Vec<&[LoweredKernel]> = kernels.chunks(KERNELS_PER_PROGRAM).collect();
+        let cubins = compile_programs(target, &programs)?;
         let functions = kernels.iter().map(|k| decode(k).map(|c| c.launches)).collect::<Result<Vec<_>, _>>()?;
-        let bytes = CubinModule { arch: toolchain::arch(target), cubin, functions }.encode();
+        let function_cubins = (0..kernels.len()).map(|i| (i / KERNELS_PER_PROGRAM) as u32).collect();
+        let bytes = CubinModule { arch: toolchain::arch(target), cubins, functions, function_cubins }.encode();
         Ok(Module { backend: "cuda".into(), target: target.canonical(), format: tessera_kernels::runtime::cuda::FORMAT, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes })
     }
 }

@@ -82,7 +82,35 @@ fn a_module_compiles_to_an_sm90_cubin() {
     assert_eq!(m.format, tessera_kernels::runtime::cuda::FORMAT);
     let c = CubinModule::decode(&m).unwrap();
     assert_eq!(c.arch, "sm_90");
-    assert_eq!(&c.cubin[..4], b"\x7fELF");
+    assert_eq!(&c.cubins[0][..4], b"\x7fELF");
+}
+
+/// A module of more kernels than a program holds is compiled as several programs: each function names the
+/// cubin holding its kernels (whose entries are in that cubin), and two compiles give the same bytes.
+#[test]
+fn a_large_module_is_compiled_as_several_programs() {
+    if !nvrtc_or_skip("the NVRTC program split test") {
+        return;
+    }
+    let g = zoo_of_ops();
+    let n = 2 * KERNELS_PER_PROGRAM + 1;
+    let kernels: Vec<LoweredKernel> = (0..n).map(|i| CudaBackend.lower(&target(), &g, &format!("ops{i}")).unwrap()).collect();
+    let m = CudaBackend.compile_module(&target(), &kernels).unwrap();
+    let c = CubinModule::decode(&m).unwrap();
+    assert_eq!(c.cubins.len(), 3);
+    let expected: Vec<u32> = (0..n).map(|i| (i / KERNELS_PER_PROGRAM) as u32).collect();
+    assert_eq!(c.function_cubins, expected);
+    let has = |cubin: &[u8], name: &str| cubin.windows(name.len()).any(|w| w == name.as_bytes());
+    for (f, &ci) in c.functions.iter().zip(&c.function_cubins) {
+        for l in &f.launches {
+            for (j, cubin) in c.cubins.iter().enumerate() {
+                assert_eq!(has(cubin, &format!("{}\0", l.entry)), j == ci as usize, "{} in cubin {j}", l.entry);
+            }
+        }
+    }
+    assert_eq!(CudaBackend.compile_module(&target(), &kernels).unwrap().bytes, m.bytes, "the same kernels give the same module");
+    let twice = [kernels[0].clone(), kernels[0].clone()];
+    assert!(CudaBackend.compile_module(&target(), &twice).unwrap_err().to_string().contains("two kernels of one module are named 'ops0'"));
 }
 
 #[test]
@@ -170,7 +198,7 @@ fn fp16_and_bf16_modules_compile_to_sm90_cubins() {
     lowered.push(CudaBackend.lower(&target(), &mixed, "ops_mixed").unwrap());
     let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
     let c = CubinModule::decode(&m).unwrap();
-    assert_eq!(&c.cubin[..4], b"\x7fELF");
+    assert_eq!(&c.cubins[0][..4], b"\x7fELF");
 }
 
 /// Every shared attention case lowers to one kernel (none for an empty output, a zero fill for no keys),
@@ -227,7 +255,7 @@ fn attention_kernels_lower_and_compile() {
     }
     let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
     let c = CubinModule::decode(&m).unwrap();
-    assert_eq!(&c.cubin[..4], b"\x7fELF");
+    assert_eq!(&c.cubins[0][..4], b"\x7fELF");
 }
 
 #[test]
@@ -282,7 +310,7 @@ fn fp16_and_bf16_attention_compiles() {
         return;
     }
     let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(&CubinModule::decode(&m).unwrap().cubin[..4], b"\x7fELF");
+    assert_eq!(&CubinModule::decode(&m).unwrap().cubins[0][..4], b"\x7fELF");
 }
 
 /// CumSum, GatherND and ScatterND lower deterministically (ScatterND to a copy and an update kernel; the
@@ -309,7 +337,7 @@ fn scan_and_nd_kernels_lower_and_compile() {
         return;
     }
     let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(&CubinModule::decode(&m).unwrap().cubin[..4], b"\x7fELF");
+    assert_eq!(&CubinModule::decode(&m).unwrap().cubins[0][..4], b"\x7fELF");
 }
 
 /// Cos, Sin, ... Round, Softplus, Mish (`backend/unary_cases.rs`) lower deterministically and compile, in fp32
@@ -334,7 +362,7 @@ fn math_unary_kernels_lower_and_compile() {
         return;
     }
     let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(&CubinModule::decode(&m).unwrap().cubin[..4], b"\x7fELF");
+    assert_eq!(&CubinModule::decode(&m).unwrap().cubins[0][..4], b"\x7fELF");
 }
 
 /// The Attention node of `g` (a case graph, perhaps rewritten to fp16 with casts around it).
@@ -380,7 +408,7 @@ fn fp16_and_bf16_attention_run_on_tensor_cores_in_every_tile() {
         return;
     }
     let m = CudaBackend.compile_module(&target(), &lowered).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(&CubinModule::decode(&m).unwrap().cubin[..4], b"\x7fELF");
+    assert_eq!(&CubinModule::decode(&m).unwrap().cubins[0][..4], b"\x7fELF");
 }
 
 /// `got` against the fp32 reference `want`: NaN exactly where it has NaN, elsewhere within `tol` of the

@@ -218,7 +218,7 @@ impl Backend for CutlassBackend {
         let src = module_source(kernels)?;
         let cubin = tools.compile(target, &src).map_err(|log| BackendError::compile(NAME, "nvcc", kernels, log))?;
         let functions = kernels.iter().map(|k| decode(k).map(|c| c.launches)).collect::<Result<Vec<_>, _>>()?;
-        let bytes = CubinModule { arch: toolchain::arch(target), cubin, functions }.encode();
+        let bytes = CubinModule::single(toolchain::arch(target), cubin, functions).encode();
         let module = Module { backend: NAME.into(), target: target.canonical(), format: tessera_kernels::runtime::cuda::FORMAT, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes };
         CubinModule::decode(&module).map_err(invalid)?;
         Ok(module)
