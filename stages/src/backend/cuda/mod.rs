@@ -130,11 +130,18 @@ pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> 
     Ok(src)
 }
 
-/// Kernels per NVRTC program of a module. Each program pays NVRTC's fixed cost (the prelude; in fp16 the
-/// toolkit's `mma.h` and the templates: 65-90 ms on the 2-core build machine), so a program per kernel would
-/// cost more than it balances; six kept every core of a 16-core host busy on ResNet-50's plans (issue 28,
-/// bench/compile.md).
+/// Kernels per NVRTC program of a module of more than [`ONE_PROGRAM_MAX`] kernels. Each program pays NVRTC's
+/// fixed cost (the prelude; in fp16 the toolkit's `mma.h` and the templates: 65-90 ms on the 2-core build
+/// machine), so a program per kernel would cost more than it balances.
 pub const KERNELS_PER_PROGRAM: usize = 6;
+
+/// Modules of at most this many kernels are one program. The tune stage already compiles its kernels as a
+/// module per core, side by side: splitting those too only added programs' fixed costs and threads beyond
+/// the cores (ResNet-50 b1's cold compile on an H200 host, 42.1 and 41.0 s -> 48.4 and 47.6 s with every
+/// module split; bench/compile.md). A plan's module (ResNet-50's: 99 kernels) is what one core compiled
+/// alone. The rule depends on the kernels only, never on the machine's cores: a module's bytes are the same
+/// wherever it is built.
+pub const ONE_PROGRAM_MAX: usize = 2 * KERNELS_PER_PROGRAM;
 
 /// Two kernels of one module with one name would be one symbol of the module's functions.
 fn check_symbols(kernels: &[LoweredKernel]) -> Result<(), BackendError> {
@@ -271,17 +278,19 @@ impl Backend for CudaBackend {
         Ok(LoweredKernel { info: l.info, code: postcard::to_stdvec(&l.code).expect("cuda code encodes") })
     }
 
-    /// The kernels are compiled as programs of [`KERNELS_PER_PROGRAM`] consecutive kernels, in parallel, a
-    /// cubin each: NVRTC compiles one program on one core, and a whole plan's module as one program took
-    /// 8.4 s on the H200's host (ResNet-50 b1, 99 kernels) where its cores sat idle.
+    /// A module of more than [`ONE_PROGRAM_MAX`] kernels is compiled as programs of [`KERNELS_PER_PROGRAM`]
+    /// consecutive kernels, in parallel, a cubin each: NVRTC compiles one program on one core, and a whole
+    /// plan's module as one program took 8.4 s on an H200 host (ResNet-50 b1, 99 kernels) while its other
+    /// cores sat idle.
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
         libs::toolkit().map_err(|why| BackendError::toolchain("cuda", "NVRTC", why))?;
         check_symbols(kernels)?;
-        let programs: Vec<&[LoweredKernel]> = kernels.chunks(KERNELS_PER_PROGRAM).collect();
+        let per_program = if kernels.len() > ONE_PROGRAM_MAX { KERNELS_PER_PROGRAM } else { kernels.len().max(1) };
+        let programs: Vec<&[LoweredKernel]> = kernels.chunks(per_program).collect();
         let cubins = compile_programs(target, &programs)?;
         let functions = kernels.iter().map(|k| decode(k).map(|c| c.launches)).collect::<Result<Vec<_>, _>>()?;
-        let function_cubins = (0..kernels.len()).map(|i| (i / KERNELS_PER_PROGRAM) as u32).collect();
+        let function_cubins = (0..kernels.len()).map(|i| (i / per_program) as u32).collect();
         let bytes = CubinModule { arch: toolchain::arch(target), cubins, functions, function_cubins }.encode();
         Ok(Module { backend: "cuda".into(), target: target.canonical(), format: tessera_kernels::runtime::cuda::FORMAT, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes })
     }

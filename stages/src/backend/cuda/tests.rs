@@ -85,7 +85,7 @@ fn a_module_compiles_to_an_sm90_cubin() {
     assert_eq!(&c.cubins[0][..4], b"\x7fELF");
 }
 
-/// A module of more kernels than a program holds is compiled as several programs: each function names the
+/// A module of more kernels than one program takes is compiled as several programs: each function names the
 /// cubin holding its kernels (whose entries are in that cubin), and two compiles give the same bytes.
 #[test]
 fn a_large_module_is_compiled_as_several_programs() {
@@ -93,13 +93,16 @@ fn a_large_module_is_compiled_as_several_programs() {
         return;
     }
     let g = zoo_of_ops();
-    let n = 2 * KERNELS_PER_PROGRAM + 1;
+    let n = ONE_PROGRAM_MAX + 1;
     let kernels: Vec<LoweredKernel> = (0..n).map(|i| CudaBackend.lower(&target(), &g, &format!("ops{i}")).unwrap()).collect();
     let m = CudaBackend.compile_module(&target(), &kernels).unwrap();
     let c = CubinModule::decode(&m).unwrap();
-    assert_eq!(c.cubins.len(), 3);
+    assert_eq!(c.cubins.len(), n.div_ceil(KERNELS_PER_PROGRAM));
     let expected: Vec<u32> = (0..n).map(|i| (i / KERNELS_PER_PROGRAM) as u32).collect();
     assert_eq!(c.function_cubins, expected);
+    let small = CudaBackend.compile_module(&target(), &kernels[..ONE_PROGRAM_MAX]).unwrap();
+    let s = CubinModule::decode(&small).unwrap();
+    assert_eq!((s.cubins.len(), s.function_cubins), (1, vec![0; ONE_PROGRAM_MAX]), "a module of a few kernels is one program");
     let has = |cubin: &[u8], name: &str| cubin.windows(name.len()).any(|w| w == name.as_bytes());
     for (f, &ci) in c.functions.iter().zip(&c.function_cubins) {
         for l in &f.launches {
