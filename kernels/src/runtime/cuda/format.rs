@@ -1,7 +1,7 @@
 //! The `cubins` module format: a model's `cuda` partitions as a few cubins (the module's kernels compiled as
 //! several programs, in parallel: one program of a whole plan's kernels compiles on one core), and for each
-//! function the cubin holding its kernels and the launches that make it up, with their launch
-//! configurations fixed at compile time. The `cubin` format before it (one cubin) is still read.
+//! function the launches that make it up, with their launch configurations fixed at compile time, and the
+//! cubin holding each launch's kernel. The `cubin` format before it (one cubin) is still read.
 //!
 //! A function keeps the shared calling convention (`[inputs.., outputs.., scratch?]`, see
 //! [`crate::module`]); here the pointers are device addresses. Each launch passes some of them, in order, as
@@ -47,8 +47,8 @@ pub struct CubinModule {
     pub cubins: Vec<Vec<u8>>,
     /// Per function of the module, in the module's function order.
     pub functions: Vec<FunctionLaunches>,
-    /// Per function, the index in `cubins` of the cubin holding its kernels.
-    pub function_cubins: Vec<u32>,
+    /// Per function, per launch: the index in `cubins` of the cubin holding the launch's kernel.
+    pub launch_cubins: Vec<Vec<u32>>,
 }
 
 /// A module of the `cubin` format ([`super::LEGACY_FORMAT`]): one cubin for every function.
@@ -62,8 +62,8 @@ struct SingleCubin {
 impl CubinModule {
     /// A module compiled as one program.
     pub fn single(arch: String, cubin: Vec<u8>, functions: Vec<FunctionLaunches>) -> CubinModule {
-        let function_cubins = vec![0; functions.len()];
-        CubinModule { arch, cubins: vec![cubin], functions, function_cubins }
+        let launch_cubins = functions.iter().map(|f| vec![0; f.launches.len()]).collect();
+        CubinModule { arch, cubins: vec![cubin], functions, launch_cubins }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -81,14 +81,19 @@ impl CubinModule {
         } else {
             postcard::from_bytes(&m.bytes).map_err(undecodable)?
         };
-        if c.functions.len() != m.functions.len() || c.function_cubins.len() != m.functions.len() {
-            return Err(format!("cubin module of backend {}: {} launch lists and {} cubin indices for {} functions", m.backend, c.functions.len(), c.function_cubins.len(), m.functions.len()));
+        if c.functions.len() != m.functions.len() || c.launch_cubins.len() != m.functions.len() {
+            return Err(format!("cubin module of backend {}: {} launch lists and {} cubin lists for {} functions", m.backend, c.functions.len(), c.launch_cubins.len(), m.functions.len()));
         }
         if let Some(i) = c.cubins.iter().position(|b| b.len() < 4 || &b[..4] != b"\x7fELF") {
             return Err(format!("cubin module of backend {}: its code {i} is not an ELF cubin", m.backend));
         }
-        if let Some((f, i)) = c.function_cubins.iter().enumerate().find(|(_, &i)| i as usize >= c.cubins.len()) {
-            return Err(format!("cubin module of backend {}: function '{}' is in cubin {i} of {}", m.backend, m.functions[f].symbol, c.cubins.len()));
+        for ((f, cubins), info) in c.functions.iter().zip(&c.launch_cubins).zip(&m.functions) {
+            if cubins.len() != f.launches.len() {
+                return Err(format!("cubin module of backend {}: function '{}' has {} launches and {} cubin indices", m.backend, info.symbol, f.launches.len(), cubins.len()));
+            }
+            if let Some((l, i)) = f.launches.iter().zip(cubins).find(|(_, &i)| i as usize >= c.cubins.len()) {
+                return Err(format!("cubin module of backend {}: function '{}': kernel '{}' is in cubin {i} of {}", m.backend, info.symbol, l.entry, c.cubins.len()));
+            }
         }
         for (f, info) in c.functions.iter().zip(&m.functions) {
             check_function(f, info).map_err(|e| format!("cubin module of backend {}: function '{}': {e}", m.backend, info.symbol))?;
@@ -143,12 +148,12 @@ mod tests {
         Module { backend: "cuda".into(), target: "cuda".into(), format, functions: vec![info("f"), info("g")], bytes }
     }
 
-    /// Two programs: each function names its cubin; a module of the one-cubin format before still reads, as
-    /// one cubin holding every function.
+    /// Two programs: each launch names its cubin; a module of the one-cubin format before still reads, as
+    /// one cubin holding every launch.
     #[test]
     fn functions_name_their_cubin_and_the_one_cubin_format_still_reads() {
         let elf = |tag: u8| [b"\x7fELF".as_slice(), &[tag]].concat();
-        let two = CubinModule { arch: "sm_90".into(), cubins: vec![elf(1), elf(2)], functions: vec![launches("f_k0"), launches("g_k0")], function_cubins: vec![0, 1] };
+        let two = CubinModule { arch: "sm_90".into(), cubins: vec![elf(1), elf(2)], functions: vec![launches("f_k0"), launches("g_k0")], launch_cubins: vec![vec![0], vec![1]] };
         assert_eq!(CubinModule::decode(&module(super::super::FORMAT, two.encode())).unwrap(), two);
         #[derive(Serialize)]
         struct Old {
@@ -158,10 +163,12 @@ mod tests {
         }
         let old = postcard::to_stdvec(&Old { arch: "sm_90".into(), cubin: elf(7), functions: vec![launches("f_k0"), launches("g_k0")] }).unwrap();
         let read = CubinModule::decode(&module(super::super::LEGACY_FORMAT, old)).unwrap();
-        assert_eq!((read.cubins, read.function_cubins), (vec![elf(7)], vec![0, 0]));
-        let bad = CubinModule { function_cubins: vec![0, 2], ..two.clone() };
+        assert_eq!((read.cubins, read.launch_cubins), (vec![elf(7)], vec![vec![0], vec![0]]));
+        let bad = CubinModule { launch_cubins: vec![vec![0], vec![2]], ..two.clone() };
         let e = CubinModule::decode(&module(super::super::FORMAT, bad.encode())).unwrap_err();
-        assert!(e.contains("function 'g' is in cubin 2 of 2"), "{e}");
+        assert!(e.contains("function 'g': kernel 'g_k0' is in cubin 2 of 2"), "{e}");
+        let short = CubinModule { launch_cubins: vec![vec![0], vec![]], ..two.clone() };
+        assert!(CubinModule::decode(&module(super::super::FORMAT, short.encode())).unwrap_err().contains("function 'g' has 1 launches and 0 cubin indices"));
         let not_elf = CubinModule { cubins: vec![elf(1), b"text".to_vec()], ..two };
         assert!(CubinModule::decode(&module(super::super::FORMAT, not_elf.encode())).unwrap_err().contains("its code 1 is not an ELF cubin"));
     }

@@ -30,10 +30,10 @@ impl LoadedCubin {
             .map(|(i, cubin)| ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(|e| RuntimeError(format!("module of backend {} (compiled for {arch}): the GPU refuses its cubin {i}: {e}", m.backend))))
             .collect::<Result<Vec<_>, _>>()?;
         let mut functions = Vec::with_capacity(c.functions.len());
-        for ((f, info), &cubin) in c.functions.into_iter().zip(&m.functions).zip(&c.function_cubins) {
-            let module = &modules[cubin as usize];
+        for ((f, info), cubins) in c.functions.into_iter().zip(&m.functions).zip(&c.launch_cubins) {
             let mut launches = Vec::with_capacity(f.launches.len());
-            for l in f.launches {
+            for (l, &cubin) in f.launches.into_iter().zip(cubins) {
+                let module = &modules[cubin as usize];
                 let k = module.load_function(&l.entry).map_err(|e| RuntimeError(format!("module of backend {}: function '{}': kernel '{}' not in the cubin: {e}", m.backend, info.symbol, l.entry)))?;
                 if l.shared_bytes > 48 * 1024 {
                     k.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.shared_bytes as i32)

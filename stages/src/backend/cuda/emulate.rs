@@ -548,7 +548,7 @@ mod tests {
                 })
                 .collect();
             let launch = tessera_kernels::runtime::cuda::format::Launch { entry: entry.clone(), grid: k.grid, block: k.block, shared_bytes: k.shared_bytes, args };
-            codes.push(CudaCode { source: k.render(&entry), launches: tessera_kernels::runtime::cuda::format::FunctionLaunches { launches: vec![launch] } });
+            codes.push(CudaCode { source: k.render(&entry), launches: tessera_kernels::runtime::cuda::format::FunctionLaunches { launches: vec![launch] }, entry_offsets: vec![] });
         }
         let inputs = random_inputs(&g, 3);
         let want = run_graph(&g, &inputs).unwrap();

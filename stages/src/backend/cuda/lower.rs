@@ -20,6 +20,10 @@ use tessera_kernels::runtime::cuda::format::{FunctionLaunches, Launch, LaunchArg
 pub struct CudaCode {
     pub source: String,
     pub launches: FunctionLaunches,
+    /// Where each launch's kernel text starts in `source`, one offset per launch, in order: the text before
+    /// the first is what every launch may use (the kernel's constant arrays), and each launch's text runs
+    /// to the next offset. Empty: the source is one piece, compiled whole.
+    pub entry_offsets: Vec<u32>,
 }
 
 pub struct Lowered {
@@ -250,8 +254,10 @@ pub fn lower_with(g: &Graph, symbol: &str, knobs: Knobs) -> Result<Lowered, Stri
         source.push_str(&const_array(symbol, c, g.constant(c).expect("const storage holds a constant")));
     }
     let mut launches = Vec::with_capacity(kernels.len());
+    let mut entry_offsets = Vec::with_capacity(kernels.len());
     for (j, (item, k)) in kernels.iter().enumerate() {
         let entry = format!("{symbol}_k{item}_{j}");
+        entry_offsets.push(u32::try_from(source.len()).map_err(|_| format!("kernel {symbol}: its source passes 4 GiB"))?);
         source.push_str(&k.render(&entry));
         let args = k
             .params
@@ -278,5 +284,5 @@ pub fn lower_with(g: &Graph, symbol: &str, knobs: Knobs) -> Result<Lowered, Stri
         outputs: g.outputs.iter().map(|&v| g.ty(v).clone()).collect(),
         scratch_bytes,
     };
-    Ok(Lowered { code: CudaCode { source, launches: FunctionLaunches { launches } }, info })
+    Ok(Lowered { code: CudaCode { source, launches: FunctionLaunches { launches }, entry_offsets }, info })
 }

@@ -105,15 +105,17 @@ fn decode(k: &LoweredKernel) -> Result<CudaCode, BackendError> {
 
 /// The whole CUDA source of a module: the prelude, then each kernel's source, in order.
 pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> {
+    check_symbols(kernels)?;
     let mut body = String::new();
-    let mut seen = std::collections::BTreeSet::new();
     for k in kernels {
-        if !seen.insert(k.info.symbol.as_str()) {
-            return Err(invalid(format!("two kernels of one module are named '{}'", k.info.symbol)));
-        }
         body.push('\n');
         body.push_str(&decode(k)?.source);
     }
+    Ok(source_with_prelude(&body))
+}
+
+/// A program's whole source: the preludes its kernels use, then their text.
+fn source_with_prelude(body: &str) -> String {
     let mut src = String::from("/* tessera cuda module */\n");
     // fp16 / bf16 storage and tensor cores need the toolkit's headers; fp32 modules compile without them
     // (faster).
@@ -126,22 +128,71 @@ pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> 
             src.push_str(template);
         }
     }
-    src.push_str(&body);
-    Ok(src)
+    src.push_str(body);
+    src
 }
 
-/// Kernels per NVRTC program of a module of more than [`ONE_PROGRAM_MAX`] kernels. Each program pays NVRTC's
-/// fixed cost (the prelude; in fp16 the toolkit's `mma.h` and the templates: 65-90 ms on the 2-core build
-/// machine), so a program per kernel would cost more than it balances.
-pub const KERNELS_PER_PROGRAM: usize = 6;
+/// Launches whose kernels one NVRTC program of a large module holds, about. Each program pays NVRTC's fixed
+/// cost (the prelude; in fp16 the toolkit's `mma.h` and the templates: 65-90 ms on the 2-core build
+/// machine), so a program per launch would cost more than it balances.
+pub const LAUNCHES_PER_PROGRAM: usize = 6;
 
-/// Modules of at most this many kernels are one program. The tune stage already compiles its kernels as a
-/// module per core, side by side: splitting those too only added programs' fixed costs and threads beyond
-/// the cores (ResNet-50 b1's cold compile on an H200 host, 42.1 and 41.0 s -> 48.4 and 47.6 s with every
-/// module split; bench/compile.md). A plan's module (ResNet-50's: 99 kernels) is what one core compiled
-/// alone. The rule depends on the kernels only, never on the machine's cores: a module's bytes are the same
-/// wherever it is built.
-pub const ONE_PROGRAM_MAX: usize = 2 * KERNELS_PER_PROGRAM;
+/// Modules of at most this many launches are one program. The tune stage already compiles its candidates
+/// as a module per core, side by side: splitting those too only adds programs' fixed costs and threads
+/// beyond the cores. The rule depends on the kernels only, never on the machine: a module's bytes are the
+/// same wherever it is built.
+pub const ONE_PROGRAM_MAX: usize = 2 * LAUNCHES_PER_PROGRAM;
+
+/// Launches `launches` of kernel `kernel`: a piece of a program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unit {
+    pub kernel: usize,
+    pub launches: std::ops::Range<usize>,
+}
+
+/// How a module's kernels are cut into programs: the whole module when it has at most [`ONE_PROGRAM_MAX`]
+/// launches; otherwise consecutive launches, [`LAUNCHES_PER_PROGRAM`] to a program, a kernel whose source is
+/// one piece (no entry offsets) kept whole.
+pub fn programs(codes: &[CudaCode]) -> Vec<Vec<Unit>> {
+    let whole = |k: usize| Unit { kernel: k, launches: 0..codes[k].launches.launches.len() };
+    let total: usize = codes.iter().map(|c| c.launches.launches.len()).sum();
+    if total <= ONE_PROGRAM_MAX {
+        return vec![(0..codes.len()).map(whole).collect()];
+    }
+    let mut out: Vec<Vec<Unit>> = Vec::new();
+    let mut current: Vec<Unit> = Vec::new();
+    let mut count = 0;
+    for (k, c) in codes.iter().enumerate() {
+        let n = c.launches.launches.len();
+        let pieces: Vec<Unit> = if c.entry_offsets.len() == n { (0..n).map(|l| Unit { kernel: k, launches: l..l + 1 }).collect() } else { vec![whole(k)] };
+        for u in pieces {
+            if count > 0 && count + u.launches.len() > LAUNCHES_PER_PROGRAM {
+                out.push(std::mem::take(&mut current));
+                count = 0;
+            }
+            count += u.launches.len();
+            match current.last_mut() {
+                Some(last) if last.kernel == u.kernel && last.launches.end == u.launches.start => last.launches.end = u.launches.end,
+                _ => current.push(u),
+            }
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// The text of a unit: the kernel's shared part (its constant arrays) with the unit's launches, or the
+/// whole source.
+fn unit_source<'a>(code: &'a CudaCode, u: &Unit) -> (&'a str, &'a str) {
+    let n = code.launches.launches.len();
+    if code.entry_offsets.len() != n || u.launches == (0..n) {
+        return ("", &code.source);
+    }
+    let at = |l: usize| if l < n { code.entry_offsets[l] as usize } else { code.source.len() };
+    (&code.source[..at(0)], &code.source[at(u.launches.start)..at(u.launches.end)])
+}
 
 /// Two kernels of one module with one name would be one symbol of the module's functions.
 fn check_symbols(kernels: &[LoweredKernel]) -> Result<(), BackendError> {
@@ -155,10 +206,19 @@ fn check_symbols(kernels: &[LoweredKernel]) -> Result<(), BackendError> {
 /// Each program's source compiled by NVRTC on its own thread (at most one per core), its cubin in program
 /// order. Plain threads, not rayon's: a module is compiled inside memoized stages that rayon tasks wait on,
 /// and a rayon worker waiting here must not take one of those tasks.
-fn compile_programs(target: &Target, programs: &[&[LoweredKernel]]) -> Result<Vec<Vec<u8>>, BackendError> {
-    let compile = |kernels: &[LoweredKernel]| -> Result<Vec<u8>, BackendError> {
-        let src = module_source(kernels)?;
-        toolchain::compile(target, "module.cu", &src).map_err(|log| compile_error(kernels, &log))
+fn compile_programs(target: &Target, kernels: &[LoweredKernel], codes: &[CudaCode], programs: &[Vec<Unit>]) -> Result<Vec<Vec<u8>>, BackendError> {
+    let compile = |units: &[Unit]| -> Result<Vec<u8>, BackendError> {
+        let mut body = String::new();
+        for (i, u) in units.iter().enumerate() {
+            let (shared, text) = unit_source(&codes[u.kernel], u);
+            if !units[..i].iter().any(|v| v.kernel == u.kernel) {
+                body.push('\n');
+                body.push_str(shared);
+            }
+            body.push_str(text);
+        }
+        let in_program: Vec<LoweredKernel> = kernels.iter().enumerate().filter(|(k, _)| units.iter().any(|u| u.kernel == *k)).map(|(_, k)| k.clone()).collect();
+        toolchain::compile(target, "module.cu", &source_with_prelude(&body)).map_err(|log| compile_error(&in_program, &log))
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(programs.len());
     if threads <= 1 {
@@ -278,20 +338,27 @@ impl Backend for CudaBackend {
         Ok(LoweredKernel { info: l.info, code: postcard::to_stdvec(&l.code).expect("cuda code encodes") })
     }
 
-    /// A module of more than [`ONE_PROGRAM_MAX`] kernels is compiled as programs of [`KERNELS_PER_PROGRAM`]
-    /// consecutive kernels, in parallel, a cubin each: NVRTC compiles one program on one core, and a whole
-    /// plan's module as one program took 8.4 s on an H200 host (ResNet-50 b1, 99 kernels) while its other
-    /// cores sat idle.
+    /// A module of more than [`ONE_PROGRAM_MAX`] launches is compiled as programs of about
+    /// [`LAUNCHES_PER_PROGRAM`] launches' kernels, in parallel, a cubin each ([`programs`]): NVRTC compiles one
+    /// program on one core, and a plan's module as one program took 8.9 and 6.7 s, one after the other, of
+    /// ResNet-50 b1's 43 s cold compile on an H200 host while its other 15 cores sat idle.
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
         libs::toolkit().map_err(|why| BackendError::toolchain("cuda", "NVRTC", why))?;
         check_symbols(kernels)?;
-        let per_program = if kernels.len() > ONE_PROGRAM_MAX { KERNELS_PER_PROGRAM } else { kernels.len().max(1) };
-        let programs: Vec<&[LoweredKernel]> = kernels.chunks(per_program).collect();
-        let cubins = compile_programs(target, &programs)?;
-        let functions = kernels.iter().map(|k| decode(k).map(|c| c.launches)).collect::<Result<Vec<_>, _>>()?;
-        let function_cubins = (0..kernels.len()).map(|i| (i / per_program) as u32).collect();
-        let bytes = CubinModule { arch: toolchain::arch(target), cubins, functions, function_cubins }.encode();
+        let codes = kernels.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
+        let programs = programs(&codes);
+        let cubins = compile_programs(target, kernels, &codes, &programs)?;
+        let mut launch_cubins: Vec<Vec<u32>> = codes.iter().map(|c| vec![0; c.launches.launches.len()]).collect();
+        for (p, units) in programs.iter().enumerate() {
+            for u in units {
+                for l in u.launches.clone() {
+                    launch_cubins[u.kernel][l] = p as u32;
+                }
+            }
+        }
+        let functions = codes.into_iter().map(|c| c.launches).collect();
+        let bytes = CubinModule { arch: toolchain::arch(target), cubins, functions, launch_cubins }.encode();
         Ok(Module { backend: "cuda".into(), target: target.canonical(), format: tessera_kernels::runtime::cuda::FORMAT, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes })
     }
 }

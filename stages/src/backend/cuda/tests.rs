@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::ir::*;
+use tessera_kernels::runtime::cuda::format::{FunctionLaunches, Launch};
 
 fn target() -> Target {
     Target::parse("cuda -compiler=nvrtc").unwrap()
@@ -85,33 +86,50 @@ fn a_module_compiles_to_an_sm90_cubin() {
     assert_eq!(&c.cubins[0][..4], b"\x7fELF");
 }
 
-/// A module of more kernels than one program takes is compiled as several programs: each function names the
-/// cubin holding its kernels (whose entries are in that cubin), and two compiles give the same bytes.
+/// How modules are cut into programs: whole up to ONE_PROGRAM_MAX launches; beyond, runs of
+/// LAUNCHES_PER_PROGRAM launches, a kernel's consecutive launches in one unit, a kernel without entry
+/// offsets whole.
+#[test]
+fn programs_cut_large_modules_by_launches() {
+    let code = |launches: usize, split: bool| CudaCode {
+        source: String::new(),
+        launches: FunctionLaunches { launches: (0..launches).map(|j| Launch { entry: format!("e{j}"), grid: [1, 1, 1], block: [32, 1, 1], shared_bytes: 0, args: vec![] }).collect() },
+        entry_offsets: if split { vec![0; launches] } else { vec![] },
+    };
+    let u = |kernel: usize, launches: std::ops::Range<usize>| Unit { kernel, launches };
+    assert_eq!(programs(&[code(5, true), code(7, true)]), vec![vec![u(0, 0..5), u(1, 0..7)]], "12 launches: one program");
+    assert_eq!(programs(&[code(10, true), code(3, false), code(4, true)]), vec![vec![u(0, 0..6)], vec![u(0, 6..10)], vec![u(1, 0..3), u(2, 0..3)], vec![u(2, 3..4)]]);
+    assert_eq!(programs(&[code(20, false)]), vec![vec![u(0, 0..20)]], "a kernel in one piece stays whole");
+}
+
+/// A module of more launches than one program takes is compiled as several programs: each launch names the
+/// cubin holding its kernel (whose entry is in that cubin only), two compiles give the same bytes, and the
+/// module runs the same kernels (its launches are the lowered ones).
 #[test]
 fn a_large_module_is_compiled_as_several_programs() {
     if !nvrtc_or_skip("the NVRTC program split test") {
         return;
     }
     let g = zoo_of_ops();
-    let n = ONE_PROGRAM_MAX + 1;
-    let kernels: Vec<LoweredKernel> = (0..n).map(|i| CudaBackend.lower(&target(), &g, &format!("ops{i}")).unwrap()).collect();
+    let kernels: Vec<LoweredKernel> = (0..3).map(|i| CudaBackend.lower(&target(), &g, &format!("ops{i}")).unwrap()).collect();
+    let codes: Vec<CudaCode> = kernels.iter().map(|k| postcard::from_bytes(&k.code).unwrap()).collect();
+    let total: usize = codes.iter().map(|c| c.launches.launches.len()).sum();
+    assert!(total > ONE_PROGRAM_MAX, "{total} launches");
     let m = CudaBackend.compile_module(&target(), &kernels).unwrap();
     let c = CubinModule::decode(&m).unwrap();
-    assert_eq!(c.cubins.len(), n.div_ceil(KERNELS_PER_PROGRAM));
-    let expected: Vec<u32> = (0..n).map(|i| (i / KERNELS_PER_PROGRAM) as u32).collect();
-    assert_eq!(c.function_cubins, expected);
-    let small = CudaBackend.compile_module(&target(), &kernels[..ONE_PROGRAM_MAX]).unwrap();
-    let s = CubinModule::decode(&small).unwrap();
-    assert_eq!((s.cubins.len(), s.function_cubins), (1, vec![0; ONE_PROGRAM_MAX]), "a module of a few kernels is one program");
+    assert_eq!(c.cubins.len(), total.div_ceil(LAUNCHES_PER_PROGRAM));
+    assert_eq!(c.functions, codes.iter().map(|c| c.launches.clone()).collect::<Vec<_>>());
     let has = |cubin: &[u8], name: &str| cubin.windows(name.len()).any(|w| w == name.as_bytes());
-    for (f, &ci) in c.functions.iter().zip(&c.function_cubins) {
-        for l in &f.launches {
+    for (f, cubins) in c.functions.iter().zip(&c.launch_cubins) {
+        for (l, &ci) in f.launches.iter().zip(cubins) {
             for (j, cubin) in c.cubins.iter().enumerate() {
                 assert_eq!(has(cubin, &format!("{}\0", l.entry)), j == ci as usize, "{} in cubin {j}", l.entry);
             }
         }
     }
     assert_eq!(CudaBackend.compile_module(&target(), &kernels).unwrap().bytes, m.bytes, "the same kernels give the same module");
+    let one = CubinModule::decode(&CudaBackend.compile_module(&target(), &kernels[..1]).unwrap()).unwrap();
+    assert_eq!(one.cubins.len(), if codes[0].launches.launches.len() > ONE_PROGRAM_MAX { 2 } else { 1 });
     let twice = [kernels[0].clone(), kernels[0].clone()];
     assert!(CudaBackend.compile_module(&target(), &twice).unwrap_err().to_string().contains("two kernels of one module are named 'ops0'"));
 }
@@ -121,7 +139,7 @@ fn nvrtc_errors_name_the_kernel() {
     if !nvrtc_or_skip("the NVRTC error test") {
         return;
     }
-    let code = CudaCode { source: "extern \"C\" __global__ void bad_k0_0() { undefined_thing(); }\n".into(), launches: Default::default() };
+    let code = CudaCode { source: "extern \"C\" __global__ void bad_k0_0() { undefined_thing(); }\n".into(), launches: Default::default(), entry_offsets: vec![] };
     let k = LoweredKernel {
         info: crate::backend::FunctionInfo { symbol: "bad".into(), inputs: vec![], outputs: vec![], scratch_bytes: 0 },
         code: postcard::to_stdvec(&code).unwrap(),
@@ -245,7 +263,7 @@ fn attention_kernels_lower_and_compile() {
             assert!(attention::attention_with(&mut k, n, a, t).unwrap());
             lowered.push(LoweredKernel {
                 info: crate::backend::FunctionInfo { symbol: sym.clone(), inputs: vec![], outputs: vec![], scratch_bytes: 0 },
-                code: postcard::to_stdvec(&CudaCode { source: k.render(&format!("{sym}_k0_0")), launches: Default::default() }).unwrap(),
+                code: postcard::to_stdvec(&CudaCode { source: k.render(&format!("{sym}_k0_0")), launches: Default::default(), entry_offsets: vec![] }).unwrap(),
             });
         }
     }
@@ -402,7 +420,7 @@ fn fp16_and_bf16_attention_run_on_tensor_cores_in_every_tile() {
             assert_eq!(k.block, [t.threads(), 1, 1]);
             lowered.push(LoweredKernel {
                 info: crate::backend::FunctionInfo { symbol: sym.clone(), inputs: vec![], outputs: vec![], scratch_bytes: 0 },
-                code: postcard::to_stdvec(&CudaCode { source: k.render(&format!("{sym}_k0_0")), launches: Default::default() }).unwrap(),
+                code: postcard::to_stdvec(&CudaCode { source: k.render(&format!("{sym}_k0_0")), launches: Default::default(), entry_offsets: vec![] }).unwrap(),
             });
         }
         }
