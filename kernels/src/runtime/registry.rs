@@ -38,6 +38,7 @@ const BUILTIN: &[(&ModuleFormat, LoadFn)] = &[
     (&c::FORMAT, c::loader),
     (&gemm::FORMAT, gemm::loader),
     (&cuda::FORMAT, cuda::loader),
+    (&cuda::PARAMS_FORMAT, cuda::loader),
     (&cuda::LEGACY_FORMAT, cuda::loader),
     (&cuda::blas::FORMAT, cuda::blas::loader),
     (&cuda::dnn::FORMAT, cuda::dnn::loader),

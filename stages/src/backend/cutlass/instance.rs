@@ -42,7 +42,7 @@ impl Element {
         }
     }
 
-    fn cpp(self) -> &'static str {
+    pub(crate) fn cpp(self) -> &'static str {
         match self {
             Element::F16 => "cutlass::half_t",
             Element::Bf16 => "cutlass::bfloat16_t",
@@ -51,7 +51,7 @@ impl Element {
     }
 
     /// The short name in instantiation names (`gemm_bf16_...`).
-    fn short(self) -> &'static str {
+    pub(crate) fn short(self) -> &'static str {
         match self {
             Element::F16 => "f16",
             Element::Bf16 => "bf16",
@@ -150,7 +150,7 @@ pub enum Activation {
 }
 
 impl Activation {
-    fn cpp(self) -> &'static str {
+    pub(crate) fn cpp(self) -> &'static str {
         match self {
             Activation::Identity => "cutlass::epilogue::thread::Identity",
             Activation::Relu => "cutlass::epilogue::thread::ReLu",
@@ -161,7 +161,7 @@ impl Activation {
         }
     }
 
-    fn short(self) -> &'static str {
+    pub(crate) fn short(self) -> &'static str {
         match self {
             Activation::Identity => "id",
             Activation::Relu => "relu",

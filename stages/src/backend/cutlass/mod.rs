@@ -14,6 +14,7 @@
 //! records the fastest.
 
 pub mod cost;
+pub mod hopper;
 pub mod instance;
 pub mod lower;
 pub mod support;
@@ -26,8 +27,9 @@ use crate::backend::{Backend, BackendError, LoweredKernel, Module, TunableSet};
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::Rule;
 use crate::target::{AttrValue, BackendSpec, Target};
+use hopper::{HopperTile, HOPPER_TILES};
 use instance::{tiles, Element, Tile};
-use lower::CutlassCode;
+use lower::{Config, CutlassCode};
 use tessera_kernels::runtime::cuda::format::CubinModule;
 
 /// The backend's name, as `cuda -compiler=cutlass` selects it.
@@ -38,6 +40,14 @@ pub const VERSION: u32 = 1;
 
 /// The GEMM template every module starts with.
 pub const PRELUDE: &str = include_str!("gemm.cuh");
+
+/// The Hopper family's headers, in modules with a Hopper launch (and in their probes).
+pub const HOPPER_PRELUDE: &str = include_str!("gemm_sm90.cuh");
+
+/// Without NDEBUG, CUTLASS 3.x's device asserts put the absolute path of their header into the cubin: the
+/// same module would differ byte for byte between machines that keep the headers in different folders.
+/// (The sm80 template has none, and its modules keep the bytes they had.)
+const HOPPER_DEFINES: &str = "#define NDEBUG\n";
 
 /// The backend's description: its `-compiler` value and its own options.
 pub static SPEC: BackendSpec = BackendSpec {
@@ -80,11 +90,30 @@ fn config_name(tile: &Tile) -> String {
     format!("{NAME}/v{VERSION}/{}", tile.name())
 }
 
-/// The tile a configuration names, among those of `element`.
-fn tile_of(element: Element, config: &str) -> Result<Tile, BackendError> {
-    tiles(element).iter().find(|t| config_name(t) == config).copied().ok_or_else(|| {
-        let names: Vec<String> = tiles(element).iter().map(config_name).collect();
-        unsupported(format!("no {element:?} configuration '{config}' (it has {})", names.join(", ")))
+fn hopper_config_name(tile: &HopperTile) -> String {
+    format!("{NAME}/v{VERSION}/{}", tile.name())
+}
+
+/// Whether a target's kernels may use the Hopper family: the 16-bit types on sm_90.
+fn hopper_target(target: &Target, element: Element) -> bool {
+    element.is_half() && toolchain::arch(target) == "sm_90"
+}
+
+/// Every configuration of `element` on `target`: the sm80 tiles, then the Hopper ones where they run.
+fn all_configs(target: &Target, element: Element) -> Vec<(String, Config)> {
+    let mut out: Vec<(String, Config)> = tiles(element).iter().map(|t| (config_name(t), Config::Sm80(*t))).collect();
+    if hopper_target(target, element) {
+        out.extend(HOPPER_TILES.iter().map(|t| (hopper_config_name(t), Config::Hopper(*t))));
+    }
+    out
+}
+
+/// The configuration a name names, among those of `element` on `target`.
+fn config_of(target: &Target, element: Element, config: &str) -> Result<Config, BackendError> {
+    let all = all_configs(target, element);
+    all.iter().find(|(n, _)| n == config).map(|(_, c)| *c).ok_or_else(|| {
+        let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+        unsupported(format!("no {element:?} configuration '{config}' on {} (it has {})", toolchain::arch(target), names.join(", ")))
     })
 }
 
@@ -92,31 +121,75 @@ fn decode(k: &LoweredKernel) -> Result<CutlassCode, BackendError> {
     postcard::from_bytes(&k.code).map_err(|e| invalid(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol)))
 }
 
-/// The whole CUDA C++ source of a module: the prelude, each instantiation's type once, then each kernel's
-/// functions, in order.
+/// The whole CUDA C++ source of a module: the prelude (and the Hopper one where a kernel needs it), each
+/// instantiation's type once, then each kernel's functions, in order.
 pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> {
-    let mut types: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    let codes = kernels.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
+    module_source_of(kernels, &codes)
+}
+
+fn is_hopper(codes: &[CutlassCode]) -> bool {
+    codes.iter().any(|c| c.problems.iter().any(Option::is_some))
+}
+
+fn module_source_of(kernels: &[LoweredKernel], codes: &[CutlassCode]) -> Result<String, BackendError> {
+    let mut types: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
     let mut body = String::new();
     let mut seen = std::collections::BTreeSet::new();
-    for k in kernels {
+    for (k, code) in kernels.iter().zip(codes) {
         if !seen.insert(k.info.symbol.as_str()) {
             return Err(invalid(format!("two kernels of one module are named '{}'", k.info.symbol)));
         }
-        let code = decode(k)?;
-        for (name, decl) in code.types {
+        for (name, decl) in &code.types {
             types.entry(name).or_insert(decl);
         }
         body.push('\n');
         body.push_str(&code.source);
     }
+    let hopper = is_hopper(codes);
     let mut src = String::from("/* tessera cutlass module */\n");
+    if hopper {
+        src.push_str(HOPPER_DEFINES);
+    }
     src.push_str(PRELUDE);
     src.push('\n');
+    if hopper {
+        src.push_str(HOPPER_PRELUDE);
+        src.push('\n');
+    }
     for decl in types.values() {
         src.push_str(decl);
     }
     src.push_str(&body);
     Ok(src)
+}
+
+/// The probe of a module's Hopper launches (see [`hopper`]): their types and a `main` building each
+/// launch's parameters; with the launches it covers, as (kernel, launch) indices.
+fn probe_of(codes: &[CutlassCode]) -> (String, Vec<(usize, usize)>) {
+    let mut types: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+    let mut problems = Vec::new();
+    let mut at = Vec::new();
+    for (ki, code) in codes.iter().enumerate() {
+        for (li, p) in code.problems.iter().enumerate() {
+            if let Some(p) = p {
+                if let Some((name, decl)) = code.types.iter().find(|(n, _)| *n == p.type_name) {
+                    types.entry(name).or_insert(decl);
+                }
+                problems.push(p.clone());
+                at.push((ki, li));
+            }
+        }
+    }
+    let mut src = String::from("/* tessera cutlass probe */\n");
+    src.push_str(HOPPER_DEFINES);
+    src.push_str("#define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1\n");
+    src.push_str(HOPPER_PRELUDE);
+    for decl in types.values() {
+        src.push_str(decl);
+    }
+    src.push_str(&hopper::probe_source(&problems));
+    (src, at)
 }
 
 impl Backend for CutlassBackend {
@@ -163,12 +236,13 @@ impl Backend for CutlassBackend {
     }
 
     fn configs(&self, target: &Target) -> TunableSet {
-        tiles(target_element(target)).iter().map(config_name).collect()
+        all_configs(target, target_element(target)).into_iter().map(|(n, _)| n).collect()
     }
 
     fn default_config(&self, target: &Target) -> String {
         config_name(&tiles(target_element(target))[0])
     }
+
 
     /// The default tile, then the other tiles of the kernel's element type whose grids fill at least half the
     /// GPU ([`cost::SMS`]) for every GEMM of the kernel: a tile that leaves most SMs idle loses to a smaller
@@ -179,14 +253,14 @@ impl Backend for CutlassBackend {
             Ok(e) if e == target_element(target) => e,
             _ => return vec![self.default_config(target)],
         };
-        let problems: Vec<(u64, u64, u64)> = kernel
+        let shapes: Vec<(u64, u64, u64, u64, u64, u64)> = kernel
             .nodes
             .iter()
             .enumerate()
             .filter(|(_, n)| n.op == crate::ir::Op::MatMul)
             .filter_map(|(i, _)| crate::backend::library::matmul_shape(kernel, NodeId(i as u32)).ok())
-            .map(|(batch, m, n, _, _, _)| (batch, m, n))
             .collect();
+        let problems: Vec<(u64, u64, u64)> = shapes.iter().map(|&(batch, m, n, _, _, _)| (batch, m, n)).collect();
         let ctas = |t: &Tile| problems.iter().map(|&(b, m, n)| b * m.div_ceil(t.threadblock[0] as u64) * n.div_ceil(t.threadblock[1] as u64)).min().unwrap_or(0);
         let all = tiles(e);
         let mut out = vec![all[0]];
@@ -197,7 +271,18 @@ impl Backend for CutlassBackend {
                 out.push(*best);
             }
         }
-        out.iter().map(config_name).collect()
+        let mut names: Vec<String> = out.iter().map(config_name).collect();
+        // The Hopper tiles whose persistent grid has work for at least half the SMs, or else the one with the
+        // most tiles, where every GEMM of the kernel is one they run.
+        if hopper_target(target, e) && !shapes.is_empty() && shapes.iter().all(|&(b, _, n, k, sa, sb)| lower::hopper_runs(e, b, n, k, sa, sb).is_ok()) {
+            let work = |t: &HopperTile| problems.iter().map(|&(b, m, n)| b * m.div_ceil(t.threadblock[0] as u64) * n.div_ceil(t.threadblock[1] as u64)).min().unwrap_or(0);
+            let mut hopper: Vec<&HopperTile> = HOPPER_TILES.iter().filter(|t| work(t) as f64 >= cost::SMS / 2.0).collect();
+            if hopper.is_empty() {
+                hopper.extend(HOPPER_TILES.iter().max_by_key(|t| (work(t), std::cmp::Reverse(t.threadblock[0] * t.threadblock[1]))));
+            }
+            names.extend(hopper.into_iter().map(hopper_config_name));
+        }
+        names
     }
 
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
@@ -207,19 +292,48 @@ impl Backend for CutlassBackend {
     fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
         let fail = |e: String| unsupported(format!("kernel '{symbol}' ({}): {e}", kernel.name));
-        let tile = tile_of(lower::element_of(kernel).map_err(fail)?, config)?;
-        let (code, info) = lower::lower_kernel(kernel, symbol, tile).map_err(fail)?;
+        let config = config_of(target, lower::element_of(kernel).map_err(fail)?, config)?;
+        let (code, info) = lower::lower_kernel(kernel, symbol, config).map_err(fail)?;
         Ok(LoweredKernel { info, code: postcard::to_stdvec(&code).expect("cutlass code encodes") })
     }
 
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
         let tools = toolchain::toolchain().map_err(|why| BackendError::toolchain(NAME, "nvcc with the CUTLASS headers", why))?;
-        let src = module_source(kernels)?;
-        let cubin = tools.compile(target, &src).map_err(|log| BackendError::compile(NAME, "nvcc", kernels, log))?;
-        let functions = kernels.iter().map(|k| decode(k).map(|c| c.launches)).collect::<Result<Vec<_>, _>>()?;
-        let bytes = CubinModule::single(toolchain::arch(target), cubin, functions).encode();
-        let module = Module { backend: NAME.into(), target: target.canonical(), format: tessera_kernels::runtime::cuda::FORMAT, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes };
+        let codes = kernels.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
+        let src = module_source_of(kernels, &codes)?;
+        let hopper = is_hopper(&codes);
+        // Hopper's wgmma and TMA are sm_90a's.
+        let arch = if hopper { "sm_90a".to_string() } else { toolchain::arch(target) };
+        let compile_error = |log: String| BackendError::compile(NAME, "nvcc", kernels, log);
+        // The cubin and the probe compile side by side.
+        let (cubin, probed) = std::thread::scope(|s| {
+            let probe = hopper.then(|| {
+                s.spawn(|| {
+                    let (probe_src, at) = probe_of(&codes);
+                    let output = tools.probe(&probe_src)?;
+                    let args: Vec<Vec<_>> = at.iter().map(|&(k, l)| codes[k].launches.launches[l].args.clone()).collect();
+                    hopper::read_probe(&output, &args).map(|p| at.into_iter().zip(p).collect::<Vec<_>>())
+                })
+            });
+            let cubin = tools.compile_for(&arch, &src);
+            (cubin, probe.map(|h| h.join().expect("the probe thread does not panic")))
+        });
+        let cubin = cubin.map_err(compile_error)?;
+        let mut functions: Vec<_> = codes.iter().map(|c| c.launches.clone()).collect();
+        let mut module = CubinModule::single(arch, cubin, Vec::new());
+        module.launch_params = functions.iter().map(|f| vec![None; f.launches.len()]).collect();
+        for ((k, l), p) in probed.transpose().map_err(compile_error)?.unwrap_or_default() {
+            let launch = &mut functions[k].launches[l];
+            launch.grid = p.grid;
+            launch.block = p.block;
+            launch.shared_bytes = p.shared_bytes;
+            launch.args.clear();
+            module.launch_params[k][l] = Some(p.params);
+        }
+        module.launch_cubins = functions.iter().map(|f| vec![0; f.launches.len()]).collect();
+        module.functions = functions;
+        let module = Module { backend: NAME.into(), target: target.canonical(), format: module.format(), functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes: module.encode() };
         CubinModule::decode(&module).map_err(invalid)?;
         Ok(module)
     }

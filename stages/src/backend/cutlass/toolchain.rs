@@ -109,9 +109,15 @@ pub fn arch(target: &Target) -> String {
 /// nvcc's options for `target` (the include folders, which say where this machine keeps the headers, are
 /// added at the call: the versions stand for them in keys).
 pub fn options(target: &Target) -> Vec<String> {
+    options_for(&arch(target))
+}
+
+/// nvcc's options for a module of architecture `arch` (`sm_90`, or `sm_90a` for the Hopper family, which
+/// the module's code chooses).
+pub fn options_for(arch: &str) -> Vec<String> {
     [
         "-cubin".to_string(),
-        format!("-arch={}", arch(target)),
+        format!("-arch={arch}"),
         "-std=c++17".into(),
         "-O3".into(),
         "--expt-relaxed-constexpr".into(),
@@ -144,11 +150,36 @@ impl Toolchain {
     /// is compiled in a private temporary folder instead, with a warning: it works, but its cubin is not the one
     /// another machine builds.
     pub fn compile(&self, target: &Target, source: &str) -> Result<Vec<u8>, String> {
-        self.compile_under(Path::new(BUILD_ROOT), target, source)
+        self.compile_for(&arch(target), source)
     }
 
-    fn compile_under(&self, root: &Path, target: &Target, source: &str) -> Result<Vec<u8>, String> {
-        let options = options(target);
+    /// [`Self::compile`] for architecture `arch`.
+    pub fn compile_for(&self, arch: &str, source: &str) -> Result<Vec<u8>, String> {
+        self.compile_under(Path::new(BUILD_ROOT), arch, source)
+    }
+
+    /// Compiles a probe (host code with CUTLASS's headers, see `hopper.rs`) into a program in a private
+    /// folder, runs it, and returns what it printed. Its output depends on the source only: no GPU, driver or
+    /// address enters it.
+    pub fn probe(&self, source: &str) -> Result<String, String> {
+        let dir = tempfile::Builder::new().prefix("tessera-probe-").tempdir().map_err(|e| format!("cannot make a temporary folder: {e}"))?;
+        std::fs::write(dir.path().join("probe.cu"), source).map_err(|e| format!("cannot write the probe: {e}"))?;
+        let mut options: Vec<String> = options_for("sm_90a").into_iter().filter(|o| o != "-cubin" && o != "-O3").collect();
+        options.push("-O1".into());
+        if let Ok(t) = libs::toolkit() {
+            options.push(format!("-L{}", t.lib_dir.display()));
+        }
+        self.run_nvcc(options, dir.path(), "probe", "probe.cu")?;
+        let run = std::process::Command::new(dir.path().join("probe")).current_dir(dir.path()).output().map_err(|e| format!("cannot run the probe: {e}"))?;
+        let out = String::from_utf8_lossy(&run.stdout).into_owned();
+        if !run.status.success() {
+            return Err(format!("the probe failed ({}): {}{}", run.status, String::from_utf8_lossy(&run.stderr), out.lines().filter(|l| l.starts_with("error")).collect::<Vec<_>>().join("\n")));
+        }
+        Ok(out)
+    }
+
+    fn compile_under(&self, root: &Path, arch: &str, source: &str) -> Result<Vec<u8>, String> {
+        let options = options_for(arch);
         let digest = blake3::hash(format!("{}\0{source}", options.join(" ")).as_bytes()).to_hex();
         let dir = root.join(&digest.as_str()[..32]);
         match Self::claim(&dir) {
@@ -177,13 +208,13 @@ impl Toolchain {
         let (src, out) = (dir.join("module.cu"), dir.join("module.cubin"));
         let _ = std::fs::remove_file(&out);
         std::fs::write(&src, source).map_err(|e| format!("cannot write {}: {e}", src.display()))?;
-        let result = self.run_nvcc(options, dir).and_then(|()| std::fs::read(&out).map_err(|e| format!("nvcc wrote no cubin ({}): {e}", out.display())));
+        let result = self.run_nvcc(options, dir, "module.cubin", "module.cu").and_then(|()| std::fs::read(&out).map_err(|e| format!("nvcc wrote no cubin ({}): {e}", out.display())));
         let _ = std::fs::remove_file(&src);
         let _ = std::fs::remove_file(&out);
         result
     }
 
-    fn run_nvcc(&self, options: Vec<String>, dir: &Path) -> Result<(), String> {
+    fn run_nvcc(&self, options: Vec<String>, dir: &Path, output: &str, input: &str) -> Result<(), String> {
         let mut cmd = std::process::Command::new(&self.nvcc);
         cmd.args(options).arg(format!("-I{}", self.cutlass_include.display()));
         if let Ok(t) = libs::toolkit() {
@@ -193,7 +224,7 @@ impl Toolchain {
                 cmd.arg(format!("-I{}", cccl.display()));
             }
         }
-        cmd.current_dir(dir).arg("-o").arg("module.cubin").arg("module.cu");
+        cmd.current_dir(dir).arg("-o").arg(output).arg(input);
         let run = cmd.output().map_err(|e| format!("cannot run {}: {e}", self.nvcc.display()))?;
         if !run.status.success() {
             let log = String::from_utf8_lossy(&run.stderr);
@@ -220,7 +251,7 @@ mod tests {
         let root = t.path().join("a-file");
         std::fs::write(&root, b"").unwrap();
         let target = Target::parse("cuda -compiler=cutlass").unwrap();
-        let cubin = tools.compile_under(&root, &target, "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] = 1.0f; }\n").unwrap();
+        let cubin = tools.compile_under(&root, &arch(&target), "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] = 1.0f; }\n").unwrap();
         assert_eq!(&cubin[..4], b"\x7fELF");
     }
 }
