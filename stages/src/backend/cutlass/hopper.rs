@@ -11,8 +11,9 @@
 //! recorded maps, the grid, block and shared memory. [`read_probe`] turns that into a
 //! [`ParamBlock`]: the placeholder words become pointer patches, the markers tensor-map patches, and the
 //! loader fills both with the launch's device addresses (`runtime::cuda::module`). The probe runs its launches
-//! twice over stacks scribbled with different bytes: bytes that differ are padding no one wrote, and are
-//! zeroed, so a module's bytes are the same on every machine.
+//! twice, the stack scribbled with a different byte before each launch: bytes that differ are padding or
+//! fields no one wrote, and are zeroed, so a module's bytes are the same on every machine (and a field left
+//! unwritten cannot hold an earlier launch's placeholder, which would read as a pointer).
 //!
 //! The grid is the persistent scheduler's for [`SMS`] SMs (an H100 SXM's or an H200's); on a GPU with
 //! another count every tile is still computed (the scheduler strides over the tiles by the grid's size).
@@ -164,7 +165,7 @@ const MARKER: &[u8; 8] = b"TSRTMAP!";
 pub fn probe_source(problems: &[Problem]) -> String {
     let mut s = String::new();
     s.push_str(PROBE_HEAD);
-    s.push_str("static void probe_all() {\n");
+    s.push_str("static void probe_all(int byte) {\n");
     for (i, p) in problems.iter().enumerate() {
         let Problem { type_name: t, m, n, k, batch, a_stride, b_stride, source } = p;
         let d_stride = m * n;
@@ -184,10 +185,10 @@ pub fn probe_source(problems: &[Problem]) -> String {
              {{{{}}, {c_ptr}, {{int64_t({n}), cute::Int<1>{{}}, int64_t({d_stride})}}, static_cast<E*>(placeholder({d})), {{int64_t({n}), cute::Int<1>{{}}, int64_t({d_stride})}}}}}};\n  \
              args.epilogue.thread.alpha = 1.0f;\n  args.epilogue.thread.beta = {beta};\n{bias}  \
              args.hw_info.sm_count = {SMS};\n  args.hw_info.device_id = 0;\n  \
-             emit<K>({i}, args);\n  }}\n"
+             scribble(byte);\n  emit<K>({i}, args);\n  }}\n"
         );
     }
-    s.push_str("}\n\nint main() {\n  scribble(0xA5);\n  probe_all();\n  scribble(0x5A);\n  probe_all();\n  return 0;\n}\n");
+    s.push_str("}\n\nint main() {\n  probe_all(0xA5);\n  probe_all(0x5A);\n  return 0;\n}\n");
     s
 }
 
@@ -223,7 +224,7 @@ static void* placeholder(int operand) {
   return reinterpret_cast<void*>(0x7e5e000000000000ull + (static_cast<unsigned long long>(operand) << 40));
 }
 
-// Fills the stack below with `byte`: padding the parameters leave unwritten shows as a difference between runs.
+// Fills the stack below with `byte`: what the parameters leave unwritten shows as a difference between runs.
 __attribute__((noinline)) static void scribble(int byte) {
   volatile unsigned char junk[1 << 16];
   for (unsigned i = 0; i < sizeof junk; ++i) junk[i] = static_cast<unsigned char>(byte);

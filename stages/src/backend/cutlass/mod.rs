@@ -305,37 +305,56 @@ impl Backend for CutlassBackend {
         check_target(target)?;
         let tools = toolchain::toolchain().map_err(|why| BackendError::toolchain(NAME, "nvcc with the CUTLASS headers", why))?;
         let codes = kernels.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
-        let src = module_source_of(kernels, &codes)?;
-        let hopper = is_hopper(&codes);
-        // Hopper's wgmma and TMA are sm_90a's.
-        let arch = if hopper { "sm_90a".to_string() } else { toolchain::arch(target) };
-        let compile_error = |log: String| BackendError::compile(NAME, "nvcc", kernels, log);
-        // The cubin and the probe compile side by side.
-        let (cubin, probed) = std::thread::scope(|s| {
-            let probe = hopper.then(|| {
-                s.spawn(|| {
-                    let (probe_src, at) = probe_of(&codes);
-                    let output = tools.probe(&probe_src)?;
-                    let args: Vec<Vec<_>> = at.iter().map(|&(k, l)| codes[k].launches.launches[l].args.clone()).collect();
-                    hopper::read_probe(&output, &args).map(|p| at.into_iter().zip(p).collect::<Vec<_>>())
+        // Names are unique across the module (checked on its whole source).
+        module_source_of(kernels, &codes)?;
+        // One nvcc program per kernel (and one probe per Hopper kernel), compiled in parallel and kept for the
+        // process by their text ([`toolchain::Toolchain::compile_for`]): a plan's module takes the cubins the
+        // tune stage compiled for the same kernels, and no program waits for another's instantiations.
+        let compiled: Vec<Result<(Vec<u8>, Vec<(usize, hopper::Probed)>), String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = kernels
+                .iter()
+                .zip(&codes)
+                .map(|(k, code)| {
+                    s.spawn(move || {
+                        let one = std::slice::from_ref(code);
+                        let src = module_source_of(std::slice::from_ref(k), one).map_err(|e| e.to_string())?;
+                        if !is_hopper(one) {
+                            return Ok((tools.compile_for(&toolchain::arch(target), &src)?, Vec::new()));
+                        }
+                        // Hopper's wgmma and TMA are sm_90a's; the probe compiles beside the cubin.
+                        let (cubin, probed) = std::thread::scope(|s| {
+                            let probe = s.spawn(|| {
+                                let (probe_src, at) = probe_of(one);
+                                let output = tools.probe(&probe_src)?;
+                                let args: Vec<Vec<_>> = at.iter().map(|&(_, l)| code.launches.launches[l].args.clone()).collect();
+                                hopper::read_probe(&output, &args).map(|p| at.into_iter().map(|(_, l)| l).zip(p).collect::<Vec<_>>())
+                            });
+                            (tools.compile_for("sm_90a", &src), probe.join().expect("the probe thread does not panic"))
+                        });
+                        Ok((cubin?, probed?))
+                    })
                 })
-            });
-            let cubin = tools.compile_for(&arch, &src);
-            (cubin, probe.map(|h| h.join().expect("the probe thread does not panic")))
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a compile thread does not panic")).collect()
         });
-        let cubin = cubin.map_err(compile_error)?;
+        let compiled = compiled.into_iter().collect::<Result<Vec<_>, String>>().map_err(|log| BackendError::compile(NAME, "nvcc", kernels, log))?;
+        let hopper = is_hopper(&codes);
+        let arch = if hopper { "sm_90a".to_string() } else { toolchain::arch(target) };
+        let mut module = CubinModule { arch, cubins: Vec::new(), functions: Vec::new(), launch_cubins: Vec::new(), launch_params: Vec::new() };
         let mut functions: Vec<_> = codes.iter().map(|c| c.launches.clone()).collect();
-        let mut module = CubinModule::single(arch, cubin, Vec::new());
         module.launch_params = functions.iter().map(|f| vec![None; f.launches.len()]).collect();
-        for ((k, l), p) in probed.transpose().map_err(compile_error)?.unwrap_or_default() {
-            let launch = &mut functions[k].launches[l];
-            launch.grid = p.grid;
-            launch.block = p.block;
-            launch.shared_bytes = p.shared_bytes;
-            launch.args.clear();
-            module.launch_params[k][l] = Some(p.params);
+        module.launch_cubins = functions.iter().enumerate().map(|(k, f)| vec![k as u32; f.launches.len()]).collect();
+        for (k, (cubin, probed)) in compiled.into_iter().enumerate() {
+            module.cubins.push(cubin);
+            for (l, p) in probed {
+                let launch = &mut functions[k].launches[l];
+                launch.grid = p.grid;
+                launch.block = p.block;
+                launch.shared_bytes = p.shared_bytes;
+                launch.args.clear();
+                module.launch_params[k][l] = Some(p.params);
+            }
         }
-        module.launch_cubins = functions.iter().map(|f| vec![0; f.launches.len()]).collect();
         module.functions = functions;
         let module = Module { backend: NAME.into(), target: target.canonical(), format: module.format(), functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes: module.encode() };
         CubinModule::decode(&module).map_err(invalid)?;

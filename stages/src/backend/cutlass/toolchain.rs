@@ -153,15 +153,25 @@ impl Toolchain {
         self.compile_for(&arch(target), source)
     }
 
-    /// [`Self::compile`] for architecture `arch`.
+    /// [`Self::compile`] for architecture `arch`, once per process for each text: the result depends on the
+    /// options and the source only (see [`Self::compile`]), so a second compile of the same program (a plan's
+    /// module after the tune stage compiled its kernels) takes the first one's cubin.
     pub fn compile_for(&self, arch: &str, source: &str) -> Result<Vec<u8>, String> {
-        self.compile_under(Path::new(BUILD_ROOT), arch, source)
+        let key = blake3::hash(format!("cubin\0{}\0{source}", options_for(arch).join(" ")).as_bytes());
+        cached(key, || self.compile_under(Path::new(BUILD_ROOT), arch, source))
     }
 
     /// Compiles a probe (host code with CUTLASS's headers, see `hopper.rs`) into a program in a private
     /// folder, runs it, and returns what it printed. Its output depends on the source only: no GPU, driver or
     /// address enters it.
     pub fn probe(&self, source: &str) -> Result<String, String> {
+        let key = blake3::hash(format!("probe\0{source}").as_bytes());
+        let out = cached(key, || self.probe_uncached(source).map(String::into_bytes))?;
+        String::from_utf8(out).map_err(|_| "the probe printed something that is not UTF-8".to_string())
+    }
+
+    /// [`Self::probe`] without the process's cache (a test compares the two).
+    pub fn probe_uncached(&self, source: &str) -> Result<String, String> {
         let dir = tempfile::Builder::new().prefix("tessera-probe-").tempdir().map_err(|e| format!("cannot make a temporary folder: {e}"))?;
         std::fs::write(dir.path().join("probe.cu"), source).map_err(|e| format!("cannot write the probe: {e}"))?;
         let mut options: Vec<String> = options_for("sm_90a").into_iter().filter(|o| o != "-cubin" && o != "-O3").collect();
@@ -176,6 +186,11 @@ impl Toolchain {
             return Err(format!("the probe failed ({}): {}{}", run.status, String::from_utf8_lossy(&run.stderr), out.lines().filter(|l| l.starts_with("error")).collect::<Vec<_>>().join("\n")));
         }
         Ok(out)
+    }
+
+    /// [`Self::compile_for`] without the process's cache (a test compares the two).
+    pub fn compile_uncached(&self, arch: &str, source: &str) -> Result<Vec<u8>, String> {
+        self.compile_under(Path::new(BUILD_ROOT), arch, source)
     }
 
     fn compile_under(&self, root: &Path, arch: &str, source: &str) -> Result<Vec<u8>, String> {
@@ -215,6 +230,7 @@ impl Toolchain {
     }
 
     fn run_nvcc(&self, options: Vec<String>, dir: &Path, output: &str, input: &str) -> Result<(), String> {
+        let _slot = NvccSlot::take();
         let mut cmd = std::process::Command::new(&self.nvcc);
         cmd.args(options).arg(format!("-I{}", self.cutlass_include.display()));
         if let Ok(t) = libs::toolkit() {
@@ -232,6 +248,49 @@ impl Toolchain {
             return Err(format!("nvcc failed ({}):\n{}", run.status, if errors.is_empty() { log.lines().take(12).collect::<Vec<_>>().join("\n") } else { errors.join("\n") }));
         }
         Ok(())
+    }
+}
+
+/// What this process compiled, by the digest of what went in: each entry filled once (its lock held while
+/// the one compile of that text runs, so a second caller waits for it instead of compiling it again).
+/// Failures are not kept: the next caller tries again.
+fn cached(key: blake3::Hash, compile: impl FnOnce() -> Result<Vec<u8>, String>) -> Result<Vec<u8>, String> {
+    type Entry = std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>>;
+    static DONE: OnceLock<std::sync::Mutex<std::collections::HashMap<blake3::Hash, Entry>>> = OnceLock::new();
+    let entry = DONE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().clone();
+    let mut slot = entry.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(done) = slot.as_ref() {
+        return Ok(done.clone());
+    }
+    let out = compile()?;
+    *slot = Some(out.clone());
+    Ok(out)
+}
+
+/// A slot for one nvcc process: at most one per core run at once (a CUTLASS 3.x compile takes a core and a
+/// gigabyte or more; the tune stage and a module's kernels both compile in parallel, and together they would
+/// start more).
+struct NvccSlot;
+
+static NVCC_RUNNING: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+static NVCC_FREED: std::sync::Condvar = std::sync::Condvar::new();
+
+impl NvccSlot {
+    fn take() -> NvccSlot {
+        let limit = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut running = NVCC_RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+        while *running >= limit {
+            running = NVCC_FREED.wait(running).unwrap_or_else(|e| e.into_inner());
+        }
+        *running += 1;
+        NvccSlot
+    }
+}
+
+impl Drop for NvccSlot {
+    fn drop(&mut self) {
+        *NVCC_RUNNING.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        NVCC_FREED.notify_one();
     }
 }
 
