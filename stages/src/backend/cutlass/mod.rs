@@ -1,17 +1,20 @@
 //! The `cutlass` backend (`cuda -compiler=cutlass`): MatMuls (batched, broadcast batch) with their fused
 //! epilogues (a bias or a residual, then ReLU, GELU, Sigmoid or HardSwish) as CUTLASS kernels, fp16 and bf16 on
-//! tensor cores with fp32 accumulation and fp32 on the SIMT cores, compiled by nvcc into one cubin per model.
+//! tensor cores with fp32 accumulation and fp32 on the SIMT cores, compiled by nvcc, a program per kernel.
 //!
-//! CUTLASS is used as a template library: [`lower`] writes, per chain, an `extern "C" __global__` function that
-//! instantiates the prelude's `tessera::gemm` template (`gemm.cuh`) for its fixed problem, with the
-//! instantiation's type ([`instance::Gemm`]: element, tile configuration, alignments, activation) declared
-//! once per module; [`toolchain`] runs nvcc with the CUTLASS headers (on any machine: the PyPI wheels of
-//! nvcc and CUTLASS serve a machine without a GPU). The module is a `cubin` module like the `cuda`
-//! backend's, so the runtime loads and launches it with no code of its own.
+//! CUTLASS is used as a template library: [`lower`] writes, per chain, an `extern "C" __global__` function for
+//! its fixed problem, in one of two families. The sm80 one instantiates the prelude's `tessera::gemm` template
+//! (`gemm.cuh`; [`instance::Gemm`]: element, tile configuration, alignments, activation), which builds its
+//! parameters on the device from the launch's pointers. The Hopper one ([`hopper`]) runs CUTLASS 3.x's TMA
+//! kernels, whose parameters a probe program builds at compile time and the launch carries as a parameter
+//! block. [`toolchain`] runs nvcc with the CUTLASS headers (on any machine: the PyPI wheels of nvcc and CUTLASS
+//! serve a machine without a GPU). The module is a cubin module like the `cuda` backend's, so the runtime loads
+//! and launches it with no code of its own.
 //!
-//! Tuning space: the tile configuration ([`instance::tiles`]: threadblock and warp tiles, stages) of the
-//! target's precision, `cutlass/v<version>/<tile>`; the tune stage measures each on the GPU and the plan
-//! records the fastest.
+//! Tuning space: the tile configurations of the target's precision and architecture
+//! ([`instance::tiles`]: threadblock and warp tiles, stages; on sm_90 also [`hopper::HOPPER_TILES`]: schedule
+//! and tile), `cutlass/v<version>/<tile>`; the tune stage measures each on the GPU and the plan records the
+//! fastest.
 
 pub mod cost;
 pub mod hopper;
