@@ -38,7 +38,6 @@ const BUILTIN: &[(&ModuleFormat, LoadFn)] = &[
     (&c::FORMAT, c::loader),
     (&gemm::FORMAT, gemm::loader),
     (&cuda::FORMAT, cuda::loader),
-    (&cuda::PARAMS_FORMAT, cuda::loader),
     (&cuda::LEGACY_FORMAT, cuda::loader),
     (&cuda::blas::FORMAT, cuda::blas::loader),
     (&cuda::dnn::FORMAT, cuda::dnn::loader),
@@ -126,14 +125,14 @@ mod tests {
     fn builtin_has_one_loader_per_format_of_this_crate() {
         let formats: Vec<&ModuleFormat> = Registry::builtin().formats().collect();
         let names: Vec<&str> = formats.iter().map(|f| f.name.as_ref()).collect();
-        assert_eq!(names, ["shared-object", "gemm-plan", "cubins", "cubins-params", "cubin", "cublaslt", "cudnn"]);
-        assert!(formats.contains(&&crate::runtime::c::FORMAT) && formats.contains(&&crate::runtime::cuda::FORMAT) && formats.contains(&&crate::runtime::cuda::PARAMS_FORMAT) && formats.contains(&&crate::runtime::cuda::LEGACY_FORMAT));
+        assert_eq!(names, ["shared-object", "gemm-plan", "cubins", "cubin", "cublaslt", "cudnn"]);
+        assert!(formats.contains(&&crate::runtime::c::FORMAT) && formats.contains(&&crate::runtime::cuda::FORMAT) && formats.contains(&&crate::runtime::cuda::LEGACY_FORMAT));
     }
 
     #[test]
     fn an_unknown_format_is_an_error_naming_the_backend() {
         let e = Registry::builtin().load(&module(ModuleFormat::named("toy-plan"))).err().expect("no loader");
-        assert!(e.0.contains("backend toy") && e.0.contains("toy-plan (host)") && e.0.contains("shared-object (host), gemm-plan (host), cubins (GPU), cubins-params (GPU), cubin (GPU), cublaslt (GPU), cudnn (GPU)"), "{e}");
+        assert!(e.0.contains("backend toy") && e.0.contains("toy-plan (host)") && e.0.contains("shared-object (host), gemm-plan (host), cubins (GPU), cubin (GPU), cublaslt (GPU), cudnn (GPU)"), "{e}");
     }
 
     #[test]

@@ -42,7 +42,7 @@ impl Element {
         }
     }
 
-    pub(crate) fn cpp(self) -> &'static str {
+    fn cpp(self) -> &'static str {
         match self {
             Element::F16 => "cutlass::half_t",
             Element::Bf16 => "cutlass::bfloat16_t",
@@ -51,7 +51,7 @@ impl Element {
     }
 
     /// The short name in instantiation names (`gemm_bf16_...`).
-    pub(crate) fn short(self) -> &'static str {
+    fn short(self) -> &'static str {
         match self {
             Element::F16 => "f16",
             Element::Bf16 => "bf16",
@@ -150,7 +150,7 @@ pub enum Activation {
 }
 
 impl Activation {
-    pub(crate) fn cpp(self) -> &'static str {
+    fn cpp(self) -> &'static str {
         match self {
             Activation::Identity => "cutlass::epilogue::thread::Identity",
             Activation::Relu => "cutlass::epilogue::thread::ReLu",
@@ -161,7 +161,7 @@ impl Activation {
         }
     }
 
-    pub(crate) fn short(self) -> &'static str {
+    fn short(self) -> &'static str {
         match self {
             Activation::Identity => "id",
             Activation::Relu => "relu",

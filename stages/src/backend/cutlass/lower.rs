@@ -4,7 +4,6 @@
 //! Chains are placed by [`crate::backend::library::Places`] (arguments, or scratch for a chain result that
 //! feeds the next chain of a merged partition), so a function is a list of launches as the `cuda` backend's.
 
-use super::hopper::{self, HopperGemm, HopperTile, Problem, Source};
 use super::instance::{alignment, Element, Gemm, Tile};
 use super::support::{self, Addend};
 use crate::backend::library::{chain_ends, Places};
@@ -22,31 +21,6 @@ pub struct CutlassCode {
     pub types: Vec<(String, String)>,
     pub source: String,
     pub launches: FunctionLaunches,
-    /// Per launch: the problem of a Hopper launch, whose parameter block, grid and shared memory the
-    /// module's compile fills in ([`hopper`]); `None` for a launch of pointers.
-    pub problems: Vec<Option<Problem>>,
-}
-
-/// A configuration of the backend: a tile of the sm80 family or of the Hopper family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Config {
-    Sm80(Tile),
-    Hopper(HopperTile),
-}
-
-/// Whether the Hopper kernels run a GEMM: 16-bit elements, rows of A, B and D 16-byte aligned (TMA's global
-/// strides), and batches that each have their own A and B.
-pub fn hopper_runs(element: Element, batch: u64, n: u64, k: u64, a_stride: u64, b_stride: u64) -> Result<(), String> {
-    if !element.is_half() {
-        return Err(format!("the Hopper kernels run fp16 and bf16 GEMMs, not {element:?}"));
-    }
-    if n % 8 != 0 || k % 8 != 0 {
-        return Err(format!("TMA needs rows of 16 bytes: K={k} and N={n} must be multiples of 8"));
-    }
-    if batch > 1 && (a_stride == 0 || b_stride == 0) {
-        return Err("TMA needs a batch stride for each operand: a broadcast batch runs on the sm80 kernels".into());
-    }
-    Ok(())
 }
 
 /// The element type of a kernel graph's GEMMs (every MatMul of one kernel has the same: the chain rule and
@@ -68,15 +42,15 @@ fn arg(o: Operand) -> LaunchArg {
     LaunchArg { index: o.arg, offset: o.offset }
 }
 
-/// Lowers `g` with `config` into functions named `symbol_k<i>`.
-pub fn lower_kernel(g: &Graph, symbol: &str, config: Config) -> Result<(CutlassCode, FunctionInfo), String> {
+/// Lowers `g` with `tile` into functions named `symbol_k<i>`.
+pub fn lower_kernel(g: &Graph, symbol: &str, tile: Tile) -> Result<(CutlassCode, FunctionInfo), String> {
     let element = element_of(g)?;
     let lasts = chain_ends(g, |op| *op == Op::MatMul, |n| support::anchor(g, n))?;
     let uses = g.use_counts();
     let use_of = |v: ValueId| uses[v.index()];
     let node_err = |n: NodeId, msg: String| format!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name());
     let mut places = Places::new(g)?;
-    let mut code = CutlassCode { types: Vec::new(), source: String::new(), launches: FunctionLaunches::default(), problems: Vec::new() };
+    let mut code = CutlassCode { types: Vec::new(), source: String::new(), launches: FunctionLaunches::default() };
     for (i, &last) in lasts.iter().enumerate() {
         let chain = support::chain_of(g, last, &use_of).map_err(|e| node_err(last, e))?;
         let (batch, m, n, k, a_stride, b_stride) = crate::backend::library::matmul_shape(g, chain.anchor).map_err(|e| node_err(chain.anchor, e))?;
@@ -92,31 +66,6 @@ pub fn lower_kernel(g: &Graph, symbol: &str, config: Config) -> Result<(CutlassC
             Some(Addend::Residual(v)) => Some((places.read(g, v, d_stride).map_err(|m| node_err(last, m))?, n, d_stride)),
         };
         let d = places.result(g, g.node(last).outputs[0], d_stride);
-        let tile = match config {
-            Config::Sm80(tile) => tile,
-            Config::Hopper(tile) => {
-                hopper_runs(element, batch, n, k, a_stride, b_stride).map_err(e)?;
-                let source = match chain.addend {
-                    None => Source::None,
-                    Some(Addend::Bias(_)) => Source::Bias,
-                    Some(Addend::Residual(_)) => Source::Residual,
-                };
-                let gemm = HopperGemm { element, tile, source, activation: chain.activation };
-                let type_name = gemm.type_name();
-                if !code.types.iter().any(|(t, _)| *t == type_name) {
-                    code.types.push((type_name.clone(), gemm.declaration()));
-                }
-                let entry = format!("{symbol}_k{i}");
-                let _ = writeln!(code.source, "// node '{}': {batch} x ({m}x{k} by {k}x{n}), {source:?}, {:?}\n{}", node.name, chain.activation, hopper::entry_source(&entry, &type_name));
-                let mut args = vec![arg(a), arg(b)];
-                args.extend(c.map(|(o, _, _)| arg(o)));
-                args.push(arg(d));
-                // Grid and shared memory come from the probe, when the module compiles.
-                code.launches.launches.push(Launch { entry, grid: [1, 1, 1], block: [hopper::THREADS, 1, 1], shared_bytes: 0, args });
-                code.problems.push(Some(Problem { type_name, m, n, k, batch, a_stride, b_stride, source }));
-                continue;
-            }
-        };
         let unaligned = || e(format!("extents K={k}, N={n} are not a multiple of any access width of {element:?}"));
         let gemm = Gemm {
             element,
@@ -165,7 +114,6 @@ pub fn lower_kernel(g: &Graph, symbol: &str, config: Config) -> Result<(CutlassC
             shared_bytes: tile.shared_bytes(element),
             args,
         });
-        code.problems.push(None);
     }
     Ok((code, places.info(g, symbol, 0)))
 }

@@ -62,20 +62,6 @@ fn folded_gelu_tanh(dt: DType) -> Graph {
     g
 }
 
-/// a[2,72,64] @ b[2,64,48] + r[2,72,48], then GELU (erf): a strided batch with a residual, in extents the
-/// Hopper kernels take (rows of 16 bytes).
-fn batched_residual_gelu(dt: DType) -> Graph {
-    let mut g = Graph::new("batched_residual_gelu");
-    let a = g.add_input("a", t(dt, &[2, 72, 64]));
-    let b = g.add_input("b", t(dt, &[2, 64, 48]));
-    let r = g.add_input("r", t(dt, &[2, 72, 48]));
-    let m = g.add("mm", Op::MatMul, &[a, b]).unwrap();
-    let s = g.add("res", Op::Binary(BinaryOp::Add), &[r, m]).unwrap();
-    let y = g.add("gelu", Op::Gelu { approximate: GeluApprox::Erf }, &[s]).unwrap();
-    g.outputs.push(y);
-    g
-}
-
 /// x[100,70] @ w[70,66]: extents only two halves wide, no epilogue.
 fn narrow(dt: DType) -> Graph {
     let mut g = Graph::new("narrow");
@@ -108,17 +94,7 @@ fn cases() -> Vec<Case> {
         Case { name: "folded_gelu_tanh", graph: folded_gelu_tanh },
         Case { name: "narrow", graph: narrow },
         Case { name: "two_chains", graph: two_chains },
-        Case { name: "batched_residual_gelu", graph: batched_residual_gelu },
     ]
-}
-
-/// The cases the Hopper kernels run (16-byte rows).
-fn hopper_cases() -> Vec<Case> {
-    cases().into_iter().filter(|c| !matches!(c.name, "batched_residual_relu" | "narrow")).collect()
-}
-
-fn hopper_config(i: usize) -> String {
-    format!("cutlass/v{VERSION}/{}", hopper::HOPPER_TILES[i].name())
 }
 
 #[test]
@@ -175,12 +151,9 @@ fn lowering_writes_one_launch_per_chain_with_its_tile() {
     assert!(code.source.contains("tessera::gemm<gemm_f16_128x128x32_64x64x32_s4_a888_sigmoid, 40, 48, 32, 1, 0LL, 0LL, 0, 0LL>(a, b, c, d);"), "{}", code.source);
     // Another tile is another configuration; an fp32 tile on an fp16 kernel is refused.
     let other = format!("cutlass/v{VERSION}/{}", HALF_TILES[3].name());
-    // A 40x48 problem fills one threadblock of every tile: the default and the 64x64 tile (the most blocks),
-    // and the Hopper tile with the most tiles (the smallest, 64x128).
+    // A 40x48 problem fills one threadblock of every tile: the default and the 64x64 tile (the most blocks).
     let small = CutlassBackend.configs_for(&target("fp16"), &g);
-    let mut want: Vec<String> = [HALF_TILES[0], HALF_TILES[5]].iter().map(|t| format!("cutlass/v{VERSION}/{}", t.name())).collect();
-    want.push(hopper_config(2));
-    assert_eq!(small, want);
+    assert_eq!(small, [HALF_TILES[0], HALF_TILES[5]].iter().map(|t| format!("cutlass/v{VERSION}/{}", t.name())).collect::<Vec<_>>());
     // BERT-base's FFN GEMM (rows x 3072): at batch 8 (1024 rows) every tile fills half the GPU (128x256: 96
     // blocks); at batch 1 (128 rows) only 64x64 does (96 blocks), beside the default.
     let ffn = |rows: usize| {
@@ -191,14 +164,7 @@ fn lowering_writes_one_launch_per_chain_with_its_tile() {
         g.outputs.push(m);
         g
     };
-    // On sm_90 every Hopper tile has work for half the SMs: they and the default are measured, not the
-    // other sm80 tiles (which lose to them); on sm_80 there is no Hopper family.
     let configs = CutlassBackend.configs_for(&target("fp16"), &ffn(1024));
-    let mut want = vec![format!("cutlass/v{VERSION}/{}", HALF_TILES[0].name())];
-    want.extend((0..hopper::HOPPER_TILES.len()).map(hopper_config));
-    assert_eq!(configs, want);
-    let ampere = Target::parse("cuda -compiler=cutlass -precision=fp16 -arch=sm_80").unwrap();
-    let configs = CutlassBackend.configs_for(&ampere, &ffn(1024));
     assert_eq!(configs.len(), HALF_TILES.len(), "{configs:?}");
     assert_eq!(CutlassBackend.configs_for(&target("fp16"), &ffn(128)), small);
     assert!(configs.contains(&other));
@@ -230,67 +196,6 @@ fn bf16_kernels_instantiate_bfloat16_on_the_tensor_core_tiles() {
     assert!(support::anchor(&o, NodeId(0)).unwrap_err().contains("bf16 GEMM with odd K or N"));
 }
 
-/// A Hopper configuration lowers each chain to an entry taking the whole `Params`, with the problem the probe
-/// builds it for; kernels it cannot run are refused with the reason.
-#[test]
-fn hopper_configurations_lower_to_parameter_launches() {
-    let g = batched_residual_gelu(DType::F16);
-    let l = CutlassBackend.lower_config(&target("fp16"), &g, "k", &hopper_config(0)).unwrap();
-    let code: CutlassCode = postcard::from_bytes(&l.code).unwrap();
-    let p = code.problems[0].as_ref().unwrap();
-    assert_eq!((p.m, p.n, p.k, p.batch, p.a_stride, p.b_stride, p.source), (72, 48, 64, 2, 72 * 64, 64 * 48, hopper::Source::Residual));
-    assert!(code.source.contains("k_k0(typename sm90_pingpong_128x128x64_f16_res_gelu::Params const __grid_constant__ params)"), "{}", code.source);
-    let args: Vec<u32> = code.launches.launches[0].args.iter().map(|a| a.index).collect();
-    assert_eq!(args, [0, 1, 2, 3], "A, B, the residual, D");
-    let e = CutlassBackend.lower_config(&target("fp16"), &narrow(DType::F16), "k", &hopper_config(0)).unwrap_err();
-    assert!(e.to_string().contains("multiples of 8"), "{e}");
-    let e = CutlassBackend.lower_config(&target("fp32"), &bias_gelu(DType::F32), "k", &hopper_config(0)).unwrap_err();
-    assert!(e.to_string().contains("no F32 configuration"), "{e}");
-}
-
-/// A Hopper module compiles here, GPU or not: its launches pass parameter blocks whose tensor maps and
-/// pointers name the right arguments, and two probes of the same source give the same bytes.
-#[test]
-fn hopper_modules_carry_parameter_blocks_without_a_gpu() {
-    if !toolchain_or_skip() {
-        return;
-    }
-    let target = target("fp16");
-    let graphs = [bias_gelu(DType::F16), batched_residual_gelu(DType::F16)];
-    let lowered: Vec<LoweredKernel> = graphs.iter().enumerate().map(|(i, g)| CutlassBackend.lower_config(&target, g, &format!("h{i}"), &hopper_config(0)).unwrap()).collect();
-    let m = CutlassBackend.compile_module(&target, &lowered).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(m.format, tessera_kernels::runtime::cuda::PARAMS_FORMAT);
-    let c = CubinModule::decode(&m).unwrap();
-    assert_eq!(c.arch, "sm_90a");
-    for (f, params) in c.functions.iter().zip(&c.launch_params) {
-        let l = &f.launches[0];
-        assert!(params[0].is_some() && l.args.is_empty() && l.block == [384, 1, 1] && l.grid.iter().product::<u32>() <= hopper::SMS && l.shared_bytes > 100_000, "{l:?}");
-    }
-    // bias_gelu: A, B and D by TMA (x, w, the output: arguments 0, 1, 3), the bias (argument 2) by pointer.
-    let p = c.launch_params[0][0].as_ref().unwrap();
-    let mut maps: Vec<u32> = p.tensor_maps.iter().map(|t| t.arg.index).collect();
-    maps.sort();
-    assert_eq!(maps, [0, 1, 3]);
-    assert_eq!(p.pointers.iter().map(|q| q.arg.index).collect::<Vec<_>>(), [2]);
-    // A's map: K innermost (96 of them), then the 64 rows, then the batch.
-    let a = p.tensor_maps.iter().find(|t| t.arg.index == 0).unwrap();
-    assert_eq!((a.dims[0], a.dims[1], a.strides[0]), (96, 64, 96 * 2));
-    // The residual case: A, B, C and D by TMA, batches 72 x 64 apart in A.
-    let p = c.launch_params[1][0].as_ref().unwrap();
-    let mut maps: Vec<u32> = p.tensor_maps.iter().map(|t| t.arg.index).collect();
-    maps.sort();
-    assert_eq!(maps, [0, 1, 2, 3]);
-    let a = p.tensor_maps.iter().find(|t| t.arg.index == 0).unwrap();
-    assert_eq!(a.dims, [64, 72, 2]);
-    assert_eq!(a.strides, [64 * 2, 72 * 64 * 2]);
-    // The same probe again: the same blocks (padding zeroed, no address of this run in them).
-    let codes: Vec<CutlassCode> = lowered.iter().map(|k| decode(k).unwrap()).collect();
-    let (src, at) = probe_of(&codes);
-    let args: Vec<Vec<_>> = at.iter().map(|&(k, l)| codes[k].launches.launches[l].args.clone()).collect();
-    let again = hopper::read_probe(&toolchain::toolchain().unwrap().probe_uncached(&src).unwrap(), &args).unwrap();
-    assert_eq!(again.iter().map(|p| Some(p.params.clone())).collect::<Vec<_>>(), c.launch_params.iter().map(|v| v[0].clone()).collect::<Vec<_>>());
-}
-
 /// Whether the toolchain is here; with TESSERA_REQUIRE_CUTLASS set (the test script sets it) its absence fails.
 fn toolchain_or_skip() -> bool {
     match toolchain::toolchain() {
@@ -304,21 +209,8 @@ fn toolchain_or_skip() -> bool {
 }
 
 fn lower_all(dt: DType, config: Option<&str>, prefix: &str) -> Vec<LoweredKernel> {
-    lower_cases(&cases(), dt, config, prefix)
-}
-
-/// The cases a configuration runs: the Hopper ones take 16-byte rows only.
-fn cases_of(config: &str) -> Vec<Case> {
-    if config.contains("/sm90_") {
-        hopper_cases()
-    } else {
-        cases()
-    }
-}
-
-fn lower_cases(cases: &[Case], dt: DType, config: Option<&str>, prefix: &str) -> Vec<LoweredKernel> {
     let target = target(precision_of(dt));
-    cases
+    cases()
         .iter()
         .map(|c| {
             let g = (c.graph)(dt);
@@ -346,6 +238,7 @@ fn kernels_compile_to_identical_cubins_without_a_gpu() {
         let c = CubinModule::decode(&a).unwrap();
         assert_eq!((c.arch.as_str(), c.cubins.len()), ("sm_90", cases().len()), "a program per kernel");
         assert_eq!(c.functions.len(), cases().len());
+        assert!(c.cubins.iter().all(|b| &b[..4] == b"\x7fELF"));
         // Each kernel's cubin is what a fresh nvcc run (no process cache) makes of its program (fp16's: the
         // others are the same template).
         let tools = toolchain::toolchain().unwrap();
@@ -382,9 +275,6 @@ fn every_tile_matches_the_reference_on_the_gpu() {
     for dt in [DType::F16, DType::BF16, DType::F32] {
         let e = Element::of(dt).unwrap();
         jobs.extend(instance::tiles(e).iter().map(|t| (dt, format!("cutlass/v{VERSION}/{}", t.name()))));
-        if e.is_half() {
-            jobs.extend((0..hopper::HOPPER_TILES.len()).map(|i| (dt, hopper_config(i))));
-        }
     }
     // One module per configuration, compiled in parallel.
     let modules: Vec<(DType, String, Vec<LoweredKernel>, Module)> = std::thread::scope(|s| {
@@ -393,7 +283,7 @@ fn every_tile_matches_the_reference_on_the_gpu() {
             .enumerate()
             .map(|(i, (dt, cfg))| {
                 s.spawn(move || {
-                    let lowered = lower_cases(&cases_of(cfg), *dt, Some(cfg), &format!("gpu{i}"));
+                    let lowered = lower_all(*dt, Some(cfg), &format!("gpu{i}"));
                     let m = CutlassBackend.compile_module(&target(precision_of(*dt)), &lowered).unwrap_or_else(|e| panic!("{cfg}: {e}"));
                     (*dt, cfg.clone(), lowered, m)
                 })
@@ -405,7 +295,7 @@ fn every_tile_matches_the_reference_on_the_gpu() {
     let mut report = Vec::new();
     for (dt, cfg, lowered, module) in &modules {
         let loaded = tessera_kernels::runtime::load_module(module).unwrap_or_else(|e| panic!("{cfg}: {}", e.0));
-        for (ci, (c, l)) in cases_of(cfg).iter().zip(lowered).enumerate() {
+        for (ci, (c, l)) in cases().iter().zip(lowered).enumerate() {
             let g = (c.graph)(*dt);
             let inputs = crate::interp::random_inputs(&g, 300 + ci as u64);
             let g32 = (c.graph)(DType::F32);
@@ -421,4 +311,3 @@ fn every_tile_matches_the_reference_on_the_gpu() {
     eprintln!("{}", report.join("\n"));
     assert!(failures.is_empty(), "{} of {} runs differ from the reference:\n{}", failures.len(), failures.len() + report.len(), failures.join("\n"));
 }
-
