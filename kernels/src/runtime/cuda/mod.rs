@@ -31,11 +31,14 @@ use crate::runtime::{LoadedModule, RuntimeError};
 /// The `cuda` backend's module format: a [`format::CubinModule`], cubins and each function's launches.
 pub const FORMAT: crate::module::ModuleFormat = crate::module::ModuleFormat::gpu("cubins");
 
+/// [`FORMAT`] with launches that pass parameter blocks ([`format::ParamBlock`]).
+pub const PARAMS_FORMAT: crate::module::ModuleFormat = crate::module::ModuleFormat::gpu("cubins-params");
+
 /// The format before [`FORMAT`], one cubin per module; artifacts that hold it still load.
 pub const LEGACY_FORMAT: crate::module::ModuleFormat = crate::module::ModuleFormat::gpu("cubin");
 
 
-/// The loader of [`FORMAT`] and [`LEGACY_FORMAT`] modules.
+/// The loader of [`FORMAT`], [`PARAMS_FORMAT`] and [`LEGACY_FORMAT`] modules.
 pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
     Ok(Box::new(LoadedCubin::load(m)?))
 }

@@ -358,7 +358,7 @@ impl Backend for CudaBackend {
             }
         }
         let functions = codes.into_iter().map(|c| c.launches).collect();
-        let bytes = CubinModule { arch: toolchain::arch(target), cubins, functions, launch_cubins }.encode();
+        let bytes = CubinModule { arch: toolchain::arch(target), cubins, functions, launch_cubins, launch_params: Vec::new() }.encode();
         Ok(Module { backend: "cuda".into(), target: target.canonical(), format: tessera_kernels::runtime::cuda::FORMAT, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes })
     }
 }

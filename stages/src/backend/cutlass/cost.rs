@@ -34,35 +34,26 @@ fn gemm_us(g: &Graph, n: NodeId) -> Option<f64> {
     Some(padded / (rate * 1e6))
 }
 
+/// Microseconds of one convolution's implicit GEMM, as [`gemm_us`] counts a GEMM's.
+fn conv_us(g: &Graph, n: NodeId) -> Option<f64> {
+    let p = super::conv::problem(g, n).ok()?;
+    let (m, nn, k) = p.gemm();
+    let [tm, tn, _] = tiles(Element::F16)[0].threadblock;
+    let (rows, cols) = (m.div_ceil(tm as u64), nn.div_ceil(tn as u64));
+    let padded = 2.0 * (rows * tm as u64) as f64 * (cols * tn as u64) as f64 * k as f64;
+    Some(padded / (F16_TFLOPS * 1e6 * ((rows * cols) as f64 / SMS).min(1.0)))
+}
+
 pub fn estimate_us(g: &Graph, nodes: &[NodeId]) -> f64 {
     let (_, other) = partition_flops(g, nodes);
-    let matmuls: Vec<NodeId> = nodes.iter().copied().filter(|&n| g.node(n).op == Op::MatMul).collect();
-    let gemm: f64 = matmuls.iter().map(|&n| gemm_us(g, n).unwrap_or(f64::INFINITY)).sum();
+    let matmuls: Vec<NodeId> = nodes.iter().copied().filter(|&n| super::support::is_anchor_op(&g.node(n).op)).collect();
+    let gemm: f64 = matmuls
+        .iter()
+        .map(|&n| if g.node(n).op == Op::MatMul { gemm_us(g, n) } else { conv_us(g, n) }.unwrap_or(f64::INFINITY))
+        .sum();
     gemm + other / (F16_TFLOPS * 1e6) + boundary_bytes(g, nodes) as f64 / (BANDWIDTH_GBS * 1e3) + LAUNCH_US * matmuls.len().max(1) as f64
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ir::{DType, TensorType};
-
-    fn matmul(dt: DType, m: usize, n: usize, k: usize) -> Graph {
-        let mut g = Graph::new("g");
-        let x = g.add_input("x", TensorType::new(dt, vec![m, k]));
-        let w = g.add_input("w", TensorType::new(dt, vec![k, n]));
-        let y = g.add("mm", Op::MatMul, &[x, w]).unwrap();
-        g.outputs.push(y);
-        g
-    }
-
-    #[test]
-    fn thin_and_small_gemms_pay_for_their_padding_and_idle_sms() {
-        let big = matmul(DType::F16, 1024, 3072, 768);
-        let thin = matmul(DType::F16, 1, 3072, 768);
-        let (b, t) = (estimate_us(&big, &[NodeId(0)]), estimate_us(&thin, &[NodeId(0)]));
-        // 4.8 GFLOP over 192 tiles: the full rate, about 24 us of math; the thin one pads 1 row to 128 on 24 SMs.
-        assert!((20.0..40.0).contains(&b), "{b}");
-        assert!(t > 10.0, "a batch-1 row is not 1/1024 of the work here: {t}");
-        assert!(estimate_us(&matmul(DType::F32, 1024, 3072, 768), &[NodeId(0)]) > 5.0 * b, "SIMT fp32 is slower");
-    }
-}
+#[path = "cost_tests.rs"]
+mod tests;

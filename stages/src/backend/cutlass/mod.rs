@@ -2,18 +2,23 @@
 //! epilogues (a bias or a residual, then ReLU, GELU, Sigmoid or HardSwish) as CUTLASS kernels, fp16 and bf16 on
 //! tensor cores with fp32 accumulation and fp32 on the SIMT cores, compiled by nvcc, a program per kernel.
 //!
-//! CUTLASS is used as a template library: [`lower`] writes, per chain, an `extern "C" __global__` function that
-//! instantiates the prelude's `tessera::gemm` template (`gemm.cuh`) for its fixed problem, with the
-//! instantiation's type ([`instance::Gemm`]: element, tile configuration, alignments, activation) declared
-//! once per module; [`toolchain`] runs nvcc with the CUTLASS headers (on any machine: the PyPI wheels of
-//! nvcc and CUTLASS serve a machine without a GPU). The module is a `cubin` module like the `cuda`
-//! backend's, so the runtime loads and launches it with no code of its own.
+//! CUTLASS is used as a template library: [`lower`] writes, per chain, an `extern "C" __global__` function for
+//! its fixed problem, in one of two families. The sm80 one instantiates the prelude's `tessera::gemm` template
+//! (`gemm.cuh`; [`instance::Gemm`]: element, tile configuration, alignments, activation), which builds its
+//! parameters on the device from the launch's pointers. The Hopper one ([`hopper`]) runs CUTLASS 3.x's TMA
+//! kernels, whose parameters a probe program builds at compile time and the launch carries as a parameter
+//! block. [`toolchain`] runs nvcc with the CUTLASS headers (on any machine: the PyPI wheels of nvcc and CUTLASS
+//! serve a machine without a GPU). The module is a cubin module like the `cuda` backend's, so the runtime loads
+//! and launches it with no code of its own.
 //!
-//! Tuning space: the tile configuration ([`instance::tiles`]: threadblock and warp tiles, stages) of the
-//! target's precision, `cutlass/v<version>/<tile>`; the tune stage measures each on the GPU and the plan
-//! records the fastest.
+//! Tuning space: the tile configurations of the target's precision and architecture
+//! ([`instance::tiles`]: threadblock and warp tiles, stages; on sm_90 also [`hopper::HOPPER_TILES`]: schedule
+//! and tile), `cutlass/v<version>/<tile>`; the tune stage measures each on the GPU and the plan records the
+//! fastest.
 
+pub mod conv;
 pub mod cost;
+pub mod hopper;
 pub mod instance;
 pub mod lower;
 pub mod support;
@@ -26,8 +31,9 @@ use crate::backend::{Backend, BackendError, LoweredKernel, Module, TunableSet};
 use crate::ir::{Graph, NodeId};
 use crate::partition::collage::rules::Rule;
 use crate::target::{AttrValue, BackendSpec, Target};
+use hopper::{HopperTile, HOPPER_TILES};
 use instance::{tiles, Element, Tile};
-use lower::CutlassCode;
+use lower::{Config, CutlassCode};
 use tessera_kernels::runtime::cuda::format::CubinModule;
 
 /// The backend's name, as `cuda -compiler=cutlass` selects it.
@@ -38,6 +44,17 @@ pub const VERSION: u32 = 1;
 
 /// The GEMM template every module starts with.
 pub const PRELUDE: &str = include_str!("gemm.cuh");
+
+/// The conv2d template, in modules with a convolution (after [`PRELUDE`]).
+pub const CONV_PRELUDE: &str = include_str!("conv.cuh");
+
+/// The Hopper family's headers, in modules with a Hopper launch (and in their probes).
+pub const HOPPER_PRELUDE: &str = include_str!("gemm_sm90.cuh");
+
+/// Without NDEBUG, CUTLASS 3.x's device asserts put the absolute path of their header into the cubin: the
+/// same module would differ byte for byte between machines that keep the headers in different folders.
+/// (The sm80 template has none, and its modules keep the bytes they had.)
+const HOPPER_DEFINES: &str = "#define NDEBUG\n";
 
 /// The backend's description: its `-compiler` value and its own options.
 pub static SPEC: BackendSpec = BackendSpec {
@@ -80,11 +97,30 @@ fn config_name(tile: &Tile) -> String {
     format!("{NAME}/v{VERSION}/{}", tile.name())
 }
 
-/// The tile a configuration names, among those of `element`.
-fn tile_of(element: Element, config: &str) -> Result<Tile, BackendError> {
-    tiles(element).iter().find(|t| config_name(t) == config).copied().ok_or_else(|| {
-        let names: Vec<String> = tiles(element).iter().map(config_name).collect();
-        unsupported(format!("no {element:?} configuration '{config}' (it has {})", names.join(", ")))
+fn hopper_config_name(tile: &HopperTile) -> String {
+    format!("{NAME}/v{VERSION}/{}", tile.name())
+}
+
+/// Whether a target's kernels may use the Hopper family: the 16-bit types on sm_90.
+fn hopper_target(target: &Target, element: Element) -> bool {
+    element.is_half() && toolchain::arch(target) == "sm_90"
+}
+
+/// Every configuration of `element` on `target`: the sm80 tiles, then the Hopper ones where they run.
+fn all_configs(target: &Target, element: Element) -> Vec<(String, Config)> {
+    let mut out: Vec<(String, Config)> = tiles(element).iter().map(|t| (config_name(t), Config::Sm80(*t))).collect();
+    if hopper_target(target, element) {
+        out.extend(HOPPER_TILES.iter().map(|t| (hopper_config_name(t), Config::Hopper(*t))));
+    }
+    out
+}
+
+/// The configuration a name names, among those of `element` on `target`.
+fn config_of(target: &Target, element: Element, config: &str) -> Result<Config, BackendError> {
+    let all = all_configs(target, element);
+    all.iter().find(|(n, _)| n == config).map(|(_, c)| *c).ok_or_else(|| {
+        let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+        unsupported(format!("no {element:?} configuration '{config}' on {} (it has {})", toolchain::arch(target), names.join(", ")))
     })
 }
 
@@ -92,11 +128,20 @@ fn decode(k: &LoweredKernel) -> Result<CutlassCode, BackendError> {
     postcard::from_bytes(&k.code).map_err(|e| invalid(format!("kernel '{}': undecodable lowered code ({e})", k.info.symbol)))
 }
 
-/// The whole CUDA C++ source of a module: the prelude, each instantiation's type once, then each kernel's
-/// functions, in order.
+/// The whole CUDA C++ source of a module: the prelude (and the Hopper one where a kernel needs it), each
+/// instantiation's type once, then each kernel's functions, in order.
 pub fn module_source(kernels: &[LoweredKernel]) -> Result<String, BackendError> {
     let codes = kernels.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
     module_source_of(kernels, &codes)
+}
+
+fn is_hopper(codes: &[CutlassCode]) -> bool {
+    codes.iter().any(|c| c.problems.iter().any(Option::is_some))
+}
+
+/// Whether a kernel instantiates the conv2d template (its types are [`conv::Conv`]s).
+fn has_conv(codes: &[CutlassCode]) -> bool {
+    codes.iter().any(|c| c.types.iter().any(|(name, _)| name.starts_with(conv::TYPE_PREFIX)))
 }
 
 fn module_source_of(kernels: &[LoweredKernel], codes: &[CutlassCode]) -> Result<String, BackendError> {
@@ -113,14 +158,54 @@ fn module_source_of(kernels: &[LoweredKernel], codes: &[CutlassCode]) -> Result<
         body.push('\n');
         body.push_str(&code.source);
     }
+    let hopper = is_hopper(codes);
     let mut src = String::from("/* tessera cutlass module */\n");
+    if hopper {
+        src.push_str(HOPPER_DEFINES);
+    }
     src.push_str(PRELUDE);
     src.push('\n');
+    if has_conv(codes) {
+        src.push_str(CONV_PRELUDE);
+        src.push('\n');
+    }
+    if hopper {
+        src.push_str(HOPPER_PRELUDE);
+        src.push('\n');
+    }
     for decl in types.values() {
         src.push_str(decl);
     }
     src.push_str(&body);
     Ok(src)
+}
+
+/// The probe of a module's Hopper launches (see [`hopper`]): their types and a `main` building each
+/// launch's parameters; with the launches it covers, as (kernel, launch) indices.
+fn probe_of(codes: &[CutlassCode]) -> (String, Vec<(usize, usize)>) {
+    let mut types: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+    let mut problems = Vec::new();
+    let mut at = Vec::new();
+    for (ki, code) in codes.iter().enumerate() {
+        for (li, p) in code.problems.iter().enumerate() {
+            if let Some(p) = p {
+                if let Some((name, decl)) = code.types.iter().find(|(n, _)| *n == p.type_name) {
+                    types.entry(name).or_insert(decl);
+                }
+                problems.push(p.clone());
+                at.push((ki, li));
+            }
+        }
+    }
+    let mut src = String::from("/* tessera cutlass probe */\n");
+    src.push_str(HOPPER_DEFINES);
+    src.push_str("#define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1\n");
+    src.push_str(HOPPER_PRELUDE);
+    for decl in types.values() {
+        src.push_str(decl);
+    }
+    src.push_str(&hopper::probe_source(&problems));
+    (src, at)
 }
 
 impl Backend for CutlassBackend {
@@ -167,15 +252,16 @@ impl Backend for CutlassBackend {
     }
 
     fn configs(&self, target: &Target) -> TunableSet {
-        tiles(target_element(target)).iter().map(config_name).collect()
+        all_configs(target, target_element(target)).into_iter().map(|(n, _)| n).collect()
     }
 
     fn default_config(&self, target: &Target) -> String {
         config_name(&tiles(target_element(target))[0])
     }
 
+
     /// The default tile, then the other tiles of the kernel's element type whose grids fill at least half the
-    /// GPU ([`cost::SMS`]) for every GEMM of the kernel: a tile that leaves most SMs idle loses to a smaller
+    /// GPU ([`cost::SMS`]) for every GEMM (and convolution's implicit GEMM) of the kernel: a tile that leaves most SMs idle loses to a smaller
     /// one, and each configuration measured is one more nvcc compile. When none fills it, the tile with the
     /// most threadblocks (the smallest of those) is measured beside the default.
     fn configs_for(&self, target: &Target, kernel: &Graph) -> Vec<String> {
@@ -183,25 +269,50 @@ impl Backend for CutlassBackend {
             Ok(e) if e == target_element(target) => e,
             _ => return vec![self.default_config(target)],
         };
-        let problems: Vec<(u64, u64, u64)> = kernel
+        let shapes: Vec<(u64, u64, u64, u64, u64, u64)> = kernel
             .nodes
             .iter()
             .enumerate()
             .filter(|(_, n)| n.op == crate::ir::Op::MatMul)
             .filter_map(|(i, _)| crate::backend::library::matmul_shape(kernel, NodeId(i as u32)).ok())
-            .map(|(batch, m, n, _, _, _)| (batch, m, n))
             .collect();
+        let convs: Vec<conv::ConvProblem> = (0..kernel.nodes.len() as u32).filter_map(|i| conv::problem(kernel, NodeId(i)).ok()).collect();
+        // Each GEMM's and each convolution's implicit GEMM, as (batch, M, N).
+        let mut problems: Vec<(u64, u64, u64)> = shapes.iter().map(|&(batch, m, n, _, _, _)| (batch, m, n)).collect();
+        problems.extend(convs.iter().map(|p| (1, p.gemm().0, p.gemm().1)));
         let ctas = |t: &Tile| problems.iter().map(|&(b, m, n)| b * m.div_ceil(t.threadblock[0] as u64) * n.div_ceil(t.threadblock[1] as u64)).min().unwrap_or(0);
+        let work = |t: &HopperTile| problems.iter().map(|&(b, m, n)| b * m.div_ceil(t.threadblock[0] as u64) * n.div_ceil(t.threadblock[1] as u64)).min().unwrap_or(0);
+        let hopper_runs = hopper_target(target, e) && !shapes.is_empty() && !conv::has_conv(kernel) && shapes.iter().all(|&(b, _, n, k, sa, sb)| lower::hopper_runs(e, b, n, k, sa, sb).is_ok());
+        // The Hopper tiles whose persistent grid has work for at least half the SMs.
+        let hopper: Vec<&HopperTile> = if hopper_runs { HOPPER_TILES.iter().filter(|t| work(t) as f64 >= cost::SMS / 2.0).collect() } else { Vec::new() };
         let all = tiles(e);
         let mut out = vec![all[0]];
-        out.extend(all[1..].iter().filter(|t| ctas(t) as f64 >= cost::SMS / 2.0));
-        if out.len() == 1 {
-            // Most threadblocks, then the least padding (the smallest tile).
-            if let Some(best) = all[1..].iter().min_by_key(|t| (std::cmp::Reverse(ctas(t)), t.threadblock[0] * t.threadblock[1])) {
-                out.push(*best);
+        if !convs.is_empty() {
+            // A convolution's program is the slowest to compile (the conv iterators' headers): one tile beside
+            // the default, the smallest where the default leaves SMs idle, the widest where it fills the GPU.
+            let alt = if (ctas(&all[0]) as f64) < cost::SMS { all.iter().min_by_key(|t| t.threadblock[0] * t.threadblock[1]) } else { all.iter().max_by_key(|t| (t.threadblock[0] * t.threadblock[1], t.threadblock[1])) };
+            out.extend(alt.filter(|t| **t != all[0]));
+            return out.iter().map(config_name).collect();
+        }
+        // Where those exist, the best of them beat every sm80 tile on every GEMM of BERT-base b8 and GPT-2
+        // measured (H200, bench/gpu_cutlass_s34.md): the sm80 tiles besides the default are not measured, each
+        // one an nvcc compile saved.
+        if hopper.is_empty() {
+            out.extend(all[1..].iter().filter(|t| ctas(t) as f64 >= cost::SMS / 2.0));
+            if out.len() == 1 {
+                // Most threadblocks, then the least padding (the smallest tile).
+                if let Some(best) = all[1..].iter().min_by_key(|t| (std::cmp::Reverse(ctas(t)), t.threadblock[0] * t.threadblock[1])) {
+                    out.push(*best);
+                }
             }
         }
-        out.iter().map(config_name).collect()
+        let mut names: Vec<String> = out.iter().map(config_name).collect();
+        names.extend(hopper.iter().map(|t| hopper_config_name(t)));
+        // Where no Hopper tile fills half the GPU, the one with the most tiles.
+        if hopper_runs && hopper.is_empty() {
+            names.extend(HOPPER_TILES.iter().max_by_key(|t| (work(t), std::cmp::Reverse(t.threadblock[0] * t.threadblock[1]))).map(hopper_config_name));
+        }
+        names
     }
 
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError> {
@@ -211,8 +322,8 @@ impl Backend for CutlassBackend {
     fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
         let fail = |e: String| unsupported(format!("kernel '{symbol}' ({}): {e}", kernel.name));
-        let tile = tile_of(lower::element_of(kernel).map_err(fail)?, config)?;
-        let (code, info) = lower::lower_kernel(kernel, symbol, tile).map_err(fail)?;
+        let config = config_of(target, lower::element_of(kernel).map_err(fail)?, config)?;
+        let (code, info) = lower::lower_kernel(kernel, symbol, config).map_err(fail)?;
         Ok(LoweredKernel { info, code: postcard::to_stdvec(&code).expect("cutlass code encodes") })
     }
 
@@ -222,29 +333,56 @@ impl Backend for CutlassBackend {
         let codes = kernels.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
         // Names are unique across the module (checked on its whole source).
         module_source_of(kernels, &codes)?;
-        // One nvcc program per kernel, compiled in parallel and kept for the process by its text
-        // ([`toolchain::Toolchain::compile_for`]): a plan's module takes the cubins the tune stage compiled for
-        // the same kernels, and no program waits for another's instantiations.
-        let arch = toolchain::arch(target);
-        let cubins: Vec<Result<Vec<u8>, String>> = std::thread::scope(|s| {
+        // One nvcc program per kernel (and one probe per Hopper kernel), compiled in parallel and kept for the
+        // process by their text ([`toolchain::Toolchain::compile_for`]): a plan's module takes the cubins the
+        // tune stage compiled for the same kernels, and no program waits for another's instantiations.
+        let compiled: Vec<Result<(Vec<u8>, Vec<(usize, hopper::Probed)>), String>> = std::thread::scope(|s| {
             let handles: Vec<_> = kernels
                 .iter()
                 .zip(&codes)
                 .map(|(k, code)| {
-                    let arch = &arch;
                     s.spawn(move || {
-                        let src = module_source_of(std::slice::from_ref(k), std::slice::from_ref(code)).map_err(|e| e.to_string())?;
-                        tools.compile_for(arch, &src)
+                        let one = std::slice::from_ref(code);
+                        let src = module_source_of(std::slice::from_ref(k), one).map_err(|e| e.to_string())?;
+                        if !is_hopper(one) {
+                            return Ok((tools.compile_for(&toolchain::arch(target), &src)?, Vec::new()));
+                        }
+                        // Hopper's wgmma and TMA are sm_90a's; the probe compiles beside the cubin.
+                        let (cubin, probed) = std::thread::scope(|s| {
+                            let probe = s.spawn(|| {
+                                let (probe_src, at) = probe_of(one);
+                                let output = tools.probe(&probe_src)?;
+                                let args: Vec<Vec<_>> = at.iter().map(|&(_, l)| code.launches.launches[l].args.clone()).collect();
+                                hopper::read_probe(&output, &args).map(|p| at.into_iter().map(|(_, l)| l).zip(p).collect::<Vec<_>>())
+                            });
+                            (tools.compile_for("sm_90a", &src), probe.join().expect("the probe thread does not panic"))
+                        });
+                        Ok((cubin?, probed?))
                     })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().expect("a compile thread does not panic")).collect()
         });
-        let cubins = cubins.into_iter().collect::<Result<Vec<_>, String>>().map_err(|log| BackendError::compile(NAME, "nvcc", kernels, log))?;
-        let functions: Vec<_> = codes.into_iter().map(|c| c.launches).collect();
-        let launch_cubins = functions.iter().enumerate().map(|(k, f)| vec![k as u32; f.launches.len()]).collect();
-        let bytes = CubinModule { arch, cubins, functions, launch_cubins }.encode();
-        let module = Module { backend: NAME.into(), target: target.canonical(), format: tessera_kernels::runtime::cuda::FORMAT, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes };
+        let compiled = compiled.into_iter().collect::<Result<Vec<_>, String>>().map_err(|log| BackendError::compile(NAME, "nvcc", kernels, log))?;
+        let hopper = is_hopper(&codes);
+        let arch = if hopper { "sm_90a".to_string() } else { toolchain::arch(target) };
+        let mut module = CubinModule { arch, cubins: Vec::new(), functions: Vec::new(), launch_cubins: Vec::new(), launch_params: Vec::new() };
+        let mut functions: Vec<_> = codes.iter().map(|c| c.launches.clone()).collect();
+        module.launch_params = functions.iter().map(|f| vec![None; f.launches.len()]).collect();
+        module.launch_cubins = functions.iter().enumerate().map(|(k, f)| vec![k as u32; f.launches.len()]).collect();
+        for (k, (cubin, probed)) in compiled.into_iter().enumerate() {
+            module.cubins.push(cubin);
+            for (l, p) in probed {
+                let launch = &mut functions[k].launches[l];
+                launch.grid = p.grid;
+                launch.block = p.block;
+                launch.shared_bytes = p.shared_bytes;
+                launch.args.clear();
+                module.launch_params[k][l] = Some(p.params);
+            }
+        }
+        module.functions = functions;
+        let module = Module { backend: NAME.into(), target: target.canonical(), format: module.format(), functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes: module.encode() };
         CubinModule::decode(&module).map_err(invalid)?;
         Ok(module)
     }

@@ -2,7 +2,9 @@
 //!
 //! Anchors: MatMuls of the strided-batch form the GEMM libraries share
 //! ([`crate::backend::library::matmul_shape`]), f32, f16 or bf16, whose extents the sm80 mainloop can read:
-//! fp16 and bf16 need K and N even (cp.async copies at least 4 bytes), and every extent must fit the template's `int`s.
+//! fp16 and bf16 need K and N even (cp.async copies at least 4 bytes), and every extent must fit the template's
+//! `int`s; and channels-last convolutions the conv2d template runs ([`super::conv::problem`]), whose own bias
+//! input is their epilogue's addend.
 //!
 //! Epilogues follow the chain rule of the `gemm` backend ([`crate::backend::gemm::support`]), restricted to
 //! what the template's epilogue computes, `act(A*B + C)`: at most one `Add` (a bias along the last axis, or a
@@ -32,9 +34,17 @@ pub struct Chain {
     pub last: NodeId,
 }
 
+/// Whether an op starts a chain: MatMul or a channels-last convolution.
+pub fn is_anchor_op(op: &Op) -> bool {
+    matches!(op, Op::MatMul | Op::NhwcConv(_))
+}
+
 /// Whether `n` is a MatMul the template runs: its strided-batch form, an element type, and extents the
 /// mainloop can read.
 pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {
+    if matches!(g.node(n).op, Op::NhwcConv(_)) {
+        return super::conv::problem(g, n).map(|_| ());
+    }
     let (batch, m, nn, k, _, _) = matmul_shape(g, n)?;
     let e = Element::of(g.ty(g.node(n).outputs[0]).dtype).ok_or("cutlass runs f32, f16 and bf16 GEMMs")?;
     if alignment(e, k).is_none() || alignment(e, nn).is_none() {
@@ -63,7 +73,7 @@ pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result
     let mut steps = Vec::new();
     let mut at = n;
     let anchor_node = loop {
-        if g.node(at).op == Op::MatMul {
+        if is_anchor_op(&g.node(at).op) {
             break at;
         }
         let f = chain::fusion(g, at, uses)?;
@@ -72,7 +82,9 @@ pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result
     };
     anchor(g, anchor_node)?;
     steps.reverse();
-    let mut chain = Chain { anchor: anchor_node, addend: None, activation: Activation::Identity, last: n };
+    // A convolution's bias input is its epilogue's first addend.
+    let own_bias = g.node(anchor_node).inputs.get(2).map(|&b| Addend::Bias(b));
+    let mut chain = Chain { anchor: anchor_node, addend: own_bias, activation: Activation::Identity, last: n };
     for f in steps {
         if chain.activation != Activation::Identity {
             return Err("the cutlass epilogue applies its activation last".into());
@@ -102,7 +114,7 @@ pub fn supports(g: &Graph, n: NodeId) -> bool {
     let uses = g.use_counts();
     let count = |v: ValueId| uses[v.index()];
     match g.node(n).op {
-        Op::MatMul => anchor(g, n).is_ok(),
+        Op::MatMul | Op::NhwcConv(_) => anchor(g, n).is_ok(),
         _ => chain_of(g, n, &count).is_ok(),
     }
 }

@@ -112,7 +112,8 @@ pub fn options(target: &Target) -> Vec<String> {
     options_for(&arch(target))
 }
 
-/// nvcc's options for a module of architecture `arch` (`sm_90`).
+/// nvcc's options for a module of architecture `arch` (`sm_90`, or `sm_90a` for the Hopper family, which
+/// the module's code chooses).
 pub fn options_for(arch: &str) -> Vec<String> {
     [
         "-cubin".to_string(),
@@ -160,6 +161,33 @@ impl Toolchain {
         cached(key, || self.compile_under(Path::new(BUILD_ROOT), arch, source))
     }
 
+    /// Compiles a probe (host code with CUTLASS's headers, see `hopper.rs`) into a program in a private
+    /// folder, runs it, and returns what it printed. Its output depends on the source only: no GPU, driver or
+    /// address enters it.
+    pub fn probe(&self, source: &str) -> Result<String, String> {
+        let key = blake3::hash(format!("probe\0{source}").as_bytes());
+        let out = cached(key, || self.probe_uncached(source).map(String::into_bytes))?;
+        String::from_utf8(out).map_err(|_| "the probe printed something that is not UTF-8".to_string())
+    }
+
+    /// [`Self::probe`] without the process's cache (a test compares the two).
+    pub fn probe_uncached(&self, source: &str) -> Result<String, String> {
+        let dir = tempfile::Builder::new().prefix("tessera-probe-").tempdir().map_err(|e| format!("cannot make a temporary folder: {e}"))?;
+        std::fs::write(dir.path().join("probe.cu"), source).map_err(|e| format!("cannot write the probe: {e}"))?;
+        let mut options: Vec<String> = options_for("sm_90a").into_iter().filter(|o| o != "-cubin" && o != "-O3").collect();
+        options.push("-O1".into());
+        if let Ok(t) = libs::toolkit() {
+            options.push(format!("-L{}", t.lib_dir.display()));
+        }
+        self.run_nvcc(options, dir.path(), "probe", "probe.cu")?;
+        let run = std::process::Command::new(dir.path().join("probe")).current_dir(dir.path()).output().map_err(|e| format!("cannot run the probe: {e}"))?;
+        let out = String::from_utf8_lossy(&run.stdout).into_owned();
+        if !run.status.success() {
+            return Err(format!("the probe failed ({}): {}{}", run.status, String::from_utf8_lossy(&run.stderr), out.lines().filter(|l| l.starts_with("error")).collect::<Vec<_>>().join("\n")));
+        }
+        Ok(out)
+    }
+
     /// [`Self::compile_for`] without the process's cache (a test compares the two).
     pub fn compile_uncached(&self, arch: &str, source: &str) -> Result<Vec<u8>, String> {
         self.compile_under(Path::new(BUILD_ROOT), arch, source)
@@ -195,13 +223,13 @@ impl Toolchain {
         let (src, out) = (dir.join("module.cu"), dir.join("module.cubin"));
         let _ = std::fs::remove_file(&out);
         std::fs::write(&src, source).map_err(|e| format!("cannot write {}: {e}", src.display()))?;
-        let result = self.run_nvcc(options, dir).and_then(|()| std::fs::read(&out).map_err(|e| format!("nvcc wrote no cubin ({}): {e}", out.display())));
+        let result = self.run_nvcc(options, dir, "module.cubin", "module.cu").and_then(|()| std::fs::read(&out).map_err(|e| format!("nvcc wrote no cubin ({}): {e}", out.display())));
         let _ = std::fs::remove_file(&src);
         let _ = std::fs::remove_file(&out);
         result
     }
 
-    fn run_nvcc(&self, options: Vec<String>, dir: &Path) -> Result<(), String> {
+    fn run_nvcc(&self, options: Vec<String>, dir: &Path, output: &str, input: &str) -> Result<(), String> {
         let _slot = NvccSlot::take();
         let mut cmd = std::process::Command::new(&self.nvcc);
         cmd.args(options).arg(format!("-I{}", self.cutlass_include.display()));
@@ -212,7 +240,7 @@ impl Toolchain {
                 cmd.arg(format!("-I{}", cccl.display()));
             }
         }
-        cmd.current_dir(dir).arg("-o").arg("module.cubin").arg("module.cu");
+        cmd.current_dir(dir).arg("-o").arg(output).arg(input);
         let run = cmd.output().map_err(|e| format!("cannot run {}: {e}", self.nvcc.display()))?;
         if !run.status.success() {
             let log = String::from_utf8_lossy(&run.stderr);
@@ -239,9 +267,9 @@ fn cached(key: blake3::Hash, compile: impl FnOnce() -> Result<Vec<u8>, String>) 
     Ok(out)
 }
 
-/// A slot for one nvcc process: at most one per core run at once (a CUTLASS compile takes a core and up to
-/// gigabytes; the tune stage and a module's kernels both compile in parallel, and together they would start
-/// more).
+/// A slot for one nvcc process: at most one per core run at once (a CUTLASS 3.x compile takes a core and a
+/// gigabyte or more; the tune stage and a module's kernels both compile in parallel, and together they would
+/// start more).
 struct NvccSlot;
 
 static NVCC_RUNNING: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
@@ -267,22 +295,5 @@ impl Drop for NvccSlot {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A build root that cannot hold folders (here a file) falls back to a private folder: the compile works.
-    #[test]
-    fn an_unusable_build_root_falls_back_to_a_private_folder() {
-        let Ok(tools) = toolchain() else {
-            assert!(std::env::var_os("TESSERA_REQUIRE_CUTLASS").is_none(), "TESSERA_REQUIRE_CUTLASS is set but the toolchain is missing");
-            eprintln!("skipping: no nvcc and CUTLASS here");
-            return;
-        };
-        let t = tempfile::tempdir().unwrap();
-        let root = t.path().join("a-file");
-        std::fs::write(&root, b"").unwrap();
-        let target = Target::parse("cuda -compiler=cutlass").unwrap();
-        let cubin = tools.compile_under(&root, &arch(&target), "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] = 1.0f; }\n").unwrap();
-        assert_eq!(&cubin[..4], b"\x7fELF");
-    }
-}
+#[path = "toolchain_tests.rs"]
+mod tests;

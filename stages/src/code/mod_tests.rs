@@ -1,0 +1,139 @@
+use super::*;
+use std::path::Path;
+
+fn embedded(name: &str) -> [u8; 32] {
+    match name {
+        "TARGETS" => digests::TARGETS,
+        "LOAD" => digests::LOAD,
+        "PASSES" => digests::PASSES,
+        "IMPORT" => digests::IMPORT,
+        "PRECISION" => digests::PRECISION,
+        "LAYOUT" => digests::LAYOUT,
+        "CALIBRATE" => digests::CALIBRATE,
+        "PARTITION" => digests::PARTITION,
+        "TUNE" => digests::TUNE,
+        "LOWER" => digests::LOWER,
+        "COMPILE" => digests::COMPILE,
+        "LINK" => digests::LINK,
+        "BACKEND_C" => digests::BACKEND_C,
+        "BACKEND_GEMM" => digests::BACKEND_GEMM,
+        "BACKEND_CUDA" => digests::BACKEND_CUDA,
+        "BACKEND_CUBLAS" => digests::BACKEND_CUBLAS,
+        "BACKEND_CUDNN" => digests::BACKEND_CUDNN,
+        "BACKEND_CUTLASS" => digests::BACKEND_CUTLASS,
+        other => panic!("unit {other} has no constant in this test"),
+    }
+}
+
+/// What is embedded is the digest of the source as it is now (the build script ran on this tree), for
+/// every unit, and units are distinct.
+#[test]
+fn embedded_digests_match_the_source() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut seen = std::collections::BTreeSet::new();
+    for u in UNITS {
+        assert_eq!(tessera_source_digest::digest(root, u.paths).unwrap(), embedded(u.name), "unit {}", u.name);
+        assert!(seen.insert(embedded(u.name)), "unit {} digests like another", u.name);
+    }
+}
+
+/// For every unit, one changed byte in any one of its files (in a scratch copy of the crate's source)
+/// changes the unit's digest, so every code version built on it, so every key holding one.
+#[test]
+fn a_changed_byte_in_any_unit_file_changes_its_digest_and_version() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let scratch = tempfile::tempdir().unwrap();
+    for u in UNITS {
+        let files = tessera_source_digest::files(root, u.paths).unwrap();
+        assert!(!files.is_empty(), "unit {} has no files", u.name);
+        for f in &files {
+            let to = scratch.path().join(f);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(root.join(f), &to).unwrap();
+        }
+        let before = tessera_source_digest::digest(scratch.path(), u.paths).unwrap();
+        assert_eq!(before, embedded(u.name), "the scratch copy of {} digests as the source", u.name);
+        // The first, the middle and the last file of the unit.
+        for f in [&files[0], &files[files.len() / 2], &files[files.len() - 1]] {
+            let p = scratch.path().join(f);
+            let orig = std::fs::read(&p).unwrap();
+            let mut changed = orig.clone();
+            let mid = changed.len() / 2;
+            changed[mid] ^= 0x20;
+            std::fs::write(&p, &changed).unwrap();
+            let after = tessera_source_digest::digest(scratch.path(), u.paths).unwrap();
+            assert_ne!(after, before, "unit {}: a byte of {}", u.name, f.display());
+            assert_ne!(CodeVersion::new(1, &[after]), CodeVersion::new(1, &[before]));
+            std::fs::write(&p, &orig).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_code_ingredient_is_in_the_key() {
+    let a = CodeVersion::new(3, &[[1; 32]]);
+    let b = CodeVersion::new(3, &[[2; 32]]);
+    assert_eq!(a.declared, b.declared);
+    let key = |v: &CodeVersion| v.key_builder("lower").input("x", &1u8).finish().unwrap();
+    assert_ne!(key(&a), key(&b));
+    assert_eq!(key(&a), key(&CodeVersion::new(3, &[[1; 32]])));
+    assert_ne!(key(&a), key(&CodeVersion::new(4, &[[1; 32]])));
+}
+
+/// The GPU backends' units hold only the shared part of `backend::c` (units.rs): every reference a GPU
+/// backend file (and a shared file) makes to a module of `backend::c` names a shared module, so what
+/// those units leave out cannot change a GPU kernel.
+#[test]
+fn gpu_backends_use_only_the_shared_part_of_c() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shared = ["plan", "nest", "cexpr", "scratch", "cost", "text"];
+    let gpu = tessera_source_digest::files(root, &["src/backend/cuda", "src/backend/cublas", "src/backend/cudnn", "src/backend/cutlass", "src/backend/gemm/support.rs", "src/backend/library.rs"]).unwrap();
+    let c_shared: Vec<std::path::PathBuf> = shared.iter().map(|m| format!("src/backend/c/{m}.rs").into()).collect();
+    let mut checked = 0;
+    for f in gpu.iter().chain(&c_shared) {
+        let text = std::fs::read_to_string(root.join(f)).unwrap();
+        let in_c = f.starts_with("src/backend/c");
+        for (at, _) in text.match_indices("backend::c::").chain(if in_c { text.match_indices("super::") } else { "".match_indices("x") }) {
+            let rest = &text[at..];
+            let rest = &rest[rest.find("::").unwrap() + 2..];
+            let rest = rest.strip_prefix("c::").unwrap_or(rest);
+            // `c::{plan::Plan, nest}` names several modules; `super::*` (a shared file's own tests) none.
+            let names: Vec<&str> = match rest.strip_prefix('{') {
+                Some(group) => group[..group.find('}').unwrap()].split(',').map(str::trim).collect(),
+                None => vec![rest],
+            };
+            for name in names {
+                let module: String = name.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                if module.is_empty() || (in_c && module == "tests") {
+                    continue;
+                }
+                assert!(shared.contains(&module.as_str()), "{} names backend::c's module '{module}', which the GPU backends' units do not hold", f.display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 20, "found only {checked} references: the scan is broken");
+}
+
+/// The library backends' units hold only `backend/gemm/support.rs` of the `gemm` backend (units.rs):
+/// every reference a GPU backend file makes to `backend::gemm` names its `support` module.
+#[test]
+fn gpu_backends_use_only_the_support_rule_of_gemm() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let gpu = tessera_source_digest::files(root, &["src/backend/cuda", "src/backend/cublas", "src/backend/cudnn", "src/backend/cutlass", "src/backend/library.rs"]).unwrap();
+    let mut checked = 0;
+    for f in &gpu {
+        let text = std::fs::read_to_string(root.join(f)).unwrap();
+        // In a file directly under src/backend (library.rs), `super::gemm` is the `gemm` backend; in a
+        // backend's folder it is that backend's own module (cuda's gemm.rs).
+        let top_level = f.parent() == Some(Path::new("src/backend"));
+        let supers = if top_level { text.match_indices("super::gemm::").collect() } else { vec![] };
+        for (at, m) in text.match_indices("backend::gemm::").chain(supers) {
+            let rest = &text[at + m.len()..];
+            let module: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            assert_eq!(module, "support", "{} names backend::gemm's '{module}', which the GPU backends' units do not hold", f.display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "found only {checked} references: the scan is broken");
+}
