@@ -61,8 +61,16 @@ pub static SPEC: BackendSpec = BackendSpec {
     name: NAME,
     device: "cuda",
     compiler: "cutlass",
-    doc: "CUTLASS GEMM templates with fused bias, residual and activation epilogues, compiled by nvcc",
-    options: &[crate::backend::TUNE_CONFIGS],
+    doc: "CUTLASS GEMM (and, with -convs, channels-last conv) templates with fused bias, residual and activation epilogues, compiled by nvcc",
+    options: &[
+        crate::target::AttrSpec {
+            name: "convs",
+            ty: crate::target::AttrType::Bool,
+            default: "false",
+            doc: "also run channels-last 2-D convolutions (implicit GEMM on the sm80 tiles); off by default: on an H200 they measured at about half cuDNN's speed on ResNet-50 and MobileNetV2 and added about a minute of nvcc to a CNN's cold compile (bench/gpu_cutlass_s35.md)",
+        },
+        crate::backend::TUNE_CONFIGS,
+    ],
     order: 5,
 };
 
@@ -230,7 +238,7 @@ impl Backend for CutlassBackend {
     }
 
     fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool {
-        target.backend_name() == NAME && support::supports(g, n)
+        target.backend_name() == NAME && support::supports(g, n) && (target.bool_attr("convs") || !support::in_conv_chain(g, n))
     }
 
     /// MatMuls alone and with their epilogue chains.

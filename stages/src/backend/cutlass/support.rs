@@ -109,6 +109,17 @@ pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result
     Ok(chain)
 }
 
+/// Whether `n` is a convolution or continues a convolution's chain (what `-convs` turns on).
+pub fn in_conv_chain(g: &Graph, n: NodeId) -> bool {
+    let uses = g.use_counts();
+    let count = |v: ValueId| uses[v.index()];
+    match g.node(n).op {
+        Op::NhwcConv(_) => true,
+        Op::MatMul => false,
+        _ => chain_of(g, n, &count).is_ok_and(|c| matches!(g.node(c.anchor).op, Op::NhwcConv(_))),
+    }
+}
+
 /// The pattern rule on a model graph.
 pub fn supports(g: &Graph, n: NodeId) -> bool {
     let uses = g.use_counts();

@@ -534,6 +534,12 @@ fn convolutions_fuse_their_bias_or_a_residual_and_run_on_the_sm80_tiles() {
     let w = odd.add_input("w", t(DType::F16, &[64, 7, 7, 3]));
     odd.add("stem", Op::NhwcConv(conv_attrs(2, [3, 3, 3, 3], 1)), &[x, w]).unwrap();
     assert!(support::anchor(&odd, NodeId(0)).unwrap_err().contains("in pairs"));
+    // The rule admits a convolution's chain only with -convs; GEMM chains either way.
+    let g = conv_then_gemm(DType::F16);
+    let with = Target::parse("cuda -compiler=cutlass -precision=fp16 -convs").unwrap();
+    let admitted = |t: &Target| (0..g.nodes.len() as u32).filter(|&i| CutlassBackend.supports(&g, NodeId(i), t)).collect::<Vec<_>>();
+    assert_eq!(admitted(&with), [0, 1, 2, 3]);
+    assert_eq!(admitted(&target("fp16")), [3], "the MatMul alone");
     // Lowering: one launch per chain, with the implicit GEMM's grid; the conv prelude only where needed.
     let target = target("fp16");
     let k = CutlassBackend.lower(&target, &conv_then_gemm(DType::F16), "cg").unwrap();
