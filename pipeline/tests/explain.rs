@@ -171,14 +171,27 @@ fn baselines_give_one_row_per_model_with_finite_ratios() {
 }
 
 /// `-layout=auto` (the GPU targets' default) plans a convolutional model both ways and says which it kept and
-/// why; with analytical costs, by the plans' estimates, the lower kept. A model without convolutions is
+/// why; with analytical costs, by the plans' estimates, the lower kept. A 16-bit build with cudnn of a model
+/// without depthwise convolutions is planned channels-last alone, by rule; a model without convolutions is
 /// planned once and shows no layout block. No GPU needed: nothing is timed.
 #[test]
 fn layout_auto_plans_both_layouts_and_shows_the_choice() {
     let d = tempfile::tempdir().unwrap();
     let store = d.path().join("store");
-    let args = |spec: &'static str| ["explain", spec, "--costs", "analytical", "--target", "cuda -precision=fp16", "--target", "cuda -compiler=cudnn -precision=fp16", "--json"];
-    let json: serde_json::Value = serde_json::from_str(&tessera(&store, &args("fixture:resnet18:b8"))).unwrap();
+    let explain = |spec: &str, targets: &[&str], json: bool| {
+        let mut args = vec!["explain", spec, "--costs", "analytical"];
+        for t in targets {
+            args.extend(["--target", t]);
+        }
+        if json {
+            args.push("--json");
+        }
+        tessera(&store, &args)
+    };
+    let own = ["cuda -precision=fp16"];
+    let with_cudnn = ["cuda -precision=fp16", "cuda -compiler=cudnn -precision=fp16"];
+    // Our own kernels alone: both layouts planned.
+    let json: serde_json::Value = serde_json::from_str(&explain("fixture:resnet18:b8", &own, true)).unwrap();
     let layout = &json["layout"];
     assert_eq!(layout["by"], "estimates", "{layout}");
     let trials = layout["trials"].as_array().unwrap();
@@ -188,11 +201,23 @@ fn layout_auto_plans_both_layouts_and_shows_the_choice() {
     let lower = if est[1] < est[0] { "nhwc" } else { "nchw" };
     assert_eq!(layout["chosen"], lower, "{layout}");
     // The plan shown is the chosen layout's: channels-last ops exactly when nhwc was kept.
-    let ops: Vec<&str> = json["partitions"].as_array().unwrap().iter().flat_map(|p| p["nodes"].as_array().unwrap().iter().map(|n| n["op"].as_str().unwrap())).collect();
-    assert_eq!(ops.contains(&"NhwcConv"), lower == "nhwc", "{ops:?}");
-    let text = tessera(&store, &args("fixture:resnet18:b8")[..8]);
+    let ops = |json: &serde_json::Value| -> Vec<String> {
+        json["partitions"].as_array().unwrap().iter().flat_map(|p| p["nodes"].as_array().unwrap().iter().map(|n| n["op"].as_str().unwrap().to_string())).collect()
+    };
+    assert_eq!(ops(&json).iter().any(|o| o == "NhwcConv"), lower == "nhwc");
+    let text = explain("fixture:resnet18:b8", &own, false);
     assert!(text.contains("layout (-layout=auto, by estimates)"), "{text}");
 
-    let json: serde_json::Value = serde_json::from_str(&tessera(&store, &args("fixture:mlp3:b1"))).unwrap();
+    // With cudnn in fp16 and no depthwise convolution: channels-last alone, by rule.
+    let json: serde_json::Value = serde_json::from_str(&explain("fixture:resnet18:b8", &with_cudnn, true)).unwrap();
+    let layout = &json["layout"];
+    assert_eq!((layout["chosen"].as_str(), layout["trials"].as_array().unwrap().len()), (Some("nhwc"), 1), "{layout}");
+    assert!(layout["by"].as_str().unwrap().starts_with("rule:"), "{layout}");
+    assert!(ops(&json).iter().any(|o| o == "NhwcConv"));
+    // A depthwise model (MobileNetV2) is planned both ways even so.
+    let json: serde_json::Value = serde_json::from_str(&explain("fixture:mobilenetv2:b1", &with_cudnn, true)).unwrap();
+    assert_eq!(json["layout"]["trials"].as_array().unwrap().len(), 2, "{}", json["layout"]);
+
+    let json: serde_json::Value = serde_json::from_str(&explain("fixture:mlp3:b1", &with_cudnn, true)).unwrap();
     assert!(json["layout"].is_null(), "{}", json["layout"]);
 }

@@ -10,7 +10,8 @@
 //! bench/gpu_layout.md) it took ResNet-50 at batch 32 from 2.59 to 1.13 ms and ResNeXt-50 at batch 32 from
 //! 3.40 to 1.41 ms (cuDNN's NHWC kernels, no transforms), but MobileNetV2 at batch 1 went from 0.163 to
 //! 0.194 ms, EfficientNet-B0 from 0.368 to 0.396 and ConvNeXt-T from 0.70 to 0.84 (their depthwise layers run on
-//! our own kernels either way, and ConvNeXt's exported permutes around its channel LayerNorms stay).
+//! our own kernels either way, and ConvNeXt's exported permutes around its channel LayerNorms stay). Where
+//! that measurement leaves no doubt, auto plans channels-last alone ([`channels_last_by_rule`]).
 
 use crate::artifact::build_artifact;
 use crate::context::{Ctx, LazyGraph};
@@ -115,6 +116,29 @@ fn channels_last<'a>(ctx: &Ctx<'a>, doc: Digest, graph: &LazyGraph<'a>) -> Resul
     Ok((rewritten, LazyGraph::new(ctx.driver, rewritten, built)))
 }
 
+/// Why `-layout=auto` keeps the document `doc` channels-last without planning it channels-first, if it does:
+/// 16-bit builds with `cudnn` among the targets, of a model with no depthwise convolution. Measured (H200,
+/// fp16, bench/gpu_layout.md): channels-last won every such model by 1.6-2.4x (ResNet-50 b1 0.522 -> 0.317 ms,
+/// b32 2.59 -> 1.13, ResNeXt-50 b32 3.40 -> 1.41), for a structural reason (cuDNN's fp16 tensor-core kernels
+/// transform NCHW operands to NHWC and back inside every call), while the models it lost all have depthwise
+/// layers (MobileNetV2, EfficientNet-B0), which run on our own kernels either way; those still plan both.
+/// Planning one layout halves the partition and tune work of a cold compile (ResNet-50 b1: 8.9 s channels-last
+/// alone against about 30 s for both, bench/compile.md). Reads the graph's structure only (no weights).
+fn channels_last_by_rule(ctx: &Ctx, doc: &Digest) -> Result<Option<String>> {
+    use crate::target::Precision;
+    let half = matches!(ctx.targets.precision()?, Precision::Fp16 | Precision::Bf16);
+    let cudnn = ctx.targets.targets.iter().any(|t| t.backend_name() == crate::backend::cudnn::NAME);
+    if !half || !cudnn {
+        return Ok(None);
+    }
+    let d: GraphDoc = crate::stage::load_value(ctx.driver, doc)?;
+    let depthwise = d.nodes.iter().any(|n| match &n.op {
+        crate::ir::Op::Conv(a) => a.group > 1 && d.values[n.inputs[0] as usize].ty.shape.get(1) == Some(&a.group),
+        _ => false,
+    });
+    Ok((!depthwise).then(|| "rule: a 16-bit build with cudnn and no depthwise convolution".to_string()))
+}
+
 /// The plan for `ctx`'s layout of the document `doc` (what the precision stage made): nchw partitions it as it
 /// is, nhwc its channels-last rewrite, auto both, keeping the faster. Faster is measured end to end where
 /// artifacts are timed ([`crate::partition::validate::measures_end_to_end`]: both are built through the
@@ -131,6 +155,19 @@ pub fn plan_for_targets<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) ->
             let (d, g) = channels_last(ctx, doc, &graph)?;
             if d == doc {
                 return Ok((partition(ctx, doc, graph)?, None));
+            }
+            if let Some(why) = channels_last_by_rule(ctx, &doc)? {
+                let last = partition(ctx, d, g)?;
+                let trial = LayoutTrial {
+                    layout: Layout::Nhwc,
+                    doc: last.doc,
+                    plan: last.plan_digest,
+                    partitions: last.plan.partitions.len(),
+                    estimated_us: last.plan.estimated_us(),
+                    artifact: None,
+                    median_us: None,
+                };
+                return Ok((last, Some(LayoutChoice { chosen: Layout::Nhwc, by: why, trials: vec![trial] })));
             }
             let first = partition(ctx, doc, graph)?;
             let last = partition(ctx, d, g)?;
