@@ -238,7 +238,7 @@ impl Backend for CutlassBackend {
     }
 
     fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool {
-        target.backend_name() == NAME && support::supports(g, n) && (target.bool_attr("convs") || !support::in_conv_chain(g, n))
+        target.backend_name() == NAME && support::supports(g, n) && support::offered(g, n, target.bool_attr("convs"))
     }
 
     /// MatMuls alone and with their epilogue chains.

@@ -109,14 +109,28 @@ pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result
     Ok(chain)
 }
 
-/// Whether `n` is a convolution or continues a convolution's chain (what `-convs` turns on).
-pub fn in_conv_chain(g: &Graph, n: NodeId) -> bool {
-    let uses = g.use_counts();
-    let count = |v: ValueId| uses[v.index()];
-    match g.node(n).op {
-        Op::NhwcConv(_) => true,
-        Op::MatMul => false,
-        _ => chain_of(g, n, &count).is_ok_and(|c| matches!(g.node(c.anchor).op, Op::NhwcConv(_))),
+/// The fewest rows (per batch) of a GEMM the rule offers `cutlass`: the smallest tile's. A thinner GEMM (a CNN's
+/// classifier at batch 1 to 32, a pooler's one row) wastes most of every tile: cuBLASLt ran ResNet-50's
+/// classifier in 6.6-7.0 us where the best cutlass kernel took 11.1 (H200, fp16, b1 to b32,
+/// bench/gpu_cutlass_s35.md), and each cutlass candidate is nvcc programs a cold build waits for (about 35 s
+/// of ResNet-50's 46 s cold compile went to its classifier's).
+pub const MIN_ROWS: u64 = 64;
+
+/// Whether the rule offers node `n` (an anchor, or a node of an anchor's chain) to `cutlass` on a model graph:
+/// a GEMM of at least [`MIN_ROWS`] rows, or, with `convs` (the target's `-convs`), a convolution.
+pub fn offered(g: &Graph, n: NodeId, convs: bool) -> bool {
+    let anchor = if is_anchor_op(&g.node(n).op) {
+        n
+    } else {
+        let uses = g.use_counts();
+        match chain_of(g, n, &|v: ValueId| uses[v.index()]) {
+            Ok(c) => c.anchor,
+            Err(_) => return false,
+        }
+    };
+    match g.node(anchor).op {
+        Op::NhwcConv(_) => convs,
+        _ => matmul_shape(g, anchor).is_ok_and(|(_, m, ..)| m >= MIN_ROWS),
     }
 }
 

@@ -576,3 +576,21 @@ fn convolutions_compile_without_a_gpu() {
         assert_eq!(CubinModule::decode(&m).unwrap().cubins.len(), conv_cases().len());
     }
 }
+
+/// The rule offers GEMMs of at least one smallest tile's rows: a classifier's few rows are left to the others
+/// (each candidate costs nvcc time), though the kernel still lowers when asked.
+#[test]
+fn thin_gemms_are_not_offered() {
+    let fp16 = target("fp16");
+    let g = two_chains(DType::F16);
+    assert!((0..g.nodes.len() as u32).all(|i| !CutlassBackend.supports(&g, NodeId(i), &fp16)), "40 rows");
+    assert!(CutlassBackend.lower(&fp16, &g, "thin").is_ok());
+    let g = bias_gelu(DType::F16);
+    assert!((0..g.nodes.len() as u32).all(|i| CutlassBackend.supports(&g, NodeId(i), &fp16)), "64 rows and their epilogue");
+    let mut fc = Graph::new("fc");
+    let x = fc.add_input("x", t(DType::F16, &[32, 2048]));
+    let w = fc.add_input("w", t(DType::F16, &[2048, 1000]));
+    let m = fc.add("fc", Op::MatMul, &[x, w]).unwrap();
+    fc.outputs.push(m);
+    assert!(!CutlassBackend.supports(&fc, NodeId(0), &fp16), "ResNet-50's classifier at batch 32");
+}
