@@ -268,7 +268,8 @@ impl Backend for CutlassBackend {
     }
 
 
-    /// The default tile, then the other tiles of the kernel's element type whose grids fill at least half the
+    /// On sm_90 where a Hopper tile has work enough (see below), the default and those Hopper tiles. Otherwise
+    /// the default tile, then the other tiles of the kernel's element type whose grids fill at least half the
     /// GPU ([`cost::SMS`]) for every GEMM (and convolution's implicit GEMM) of the kernel: a tile that leaves most SMs idle loses to a smaller
     /// one, and each configuration measured is one more nvcc compile. When none fills it, the tile with the
     /// most threadblocks (the smallest of those) is measured beside the default.
@@ -291,8 +292,16 @@ impl Backend for CutlassBackend {
         let ctas = |t: &Tile| problems.iter().map(|&(b, m, n)| b * m.div_ceil(t.threadblock[0] as u64) * n.div_ceil(t.threadblock[1] as u64)).min().unwrap_or(0);
         let work = |t: &HopperTile| problems.iter().map(|&(b, m, n)| b * m.div_ceil(t.threadblock[0] as u64) * n.div_ceil(t.threadblock[1] as u64)).min().unwrap_or(0);
         let hopper_runs = hopper_target(target, e) && !shapes.is_empty() && !conv::has_conv(kernel) && shapes.iter().all(|&(b, _, n, k, sa, sb)| lower::hopper_runs(e, b, n, k, sa, sb).is_ok());
-        // The Hopper tiles whose persistent grid has work for at least half the SMs.
-        let hopper: Vec<&HopperTile> = if hopper_runs { HOPPER_TILES.iter().filter(|t| work(t) as f64 >= cost::SMS / 2.0).collect() } else { Vec::new() };
+        // The Hopper tiles with enough work: pingpong 64x128, the fastest Hopper tile on every BERT-base b8 and
+        // GPT-2 GEMM measured (bench/gpu_cutlass_s34.md), where it has work for half the SMs; the larger tiles
+        // only where they have full waves of it (pingpong 128x128 one, the cooperative tiles two), as each is an
+        // nvcc program of 20-60 s that a cold compile waits for.
+        let waves = |t: &HopperTile| match (t.schedule, t.threadblock[0]) {
+            (hopper::Schedule::Pingpong, 64) => 0.5,
+            (hopper::Schedule::Pingpong, _) => 1.0,
+            (hopper::Schedule::Cooperative, _) => 2.0,
+        };
+        let hopper: Vec<&HopperTile> = if hopper_runs { HOPPER_TILES.iter().filter(|t| work(t) as f64 >= waves(t) * cost::SMS).collect() } else { Vec::new() };
         let all = tiles(e);
         let mut out = vec![all[0]];
         if !convs.is_empty() {

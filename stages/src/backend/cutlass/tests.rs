@@ -256,12 +256,15 @@ fn lowering_writes_one_launch_per_chain_with_its_tile() {
         g.outputs.push(m);
         g
     };
-    // On sm_90 every Hopper tile has work for half the SMs: they and the default are measured, not the
-    // other sm80 tiles (which lose to them); on sm_80 there is no Hopper family.
+    // On sm_90 the Hopper tiles with work enough and the default are measured, not the other sm80 tiles (which
+    // lose to them): at 1024 rows pingpong 64x128 (384 tiles) and 128x128 (192, a full wave), not the cooperative
+    // tiles (96 each, under two waves); at 4096 rows every one. On sm_80 there is no Hopper family.
     let configs = CutlassBackend.configs_for(&target("fp16"), &ffn(1024));
-    let mut want = vec![format!("cutlass/v{VERSION}/{}", HALF_TILES[0].name())];
+    let default = format!("cutlass/v{VERSION}/{}", HALF_TILES[0].name());
+    assert_eq!(configs, [default.clone(), hopper_config(0), hopper_config(2)]);
+    let mut want = vec![default];
     want.extend((0..hopper::HOPPER_TILES.len()).map(hopper_config));
-    assert_eq!(configs, want);
+    assert_eq!(CutlassBackend.configs_for(&target("fp16"), &ffn(4096)), want);
     let ampere = Target::parse("cuda -compiler=cutlass -precision=fp16 -arch=sm_80").unwrap();
     let configs = CutlassBackend.configs_for(&ampere, &ffn(1024));
     assert_eq!(configs.len(), HALF_TILES.len(), "{configs:?}");
