@@ -1,6 +1,7 @@
 //! The `cutlass` backend (`cuda -compiler=cutlass`): MatMuls (batched, broadcast batch) with their fused
 //! epilogues (a bias or a residual, then ReLU, GELU, Sigmoid or HardSwish) as CUTLASS kernels, fp16 and bf16 on
-//! tensor cores with fp32 accumulation and fp32 on the SIMT cores, compiled by nvcc, a program per kernel.
+//! tensor cores with fp32 accumulation and fp32 on the SIMT cores, compiled by nvcc, a program per kernel; with
+//! the target's `-convs`, channels-last 2-D convolutions too ([`conv`], fp16 and bf16).
 //!
 //! CUTLASS is used as a template library: [`lower`] writes, per chain, an `extern "C" __global__` function for
 //! its fixed problem, in one of two families. The sm80 one instantiates the prelude's `tessera::gemm` template
