@@ -78,6 +78,13 @@ pub struct LayoutTrial {
     pub median_us: Option<f64>,
 }
 
+impl LayoutTrial {
+    /// The trial of plan `p` for `layout`, before any artifact is built or timed.
+    fn unmeasured(layout: Layout, p: &Planned) -> LayoutTrial {
+        LayoutTrial { layout, doc: p.doc, plan: p.plan_digest, partitions: p.plan.partitions.len(), estimated_us: p.plan.estimated_us(), artifact: None, median_us: None }
+    }
+}
+
 /// How `-layout=auto` chose (`tessera explain` shows it).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LayoutChoice {
@@ -158,31 +165,12 @@ pub fn plan_for_targets<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) ->
             }
             if let Some(why) = channels_last_by_rule(ctx, &doc)? {
                 let last = partition(ctx, d, g)?;
-                let trial = LayoutTrial {
-                    layout: Layout::Nhwc,
-                    doc: last.doc,
-                    plan: last.plan_digest,
-                    partitions: last.plan.partitions.len(),
-                    estimated_us: last.plan.estimated_us(),
-                    artifact: None,
-                    median_us: None,
-                };
-                return Ok((last, Some(LayoutChoice { chosen: Layout::Nhwc, by: why, trials: vec![trial] })));
+                let trials = vec![LayoutTrial::unmeasured(Layout::Nhwc, &last)];
+                return Ok((last, Some(LayoutChoice { chosen: Layout::Nhwc, by: why, trials })));
             }
             let first = partition(ctx, doc, graph)?;
             let last = partition(ctx, d, g)?;
-            let mut trials: Vec<LayoutTrial> = [(Layout::Nchw, &first), (Layout::Nhwc, &last)]
-                .into_iter()
-                .map(|(layout, p)| LayoutTrial {
-                    layout,
-                    doc: p.doc,
-                    plan: p.plan_digest,
-                    partitions: p.plan.partitions.len(),
-                    estimated_us: p.plan.estimated_us(),
-                    artifact: None,
-                    median_us: None,
-                })
-                .collect();
+            let mut trials: Vec<LayoutTrial> = [(Layout::Nchw, &first), (Layout::Nhwc, &last)].into_iter().map(|(layout, p)| LayoutTrial::unmeasured(layout, p)).collect();
             let measured = crate::partition::validate::measures_end_to_end(ctx);
             if measured {
                 let mut labeled = Vec::with_capacity(2);

@@ -22,35 +22,32 @@ pub const LAUNCH_US: f64 = 2.0;
 /// Streaming multiprocessors of the GPU the figures are for (H100 SXM: 132).
 pub const SMS: f64 = 132.0;
 
-/// Microseconds of one GEMM's tiles: padded FLOPs at the rate the occupied SMs give.
-fn gemm_us(g: &Graph, n: NodeId) -> Option<f64> {
-    let (batch, m, nn, k, _, _) = matmul_shape(g, n).ok()?;
-    let e = Element::of(g.ty(g.node(n).outputs[0]).dtype)?;
+/// Microseconds of `batch` GEMMs of `m x n x k` in `e` on the default tile: padded FLOPs at the rate the
+/// occupied SMs give.
+fn tiled_us(e: Element, batch: u64, m: u64, n: u64, k: u64) -> f64 {
     let [tm, tn, _] = tiles(e)[0].threadblock;
-    let (rows, cols) = (m.div_ceil(tm as u64), nn.div_ceil(tn as u64));
+    let (rows, cols) = (m.div_ceil(tm as u64), n.div_ceil(tn as u64));
     let ctas = (rows * cols * batch) as f64;
     let padded = 2.0 * (rows * tm as u64) as f64 * (cols * tn as u64) as f64 * k as f64 * batch as f64;
     let rate = if e.is_half() { F16_TFLOPS } else { F32_TFLOPS } * (ctas / SMS).min(1.0);
-    Some(padded / (rate * 1e6))
+    padded / (rate * 1e6)
 }
 
-/// Microseconds of one convolution's implicit GEMM, as [`gemm_us`] counts a GEMM's.
-fn conv_us(g: &Graph, n: NodeId) -> Option<f64> {
-    let p = super::conv::problem(g, n).ok()?;
-    let (m, nn, k) = p.gemm();
-    let [tm, tn, _] = tiles(Element::F16)[0].threadblock;
-    let (rows, cols) = (m.div_ceil(tm as u64), nn.div_ceil(tn as u64));
-    let padded = 2.0 * (rows * tm as u64) as f64 * (cols * tn as u64) as f64 * k as f64;
-    Some(padded / (F16_TFLOPS * 1e6 * ((rows * cols) as f64 / SMS).min(1.0)))
+/// Microseconds of one GEMM (a MatMul) or one convolution's implicit GEMM.
+fn anchor_us(g: &Graph, n: NodeId) -> Option<f64> {
+    let e = Element::of(g.ty(g.node(n).outputs[0]).dtype)?;
+    if g.node(n).op == Op::MatMul {
+        let (batch, m, nn, k, _, _) = matmul_shape(g, n).ok()?;
+        return Some(tiled_us(e, batch, m, nn, k));
+    }
+    let (m, nn, k) = super::conv::problem(g, n).ok()?.gemm();
+    Some(tiled_us(e, 1, m, nn, k))
 }
 
 pub fn estimate_us(g: &Graph, nodes: &[NodeId]) -> f64 {
     let (_, other) = partition_flops(g, nodes);
     let matmuls: Vec<NodeId> = nodes.iter().copied().filter(|&n| super::support::is_anchor_op(&g.node(n).op)).collect();
-    let gemm: f64 = matmuls
-        .iter()
-        .map(|&n| if g.node(n).op == Op::MatMul { gemm_us(g, n) } else { conv_us(g, n) }.unwrap_or(f64::INFINITY))
-        .sum();
+    let gemm: f64 = matmuls.iter().map(|&n| anchor_us(g, n).unwrap_or(f64::INFINITY)).sum();
     gemm + other / (F16_TFLOPS * 1e6) + boundary_bytes(g, nodes) as f64 / (BANDWIDTH_GBS * 1e3) + LAUNCH_US * matmuls.len().max(1) as f64
 }
 

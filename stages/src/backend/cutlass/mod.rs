@@ -239,7 +239,7 @@ impl Backend for CutlassBackend {
     }
 
     fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool {
-        target.backend_name() == NAME && support::supports(g, n) && support::offered(g, n, target.bool_attr("convs"))
+        target.backend_name() == NAME && support::offered(g, n, target.bool_attr("convs"))
     }
 
     /// MatMuls alone and with their epilogue chains.

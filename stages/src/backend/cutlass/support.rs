@@ -116,30 +116,20 @@ pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result
 /// of ResNet-50's 46 s cold compile went to its classifier's).
 pub const MIN_ROWS: u64 = 64;
 
-/// Whether the rule offers node `n` (an anchor, or a node of an anchor's chain) to `cutlass` on a model graph:
-/// a GEMM of at least [`MIN_ROWS`] rows, or, with `convs` (the target's `-convs`), a convolution.
+/// The pattern rule on a model graph, as `cutlass` applies it: node `n` (an anchor, or a node of an anchor's
+/// chain) is a chain the templates compute ([`supports`]) on a GEMM of at least [`MIN_ROWS`] rows, or, with
+/// `convs` (the target's `-convs`), on a convolution.
 pub fn offered(g: &Graph, n: NodeId, convs: bool) -> bool {
-    let anchor = if is_anchor_op(&g.node(n).op) {
-        n
-    } else {
-        let uses = g.use_counts();
-        match chain_of(g, n, &|v: ValueId| uses[v.index()]) {
-            Ok(c) => c.anchor,
-            Err(_) => return false,
-        }
-    };
-    match g.node(anchor).op {
+    let uses = g.use_counts();
+    let Ok(chain) = chain_of(g, n, &|v: ValueId| uses[v.index()]) else { return false };
+    match g.node(chain.anchor).op {
         Op::NhwcConv(_) => convs,
-        _ => matmul_shape(g, anchor).is_ok_and(|(_, m, ..)| m >= MIN_ROWS),
+        _ => matmul_shape(g, chain.anchor).is_ok_and(|(_, m, ..)| m >= MIN_ROWS),
     }
 }
 
-/// The pattern rule on a model graph.
+/// Whether node `n` ends a chain the templates compute, whatever its size (an anchor alone is a chain).
 pub fn supports(g: &Graph, n: NodeId) -> bool {
     let uses = g.use_counts();
-    let count = |v: ValueId| uses[v.index()];
-    match g.node(n).op {
-        Op::MatMul | Op::NhwcConv(_) => anchor(g, n).is_ok(),
-        _ => chain_of(g, n, &count).is_ok(),
-    }
+    chain_of(g, n, &|v: ValueId| uses[v.index()]).is_ok()
 }
