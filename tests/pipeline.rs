@@ -245,9 +245,12 @@ fn changed_weights_compile_no_kernel_and_tune_nothing() {
     let model = tmp.path().join("bert.onnx");
     std::fs::copy(tessera_tests::bert_tiny_onnx(), &model).unwrap();
     let (store, out) = (tmp.path().join("store"), tmp.path().join("out"));
-    let targets = ["cpu".to_string()];
+    // Two backends: validation times whole plans (the time-plans stage), which a weights change must not
+    // time again either.
+    let targets = ["cpu".to_string(), "cpu -compiler=gemm".to_string()];
     let cold = compile_with(&store, &out, &model, &targets, CostMode::Measured);
     assert!(executions(&cold, "tune") > 0 && executions(&cold, "lower") > 0 && executions(&cold, "compile") > 0, "{:?}", cold.stages);
+    assert!(executions(&cold, "time-plans") > 0, "validation timed no plans: {:?}", cold.stages);
     let warm = compile_with(&store, &out, &model, &targets, CostMode::Measured);
     for (stage, st) in &warm.stages {
         assert_eq!(st.executions, 0, "warm run executed {stage}");

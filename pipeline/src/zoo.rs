@@ -74,8 +74,9 @@ pub fn resolve_targets(given: &[String], backends: &[Box<dyn Backend>]) -> Resul
         // the GPU alone: the runtime runs plans that mix host and GPU partitions (`-t cpu -t cuda`), but with
         // the crossing costs the search never puts a zoo partition on the host (analytical costs, 2026-11-24),
         // and compiling and measuring every host candidate with the C compiler would only cost compile time.
-        // On the GPU that is `cuda` and `cublas` (cuBLASLt: its modules are descriptions, so it is always
-        // available to compile; loading needs the library, which comes with the CUDA toolkit).
+        // On the GPU that is `cuda`, `cublas` and `cudnn` (the libraries' modules are descriptions, so they
+        // are always available to compile; loading needs the libraries, which come with the CUDA toolkit), and
+        // not `cutlass`, which is opt-in (`Backend::opt_in`).
         let mut ts = Vec::new();
         let gpu = tessera_kernels::runtime::cuda::available().is_ok();
         for kind in tessera_stages::target::KINDS {
@@ -83,7 +84,8 @@ pub fn resolve_targets(given: &[String], backends: &[Box<dyn Backend>]) -> Resul
                 continue;
             }
             for spec in kind.backends() {
-                if backends.iter().any(|b| b.name() == spec.name && b.available().is_ok()) {
+                // An opt-in backend (`cutlass`) only where named.
+                if backends.iter().any(|b| b.name() == spec.name && b.available().is_ok() && b.opt_in().is_none()) {
                     ts.push(Target::parse(&format!("{} -compiler={}", kind.name, spec.compiler))?);
                 }
             }

@@ -72,3 +72,16 @@ fn the_zoo_compiles_its_cutlass_kernels_without_a_gpu() {
     let warm: Value = serde_json::from_str(&ok(&args, d.path())).unwrap();
     assert_eq!((executions(&warm, "lower"), executions(&warm, "compile")), (0, 0), "{warm}");
 }
+
+/// `cutlass` is opt-in: available here, and `tessera targets` says why a build without `--target` leaves it out.
+#[test]
+fn cutlass_is_available_but_not_in_default_builds() {
+    if !toolchains_here() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let registry = json(&["targets", "--json"], d.path());
+    let cutlass = registry["kinds"].as_array().unwrap().iter().flat_map(|k| k["backends"].as_array().unwrap()).find(|b| b["backend"] == "cutlass").unwrap();
+    let status = cutlass["status"].as_str().unwrap();
+    assert!(status.starts_with("available, not in default builds: ") && status.contains("--target"), "{status}");
+}

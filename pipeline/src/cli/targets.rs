@@ -26,9 +26,10 @@ pub fn run(args: TargetsArgs) -> Result<()> {
     let status = |backend: &str| -> String {
         match backends.iter().find(|b| b.name() == backend) {
             None => "not in this build yet".into(),
-            Some(b) => match b.available() {
-                Ok(()) => "available".into(),
-                Err(why) => format!("unavailable: {why}"),
+            Some(b) => match (b.available(), b.opt_in()) {
+                (Ok(()), None) => "available".into(),
+                (Ok(()), Some(why)) => format!("available, not in default builds: {why}"),
+                (Err(why), _) => format!("unavailable: {why}"),
             },
         }
     };

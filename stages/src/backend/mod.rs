@@ -216,6 +216,12 @@ pub trait Backend: Send + Sync {
     fn version(&self) -> crate::code::CodeVersion;
     /// Whether this machine can compile for the backend (e.g. a C compiler is present); the reason if not.
     fn available(&self) -> Result<(), String>;
+    /// Why a build without `--target` leaves this backend out even where it is available (`None`: it takes
+    /// part in every default build it can run in). A backend whose compile cost outweighs what it buys on
+    /// the models measured says so here, and users name it with `--target` when they want it anyway.
+    fn opt_in(&self) -> Option<&'static str> {
+        None
+    }
     /// The facts of this machine that the backend's compiled output depends on (compiler and its version,
     /// flags it picked up, toolkit and device versions), as sorted name/value pairs. They are part of the
     /// compile key, so a different toolchain never serves a stale module.

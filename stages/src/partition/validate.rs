@@ -207,8 +207,29 @@ pub fn choose(trials: &[Trial]) -> usize {
     if clearly_faster { 0 } else { alt_index }
 }
 
-/// Bump when what [`TimePlans`] records, or how it times, changes.
-pub const TIME_PLANS_VERSION: u32 = 1;
+/// Bump when what [`TimePlans`] records, or how it times, changes (2: keyed by [`timing_identity`], not by
+/// the artifacts' digests).
+pub const TIME_PLANS_VERSION: u32 = 2;
+
+/// What an artifact's end-to-end time depends on: every plan of it (steps, modules, buffers, constants'
+/// types and places) but not its constants' values, which the body names by digest. A model whose weights
+/// changed and nothing else (issue 28: a fine-tuned checkpoint, the same graph) links artifacts of other
+/// digests with the same identity, and validation takes the timings recorded for them instead of timing
+/// again. Kernels run the same time on any values of the same shapes: the tune stage measures every kernel
+/// on random inputs for the same reason. A constant small enough to be embedded in a kernel's code changes
+/// that kernel's module, and so the identity.
+pub fn timing_identity(a: &Artifact) -> Result<Digest> {
+    let plans: Vec<tessera_kernels::artifact::Body> = (0..a.plan_count())
+        .map(|i| {
+            let mut body = a.plan(i).clone();
+            for c in &mut body.constants {
+                c.digest = [0; 32];
+            }
+            body
+        })
+        .collect();
+    Ok(tessera_store::canonical_digest(&(a.batches(), &plans, a.data().len() as u64))?)
+}
 
 /// Stage: the end-to-end timings of validation's artifacts, in order ([`time_abba`]'s two passes, samples in
 /// microseconds). Recorded apart from the plan so that a build from records (`CostMode::Recorded`, on a
@@ -218,6 +239,8 @@ pub struct TimePlans<'a> {
     pub ctx: &'a Ctx<'a>,
     /// The artifacts, in the order they are timed.
     pub artifacts: Vec<Digest>,
+    /// Their [`timing_identity`]s, which key the timings.
+    pub identities: Vec<Digest>,
     /// The device fingerprint of every target (an assumed GPU's in a build from records).
     pub devices: Vec<Option<crate::device::DeviceFingerprint>>,
 }
@@ -240,7 +263,7 @@ impl Stage for TimePlans<'_> {
     fn key(&self) -> Result<Digest> {
         Ok(self
             .key_builder()
-            .input("artifacts", &self.artifacts)
+            .input("artifacts", &self.identities)
             // The artifacts run on the runtimes of their targets' backends, whose code units are in the
             // backends' versions (the shared part of the runtime is in this stage's version).
             .input("backends", &self.backend_versions()?)
@@ -258,9 +281,13 @@ impl Stage for TimePlans<'_> {
 /// fails naming each one.
 pub fn time_plans(ctx: &Ctx, artifacts: &[(String, Digest)]) -> Result<Vec<[Vec<f64>; 2]>> {
     let devices = ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect();
-    let stage = TimePlans { ctx, artifacts: artifacts.iter().map(|(_, d)| *d).collect(), devices };
+    let store = ctx.driver.store();
+    let identities = artifacts
+        .iter()
+        .map(|(label, d)| timing_identity(&Artifact::read_owned(store.get(d)?, &format!("'{label}' artifact {d}"))?))
+        .collect::<Result<Vec<_>>>()?;
+    let stage = TimePlans { ctx, artifacts: artifacts.iter().map(|(_, d)| *d).collect(), identities, devices };
     if ctx.costs.frozen() {
-        let store = ctx.driver.store();
         let key = stage.key()?;
         if !store.memo_lookup(TimePlans::NAME, &key)?.is_some_and(|e| store.contains(&e.output)) {
             let plans: Vec<String> = artifacts.iter().map(|(label, d)| format!("'{label}' artifact {d}")).collect();

@@ -58,6 +58,13 @@ pub const HOPPER_PRELUDE: &str = include_str!("gemm_sm90.cuh");
 const HOPPER_DEFINES: &str = "#define NDEBUG\n";
 
 /// The backend's description: its `-compiler` value and its own options.
+/// Why default builds leave `cutlass` out ([`Backend::opt_in`]). Measured on one H200 (2026-11-28,
+/// bench/compile.md): each CUTLASS 3.x program is 20 s of nvcc front end (template instantiation) before a
+/// single kernel is timed, and tuning compiles two or three per GEMM chain, so BERT-base b8 compiled cold in
+/// 69 s with `cutlass` against 13-18 s without, GPT-2 s256 in 64 s. What it bought: 2.7% of BERT-base b8's
+/// latency, 0.3% of GPT-2's, nothing on CNNs (cuDNN takes their convolutions and cuBLASLt their classifiers).
+pub const OPT_IN: &str = "each kernel is an nvcc program of about 20 s: a transformer's cold compile takes 4-5x longer for 0-3% of its latency (bench/compile.md); name it with --target to use it";
+
 pub static SPEC: BackendSpec = BackendSpec {
     name: NAME,
     device: "cuda",
@@ -229,6 +236,10 @@ impl Backend for CutlassBackend {
     /// Compiling needs nvcc and the CUTLASS headers; running needs a GPU (the runtime says so).
     fn available(&self) -> Result<(), String> {
         toolchain::toolchain().map(|_| ())
+    }
+
+    fn opt_in(&self) -> Option<&'static str> {
+        Some(OPT_IN)
     }
 
     fn environment(&self, target: &Target) -> Vec<(String, String)> {
