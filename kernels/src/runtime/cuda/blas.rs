@@ -134,7 +134,7 @@ impl CallDesc for Matmul {
 
 /// Whether cuBLASLt can be loaded here; why not, if not (cudarc panics on a missing library, so ask first).
 pub fn available() -> Result<(), String> {
-    device::context()?;
+    device::count()?;
     // SAFETY: only tries to open the library by its names.
     if unsafe { lt::is_culib_present() } {
         Ok(())
