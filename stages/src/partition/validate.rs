@@ -142,9 +142,18 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
     let to_measure: Vec<usize> = (0..trials.len()).filter(|&i| trials[i].skipped.is_none()).collect();
     if to_measure.len() > 1 {
         let mut artifacts: Vec<(usize, Digest)> = Vec::new();
-        for &i in &to_measure {
-            let (label, plan) = &plans[i];
-            match build_artifact(ctx, &trials[i].plan, plan, &|| Ok(g)) {
+        // The plans build at once, each on a thread of its own: their modules' compiles (NVRTC programs, one
+        // plan's after another's) were a third of a cold ViT-B/16 compile (bench/compile.md, session 36).
+        // Plain threads, not rayon tasks: a rayon worker that waits for a module another plan's build is
+        // compiling could take that build's own task and wait for itself.
+        let (trials_now, plans_now) = (&trials, &plans);
+        let built: Vec<Result<crate::artifact::BuiltArtifact>> = std::thread::scope(|s| {
+            let handles: Vec<_> = to_measure.iter().map(|&i| s.spawn(move || build_artifact(ctx, &trials_now[i].plan, &plans_now[i].1, &|| Ok(g)))).collect();
+            handles.into_iter().map(|h| h.join().expect("a plan's build does not panic")).collect()
+        });
+        for (&i, built) in to_measure.iter().zip(built) {
+            let label = &plans[i].0;
+            match built {
                 Ok(b) => artifacts.push((i, b.artifact)),
                 // The searched plan must build (the compile that follows would fail anyway); an alternative
                 // that does not (a backend's or the linker's refusal) is only left out, and the report says
