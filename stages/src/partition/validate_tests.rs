@@ -68,3 +68,38 @@ fn median_of_odd_and_even_counts() {
     assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
     assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
 }
+
+/// A one-plan artifact passing input `x` (f32 [b, 4]) through as `y`, with one weight of `n` elements, each
+/// `value`.
+fn artifact_with(b: usize, n: usize, value: f32, output: &str) -> Artifact {
+    use tessera_kernels::artifact::{encode, slot_bytes, Body, Buf, ConstDesc, InputDesc, OutputDesc};
+    use tessera_kernels::tensor::{Tensor, TensorType};
+    let x = TensorType::f32([b, 4]);
+    let w = Tensor::from_f32([n], &vec![value; n]);
+    let body = Body {
+        model: "m".into(),
+        inputs: vec![InputDesc { name: "x".into(), ty: x.clone(), int_bound: 100, offset: 0 }],
+        outputs: vec![OutputDesc { name: output.into(), ty: x.clone(), source: Buf::Input(0) }],
+        values: vec![],
+        arena_bytes: slot_bytes(&x),
+        scratch_bytes: 0,
+        steps: vec![],
+        modules: vec![],
+        constants: vec![ConstDesc { ty: w.ty.clone(), digest: w.digest(), offset: 0 }],
+        transfers: vec![],
+    };
+    Artifact::read(&encode(&body, w.bytes()).unwrap()).unwrap()
+}
+
+#[test]
+fn timing_identity_leaves_out_the_weights_values_only() {
+    let base = artifact_with(2, 256, 0.5, "y");
+    let reweighted = artifact_with(2, 256, 0.75, "y");
+    assert_ne!(base.payload_digest(), reweighted.payload_digest(), "the weights are in the artifact");
+    assert_eq!(timing_identity(&base).unwrap(), timing_identity(&reweighted).unwrap());
+    // Anything else about the plan is in it: the batch (shapes), the weights' shapes, the interface.
+    let id = timing_identity(&base).unwrap();
+    for (what, other) in [("batch", artifact_with(4, 256, 0.5, "y")), ("weight shape", artifact_with(2, 128, 0.5, "y")), ("output", artifact_with(2, 256, 0.5, "z"))] {
+        assert_ne!(timing_identity(&other).unwrap(), id, "{what}");
+    }
+}
