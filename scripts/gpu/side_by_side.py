@@ -8,8 +8,8 @@ some layers at zero or identity). For each model:
   2. tessera: `tessera compile` for the target (cold: empty store, fresh process; warm: the same store again,
      fresh process), then `tessera bench --json` (CUDA events around graph replays, inputs on the device);
   3. PyTorch on the same weights and precision: eager, eager captured in one CUDA graph, and
-     torch.compile(mode="reduce-overhead") (compile time = the first call, in this process, with an empty
-     inductor cache made for the run), each timed with CUDA events after warm-up, median of ITERS runs on
+     torch.compile(mode="reduce-overhead") (cold compile time = its first call in a fresh process with empty
+     inductor and Triton caches of its own; also its first call in this process), each timed with CUDA events after warm-up, median of ITERS runs on
      random non-zero inputs;
   4. the floor: FLOPs (torch.utils.flop_counter) over the dense matmul rate measured now, and bytes
      (weights + inputs + outputs) over the device copy bandwidth measured now; tessera's distance from it.
@@ -39,7 +39,8 @@ TARGET = "cuda -compiler=nvrtc"
 # this GPU during the cold compile (the tune stage), so the cold compile time includes tuning.
 COSTS = os.environ.get("TESSERA_COSTS", "measured")
 # TESSERA_TARGETS="nvrtc cublas" compiles for several cuda compilers at once (the search places each partition).
-# Words starting with "-" are attributes every target of the set gets: "nvrtc cublas cudnn -layout=nhwc".
+# Words starting with "-" are attributes every target of the set gets: "nvrtc cublas cudnn -layout=nhwc"; attributes
+# after a compiler and ":" are its target's alone: "nvrtc:-fast-compile=mid cublas cudnn".
 COMPILER_SETS = [s.split() for s in os.environ.get("TESSERA_TARGETS", "nvrtc").split(";") if s.strip()]
 COMPILERS = COMPILER_SETS[0]
 PRECISION = "fp16"
@@ -191,6 +192,37 @@ def torch_side(model, args, torch, row):
     torch.cuda.empty_cache()
 
 
+def torch_compile_cold(name, row):
+    """torch.compile's truly cold compile of `name`: its first call in a fresh process, with an inductor and a
+    Triton cache of its own (empty), so that nothing another model compiled is reused. TORCH_COLD=0 skips it."""
+    if os.environ.get("TORCH_COLD", "1") == "0":
+        return
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-fresh-"), TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton-fresh-"))
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-compile-cold", name, PRECISION], capture_output=True, text=True, env=env)
+    last = (p.stdout.strip().splitlines() or [""])[-1]
+    if p.returncode == 0 and last.startswith("{"):
+        row.update(json.loads(last))
+    else:
+        row["torch_compile_cold_error"] = ((p.stderr or p.stdout).strip().splitlines() or ["no output"])[-1][:200]
+
+
+def torch_compile_cold_child(name):
+    """The child of torch_compile_cold: prints {"torch_compile_cold_s": seconds} as its last line."""
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model, args, _ = build(name, torch)
+    dev = [a.cuda().to(dtype(torch)) if a.is_floating_point() else a.cuda() for a in args]
+    m = model.cuda().to(dtype(torch))
+    c = torch.compile(m, mode="reduce-overhead")
+    with torch.inference_mode():
+        torch.cuda.synchronize()
+        t = time.time()
+        c(*dev)
+        torch.cuda.synchronize()
+        print(json.dumps({"torch_compile_cold_s": time.time() - t}))
+
+
 def tessera_side(tessera, path, shapes, workdir, name, row, index=0, compilers=None):
     """Compiles and times the model for one set of compilers; set 0's figures under the plain keys, set i's
     with the suffix `_i` as well."""
@@ -227,7 +259,8 @@ def tessera_side(tessera, path, shapes, workdir, name, row, index=0, compilers=N
 def targets(compilers=None):
     words = compilers or COMPILERS
     attrs = "".join(f" {w}" for w in words if w.startswith("-"))
-    return [f"cuda -compiler={c}" + (f" -precision={PRECISION}" if PRECISION != "fp32" else "") + attrs for c in words if not c.startswith("-")]
+    # "nvrtc:-fast-compile=mid": attributes of that compiler's target alone.
+    return [f"cuda -compiler={c.split(':')[0]}" + (f" -precision={PRECISION}" if PRECISION != "fp32" else "") + attrs + "".join(f" {a}" for a in c.split(":")[1:]) for c in words if not c.startswith("-")]
 
 
 def target(compilers=None):
@@ -243,6 +276,9 @@ def fmt(v, unit=""):
 def main():
     global PRECISION
     argv = sys.argv[1:]
+    if argv[:1] == ["--torch-compile-cold"]:
+        PRECISION = argv[2]
+        return torch_compile_cold_child(argv[1])
     precisions = ["fp16"]
     if argv and argv[0].startswith("--precision"):
         value = argv[0].split("=", 1)[1] if "=" in argv[0] else argv[1]
@@ -276,6 +312,7 @@ def main():
                     except Exception as e:
                         row[f"tessera_error_{i}"] = str(e)[:200]
                 torch_side(model, args, torch, row)
+                torch_compile_cold(name, row)
             except Exception as e:
                 row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
             if "flops" in row:
@@ -299,10 +336,11 @@ def main():
         f"{ITERS} after {WARMUP} warm-up runs. Measured now: "
         + ", ".join(f"{p} matmul {measured[p][0] / 1e12:.1f} TFLOP/s" for p in precisions)
         + f", copy {bandwidth / 1e9:.0f} GB/s. "
-        "torch.compile's compile time is its first call in this process (an empty inductor cache made for the run; later models "
-        "share what earlier ones compiled). tessera compile: `tessera compile` in a fresh process, cold = empty store.",
+        "torch.compile cold: its first call in a fresh process with empty inductor and Triton caches of its own (the figure in "
+        "parentheses: its first call in this process, whose inductor cache later models share with earlier ones). "
+        "tessera compile: `tessera compile` in a fresh process, cold = empty store.",
         "",
-        "| model | precision | tessera ms | eager ms | eager+graph ms | torch.compile ms | compile/tessera | tessera kernels | tessera compile cold / warm s | torch.compile s | floor ms | tessera / floor |",
+        "| model | precision | tessera ms | eager ms | eager+graph ms | torch.compile ms | compile/tessera | tessera kernels | tessera compile cold / warm s | torch.compile cold s | floor ms | tessera / floor |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     logs = []
@@ -311,9 +349,9 @@ def main():
         lines.append(
             f"| {r['model']} | {r['precision']} | {fmt(t)} | {fmt(r.get('eager_ms'))} | {fmt(r.get('cuda_graph_ms'))} | {fmt(r.get('torch_compile_ms'))} | "
             f"{fmt(ratio(r.get('torch_compile_ms'), t))} | {fmt(r.get('tessera_kernels'))} | {fmt(r.get('tessera_cold_s'))} / {fmt(r.get('tessera_warm_s'))} | "
-            f"{fmt(r.get('torch_compile_s'))} | {fmt(r.get('floor_ms'))} | {fmt(ratio(t, r.get('floor_ms')))} |"
+            f"{fmt(r.get('torch_compile_cold_s'))} ({fmt(r.get('torch_compile_s'))}) | {fmt(r.get('floor_ms'))} | {fmt(ratio(t, r.get('floor_ms')))} |"
         )
-        for k in ["error", "torch_compile_error", "cuda_graph_error"] + [f"tessera_error_{i}" for i in range(len(COMPILER_SETS))]:
+        for k in ["error", "torch_compile_error", "torch_compile_cold_error", "cuda_graph_error"] + [f"tessera_error_{i}" for i in range(len(COMPILER_SETS))]:
             if k in r:
                 logs.append(f"- {r['model']}: {k}: {r[k]}")
     if len(COMPILER_SETS) > 1:

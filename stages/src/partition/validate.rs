@@ -246,8 +246,8 @@ pub fn timing_identity(a: &Artifact) -> Result<Digest> {
 /// their timings under the same key, and fails, listing them, where it does not.
 pub struct TimePlans<'a> {
     pub ctx: &'a Ctx<'a>,
-    /// The artifacts, in the order they are timed.
-    pub artifacts: Vec<Digest>,
+    /// The artifacts, read, in the order they are timed (the means: their identities are the key).
+    pub artifacts: Vec<Artifact>,
     /// Their [`timing_identity`]s, which key the timings.
     pub identities: Vec<Digest>,
     /// The device fingerprint of every target (an assumed GPU's in a build from records).
@@ -291,11 +291,13 @@ impl Stage for TimePlans<'_> {
 pub fn time_plans(ctx: &Ctx, artifacts: &[(String, Digest)]) -> Result<Vec<[Vec<f64>; 2]>> {
     let devices = ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect();
     let store = ctx.driver.store();
-    let identities = artifacts
+    // Read once: for the identities here and, on a miss, for timing.
+    let read = artifacts
         .iter()
-        .map(|(label, d)| timing_identity(&Artifact::read_owned(store.get(d)?, &format!("'{label}' artifact {d}"))?))
+        .map(|(label, d)| Ok(Artifact::read_owned(store.get(d)?, &format!("'{label}' artifact {d}"))?))
         .collect::<Result<Vec<_>>>()?;
-    let stage = TimePlans { ctx, artifacts: artifacts.iter().map(|(_, d)| *d).collect(), identities, devices };
+    let identities = read.iter().map(timing_identity).collect::<Result<Vec<_>>>()?;
+    let stage = TimePlans { ctx, artifacts: read, identities, devices };
     if ctx.costs.frozen() {
         let key = stage.key()?;
         if !store.memo_lookup(TimePlans::NAME, &key)?.is_some_and(|e| store.contains(&e.output)) {
@@ -309,13 +311,11 @@ pub fn time_plans(ctx: &Ctx, artifacts: &[(String, Digest)]) -> Result<Vec<[Vec<
 
 /// Loads every artifact, then, with the CPU to ourselves, times them in two passes ([`time_abba`]). Returns
 /// each artifact's samples in microseconds.
-fn measure_plans(ctx: &Ctx, artifacts: &[Digest]) -> Result<Vec<[Vec<f64>; 2]>> {
-    let store = ctx.driver.store();
+fn measure_plans(ctx: &Ctx, artifacts: &[Artifact]) -> Result<Vec<[Vec<f64>; 2]>> {
     let mut runs: Vec<(Executable, Vec<crate::ir::Tensor>)> = Vec::with_capacity(artifacts.len());
-    for d in artifacts {
-        let a = Artifact::read_owned(store.get(d)?, &format!("artifact {d}"))?;
+    for a in artifacts {
         let inputs = a.random_inputs(INPUT_SEED);
-        runs.push((Executable::load_with(&a, ctx.runtime)?, inputs));
+        runs.push((Executable::load_with(a, ctx.runtime)?, inputs));
     }
     exclusively("cpu", move || time_abba(&mut runs, BLOCK)).map_err(anyhow::Error::from)
 }
