@@ -549,13 +549,15 @@ fn changed_weights_compile_no_kernel_and_tune_nothing_on_gpu_targets() {
         assert!(tessera_tests::change_large_initializers(&tessera_tests::bert_tiny_onnx(), &model) >= 10);
         let changed = compile_for_cuda_with(target, &model, &store, &out, costs);
         // Nothing is measured again: no kernel (tune) and no whole plan (time-plans: validation's timings are
-        // keyed by the artifacts without their weights).
+        // keyed by the plans' timing identities, which leave the weights out).
         let measured = (executions(&changed, "tune"), executions(&changed, "time-plans"));
         assert_eq!((measured, executions(&changed, "lower"), executions(&changed, "compile")), ((0, 0), 0, 0), "{what}: {:?}", changed.stages);
         let ran: std::collections::BTreeSet<&str> = changed.stages.iter().filter(|(_, s)| s.executions > 0).map(|(n, _)| n.as_str()).collect();
         let may = ["calibrate", "layout", "link", "load", "onnx-externals", "partition", "precision"];
         assert!(ran.iter().all(|s| may.contains(s)), "{what}: {:?}", changed.stages);
         assert!(["link", "load", "onnx-externals", "partition"].iter().all(|s| ran.contains(s)), "{what}: {:?}", changed.stages);
+        // The model's artifact only: validation finds its plans' timings by their identities before linking them.
+        assert_eq!(executions(&changed, "link"), 1, "{what}: {:?}", changed.stages);
         assert_ne!(changed.artifacts[0].digest, cold.artifacts[0].digest, "{what}: the weights are in the artifact");
         eprintln!("{what} ({costs:?} costs): cold {:.2} s, warm {:.2} s, weights changed {:.2} s; ran {ran:?}", cold.seconds, warm.seconds, changed.seconds);
         assert!(

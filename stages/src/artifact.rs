@@ -26,22 +26,39 @@ pub struct BuiltArtifact {
     pub modules: Vec<Digest>,
 }
 
+/// A plan lowered and compiled, not yet linked ([`compile_plan`]).
+pub struct CompiledPlan {
+    /// The plan as it is linked (without its validation report) and its digest.
+    pub plan: ExecPlan,
+    pub plan_digest: Digest,
+    /// Lowered kernels, one per distinct (target, kernel).
+    pub lowered: Vec<Digest>,
+    /// One module per target that won partitions, in target-set order.
+    pub modules: Vec<Digest>,
+}
+
 /// The stages after partition for one plan (recorded in the store as `plan_digest`): lower each distinct
 /// kernel, compile one module per target, link. `graph` gives the model graph the plan's node indices refer
 /// to; it is only called when a lower misses.
 pub fn build_artifact<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, graph: &(dyn Fn() -> Result<&'g Graph> + Sync)) -> Result<BuiltArtifact> {
+    let compiled = compile_plan(ctx, plan_digest, plan, graph)?;
+    let artifact = link_plan(ctx, &compiled)?;
+    Ok(BuiltArtifact { artifact, lowered: compiled.lowered, modules: compiled.modules })
+}
+
+/// Lower and compile for one plan, as [`build_artifact`] does, without the link: what validation needs to know
+/// a plan's timing identity, whose timings may be recorded already (then the plan is never linked).
+pub fn compile_plan<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, graph: &(dyn Fn() -> Result<&'g Graph> + Sync)) -> Result<CompiledPlan> {
     // Nothing below reads a plan's validation report, so a validated plan is built as the plan without it:
     // the trial validation stored and linked already, so its link is a hit (it was a second link of the same
     // bytes, 0.1-0.5 s of a cold compile; bench/compile.md, session 36).
-    let unreported;
     let (plan_digest, plan) = match plan.validation {
         Some(_) => {
-            unreported = ExecPlan { validation: None, ..plan.clone() };
-            (ctx.driver.store().put(&postcard::to_stdvec(&unreported)?)?, &unreported)
+            let unreported = ExecPlan { validation: None, ..plan.clone() };
+            (ctx.driver.store().put(&postcard::to_stdvec(&unreported)?)?, unreported)
         }
-        None => (*plan_digest, plan),
+        None => (*plan_digest, plan.clone()),
     };
-    let plan_digest = &plan_digest;
     // Stage: lower, once per distinct (target, kernel, configuration).
     /// A distinct lowering: target, kernel, configuration (`None`: the backend's default).
     type Lowering = (Target, Digest, Option<String>);
@@ -64,21 +81,28 @@ pub fn build_artifact<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, grap
     let lowered: BTreeMap<Lowering, Digest> = lowered.into_iter().collect();
 
     // Stage: compile, one module per target that won partitions, in target-set order.
-    let used_targets: Vec<&Target> = ctx.targets.targets.iter().filter(|t| plan.partitions.iter().any(|p| &p.target == *t)).collect();
     // Digests only: a hit does not read or decode the module (its code can be megabytes); the link stage's
     // input reads the modules when the link runs.
-    let mut module_digests: Vec<Digest> = Vec::new();
-    for t in &used_targets {
+    let mut modules: Vec<Digest> = Vec::new();
+    for t in used_targets(ctx, &plan) {
         let backend = ctx.backend(t)?;
-        let kernels: Vec<Digest> = lowered.iter().filter(|((lt, _, _), _)| lt == *t).map(|(_, d)| *d).collect();
+        let kernels: Vec<Digest> = lowered.iter().filter(|((lt, _, _), _)| lt == t).map(|(_, d)| *d).collect();
         let stage = Compile { target: t, backend, lowered: &kernels, toolchain: backend.environment(t), driver: ctx.driver };
-        module_digests.push(run_digest(ctx.driver, &stage).with_context(|| format!("compile for {t}"))?);
+        modules.push(run_digest(ctx.driver, &stage).with_context(|| format!("compile for {t}"))?);
     }
+    Ok(CompiledPlan { plan, plan_digest, lowered: lowered.into_values().collect(), modules })
+}
 
-    // Stage: link.
-    let input = || link_input(ctx, plan, &used_targets, &module_digests);
-    let artifact = run_digest(ctx.driver, &Link { plan_digest, modules: &module_digests, format_version: FORMAT_VERSION, input: &input }).context("link")?;
-    Ok(BuiltArtifact { artifact, lowered: lowered.into_values().collect(), modules: module_digests })
+/// Stage: link a compiled plan into its artifact.
+pub fn link_plan(ctx: &Ctx, compiled: &CompiledPlan) -> Result<Digest> {
+    let used = used_targets(ctx, &compiled.plan);
+    let input = || link_input(ctx, &compiled.plan, &used, &compiled.modules);
+    run_digest(ctx.driver, &Link { plan_digest: &compiled.plan_digest, modules: &compiled.modules, format_version: FORMAT_VERSION, input: &input }).context("link")
+}
+
+/// The targets that won partitions of `plan`, in target-set order: one module each.
+fn used_targets<'c>(ctx: &'c Ctx, plan: &ExecPlan) -> Vec<&'c Target> {
+    ctx.targets.targets.iter().filter(|t| plan.partitions.iter().any(|p| &p.target == *t)).collect()
 }
 
 fn link_input(ctx: &Ctx, plan: &ExecPlan, used_targets: &[&Target], module_digests: &[Digest]) -> Result<LinkInput> {

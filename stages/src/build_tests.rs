@@ -247,7 +247,7 @@ fn time_plans_key_has_every_ingredient() {
     let cpu = Some(crate::device::cpu_fingerprint());
     // The artifacts themselves are the stage's means (read for timing on a miss), not its key.
     let key = |identities: &[Digest], devices: Vec<Option<crate::device::DeviceFingerprint>>| {
-        TimePlans { ctx: &ctx, artifacts: Vec::new(), identities: identities.to_vec(), devices }.key().unwrap()
+        TimePlans { ctx: &ctx, artifacts: &|| Ok(Vec::new()), identities: identities.to_vec(), devices }.key().unwrap()
     };
     all_distinct(&[
         ("base", key(&[d("a"), d("b")], vec![cpu.clone(), cpu.clone()])),
@@ -261,7 +261,7 @@ fn time_plans_key_has_every_ingredient() {
     // `gemm` executor re-times the plans that run on it.
     let edited: Vec<Box<dyn Backend>> = vec![Box::new(CBackend), Box::new(SourceEdited(GemmBackend, crate::code::CodeVersion::new(crate::backend::gemm::VERSION, &[[7; 32]])))];
     let edited_ctx = Ctx::new(&driver, &targets, &edited);
-    let edited_key = TimePlans { ctx: &edited_ctx, artifacts: Vec::new(), identities: vec![d("a"), d("b")], devices: vec![cpu.clone(), cpu.clone()] }.key().unwrap();
+    let edited_key = TimePlans { ctx: &edited_ctx, artifacts: &|| Ok(Vec::new()), identities: vec![d("a"), d("b")], devices: vec![cpu.clone(), cpu.clone()] }.key().unwrap();
     assert_ne!(edited_key, key(&[d("a"), d("b")], vec![cpu.clone(), cpu.clone()]));
 }
 

@@ -13,7 +13,7 @@
 //! our own kernels either way, and ConvNeXt's exported permutes around its channel LayerNorms stay). Where
 //! that measurement leaves no doubt, auto plans channels-last alone ([`channels_last_by_rule`]).
 
-use crate::artifact::build_artifact;
+use crate::artifact::{compile_plan, link_plan};
 use crate::context::{Ctx, LazyGraph};
 use crate::ir::{serial::GraphDoc, Graph, Tensor};
 use crate::partition::plan::ExecPlan;
@@ -74,6 +74,7 @@ pub struct LayoutTrial {
     pub plan: Digest,
     pub partitions: usize,
     pub estimated_us: f64,
+    /// The artifact timed, where this build linked it (not where its timings were recorded already).
     pub artifact: Option<Digest>,
     pub median_us: Option<f64>,
 }
@@ -173,13 +174,21 @@ pub fn plan_for_targets<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) ->
             let mut trials: Vec<LayoutTrial> = [(Layout::Nchw, &first), (Layout::Nhwc, &last)].into_iter().map(|(layout, p)| LayoutTrial::unmeasured(layout, p)).collect();
             let measured = crate::partition::validate::measures_end_to_end(ctx);
             if measured {
-                let mut labeled = Vec::with_capacity(2);
-                for (t, p) in trials.iter_mut().zip([&first, &last]) {
-                    let built = build_artifact(ctx, &p.plan_digest, &p.plan, &|| p.graph.get()).with_context(|| format!("building the {} plan", t.layout.name()))?;
-                    t.artifact = Some(built.artifact);
-                    labeled.push((t.layout.name().to_string(), built.artifact));
+                use crate::partition::validate::{time_plans, timing_identity, timings_recorded};
+                let mut compiled = Vec::with_capacity(2);
+                for (t, p) in trials.iter().zip([&first, &last]) {
+                    compiled.push(compile_plan(ctx, &p.plan_digest, &p.plan, &|| p.graph.get()).with_context(|| format!("building the {} plan", t.layout.name()))?);
                 }
-                let timed = crate::partition::validate::time_plans(ctx, &labeled)?;
+                let labels: Vec<String> = trials.iter().map(|t| t.layout.name().to_string()).collect();
+                let identities = compiled.iter().map(|c| timing_identity(&c.plan, &c.modules)).collect::<Result<Vec<_>>>()?;
+                // Linked only to be timed: not where the timings of these plans are recorded (a weights change).
+                if !timings_recorded(ctx, &identities)? {
+                    for ((t, c), label) in trials.iter_mut().zip(&compiled).zip(&labels) {
+                        t.artifact = Some(link_plan(ctx, c).with_context(|| format!("building the {label} plan"))?);
+                    }
+                }
+                let artifacts = || compiled.iter().map(|c| link_plan(ctx, c)).collect::<Result<Vec<_>>>();
+                let timed = time_plans(ctx, &labels, identities, &artifacts)?;
                 for (t, [a, b]) in trials.iter_mut().zip(timed) {
                     let all: Vec<f64> = a.iter().chain(&b).copied().collect();
                     t.median_us = Some(median(&all));

@@ -242,6 +242,11 @@ fn int_bounds(input: &LinkInput) -> Result<Vec<i64>, String> {
 /// The link stage's code version.
 pub const LINK_VERSION: u32 = 2;
 
+/// The code version of the link stages ([`Link`], [`LinkBatches`]): what an artifact's layout follows.
+pub fn code_version() -> crate::code::CodeVersion {
+    crate::code::CodeVersion::new(LINK_VERSION, &[crate::code::digests::LINK, crate::code::runtime_digests::ARTIFACT])
+}
+
 /// Stage: link one plan's modules and constants into the artifact. Its output is the artifact file's bytes.
 pub struct Link<'a> {
     pub plan_digest: &'a Digest,
@@ -257,7 +262,7 @@ impl Stage for Link<'_> {
     const DEVICE: DevicePolicy = DevicePolicy::Busy;
     type Output = Vec<u8>;
     fn version(&self) -> crate::code::CodeVersion {
-        crate::code::CodeVersion::new(LINK_VERSION, &[crate::code::digests::LINK, crate::code::runtime_digests::ARTIFACT])
+        code_version()
     }
     fn key(&self) -> anyhow::Result<Digest> {
         Ok(self
@@ -298,7 +303,7 @@ impl Stage for LinkBatches<'_> {
     const DEVICE: DevicePolicy = DevicePolicy::Busy;
     type Output = Vec<u8>;
     fn version(&self) -> crate::code::CodeVersion {
-        crate::code::CodeVersion::new(LINK_VERSION, &[crate::code::digests::LINK, crate::code::runtime_digests::ARTIFACT])
+        code_version()
     }
     // The model's name is in every plan's body, so in the digests: the key needs only them.
     fn key(&self) -> anyhow::Result<Digest> {

@@ -111,7 +111,9 @@ pub struct Trial {
     pub plan: Digest,
     /// Sum of the plan's partition costs.
     pub estimated_us: f64,
-    /// The artifact measured (absent when not measured).
+    /// The artifact timed, where this build linked it: absent when not measured, and when the timings of a
+    /// plan of its timing identity were recorded already (`validate::timing_identity`: the same plan with
+    /// other weights), so that it was not linked.
     pub artifact: Option<Digest>,
     /// Median run time of the whole artifact, measured in two passes with the other trials.
     pub median_us: Option<f64>,

@@ -28,7 +28,7 @@
 
 use super::plan::{ExecPlan, Trial, Validation};
 use super::select::{plan_for, CostedCandidates, Selection};
-use crate::artifact::build_artifact;
+use crate::artifact::{compile_plan, link_plan, CompiledPlan};
 use crate::backend::BackendError;
 use crate::context::Ctx;
 use crate::device::exclusively;
@@ -141,32 +141,45 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
 
     let to_measure: Vec<usize> = (0..trials.len()).filter(|&i| trials[i].skipped.is_none()).collect();
     if to_measure.len() > 1 {
-        let mut artifacts: Vec<(usize, Digest)> = Vec::new();
-        // The plans build at once, each on a thread of its own: their modules' compiles (NVRTC programs, one
+        // The plans compile at once, each on a thread of its own: their modules' compiles (NVRTC programs, one
         // plan's after another's) were a third of a cold ViT-B/16 compile (bench/compile.md, session 36).
         // Plain threads, not rayon tasks: a rayon worker that waits for a module another plan's build is
         // compiling could take that build's own task and wait for itself.
         let (trials_now, plans_now) = (&trials, &plans);
-        let built: Vec<Result<crate::artifact::BuiltArtifact>> = std::thread::scope(|s| {
-            let handles: Vec<_> = to_measure.iter().map(|&i| s.spawn(move || build_artifact(ctx, &trials_now[i].plan, &plans_now[i].1, &|| Ok(g)))).collect();
-            handles.into_iter().map(|h| h.join().expect("a plan's build does not panic")).collect()
-        });
-        for (&i, built) in to_measure.iter().zip(built) {
-            let label = &plans[i].0;
-            match built {
-                Ok(b) => artifacts.push((i, b.artifact)),
-                // The searched plan must build (the compile that follows would fail anyway); an alternative
-                // that does not (a backend's or the linker's refusal) is only left out, and the report says
-                // why. Anything else (the store, a decoding failure) is an error.
-                Err(e) if i != 0 && is_plan_failure(&e) => trials[i].skipped = Some(format!("did not build: {e:#}")),
-                Err(e) => return Err(e.context(format!("validation: building the '{label}' plan"))),
+        let compiled = at_once(&to_measure, |i| compile_plan(ctx, &trials_now[i].plan, &plans_now[i].1, &|| Ok(g)));
+        let mut built: Vec<(usize, CompiledPlan)> = Vec::new();
+        for (&i, c) in to_measure.iter().zip(compiled) {
+            match c {
+                Ok(c) => built.push((i, c)),
+                Err(e) => skip_or_fail(&mut trials, i, &plans[i].0, e)?,
             }
         }
-        if artifacts.len() > 1 {
-            let labeled: Vec<(String, Digest)> = artifacts.iter().map(|(i, d)| (trials[*i].label.clone(), *d)).collect();
-            let timed = time_plans(ctx, &labeled)?;
-            for ((i, digest), [first, second]) in artifacts.iter().zip(timed) {
-                trials[*i].artifact = Some(*digest);
+        // Linked only where their timings are not recorded: a model whose weights changed and nothing else
+        // makes plans of the same identities, and links nothing here (each link copies every weight).
+        let identities = built.iter().map(|(_, c)| timing_identity(&c.plan, &c.modules)).collect::<Result<Vec<_>>>()?;
+        if built.len() > 1 && !timings_recorded(ctx, &identities)? {
+            let which: Vec<usize> = (0..built.len()).collect();
+            let built_now = &built;
+            let linked = at_once(&which, |k| link_plan(ctx, &built_now[k].1));
+            let mut kept = Vec::new();
+            for ((i, c), l) in std::mem::take(&mut built).into_iter().zip(linked) {
+                match l {
+                    Ok(d) => {
+                        trials[i].artifact = Some(d);
+                        kept.push((i, c));
+                    }
+                    Err(e) => skip_or_fail(&mut trials, i, &plans[i].0, e)?,
+                }
+            }
+            built = kept;
+        }
+        if built.len() > 1 {
+            let labels: Vec<String> = built.iter().map(|(i, _)| trials[*i].label.clone()).collect();
+            let identities = built.iter().map(|(_, c)| timing_identity(&c.plan, &c.modules)).collect::<Result<Vec<_>>>()?;
+            let built_now = &built;
+            let artifacts = || built_now.iter().map(|(_, c)| link_plan(ctx, c)).collect::<Result<Vec<_>>>();
+            let timed = time_plans(ctx, &labels, identities, &artifacts)?;
+            for ((i, _), [first, second]) in built.iter().zip(timed) {
                 trials[*i].runs = (first.len() + second.len()) as u32;
                 let all: Vec<f64> = first.iter().chain(&second).copied().collect();
                 trials[*i].pass_medians_us = Some([median(&first), median(&second)]);
@@ -180,6 +193,27 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
     let mut plan = plans.swap_remove(chosen).1;
     plan.validation = Some(validation);
     Ok(plan)
+}
+
+/// `work(i)` for each of `items`, each on a plain thread of its own, results in order.
+fn at_once<R: Send>(items: &[usize], work: impl Fn(usize) -> Result<R> + Sync) -> Vec<Result<R>> {
+    let work = &work;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items.iter().map(|&i| s.spawn(move || work(i))).collect();
+        handles.into_iter().map(|h| h.join().expect("a plan's build does not panic")).collect()
+    })
+}
+
+/// A trial plan that did not build: the searched plan must build (the compile that follows would fail
+/// anyway); an alternative that does not (a backend's or the linker's refusal) is only left out, and the
+/// report says why. Anything else (the store, a decoding failure) is an error.
+fn skip_or_fail(trials: &mut [Trial], i: usize, label: &str, e: anyhow::Error) -> Result<()> {
+    if i != 0 && is_plan_failure(&e) {
+        trials[i].skipped = Some(format!("did not build: {e:#}"));
+        Ok(())
+    } else {
+        Err(e.context(format!("validation: building the '{label}' plan")))
+    }
 }
 
 /// Whether building a plan failed for the plan's own sake: a backend refused or failed on one of its
@@ -216,28 +250,29 @@ pub fn choose(trials: &[Trial]) -> usize {
     if clearly_faster { 0 } else { alt_index }
 }
 
-/// Bump when what [`TimePlans`] records, or how it times, changes (2: keyed by [`timing_identity`], not by
-/// the artifacts' digests).
-pub const TIME_PLANS_VERSION: u32 = 2;
+/// Bump when what [`TimePlans`] records, or how it times, changes (2: keyed by the artifacts' timing
+/// identities, not their digests; 3: the identities are the plans' [`timing_identity`], known before a link).
+pub const TIME_PLANS_VERSION: u32 = 3;
 
-/// What an artifact's end-to-end time depends on: every plan of it (steps, modules, buffers, constants'
-/// types and places) but not its constants' values, which the body names by digest. A model whose weights
-/// changed and nothing else (issue 28: a fine-tuned checkpoint, the same graph) links artifacts of other
-/// digests with the same identity, and validation takes the timings recorded for them instead of timing
-/// again. Kernels run the same time on any values of the same shapes: the tune stage measures every kernel
-/// on random inputs for the same reason. A constant small enough to be embedded in a kernel's code changes
-/// that kernel's module, and so the identity.
-pub fn timing_identity(a: &Artifact) -> Result<Digest> {
-    let plans: Vec<tessera_kernels::artifact::Body> = (0..a.plan_count())
-        .map(|i| {
-            let mut body = a.plan(i).clone();
-            for c in &mut body.constants {
-                c.digest = [0; 32];
-            }
-            body
-        })
-        .collect();
-    Ok(tessera_store::canonical_digest(&(a.batches(), &plans, a.data().len() as u64))?)
+/// What the end-to-end time of a plan's artifact depends on, known before it is linked: everything the link
+/// reads (`artifact::link_input`: the interface, the values, each constant's type, each step's target,
+/// function and arguments, the modules by digest) and the link's code version and artifact format, but not
+/// the constants' values. A model whose weights changed and nothing else (issue 28: a fine-tuned
+/// checkpoint, the same graph) makes plans with the same identities, and validation takes the timings
+/// recorded for them instead of linking and timing again. Kernels run the same time on any values of the
+/// same shapes: the tune stage measures every kernel on random inputs for the same reason. A constant small
+/// enough to be embedded in a kernel's code changes that kernel's module, and so the identity.
+pub fn timing_identity(plan: &ExecPlan, modules: &[Digest]) -> Result<Digest> {
+    let constants: Vec<_> = plan.constants.iter().map(|(_, ty)| ty).collect();
+    let steps: Vec<_> = plan.partitions.iter().map(|p| (&p.target, &p.symbol, &p.args)).collect();
+    Ok(tessera_store::canonical_digest(&(
+        crate::link::code_version(),
+        tessera_kernels::artifact::FORMAT_VERSION,
+        (&plan.model, &plan.inputs, &plan.input_int_bounds, &plan.outputs, &plan.values),
+        constants,
+        modules,
+        steps,
+    ))?)
 }
 
 /// Stage: the end-to-end timings of validation's artifacts, in order ([`time_abba`]'s two passes, samples in
@@ -246,9 +281,9 @@ pub fn timing_identity(a: &Artifact) -> Result<Digest> {
 /// their timings under the same key, and fails, listing them, where it does not.
 pub struct TimePlans<'a> {
     pub ctx: &'a Ctx<'a>,
-    /// The artifacts, read, in the order they are timed (the means: their identities are the key).
-    pub artifacts: Vec<Artifact>,
-    /// Their [`timing_identity`]s, which key the timings.
+    /// The means: the artifacts, in the order they are timed (linked when called, on a miss only).
+    pub artifacts: &'a (dyn Fn() -> Result<Vec<Digest>> + Sync),
+    /// Their plans' [`timing_identity`]s, which key the timings.
     pub identities: Vec<Digest>,
     /// The device fingerprint of every target (an assumed GPU's in a build from records).
     pub devices: Vec<Option<crate::device::DeviceFingerprint>>,
@@ -282,31 +317,45 @@ impl Stage for TimePlans<'_> {
             .finish()?)
     }
     fn compute(&self) -> Result<Self::Output> {
-        measure_plans(self.ctx, &self.artifacts)
+        let store = self.ctx.driver.store();
+        let read = (self.artifacts)()?
+            .iter()
+            .map(|d| Ok(Artifact::read_owned(store.get(d)?, &format!("artifact {d}"))?))
+            .collect::<Result<Vec<_>>>()?;
+        measure_plans(self.ctx, &read)
     }
 }
 
-/// The timings of `artifacts` (label, digest): recorded, else measured; a build from records that lacks them
-/// fails naming each one.
-pub fn time_plans(ctx: &Ctx, artifacts: &[(String, Digest)]) -> Result<Vec<[Vec<f64>; 2]>> {
-    let devices = ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect();
-    let store = ctx.driver.store();
-    // Read once: for the identities here and, on a miss, for timing.
-    let read = artifacts
-        .iter()
-        .map(|(label, d)| Ok(Artifact::read_owned(store.get(d)?, &format!("'{label}' artifact {d}"))?))
-        .collect::<Result<Vec<_>>>()?;
-    let identities = read.iter().map(timing_identity).collect::<Result<Vec<_>>>()?;
-    let stage = TimePlans { ctx, artifacts: read, identities, devices };
+/// The timings of the artifacts of plans with `identities` (labelled `labels` in errors): recorded, else
+/// measured, on the artifacts `artifacts` gives (called on a miss only); a build from records that lacks
+/// them fails naming each one.
+pub fn time_plans(ctx: &Ctx, labels: &[String], identities: Vec<Digest>, artifacts: &(dyn Fn() -> Result<Vec<Digest>> + Sync)) -> Result<Vec<[Vec<f64>; 2]>> {
+    let stage = time_plans_stage(ctx, identities, artifacts);
     if ctx.costs.frozen() {
         let key = stage.key()?;
-        if !store.memo_lookup(TimePlans::NAME, &key)?.is_some_and(|e| store.contains(&e.output)) {
-            let plans: Vec<String> = artifacts.iter().map(|(label, d)| format!("'{label}' artifact {d}")).collect();
+        if !recorded(ctx, &key)? {
+            let plans: Vec<String> = labels.iter().zip(&stage.identities).map(|(label, id)| format!("'{label}' plan (timing identity {id})")).collect();
             let missing = vec![format!("validation timings of {}: time-plans key {key}", plans.join(", "))];
             return Err(MissingRecords { stage: TimePlans::NAME, missing }.into());
         }
     }
     Ok(run(ctx.driver, &stage)?.1)
+}
+
+/// Whether the timings of plans with `identities` are recorded (here or on the remote tier): then
+/// [`time_plans`] needs no artifact.
+pub fn timings_recorded(ctx: &Ctx, identities: &[Digest]) -> Result<bool> {
+    recorded(ctx, &time_plans_stage(ctx, identities.to_vec(), &|| Ok(Vec::new())).key()?)
+}
+
+fn time_plans_stage<'a>(ctx: &'a Ctx<'a>, identities: Vec<Digest>, artifacts: &'a (dyn Fn() -> Result<Vec<Digest>> + Sync)) -> TimePlans<'a> {
+    let devices = ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect();
+    TimePlans { ctx, artifacts, identities, devices }
+}
+
+fn recorded(ctx: &Ctx, key: &Digest) -> Result<bool> {
+    let store = ctx.driver.store();
+    Ok(store.memo_lookup(TimePlans::NAME, key)?.is_some_and(|e| store.contains(&e.output)))
 }
 
 /// Loads every artifact, then, with the CPU to ourselves, times them in two passes ([`time_abba`]). Returns

@@ -69,37 +69,62 @@ fn median_of_odd_and_even_counts() {
     assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
 }
 
-/// A one-plan artifact passing input `x` (f32 [b, 4]) through as `y`, with one weight of `n` elements, each
-/// `value`.
-fn artifact_with(b: usize, n: usize, value: f32, output: &str) -> Artifact {
-    use tessera_kernels::artifact::{encode, slot_bytes, Body, Buf, ConstDesc, InputDesc, OutputDesc};
-    use tessera_kernels::tensor::{Tensor, TensorType};
+/// A one-partition plan on `cpu` of input `x` (f32 [b, 4]) and one weight of `n` elements stored as `weight`,
+/// giving output `output`.
+fn plan_with(b: usize, n: usize, weight: &str, output: &str) -> ExecPlan {
+    use crate::ir::TensorType;
+    use crate::partition::plan::{PlanPartition, PlanRef};
     let x = TensorType::f32([b, 4]);
-    let w = Tensor::from_f32([n], &vec![value; n]);
-    let body = Body {
+    ExecPlan {
+        version: 1,
         model: "m".into(),
-        inputs: vec![InputDesc { name: "x".into(), ty: x.clone(), int_bound: 100, offset: 0 }],
-        outputs: vec![OutputDesc { name: output.into(), ty: x.clone(), source: Buf::Input(0) }],
-        values: vec![],
-        arena_bytes: slot_bytes(&x),
-        scratch_bytes: 0,
-        steps: vec![],
-        modules: vec![],
-        constants: vec![ConstDesc { ty: w.ty.clone(), digest: w.digest(), offset: 0 }],
-        transfers: vec![],
-    };
-    Artifact::read(&encode(&body, w.bytes()).unwrap()).unwrap()
+        cost_source: "measured".into(),
+        inputs: vec![("x".into(), x.clone())],
+        input_int_bounds: vec![100],
+        outputs: vec![(output.into(), PlanRef::Value(0))],
+        values: vec![x],
+        constants: vec![(Digest::of(weight.as_bytes()), TensorType::f32([n]))],
+        partitions: vec![PlanPartition {
+            target: crate::target::Target::parse("cpu").unwrap(),
+            nodes: vec![0],
+            kernel: Digest::of(b"k"),
+            symbol: "k_0".into(),
+            config: None,
+            args: vec![PlanRef::Input(0), PlanRef::Const(0), PlanRef::Value(0)],
+            n_inputs: 2,
+            cost_us: 1.0,
+            cost_source: "measured".into(),
+            alternative: None,
+        }],
+        validation: None,
+    }
 }
 
 #[test]
 fn timing_identity_leaves_out_the_weights_values_only() {
-    let base = artifact_with(2, 256, 0.5, "y");
-    let reweighted = artifact_with(2, 256, 0.75, "y");
-    assert_ne!(base.payload_digest(), reweighted.payload_digest(), "the weights are in the artifact");
-    assert_eq!(timing_identity(&base).unwrap(), timing_identity(&reweighted).unwrap());
-    // Anything else about the plan is in it: the batch (shapes), the weights' shapes, the interface.
-    let id = timing_identity(&base).unwrap();
-    for (what, other) in [("batch", artifact_with(4, 256, 0.5, "y")), ("weight shape", artifact_with(2, 128, 0.5, "y")), ("output", artifact_with(2, 256, 0.5, "z"))] {
-        assert_ne!(timing_identity(&other).unwrap(), id, "{what}");
+    let modules = [Digest::of(b"module")];
+    let id = |p: &ExecPlan| timing_identity(p, &modules).unwrap();
+    let base = plan_with(2, 256, "weights", "y");
+    // Other weights of the same shapes, and what the link does not read (costs, reports): the same identity.
+    assert_eq!(id(&base), id(&plan_with(2, 256, "fine-tuned weights", "y")));
+    let mut costed = base.clone();
+    costed.partitions[0].cost_us = 7.0;
+    costed.cost_source = "recorded".into();
+    assert_eq!(id(&base), id(&costed));
+    // Anything the link reads is in it: the batch (shapes), the weights' shapes, the interface, the steps'
+    // functions and arguments, the modules.
+    let mut other_step = base.clone();
+    other_step.partitions[0].symbol = "k_1".into();
+    let mut other_args = base.clone();
+    other_args.partitions[0].args.swap(0, 1);
+    for (what, other, with) in [
+        ("batch", plan_with(4, 256, "weights", "y"), modules[0]),
+        ("weight shape", plan_with(2, 128, "weights", "y"), modules[0]),
+        ("output", plan_with(2, 256, "weights", "z"), modules[0]),
+        ("function", other_step, modules[0]),
+        ("arguments", other_args, modules[0]),
+        ("module", base.clone(), Digest::of(b"another module")),
+    ] {
+        assert_ne!(timing_identity(&other, &[with]).unwrap(), id(&base), "{what}");
     }
 }
