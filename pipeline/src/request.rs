@@ -151,6 +151,9 @@ impl CompileRequest {
     /// `on_stage(stage, was_hit)` follows every memoized call and `on_model` every finished model.
     pub fn compile_jobs(&self, jobs: &[ModelJob], on_stage: &(dyn Fn(&'static str, bool) + Send + Sync), on_model: &(dyn Fn(&ModelResult) + Sync)) -> Result<Summary> {
         self.assume_measured_gpu()?;
+        // The GPU's fingerprint is recalled from the store's machine facts where they prove it current, so a
+        // warm rebuild does not initialise the driver (before the targets: the default ones ask for a GPU).
+        tessera_stages::gpu_facts::keep_in(&tessera_store::resolve_dir(self.store.dir.as_deref()));
         self.check_gpus()?;
         let backends = all_backends();
         let targets = resolve_targets(&self.targets, &backends)?;
@@ -225,6 +228,7 @@ impl StoreRequest {
     /// Opens the store for writing (waiting for another holder if asked), with the remote tier attached.
     pub fn open(&self) -> Result<Store> {
         let dir = tessera_store::resolve_dir(self.dir.as_deref());
+        tessera_stages::gpu_facts::keep_in(&dir);
         let store = Store::open(&dir, OpenOptions::writable().wait(self.wait))?;
         Ok(match &self.remote {
             Some(r) => store.with_remote(Remote::new(&r.url, r.options()?)?.with_signing(r.signing()?))?,

@@ -78,7 +78,8 @@ pub fn resolve_targets(given: &[String], backends: &[Box<dyn Backend>]) -> Resul
         // are always available to compile; loading needs the libraries, which come with the CUDA toolkit), and
         // not `cutlass`, which is opt-in (`Backend::opt_in`).
         let mut ts = Vec::new();
-        let gpu = tessera_kernels::runtime::cuda::available().is_ok();
+        // (A recalled fingerprint answers without initialising the driver: `tessera_stages::gpu_facts`.)
+        let gpu = tessera_stages::device::this_gpu().is_some() || tessera_kernels::runtime::cuda::available().is_ok();
         for kind in tessera_stages::target::KINDS {
             if (kind.name == "cuda") != gpu {
                 continue;

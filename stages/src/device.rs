@@ -78,24 +78,28 @@ pub fn gpu_fingerprint() -> Option<DeviceFingerprint> {
     this_gpu().map(DeviceFingerprint::Gpu)
 }
 
-/// The fingerprint of this machine's GPU 0, whatever a build assumes (`tessera targets --gpu-fingerprint`).
+/// The fingerprint of this machine's GPU 0, whatever a build assumes (`tessera targets --gpu-fingerprint`):
+/// read once per process, live or recalled from an earlier process's reading where the build keeps machine
+/// facts and nothing it depends on changed since ([`crate::gpu_facts`]).
 pub fn this_gpu() -> Option<GpuFingerprint> {
     static FP: OnceLock<Option<GpuFingerprint>> = OnceLock::new();
-    FP.get_or_init(|| {
-        let i = cuda::device::info().ok()?;
-        Some(GpuFingerprint {
-            name: i.name,
-            arch: i.arch,
-            sm_count: i.sm_count,
-            memory_bytes: i.memory_bytes as u64,
-            l2_bytes: i.l2_bytes,
-            clock_khz: i.clock_khz,
-            driver_cuda: i.driver_cuda,
-            cublaslt_version: library_version(cuda::blas::version()),
-            cudnn_version: library_version(cuda::dnn::version()),
-        })
+    FP.get_or_init(|| crate::gpu_facts::recalled_or(live_gpu)).clone()
+}
+
+/// GPU 0's fingerprint as the driver and the libraries report it now.
+pub(crate) fn live_gpu() -> Option<GpuFingerprint> {
+    let i = cuda::device::info().ok()?;
+    Some(GpuFingerprint {
+        name: i.name,
+        arch: i.arch,
+        sm_count: i.sm_count,
+        memory_bytes: i.memory_bytes as u64,
+        l2_bytes: i.l2_bytes,
+        clock_khz: i.clock_khz,
+        driver_cuda: i.driver_cuda,
+        cublaslt_version: library_version(cuda::blas::version()),
+        cudnn_version: library_version(cuda::dnn::version()),
     })
-    .clone()
 }
 
 /// The GPUs that measure for this process's builds: `requested` (the `--gpus` build option) checked, or by
@@ -112,6 +116,8 @@ pub fn measuring_gpus(requested: Option<&[usize]>) -> Result<Vec<usize>, String>
             return Err(format!("--gpus names GPU {g} twice"));
         }
     }
+    // Measuring initialises the driver: a recalled fingerprint is checked against it first.
+    crate::gpu_facts::confirm()?;
     let n = cuda::device::count()?;
     let first = cuda::device::info_of(0)?;
     let same = |g: usize| -> Result<bool, String> { Ok(g == 0 || cuda::device::info_of(g)? == first) };

@@ -10,6 +10,7 @@ pub mod code;
 pub mod compile;
 pub mod context;
 pub mod device;
+pub mod gpu_facts;
 pub mod interp;
 pub mod link;
 pub mod load;

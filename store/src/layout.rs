@@ -121,7 +121,7 @@ impl Layout {
                 if let Ok(rd) = fs::read_dir(&self.dir) {
                     for ent in rd.flatten() {
                         let name = ent.file_name();
-                        let known = ["LOCK", "sessions", "LEASES", "objects", "tmp", "index", "INDEX", "journal", "quarantine", "MAX_SIZE", "EVICTING"];
+                        let known = ["LOCK", "sessions", "LEASES", "objects", "tmp", "index", "INDEX", "journal", "quarantine", "MAX_SIZE", "EVICTING", "machine"];
                         if !known.iter().any(|k| name == *k) {
                             return Err(StoreError::NotAStore {
                                 path: self.dir.clone(),

@@ -12,11 +12,14 @@
 //!   least-recently-used eviction) and [`archive`] (export, import) add methods to it.
 //! - [`tier`]: the narrow interfaces a tier implements; [`remote`]: the remote tier (Redis, WebDAV, S3; TLS
 //!   and credentials) behind them, which `Store::with_remote` composes with the local one.
+//! - [`facts`]: facts about this machine cached across processes (the GPU's fingerprint), named by what
+//!   proves them current; not content, never in the memo table or the remote.
 
 pub mod archive;
 pub mod digest;
 pub mod error;
 pub mod evict;
+pub mod facts;
 mod index;
 mod journal;
 pub mod key;
@@ -36,6 +39,7 @@ pub use archive::{ExportReport, ImportReport, Manifest};
 pub use digest::Digest;
 pub use error::{Result, StoreError};
 pub use evict::{parse_size, EvictReport};
+pub use facts::MachineFacts;
 pub use key::{
     canonical_bytes, canonical_digest, Ingredient, IngredientKind, KeyBuilder, KeyExplained, KEY_FORMAT_VERSION,
 };

@@ -53,17 +53,23 @@ pub fn python_site_dirs() -> &'static [PathBuf] {
 /// Where a CUDA toolkit may live, in the order they are tried: `$TESSERA_CUDA_HOME`, `/usr/local/cuda`, and
 /// the PyPI wheels' `site-packages/nvidia/cu13`.
 pub fn candidate_homes() -> Vec<PathBuf> {
-    let mut homes = Vec::new();
-    if let Some(h) = std::env::var_os("TESSERA_CUDA_HOME") {
-        homes.push(PathBuf::from(h));
-    }
-    homes.push(PathBuf::from("/usr/local/cuda"));
+    let mut homes = fixed_homes();
     for site in python_site_dirs() {
         let p = site.join("nvidia").join(format!("cu{CUDA_MAJOR}"));
         if !homes.contains(&p) {
             homes.push(p);
         }
     }
+    homes
+}
+
+/// The homes of [`candidate_homes`] that need no question to Python: `$TESSERA_CUDA_HOME`, `/usr/local/cuda`.
+fn fixed_homes() -> Vec<PathBuf> {
+    let mut homes = Vec::new();
+    if let Some(h) = std::env::var_os("TESSERA_CUDA_HOME") {
+        homes.push(PathBuf::from(h));
+    }
+    homes.push(PathBuf::from("/usr/local/cuda"));
     homes
 }
 
@@ -85,9 +91,12 @@ fn open_global(path: &Path) -> Result<(), String> {
 }
 
 fn find_toolkit() -> Result<Toolkit, String> {
-    let homes = candidate_homes();
-    let Some((lib_dir, include_dir)) = homes.iter().find_map(|h| nvrtc_in(h)) else {
-        let looked: Vec<String> = homes.iter().map(|h| h.display().to_string()).collect();
+    // The fixed homes first: asking Python where its packages are starts a process (tens of milliseconds, a
+    // good part of a warm rebuild), so it is asked only where they hold no NVRTC. The first home that has one
+    // is the same either way.
+    let found = fixed_homes().iter().find_map(|h| nvrtc_in(h));
+    let Some((lib_dir, include_dir)) = found.or_else(|| candidate_homes().iter().find_map(|h| nvrtc_in(h))) else {
+        let looked: Vec<String> = candidate_homes().iter().map(|h| h.display().to_string()).collect();
         return Err(format!(
             "no CUDA {CUDA_MAJOR} NVRTC found (looked for lib/libnvrtc.so.{CUDA_MAJOR} and include/cuda_fp16.h in: {}); \
              install the CUDA toolkit, or `pip install nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runtime==13.0.88 \
