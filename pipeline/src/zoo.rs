@@ -86,7 +86,8 @@ pub fn resolve_targets(given: &[String], backends: &[Box<dyn Backend>]) -> Resul
             }
             for spec in kind.backends() {
                 // An opt-in backend (`cutlass`) only where named.
-                if backends.iter().any(|b| b.name() == spec.name && b.available().is_ok() && b.opt_in().is_none()) {
+                // (Opt-in first: `cutlass`'s availability probe asks Python where CUTLASS is, a process.)
+                if backends.iter().any(|b| b.name() == spec.name && b.opt_in().is_none() && b.available().is_ok()) {
                     ts.push(Target::parse(&format!("{} -compiler={}", kind.name, spec.compiler))?);
                 }
             }
