@@ -16,7 +16,7 @@
 //! test binary runs as is on the GPU machine.
 
 use std::path::{Path, PathBuf};
-use tessera::build::load_graph;
+use tessera::job::load_graph;
 use tessera::memo::Memo;
 use tessera::zoo::{all_backends, compile_all, compile_all_in, jobs_from_inputs, resolve_targets};
 use tessera_kernels::artifact::Artifact;
@@ -599,12 +599,12 @@ fn tuning_measures_on_every_gpu_given() {
         let ctx = tessera_stages::context::Ctx::new(&memo, &targets, &backends).with_costs(CostMode::Measured).with_gpus(Some(gpus));
         compile_all_in(&memo, &ctx, &jobs, &tmp.path().join(out), &|_| {}).unwrap()
     };
-    let before = tessera_stages::tune::measured_by_gpu();
+    let before = tessera_stages::stages::tune::measured_by_gpu();
     let t0 = std::time::Instant::now();
     let cold = build(vec![0, 1], "two");
     let cold_s = t0.elapsed().as_secs_f64();
     assert!(cold.failed.is_empty(), "{:?}", cold.failed);
-    let after = tessera_stages::tune::measured_by_gpu();
+    let after = tessera_stages::stages::tune::measured_by_gpu();
     let sent = |g: usize| after.get(&g).copied().unwrap_or(0) - before.get(&g).copied().unwrap_or(0);
     eprintln!("cold build on GPUs 0 and 1: {cold_s:.1} s; kernels measured: GPU 0 {}, GPU 1 {}", sent(0), sent(1));
     assert!(sent(0) > 0 && sent(1) > 0, "both GPUs measure: {after:?}");

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use tessera::build::{load_graph, ModelJob};
+use tessera::job::{load_graph, ModelJob};
 use tessera::memo::Memo;
 use tessera_stages::context::CostMode;
 use tessera::zoo::{all_backends, compile_all, jobs_from_inputs, resolve_targets, Summary};
@@ -188,7 +188,7 @@ fn measured_plans_are_validated_against_single_backend_plans() {
     use tessera::build::Ctx;
     use tessera_stages::build::plan_model;
     use tessera::explain::parse_fixture_spec;
-    use tessera_stages::partition::validate::choose;
+    use tessera_stages::stages::validate::choose;
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(&tmp.path().join("store"), OpenOptions::writable()).unwrap();
     let memo = Memo::new(&store);

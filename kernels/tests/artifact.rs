@@ -7,7 +7,7 @@ use common::*;
 use std::sync::OnceLock;
 use tessera_kernels::artifact::provenance::with_provenance;
 use tessera_kernels::artifact::{plan::Lifetime, slot_bytes, Artifact, ArtifactErrorKind, Blake3, Buf, Provenance, SourceModel};
-use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
+use tessera_stages::stages::link::{link, LinkInput, LinkStep, ValueRef};
 use tessera_kernels::runtime::Executable;
 use tessera_stages::backend::{Module};
 use tessera_stages::ir::{DType, Tensor, TensorType};

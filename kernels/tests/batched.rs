@@ -11,7 +11,7 @@ use tessera_kernels::artifact::{Artifact, Blake3, Provenance, SourceModel, BATCH
 use tessera_kernels::batch::BatchedExecutable;
 use tessera_kernels::runtime::{Program, Registry};
 use tessera_stages::ir::{Tensor, TensorType};
-use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
+use tessera_stages::stages::link::{link, LinkInput, LinkStep, ValueRef};
 
 /// `y = x @ W` for `x` f32[b, 3] and the shared weight W f32[3, 2], row by row.
 const MATMUL_C: &str = r#"

@@ -3,7 +3,7 @@
 //! used by two nodes, stored once), loaded from memory and run; the outputs match the reference interpreter.
 
 use tessera_kernels::artifact::Artifact;
-use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
+use tessera_stages::stages::link::{link, LinkInput, LinkStep, ValueRef};
 use tessera_kernels::runtime::Executable;
 use tessera_stages::backend::c::CBackend;
 use tessera_stages::backend::{Backend, INLINE_CONST_MAX};

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 use tessera_kernels::artifact::{slot_bytes, Artifact};
-use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
+use tessera_stages::stages::link::{link, LinkInput, LinkStep, ValueRef};
 use tessera_stages::backend::{FunctionInfo, Module};
 use tessera_stages::ir::{Graph, ValueDef};
 

@@ -8,7 +8,8 @@
 //! folder and are measured one model at a time, that model's artifacts in two passes (never two benchmarks
 //! at once on one machine).
 
-use crate::build::{compile_models, Ctx, ModelJob};
+use crate::build::{compile_models, Ctx};
+use crate::job::ModelJob;
 use crate::bench::{bench_abba, BenchResult};
 use crate::memo::Memo;
 use anyhow::{Context, Result};

@@ -8,7 +8,8 @@
 pub mod artifact;
 pub mod svg;
 
-use crate::build::{Ctx, ModelJob, ModelSource};
+use crate::build::Ctx;
+use crate::job::{ModelJob, ModelSource};
 use tessera_stages::build::PlannedModel;
 use tessera_stages::partition::plan::{Alternative, ExecPlan};
 use crate::zoo::jobs_from_inputs;
@@ -20,7 +21,7 @@ use std::path::{Path, PathBuf};
 use tessera_fixtures::{load_manifest, ModelOptions, Precision, Source};
 use tessera_stages::backend::c::cost::{boundary_bytes, partition_flops};
 use tessera_stages::ir::{Graph, NodeId};
-use tessera_stages::precision::KeptNode;
+use tessera_stages::stages::precision::KeptNode;
 use tessera_stages::target::TargetSet;
 
 /// The syntax of a fixture spec, for help texts and errors.
@@ -188,14 +189,14 @@ pub struct Explanation {
     pub validation: Option<tessera_stages::partition::plan::Validation>,
     /// How `-layout=auto` chose between channels-first and channels-last, where it did (set by the caller:
     /// a plan does not record it).
-    pub layout: Option<tessera_stages::layout::LayoutChoice>,
+    pub layout: Option<tessera_stages::stages::layout::LayoutChoice>,
 }
 
 /// Builds the report of a plan over the graph its node indices refer to.
 /// `kept` lists the nodes a reduced-precision build kept in fp32 (empty otherwise).
 pub fn explain_plan(model: &str, plan: &ExecPlan, g: &Graph, targets: &TargetSet, kept: &[KeptNode]) -> Result<Explanation> {
     let kept: BTreeMap<&str, f32> = kept.iter().map(|k| (k.name.as_str(), k.max_abs)).collect();
-    let kept_in = tessera_stages::precision::kept_dtype(targets.overflow()?).name();
+    let kept_in = tessera_stages::stages::precision::kept_dtype(targets.overflow()?).name();
     let mut partitions = Vec::with_capacity(plan.partitions.len());
     let mut by_backend: BTreeMap<String, Total> = BTreeMap::new();
     let mut total = Total::default();
@@ -306,7 +307,7 @@ pub fn render_text(ex: &Explanation) -> String {
 }
 
 /// The layout block: both layouts' plans, their estimates and measured medians, and the choice.
-fn render_layout(l: &tessera_stages::layout::LayoutChoice) -> String {
+fn render_layout(l: &tessera_stages::stages::layout::LayoutChoice) -> String {
     let mut s = String::new();
     let _ = writeln!(s);
     let _ = writeln!(s, "layout (-layout=auto, by {}): {} used", l.by, l.chosen.name());

@@ -8,6 +8,7 @@ pub mod build;
 pub mod cli;
 pub mod explain;
 pub mod inspect;
+pub mod job;
 pub mod memo;
 pub mod provenance;
 pub mod request;

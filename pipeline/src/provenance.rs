@@ -2,14 +2,15 @@
 //! provenance is stamped on the linker's payload as the file is written, never memoized (see
 //! `tessera_kernels::artifact::provenance` for the section and ARCHITECTURE.md for why it stays out of keys).
 
-use crate::build::{ModelJob, ModelSource};
+use crate::job::{ModelJob, ModelSource};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 use tessera_kernels::artifact::provenance::{Stamper, FLAG_PROVENANCE};
 use tessera_kernels::artifact::{Blake3, Provenance, SourceModel};
 use tessera_stages::context::Ctx;
-use tessera_stages::device::{gpu_assumed, gpu_fingerprint, DeviceFingerprint};
+use tessera_stages::device::{gpu_assumed, gpu_fingerprint};
+use tessera_stages::fingerprint::DeviceFingerprint;
 use tessera_store::{Digest, Store};
 
 /// The source revision this tessera was built from (see build.rs): a commit, with `-dirty` when the compiled

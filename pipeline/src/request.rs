@@ -2,7 +2,8 @@
 //! `tessera.compile` and Rust programs all build. The CLI only parses its arguments into one
 //! (`cli::build_options`); every build goes through [`CompileRequest::compile`].
 
-use crate::build::{ModelJob, ModelResult, ModelSource};
+use crate::build::ModelResult;
+use crate::job::{ModelJob, ModelSource};
 use crate::explain::jobs_from_specs;
 use crate::memo::Memo;
 use crate::zoo::{all_backends, compile_all_in, resolve_targets, Summary};
@@ -10,9 +11,10 @@ use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tessera_kernels::runtime::Registry;
-use tessera_stages::calibrate::CalibrationDir;
+use tessera_stages::calibration::CalibrationDir;
 use tessera_stages::context::{CostMode, Ctx, Tuning};
-use tessera_stages::device::{assume_gpu, GpuFingerprint};
+use tessera_stages::device::assume_gpu;
+use tessera_stages::fingerprint::GpuFingerprint;
 use tessera_store::remote::keyfile::{load_signing_key, load_trust};
 use tessera_store::{OpenOptions, Remote, RemoteOptions, RemoteUrl, Signing, Store, Trust};
 
@@ -24,7 +26,7 @@ pub struct CompileRequest {
     pub inputs: Vec<String>,
     /// Fixed shapes of ONNX inputs given directly, by input name.
     pub shapes: BTreeMap<String, Vec<usize>>,
-    /// fp16 builds: a directory of calibration inputs ([`tessera_stages::calibrate::CalibrationDir`]) used
+    /// fp16 builds: a directory of calibration inputs ([`tessera_stages::calibration::CalibrationDir`]) used
     /// instead of random ones; None: random inputs.
     pub calibration: Option<PathBuf>,
     /// Batch sizes for the ONNX files and fixture specs given directly (manifest entries say their own):

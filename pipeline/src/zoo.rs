@@ -1,7 +1,8 @@
 //! Compiling a zoo: turning command-line inputs (ONNX files, manifests) into jobs, running them in parallel,
 //! writing artifacts and summarizing the run.
 
-use crate::build::{compile_models, Ctx, ModelJob, ModelResult, ModelSource};
+use crate::build::{compile_models, Ctx, ModelResult};
+use crate::job::{ModelJob, ModelSource};
 use crate::memo::{Memo, RunStageStats};
 use crate::provenance::{write_artifact, BuildRecord};
 use tessera_stages::context::CostMode;
@@ -183,7 +184,7 @@ pub fn compile_all(
 pub fn compile_all_in(memo: &Memo, ctx: &Ctx, jobs: &[ModelJob], out: &Path, on_model: &(dyn Fn(&ModelResult) + Sync)) -> Result<Summary> {
     let (targets, costs) = (ctx.targets, ctx.costs);
     let start = Instant::now();
-    tessera_stages::stage::run_digest(memo, &tessera_stages::target::Targets { targets })?;
+    tessera_stages::stage::run_digest(memo, &tessera_stages::stages::targets::Targets { targets })?;
     // One bad model must not cost the rest of the zoo: every model compiles, failures are reported at the end.
     let outcomes: Vec<Result<ModelResult>> = compile_models(ctx, jobs, on_model);
     let mut results = Vec::new();

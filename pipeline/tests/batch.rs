@@ -12,7 +12,7 @@ mod common {
 use common::cli::{failure, json, ok};
 use serde_json::Value;
 use std::path::Path;
-use tessera::build::load_graph;
+use tessera::job::load_graph;
 use tessera::explain::parse_fixture_spec;
 use tessera_stages::interp::{random_inputs, run_graph};
 use tessera_stages::ir::Tensor;

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
-use tessera::build::load_graph;
+use tessera::job::load_graph;
 use tessera::explain::parse_fixture_spec;
 
 fn tessera(store: &Path, args: &[&str]) -> String {

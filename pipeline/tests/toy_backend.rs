@@ -15,10 +15,10 @@ mod common {
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera::build::Ctx;
-use tessera_stages::artifact::build_artifact;
+use tessera_stages::stages::artifact::build_artifact;
 use tessera::memo::Memo;
 use tessera_stages::context::CostMode;
-use tessera_stages::partition::stage::partition_and_plan;
+use tessera_stages::stages::partition::partition_and_plan;
 use tessera_kernels::artifact::Artifact;
 use tessera_kernels::runtime::{Executable, LoadedModule, ModuleLoader, Registry, RuntimeError};
 use tessera_stages::backend::{registry, Backend, BackendError, FunctionInfo, LoweredKernel, Module, ModuleFormat};
@@ -332,7 +332,7 @@ fn the_tune_stage_measures_a_backend_from_outside_through_the_context_registry()
     let g = model();
     let toy_nodes: Vec<NodeId> = (0..g.nodes.len() as u32).map(NodeId).filter(|&n| ToyBackend.supports(&g, n, &toy)).collect();
     assert!(!toy_nodes.is_empty());
-    let costs = tessera_stages::tune::measure_candidates(&ctx, &g, &[(toy, vec![toy_nodes[0]])]).unwrap();
+    let costs = tessera_stages::stages::tune::measure_candidates(&ctx, &g, &[(toy, vec![toy_nodes[0]])]).unwrap();
     assert_eq!(costs[0].source, tessera_stages::context::CostSource::Measured, "{:?}", costs[0]);
     assert!(costs[0].us.is_finite() && costs[0].us > 0.0, "{:?}", costs[0]);
 }

@@ -2,13 +2,13 @@
 
 use std::time::Instant;
 use tessera::build::Ctx;
-use tessera_stages::lower::Lower;
+use tessera_stages::stages::lower::Lower;
 use tessera_stages::stage::Stage;
 use tessera_stages::device::cpu_fingerprint;
 use tessera::memo::Memo;
 use tessera_stages::partition::plan::kernel_signature;
 use tessera_stages::context::CostSource;
-use tessera_stages::tune::{measure_candidates, measure_candidates_with, TuneKeyParams};
+use tessera_stages::stages::tune::{measure_candidates, measure_candidates_with, TuneKeyParams};
 use tessera::zoo::all_backends;
 use tessera_kernels::runtime::measure::MeasureOptions;
 use tessera_stages::backend::{c::CBackend, Backend, BackendError, LoweredKernel, Module, TunableSet};
@@ -269,7 +269,7 @@ impl Backend for Faulty {
 }
 
 /// One matmul candidate measured on the `c` target of a backend with `fault`.
-fn measure_faulty(fault: Fault) -> anyhow::Result<tessera_stages::tune::CandidateCost> {
+fn measure_faulty(fault: Fault) -> anyhow::Result<tessera_stages::stages::tune::CandidateCost> {
     let (_d, store) = store();
     let backends: Vec<Box<dyn Backend>> = vec![Box::new(Faulty(fault))];
     let targets = TargetSet::parse(&["cpu -compiler=c".to_string()]).unwrap();
@@ -372,15 +372,15 @@ fn key_backend_environment() {
 #[test]
 fn key_device_fingerprint() {
     assert_changes_key(|p| {
-        let Some(tessera_stages::device::DeviceFingerprint::Cpu(fp)) = &mut p.device else { panic!("a CPU fingerprint") };
+        let Some(tessera_stages::fingerprint::DeviceFingerprint::Cpu(fp)) = &mut p.device else { panic!("a CPU fingerprint") };
         fp.model_name.push_str(" (another machine)");
     });
     assert_changes_key(|p| p.device = None);
 }
 
 /// A GPU fingerprint as the GPU machine takes it (written out: this machine may have no GPU).
-fn h100() -> tessera_stages::device::GpuFingerprint {
-    tessera_stages::device::GpuFingerprint {
+fn h100() -> tessera_stages::fingerprint::GpuFingerprint {
+    tessera_stages::fingerprint::GpuFingerprint {
         name: "NVIDIA H100 80GB HBM3".into(),
         arch: "sm_90".into(),
         sm_count: 132,
@@ -394,11 +394,11 @@ fn h100() -> tessera_stages::device::GpuFingerprint {
 }
 
 /// One named change to a GPU fingerprint.
-type FingerprintChange = (&'static str, fn(&mut tessera_stages::device::GpuFingerprint));
+type FingerprintChange = (&'static str, fn(&mut tessera_stages::fingerprint::GpuFingerprint));
 
 #[test]
 fn key_gpu_fingerprint_each_ingredient() {
-    use tessera_stages::device::{DeviceFingerprint, GpuFingerprint};
+    use tessera_stages::fingerprint::{DeviceFingerprint, GpuFingerprint};
     let changes: Vec<FingerprintChange> = vec![
         ("name", |f| f.name = "NVIDIA H200".into()),
         ("arch", |f| f.arch = "sm_100".into()),

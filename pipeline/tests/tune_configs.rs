@@ -10,15 +10,15 @@ use tessera::memo::Memo;
 use tessera_kernels::artifact::Artifact;
 use tessera_kernels::runtime::Executable;
 use tessera_stages::backend::{c::CBackend, registry, Backend, BackendError, LoweredKernel, Module, TunableSet};
-use tessera_stages::artifact::build_artifact;
+use tessera_stages::stages::artifact::build_artifact;
 use tessera_stages::interp::{random_tensor, run_graph};
 use tessera_stages::ir::{Graph, NodeId, Op, Tensor, TensorType, ValueId};
 use tessera_stages::partition::collage::rules::Rule;
 use tessera_stages::partition::plan::config_symbol;
 use tessera_stages::context::CostMode;
-use tessera_stages::partition::stage::partition_and_plan;
+use tessera_stages::stages::partition::partition_and_plan;
 use tessera_stages::context::CostSource;
-use tessera_stages::tune::{measure_candidates, TuneOutcome, TuneRecord};
+use tessera_stages::stages::tune::{measure_candidates, TuneOutcome, TuneRecord};
 use tessera_stages::target::{BackendSpec, Target, TargetSet};
 use tessera_store::{OpenOptions, Store};
 
@@ -185,7 +185,7 @@ fn pruned_tuning_ranks_by_the_default_then_tunes_the_plans_kernel() {
     use tessera_kernels::runtime::measure::MeasureOptions;
     use tessera_stages::context::Tuning;
     use tessera_stages::partition::plan::kernel_signature;
-    use tessera_stages::tune::{ConfigScope, TuneKeyParams};
+    use tessera_stages::stages::tune::{ConfigScope, TuneKeyParams};
     let (backends, targets) = setup();
     let g = matmul_graph(48, 64, 32);
     let target = Target::parse(&format!("cpu -compiler={NAME}")).unwrap();

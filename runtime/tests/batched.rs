@@ -7,7 +7,7 @@
 mod common;
 
 use common::{artifact, close, BATCHED};
-use tessera::build::load_graph;
+use tessera::job::load_graph;
 use tessera::explain::parse_fixture_spec;
 use tessera_kernels::artifact::Artifact;
 use tessera_kernels::runtime::Program;

@@ -26,7 +26,7 @@ pub struct Ctx<'a> {
     /// built-in formats, plus those of backends added from outside.
     pub runtime: &'a Registry,
     /// The user's calibration inputs for reduced-precision builds (`--calibration DIR`); None: random ones.
-    pub calibration: Option<&'a crate::calibrate::CalibrationDir>,
+    pub calibration: Option<&'a crate::calibration::CalibrationDir>,
     /// How much of the candidate space measured costs measure (default: pruned).
     pub tuning: Tuning,
     /// The GPUs the tune stage measures on (`--gpus`); None: every GPU of this machine with GPU 0's
@@ -49,7 +49,7 @@ impl<'a> Ctx<'a> {
         self
     }
 
-    pub fn with_calibration(mut self, calibration: Option<&'a crate::calibrate::CalibrationDir>) -> Self {
+    pub fn with_calibration(mut self, calibration: Option<&'a crate::calibration::CalibrationDir>) -> Self {
         self.calibration = calibration;
         self
     }

@@ -25,7 +25,7 @@
 //!
 //! This module changes how the fingerprint is learnt, not what it is, so it is not in a key's source unit.
 
-use crate::device::GpuFingerprint;
+use crate::fingerprint::GpuFingerprint;
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -210,12 +210,12 @@ fn recall(facts: &MachineFacts, name: &Digest, live: impl FnOnce() -> Option<Gpu
 /// Before measuring: where this process's fingerprint was recalled, reads it live and compares. A mismatch
 /// means the witness missed a change: the fact is removed and the build fails, so nothing is measured and
 /// recorded under the stale fingerprint (the next build reads the GPU live).
-pub fn confirm() -> Result<(), String> {
+pub fn confirm(live: impl FnOnce() -> Option<GpuFingerprint>) -> Result<(), String> {
     static CONFIRMED: OnceLock<Result<(), String>> = OnceLock::new();
     let Some(recalled) = RECALLED.get() else { return Ok(()) };
     CONFIRMED
         .get_or_init(|| {
-            let live = crate::device::live_gpu();
+            let live = live();
             if live.as_ref() == Some(&recalled.fingerprint) {
                 return Ok(());
             }

@@ -1,27 +1,22 @@
-//! tessera's compiler: the graph IR, ONNX import, the reference interpreter, graph passes, the hashed stages
-//! (one [`stage::Stage`] each, one module each: targets in [`target`], [`load`], partition in
-//! [`partition::stage`], [`tune`], [`lower`], [`compile`], [`link`]; [`build`] runs one model's DAG) and each backend's compile side ([`backend`]).
+//! tessera's compiler: the hashed stages, one module each in [`stages`], whose DAG is declared once there
+//! ([`stages::DAG`]); [`build`] runs one model's DAG. Everything else is library code the stages call: the
+//! graph IR ([`ir`]), ONNX import ([`onnx`]), the reference interpreter ([`interp`]), graph passes
+//! ([`passes`]), partitioning's search ([`partition`]) and each backend's compile side ([`backend`]).
 
-pub mod artifact;
 pub mod backend;
 pub mod build;
-pub mod calibrate;
+pub mod calibration;
 pub mod code;
-pub mod compile;
 pub mod context;
 pub mod device;
+pub mod fingerprint;
 pub mod gpu_facts;
 pub mod interp;
-pub mod link;
-pub mod load;
-pub mod lower;
 pub mod ir;
 pub mod npy;
 pub mod onnx;
 pub mod partition;
 pub mod passes;
-pub mod precision;
-pub mod layout;
 pub mod stage;
+pub mod stages;
 pub mod target;
-pub mod tune;

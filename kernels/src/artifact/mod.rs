@@ -1,4 +1,4 @@
-//! The artifact file: one deployable file per model, written by the linker (`tessera_stages::link`, stage 5) and executed by
+//! The artifact file: one deployable file per model, written by the linker (`tessera_stages::stages::link`, stage 5) and executed by
 //! the runtime ([`crate::runtime::Executable`]).
 //!
 //! # Format, version 3

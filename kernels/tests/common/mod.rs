@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::process::Command;
-use tessera_stages::link::{LinkInput, LinkStep, ValueRef};
+use tessera_stages::stages::link::{LinkInput, LinkStep, ValueRef};
 use tessera_stages::backend::{FunctionInfo, Module};
 use tessera_stages::ir::{DType, Tensor, TensorType};
 

@@ -156,7 +156,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use std::path::Path;
-    use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
+    use tessera_stages::stages::link::{link, LinkInput, LinkStep, ValueRef};
     use tessera_stages::backend::{FunctionInfo, Module};
     use tessera_stages::ir::TensorType;
 

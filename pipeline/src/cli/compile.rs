@@ -145,10 +145,10 @@ pub fn run(args: CompileArgs) -> Result<()> {
 }
 
 /// `compile --check`: every unsupported op and attribute of every ONNX input, one line (or JSON object) each.
-fn check(jobs: &[crate::build::ModelJob], json: bool) -> Result<()> {
+fn check(jobs: &[crate::job::ModelJob], json: bool) -> Result<()> {
     let mut rows = Vec::new();
     for job in jobs {
-        let crate::build::ModelSource::Onnx { path, shapes } = &job.source else { continue };
+        let crate::job::ModelSource::Onnx { path, shapes } = &job.source else { continue };
         let opts = tessera_stages::onnx::ImportOptions { shapes: shapes.clone() };
         for e in tessera_stages::onnx::check_file(path, &opts)? {
             let loc = e.location.clone();
@@ -175,7 +175,7 @@ fn check(jobs: &[crate::build::ModelJob], json: bool) -> Result<()> {
         anyhow::bail!("{} unsupported op(s) or attribute(s) in {} model(s)", rows.len(), models.len());
     }
     if !json && !super::quiet() {
-        eprintln!("every op and attribute of {} ONNX model(s) is supported", jobs.iter().filter(|j| matches!(j.source, crate::build::ModelSource::Onnx { .. })).count());
+        eprintln!("every op and attribute of {} ONNX model(s) is supported", jobs.iter().filter(|j| matches!(j.source, crate::job::ModelSource::Onnx { .. })).count());
     }
     Ok(())
 }

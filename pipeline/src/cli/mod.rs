@@ -9,6 +9,7 @@ pub mod compile;
 pub mod entry;
 pub mod run;
 pub mod run_artifact;
+pub mod run_report;
 pub mod store;
 pub mod summary;
 pub mod targets;

@@ -5,7 +5,7 @@
 //! `OUT/<input name>.npy`, so the two runs' directories compare file by file. A GPU artifact loads and runs
 //! on GPU 0, or on the GPU `--gpu N` names ([`check_gpu`] refuses it for a host artifact).
 
-use super::run::{bind_input_names, RunReport, RunTensor, Stems};
+use super::run_report::{bind_input_names, RunReport, RunTensor, Stems};
 use anyhow::{bail, Context};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -123,7 +123,7 @@ pub fn run_artifact_at(path: &Path, input_args: &[String], seed: u64, batch: Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_stages::link::{link, LinkInput, LinkStep, ValueRef};
+    use tessera_stages::stages::link::{link, LinkInput, LinkStep, ValueRef};
     use tessera_stages::backend::{FunctionInfo, Module};
     use tessera_stages::interp::random_inputs;
     use tessera_stages::ir::{BinaryOp, DType, Graph, Op, TensorType};
@@ -213,7 +213,7 @@ mod tests {
         assert!(e.contains("input 'x'") && e.contains("bad.npy") && e.contains("f32[4]"), "{e}");
         let e = format!("{:#}", run_artifact(&tsr, &["nope=f.npy".into()], 0, d.path()).err().unwrap());
         assert!(e.contains("no input 'nope'") && e.contains("x, ids:0"), "{e}");
-        let b = super::super::run::bind_input_names(&["ids", "ids=2"], &["ids=2=a.npy".into()]).unwrap();
+        let b = super::super::run_report::bind_input_names(&["ids", "ids=2"], &["ids=2=a.npy".into()]).unwrap();
         assert_eq!(b["ids=2"], PathBuf::from("a.npy"));
         std::fs::write(&tsr, b"TESSERA\x1a garbage").unwrap();
         let e = format!("{:#}", run_artifact(&tsr, &[], 0, d.path()).err().unwrap());

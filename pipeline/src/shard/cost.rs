@@ -14,7 +14,7 @@
 //! estimated, 19.0 s taken; mobilenetv2-b1: 5.6 s against 10.5 s), whose kernels measure slower than the
 //! `c` backend's flop rates say. Only the ratios between models matter for balancing.
 
-use crate::build::{load_graph, ModelJob};
+use crate::job::{load_graph, ModelJob};
 use rayon::prelude::*;
 use tessera_stages::backend::c::cost::{flops, GEMM_GFLOPS, SCALAR_GFLOPS};
 use tessera_stages::ir::{Graph, NodeId};
@@ -79,7 +79,7 @@ pub fn estimate_all(jobs: &[ModelJob]) -> Vec<Features> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::ModelSource;
+    use crate::job::ModelSource;
 
     fn fixture(name: &str, model: &str, batch: usize) -> ModelJob {
         let options = tessera_fixtures::ModelOptions { batch, seq: Some(16), image: None };

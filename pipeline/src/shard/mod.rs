@@ -14,7 +14,7 @@ pub mod spec;
 
 pub use spec::{Shard, ShardArg};
 
-use crate::build::ModelJob;
+use crate::job::ModelJob;
 use assign::Weighted;
 use report::Assigned;
 

@@ -261,6 +261,12 @@ pub trait Backend: Send + Sync {
     fn inline_const_max(&self) -> usize {
         INLINE_CONST_MAX
     }
+    /// Whether this backend runs 16-bit convolutions channels-last without transforming its operands, so that
+    /// `-layout=auto` plans a model without depthwise convolutions channels-last alone where it is among the
+    /// targets (measured, see `stages::layout`). Default: no.
+    fn native_channels_last_half(&self) -> bool {
+        false
+    }
     /// Lowers one partition, given as a standalone kernel graph, to a function named `symbol`, in the
     /// default configuration.
     fn lower(&self, target: &Target, kernel: &Graph, symbol: &str) -> Result<LoweredKernel, BackendError>;

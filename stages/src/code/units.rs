@@ -29,22 +29,22 @@ macro_rules! c_shared {
 }
 
 pub const UNITS: &[Unit] = &[
-    Unit { name: "TARGETS", paths: &["src/target"] },
-    Unit { name: "LOAD", paths: &["src/load.rs", "src/ir/serial.rs"] },
+    Unit { name: "TARGETS", paths: &["src/target", "src/stages/targets.rs"] },
+    Unit { name: "LOAD", paths: &["src/stages/load.rs", "src/ir/serial.rs"] },
     Unit { name: "PASSES", paths: &["src/passes"] },
     // What an ONNX file imports to (the ONNX recipe of the load stage): the importer, the IR it builds and
     // the interpreter its eager folding runs. (`src/ir/view.rs` is digested here as part of `src/ir`, and
     // again in the backend units below, which is what versions the `cuda` kernels it shapes.)
-    Unit { name: "IMPORT", paths: &["src/onnx", "src/ir", "src/interp"] },
-    Unit { name: "PRECISION", paths: &["src/precision.rs"] },
-    Unit { name: "LAYOUT", paths: &["src/layout.rs"] },
-    Unit { name: "CALIBRATE", paths: &["src/calibrate.rs", "src/interp"] },
+    Unit { name: "IMPORT", paths: &["src/onnx", "src/stages/onnx_externals.rs", "src/ir", "src/interp"] },
+    Unit { name: "PRECISION", paths: &["src/stages/precision.rs"] },
+    Unit { name: "LAYOUT", paths: &["src/stages/layout.rs"] },
+    Unit { name: "CALIBRATE", paths: &["src/stages/calibrate.rs", "src/calibration.rs", "src/interp"] },
     // The plan records each input's integer bound (`interp::int_input_bounds`), which the artifact carries.
-    Unit { name: "PARTITION", paths: &["src/partition", "src/interp/random.rs"] },
-    Unit { name: "TUNE", paths: &["src/tune.rs", "src/device.rs", "src/interp/random.rs"] },
-    Unit { name: "LOWER", paths: &["src/lower.rs"] },
-    Unit { name: "COMPILE", paths: &["src/compile.rs"] },
-    Unit { name: "LINK", paths: &["src/link.rs"] },
+    Unit { name: "PARTITION", paths: &["src/partition", "src/stages/partition.rs", "src/stages/select.rs", "src/stages/prune.rs", "src/stages/validate.rs", "src/interp/random.rs"] },
+    Unit { name: "TUNE", paths: &["src/stages/tune.rs", "src/device.rs", "src/fingerprint.rs", "src/interp/random.rs"] },
+    Unit { name: "LOWER", paths: &["src/stages/lower.rs"] },
+    Unit { name: "COMPILE", paths: &["src/stages/compile.rs"] },
+    Unit { name: "LINK", paths: &["src/stages/link.rs"] },
     // Backends: each one's folder, and the folders of the backends whose code it shares.
     Unit { name: "BACKEND_C", paths: &["src/backend/c", "src/ir/view.rs"] },
     Unit { name: "BACKEND_GEMM", paths: &["src/backend/gemm"] },

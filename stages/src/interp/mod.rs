@@ -162,7 +162,7 @@ pub fn run_graph(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpErro
 }
 
 /// [`run_graph`], showing `observe` every value a node computes (in execution order) before it is dropped:
-/// what calibration uses to find each value's range (`crate::calibrate`).
+/// what calibration uses to find each value's range (`crate::stages::calibrate`).
 ///
 /// The nodes run one after another on a thread of the caller's rayon pool (the caller's thread where it is
 /// one), and each kernel splits its work over the pool: started there, a kernel's parallel loop costs no

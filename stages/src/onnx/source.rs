@@ -12,7 +12,6 @@
 
 use super::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, SparseTensorProto, TensorProto};
 use crate::code::CodeVersion;
-use crate::stage::{DevicePolicy, Stage};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -187,34 +186,6 @@ fn walk(b: &[u8], msg: Msg, depth: u32, out: &mut BTreeSet<String>) -> Result<()
         out.insert(value.unwrap_or_default());
     }
     Ok(())
-}
-
-/// Stage: the external data locations an ONNX model file names. Output: the sorted locations.
-pub struct ExternalFiles<'a> {
-    /// Key ingredient: the model file's blake3.
-    pub file: Digest,
-    /// The means: the file's bytes (read only on a miss; checked against `file`).
-    pub read: &'a (dyn Fn() -> Result<Vec<u8>> + Sync),
-}
-
-impl Stage for ExternalFiles<'_> {
-    const NAME: &'static str = "onnx-externals";
-    const DEVICE: DevicePolicy = DevicePolicy::Busy;
-    type Output = Vec<String>;
-    fn version(&self) -> CodeVersion {
-        import_version()
-    }
-    fn key(&self) -> Result<Digest> {
-        Ok(self.key_builder().input_digest("file", &self.file).finish()?)
-    }
-    fn compute(&self) -> Result<Vec<String>> {
-        let bytes = (self.read)()?;
-        // On every core: a model file is hundreds of megabytes (one thread took 0.2 s of a BERT-base rebuild).
-        if Digest(*blake3::Hasher::new().update_rayon(&bytes).finalize().as_bytes()) != self.file {
-            bail!("the model file changed while it was being compiled");
-        }
-        Ok(scan_external_locations(&bytes).context("not a valid ONNX model")?.into_iter().collect())
-    }
 }
 
 /// The recipe of an ONNX job: everything that determines the graph the load stage records for it.

@@ -1,7 +1,7 @@
 //! Partitioning (stage 2): split a graph into partitions, each carrying the target that runs it.
 //!
 //! [`collage`] generates candidate partitions per backend from composable rules, and finds the cheapest cover
-//! by a shortest-path search over covered-prefix states (costs measured by the tune stage, [`crate::tune`], or the
+//! by a shortest-path search over covered-prefix states (costs measured by the tune stage, [`crate::stages::tune`], or the
 //! backends' estimates). This module holds the result types and [`check`], the invariant every partitioning
 //! must satisfy.
 //!
@@ -10,10 +10,6 @@
 
 pub mod collage;
 pub mod plan;
-pub mod prune;
-pub mod select;
-pub mod stage;
-pub mod validate;
 
 use crate::backend::Backend;
 use crate::ir::{Graph, NodeId, ValueDef};

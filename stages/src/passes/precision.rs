@@ -71,7 +71,7 @@ pub fn to_narrow(g: &Graph, narrow: DType) -> Result<Graph, BuildError> {
 /// `kept` (f32, as in `g`, or bf16): their inputs are cast to `kept` just before them (from f32 where the
 /// value is there in f32), and their outputs cast to `narrow` where a narrow node reads them. What
 /// `-overflow=keep-fp32` and `-overflow=bf16` make of the nodes whose values leave f16's range
-/// (`crate::precision`). With no node kept, the graph is exactly what `to_half` made before nodes could be
+/// (`crate::stages::precision`). With no node kept, the graph is exactly what `to_half` made before nodes could be
 /// kept (same nodes, names and order: the frozen fixtures' fp16 artifacts check it byte for byte).
 pub fn to_narrow_keeping(g: &Graph, narrow: DType, keep: &[bool], kept: DType) -> Result<Graph, BuildError> {
     let mut h = Graph::new(g.name.clone());

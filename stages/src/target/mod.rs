@@ -17,7 +17,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use tessera_store::Digest;
-use crate::stage::{DevicePolicy, Stage};
 use anyhow::Result;
 
 /// A typed attribute value.
@@ -293,7 +292,7 @@ fn bf16_arch_check(t: &Target) -> Result<(), TargetError> {
 }
 
 /// What a reduced-precision build does where values leave the narrow type's range (`-overflow`; see
-/// `crate::precision`).
+/// `crate::stages::precision`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Overflow {
     /// Compute the nodes whose values leave the range in fp32, between casts.
@@ -470,23 +469,3 @@ impl TargetSet {
 
 #[cfg(test)]
 mod tests;
-
-/// Stage: canonical targets. Recorded so a store says which target sets were compiled for.
-pub struct Targets<'a> {
-    pub targets: &'a TargetSet,
-}
-
-impl Stage for Targets<'_> {
-    const NAME: &'static str = "targets";
-    const DEVICE: DevicePolicy = DevicePolicy::Own;
-    type Output = TargetSet;
-    fn version(&self) -> crate::code::CodeVersion {
-        crate::code::CodeVersion::new(crate::target::REGISTRY_VERSION, &[crate::code::digests::TARGETS])
-    }
-    fn key(&self) -> Result<Digest> {
-        Ok(self.key_builder().input("targets", self.targets).finish()?)
-    }
-    fn compute(&self) -> Result<TargetSet> {
-        Ok(self.targets.clone())
-    }
-}

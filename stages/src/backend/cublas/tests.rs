@@ -160,7 +160,7 @@ fn a_damaged_module_is_refused_at_decode() {
 /// The target's tuning budget bounds what the tune stage measures, the default always first.
 #[test]
 fn the_tuning_budget_bounds_the_configurations_measured() {
-    use crate::tune::configs_to_measure;
+    use crate::stages::tune::configs_to_measure;
     let g = mlp(DType::F16);
     let all = configs_to_measure(&CublasBackend, &cublas(), &g).unwrap();
     assert_eq!(all.len(), super::RANKS.ranks as usize, "the default budget measures every rank");

@@ -96,6 +96,10 @@ impl Backend for CudnnBackend {
     fn inline_const_max(&self) -> usize {
         0
     }
+    /// cuDNN's 16-bit tensor-core convolutions transform NCHW operands to NHWC and back inside every call.
+    fn native_channels_last_half(&self) -> bool {
+        true
+    }
 
     fn configs(&self, _target: &Target) -> TunableSet {
         RANKS.all().into_iter().collect()

@@ -26,18 +26,18 @@
 //! the device fingerprint and measurement settings): a rebuild measures nothing again. The report is the
 //! plan's [`Validation`], shown by `tessera explain`.
 
-use super::plan::{ExecPlan, Trial, Validation};
-use super::select::{plan_for, CostedCandidates, Selection};
-use crate::artifact::{compile_plan, link_plan, CompiledPlan};
+use crate::partition::plan::{ExecPlan, Trial, Validation};
+use crate::stages::select::{plan_for, CostedCandidates, Selection};
+use crate::stages::artifact::{compile_plan, link_plan, CompiledPlan};
 use crate::backend::BackendError;
 use crate::context::Ctx;
 use crate::device::exclusively;
 use anyhow::{Context, Result};
 use tessera_kernels::artifact::Artifact;
 use crate::ir::Graph;
-use crate::link::LinkError;
+use crate::stages::link::LinkError;
 use crate::stage::{cause, run, DevicePolicy, Stage};
-use crate::tune::MissingRecords;
+use crate::stages::tune::MissingRecords;
 use serde::Serialize;
 use tessera_kernels::runtime::measure::{median, time_abba, Block};
 use tessera_kernels::runtime::Executable;
@@ -76,7 +76,7 @@ pub fn constants() -> Constants {
 }
 
 /// Seed of the random model inputs (the tune stage's, so kernels and models see the same kind of data).
-const INPUT_SEED: u64 = crate::tune::INPUT_SEED;
+const INPUT_SEED: u64 = crate::stages::tune::INPUT_SEED;
 
 /// Whether the partition stage validates its searched plan in this context: measured costs, the searched
 /// mix (not a baseline), more than one target, and every target on a device this build measures with an
@@ -92,7 +92,7 @@ pub fn measures_end_to_end(ctx: &Ctx) -> bool {
     ctx.costs.measures()
         && ctx.targets.targets.iter().all(|t| {
             // A build from records times nothing: it needs the records, not a backend that runs here.
-            crate::tune::device_fingerprint(t).is_some()
+            crate::stages::tune::device_fingerprint(t).is_some()
                 && ctx.backend(t).map(|b| ctx.costs.frozen() || b.available().is_ok()).unwrap_or(false)
         })
 }
@@ -273,7 +273,7 @@ pub fn timing_identity(plan: &ExecPlan, modules: &[Digest]) -> Result<Digest> {
     let constants: Vec<_> = plan.constants.iter().map(|(_, ty)| ty).collect();
     let steps: Vec<_> = plan.partitions.iter().map(|p| (&p.target, &p.symbol, &p.args)).collect();
     Ok(tessera_store::canonical_digest(&(
-        crate::link::code_version(),
+        crate::stages::link::code_version(),
         tessera_kernels::artifact::FORMAT_VERSION,
         (&plan.model, &plan.inputs, &plan.input_int_bounds, &plan.outputs, &plan.values),
         constants,
@@ -293,7 +293,7 @@ pub struct TimePlans<'a> {
     /// Their plans' [`timing_identity`]s, which key the timings.
     pub identities: Vec<Digest>,
     /// The device fingerprint of every target (an assumed GPU's in a build from records).
-    pub devices: Vec<Option<crate::device::DeviceFingerprint>>,
+    pub devices: Vec<Option<crate::fingerprint::DeviceFingerprint>>,
 }
 
 impl TimePlans<'_> {
@@ -356,7 +356,7 @@ pub fn timings_recorded(ctx: &Ctx, identities: &[Digest]) -> Result<bool> {
 }
 
 fn time_plans_stage<'a>(ctx: &'a Ctx<'a>, identities: Vec<Digest>, artifacts: &'a (dyn Fn() -> Result<Vec<Digest>> + Sync)) -> TimePlans<'a> {
-    let devices = ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect();
+    let devices = ctx.targets.targets.iter().map(crate::stages::tune::device_fingerprint).collect();
     TimePlans { ctx, artifacts, identities, devices }
 }
 
@@ -368,7 +368,7 @@ fn recorded(ctx: &Ctx, key: &Digest) -> Result<bool> {
 /// Loads every artifact, then, with the CPU to ourselves, times them in two passes ([`time_abba`]). Returns
 /// each artifact's samples in microseconds.
 fn measure_plans(ctx: &Ctx, artifacts: &[Artifact]) -> Result<Vec<[Vec<f64>; 2]>> {
-    crate::gpu_facts::confirm().map_err(anyhow::Error::msg)?;
+    crate::gpu_facts::confirm(crate::device::live_gpu).map_err(anyhow::Error::msg)?;
     let mut runs: Vec<(Executable, Vec<crate::ir::Tensor>)> = Vec::with_capacity(artifacts.len());
     for a in artifacts {
         let inputs = a.random_inputs(INPUT_SEED);

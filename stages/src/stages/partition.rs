@@ -2,9 +2,9 @@
 //! estimates), the shortest-path search, the validation of the searched plan end to end
 //! ([`super::validate`]), and the execution plan with each partition's runner-up.
 
-use super::plan::{ExecPlan, PLAN_VERSION};
-use super::select::{costed_candidates, plan_for, Selection};
-use super::PARTITIONER_VERSION;
+use crate::partition::plan::{ExecPlan, PLAN_VERSION};
+use crate::stages::select::{costed_candidates, plan_for, Selection};
+use crate::partition::PARTITIONER_VERSION;
 use crate::context::{CostMode, Ctx, LazyGraph, Tuning};
 use crate::ir::Graph;
 use crate::stage::{DevicePolicy, Stage};
@@ -49,14 +49,14 @@ pub struct PartitionKeyParams {
 pub struct MeasuredParams {
     pub tune_version: crate::code::CodeVersion,
     /// The device fingerprint of every target (the tune stage keys its records with the same).
-    pub devices: Vec<Option<crate::device::DeviceFingerprint>>,
+    pub devices: Vec<Option<crate::fingerprint::DeviceFingerprint>>,
     /// Every target's measurement schedule ([`MeasureOptions::for_device`]).
     pub measure: Vec<MeasureOptions>,
     /// The validation's margin, skip factor and timing schedule ([`super::validate::constants`]).
     pub validation: super::validate::Constants,
     /// Which candidates and configurations are measured ([`Tuning`]), with pruning's constants.
     pub tuning: Tuning,
-    pub pruning: super::prune::Constants,
+    pub pruning: crate::stages::prune::Constants,
 }
 
 impl<'a> Partition<'a> {
@@ -74,12 +74,12 @@ impl<'a> Partition<'a> {
             .filter_map(|t| ctx.backend(t).ok().map(|b| (t.to_string(), b.name().to_string(), b.version())))
             .collect();
         let measured = ctx.costs.measures().then(|| MeasuredParams {
-            tune_version: crate::tune::code_version(),
-            devices: ctx.targets.targets.iter().map(crate::tune::device_fingerprint).collect(),
+            tune_version: crate::stages::tune::code_version(),
+            devices: ctx.targets.targets.iter().map(crate::stages::tune::device_fingerprint).collect(),
             measure: ctx.targets.targets.iter().map(|t| MeasureOptions::for_device(t.device())).collect(),
             validation: super::validate::constants(),
             tuning: ctx.tuning,
-            pruning: super::prune::constants(),
+            pruning: crate::stages::prune::constants(),
         });
         PartitionKeyParams {
             graph_doc: self.graph_doc,
@@ -163,7 +163,7 @@ pub fn selections(ctx: &Ctx) -> Vec<Selection> {
 pub fn partition_and_plan(ctx: &Ctx, g: &Graph) -> Result<ExecPlan> {
     let selections = selections(ctx);
     let costed = match ctx.tuning {
-        Tuning::Pruned if ctx.costs.measures() => super::prune::pruned_candidates(ctx, g, &selections)?,
+        Tuning::Pruned if ctx.costs.measures() => crate::stages::prune::pruned_candidates(ctx, g, &selections)?,
         _ => costed_candidates(ctx, g)?,
     };
     let selection = selections[0].clone();

@@ -6,7 +6,7 @@
 //! across layers, models and runs are measured once; see [`TuneKeyParams`] for everything else in the key.
 //!
 //! On a miss, the kernel is lowered through the same lower stage the compile path uses
-//! ([`Lower`](crate::lower::Lower)), so a kernel measured while partitioning is never lowered
+//! ([`Lower`](crate::stages::lower::Lower)), so a kernel measured while partitioning is never lowered
 //! again when the model compiles. The missed kernels of one target go into one module per core (a handful
 //! of C compiles per call), all compiled in parallel (rayon). A target's GPU kernels are measured as soon as
 //! its modules are built, on every measuring GPU at once, while other targets compile; host measurements
@@ -27,8 +27,9 @@
 
 use crate::backend::{Backend, BackendError, FunctionInfo, LoweredKernel};
 use crate::context::{CostSource, Ctx};
-use crate::lower::Lower;
-use crate::device::{cpu_fingerprint, exclusively, gpu_fingerprint, DeviceFingerprint};
+use crate::stages::lower::Lower;
+use crate::device::{cpu_fingerprint, exclusively, gpu_fingerprint};
+use crate::fingerprint::DeviceFingerprint;
 use crate::interp::{int_input_bounds, random_tensor};
 use crate::ir::{extract_subgraph, Graph, NodeId, Tensor};
 use crate::partition::plan::{config_symbol, kernel_signature, kernel_symbol};
@@ -769,7 +770,7 @@ pub fn symbol_in(backend: &dyn Backend, target: &Target, kernel: &Digest, config
 /// Stage: tune one candidate kernel (see the module documentation); its key is [`TuneKeyParams::key`].
 /// Stage: measure one kernel on one target. Its key ingredients are [`TuneKeyParams`]; the measuring closure
 /// is the means (the kernel prepared in its target's batch, or prepared alone), not an ingredient.
-struct Tune<'a> {
+pub(crate) struct Tune<'a> {
     params: &'a TuneKeyParams,
     /// The one compute body: measure the prepared kernel (or prepare it alone).
     measure: &'a (dyn Fn() -> Result<TuneRecord> + Sync),

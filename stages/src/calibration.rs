@@ -1,6 +1,6 @@
-//! Stage: calibrate. The range of every value of a model in fp32, found by running the reference
+//! Calibration: the range of every value of a model in fp32, found by running the reference
 //! interpreter on calibration inputs, so that a reduced-precision build knows where values leave the
-//! narrow type's range before it rewrites the graph (`crate::precision`), instead of shipping an artifact
+//! narrow type's range before it rewrites the graph (`crate::stages::precision`), instead of shipping an artifact
 //! that returns NaN for inputs like the ones it was compiled with.
 //!
 //! The calibration inputs are the user's where they gave some (`--calibration DIR`: [`CalibrationDir`],
@@ -16,21 +16,17 @@
 //! value (Hugging Face's `finfo.min`), meant as infinities, which fp16 saturates to +-65504 and softmax
 //! still reads as "masked" (`passes::precision`). NaN and infinities are not counted either.
 //!
-//! Runs only for reduced precision, once per loaded document (memoized like every stage).
+//! The calibrate stage ([`crate::stages::calibrate`]) runs it only for reduced precision, once per loaded
+//! document.
 
-use crate::context::LazyGraph;
 use crate::interp::{floats, random_inputs, run_graph_observed};
 use crate::ir::{Graph, Tensor, ValueDef, ValueId};
-use crate::stage::{DevicePolicy, Stage};
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tessera_store::Digest;
-
-/// The stage's code version.
-pub const CALIBRATE_VERSION: u32 = 2;
 
 /// How many calibration inputs are drawn (seeds 1..=this). One: the reference costs about as much as the
 /// rest of a cold CPU-side build of the model (BERT-base: 2.5 s), and the headroom of `precision::LIMIT`
@@ -228,35 +224,6 @@ impl CalibrationInputs {
     }
 }
 
-/// Stage: calibrate. Output: [`Ranges`] of the loaded document.
-pub struct Calibrate<'a> {
-    /// The loaded document.
-    pub doc: Digest,
-    pub graph: &'a LazyGraph<'a>,
-    /// The user's calibration inputs; None: the random ones.
-    pub given: Option<&'a CalibrationInputs>,
-}
-
-impl Stage for Calibrate<'_> {
-    const NAME: &'static str = "calibrate";
-    const DEVICE: DevicePolicy = DevicePolicy::Busy;
-    type Output = Ranges;
-    fn version(&self) -> crate::code::CodeVersion {
-        crate::code::CodeVersion::new(CALIBRATE_VERSION, &[crate::code::digests::CALIBRATE])
-    }
-    fn key(&self) -> Result<Digest> {
-        let k = self.key_builder().input_digest("graph", &self.doc);
-        Ok(match self.given {
-            None => k.input("runs", &CALIBRATION_RUNS),
-            Some(c) => k.input_digest("calibration", &c.digest()),
-        }
-        .finish()?)
-    }
-    fn compute(&self) -> Result<Ranges> {
-        measure(self.graph.get()?, self.given)
-    }
-}
-
 #[cfg(test)]
-#[path = "calibrate_tests.rs"]
+#[path = "calibration_tests.rs"]
 mod tests;

@@ -1,21 +1,21 @@
-//! Key-ingredient tests of the stages in `build.rs` and of the partition key (sccache's `HashKeyParams`
+//! Key-ingredient tests of the stages and of the partition key (sccache's `HashKeyParams`
 //! tests are the model): changing any one ingredient changes the key, and nothing else does.
 
 use crate::backend::{c, Backend};
-use crate::compile::Compile;
+use crate::stages::compile::Compile;
 use crate::context::{CostMode, Ctx};
 use crate::ir::Graph;
 use crate::stage::Driver;
 use crate::target::{Target, TargetSet};
 use tessera_store::Digest;
-use crate::link::{Link, LinkInput};
-use crate::load::{GraphSource, Load};
-use crate::lower::Lower;
+use crate::stages::link::{Link, LinkInput};
+use crate::stages::load::{GraphSource, Load};
+use crate::stages::lower::Lower;
 use crate::stage::{DevicePolicy, Stage};
-use crate::target::Targets;
+use crate::stages::targets::Targets;
 use std::sync::OnceLock;
 use crate::backend::{c::CBackend, gemm::GemmBackend};
-use crate::partition::stage::{MeasuredParams, PartitionKeyParams};
+use crate::stages::partition::{MeasuredParams, PartitionKeyParams};
 use anyhow::Result;
 use tessera_kernels::runtime::measure::MeasureOptions;
 
@@ -125,8 +125,8 @@ fn backend_versions_follow_their_source_units() {
         assert_eq!(b.version(), *v, "backend {}", b.name());
     }
     // Each stage's version is built on its own unit.
-    assert_eq!(crate::tune::code_version(), CodeVersion::new(crate::tune::TUNE_VERSION, &[digests::TUNE, runtime_digests::RUNTIME]));
-    assert_eq!(crate::partition::stage::code_version(), CodeVersion::new(crate::partition::plan::PLAN_VERSION, &[digests::PARTITION]));
+    assert_eq!(crate::stages::tune::code_version(), CodeVersion::new(crate::stages::tune::TUNE_VERSION, &[digests::TUNE, runtime_digests::RUNTIME]));
+    assert_eq!(crate::stages::partition::code_version(), CodeVersion::new(crate::partition::plan::PLAN_VERSION, &[digests::PARTITION]));
     assert_eq!(crate::passes::code_version(), CodeVersion::new(crate::passes::PASSES_VERSION, &[digests::PASSES]));
 }
 
@@ -167,7 +167,7 @@ fn link_key_has_every_ingredient() {
 fn link_batches_key_has_every_ingredient() {
     let no_payloads = || -> Result<Vec<Vec<u8>>> { unreachable!("keys only") };
     let key = |plans: &[(u64, Digest)], format_version: u32| {
-        crate::link::LinkBatches { model: "m", plans, format_version, payloads: &no_payloads }.key().unwrap()
+        crate::stages::link::LinkBatches { model: "m", plans, format_version, payloads: &no_payloads }.key().unwrap()
     };
     all_distinct(&[
         ("base", key(&[(1, d("a")), (8, d("b"))], 4)),
@@ -198,9 +198,9 @@ fn partition_key_has_every_ingredient() {
             tune_version: crate::code::CodeVersion::new(1, &[[1; 32]]),
             devices: vec![Some(crate::device::cpu_fingerprint())],
             measure: vec![MeasureOptions::default()],
-            validation: crate::partition::validate::constants(),
+            validation: crate::stages::validate::constants(),
             tuning: crate::context::Tuning::Pruned,
-            pruning: crate::partition::prune::constants(),
+            pruning: crate::stages::prune::constants(),
         }),
     };
     let with = |f: &dyn Fn(&mut PartitionKeyParams)| {
@@ -238,7 +238,7 @@ fn partition_key_has_every_ingredient() {
 
 #[test]
 fn time_plans_key_has_every_ingredient() {
-    use crate::partition::validate::TimePlans;
+    use crate::stages::validate::TimePlans;
     let t = tempfile::tempdir().unwrap();
     let driver = Direct(tessera_store::Store::open(t.path(), Default::default()).unwrap());
     let targets = crate::target::TargetSet::from_targets(vec![target("cpu"), target("cpu -compiler=gemm")]).unwrap();
@@ -246,7 +246,7 @@ fn time_plans_key_has_every_ingredient() {
     let ctx = Ctx::new(&driver, &targets, &backends);
     let cpu = Some(crate::device::cpu_fingerprint());
     // The artifacts themselves are the stage's means (read for timing on a miss), not its key.
-    let key = |identities: &[Digest], devices: Vec<Option<crate::device::DeviceFingerprint>>| {
+    let key = |identities: &[Digest], devices: Vec<Option<crate::fingerprint::DeviceFingerprint>>| {
         TimePlans { ctx: &ctx, artifacts: &|| Ok(Vec::new()), identities: identities.to_vec(), devices }.key().unwrap()
     };
     all_distinct(&[
@@ -307,9 +307,10 @@ fn load_key_is_the_recipe_or_the_document() {
 
 #[test]
 fn precision_and_calibrate_keys_have_every_ingredient() {
-    use crate::calibrate::{Calibrate, Ranges};
+    use crate::calibration::Ranges;
+    use crate::stages::calibrate::Calibrate;
     use crate::context::LazyGraph;
-    use crate::precision::ReducePrecision;
+    use crate::stages::precision::ReducePrecision;
     use crate::target::{Overflow, Precision};
     let t = tempfile::tempdir().unwrap();
     let driver = Direct(tessera_store::Store::open(t.path(), tessera_store::OpenOptions::writable()).unwrap());
@@ -335,7 +336,7 @@ fn precision_and_calibrate_keys_have_every_ingredient() {
         let dir = t.path().join(format!("cal-{v}"));
         std::fs::create_dir_all(&dir).unwrap();
         crate::npy::write(&dir.join("x.npy"), &crate::ir::Tensor::from_f32([2], &[v, v])).unwrap();
-        crate::calibrate::CalibrationInputs::read(&dir).unwrap()
+        crate::calibration::CalibrationInputs::read(&dir).unwrap()
     };
     let (a, b) = (inputs(0.5), inputs(0.25));
     let cal = |given| Calibrate { doc: d("g"), graph: &g, given }.key().unwrap();
@@ -347,7 +348,7 @@ fn precision_and_calibrate_keys_have_every_ingredient() {
 #[test]
 fn layout_key_has_every_ingredient() {
     use crate::context::LazyGraph;
-    use crate::layout::ChannelsLast;
+    use crate::stages::layout::ChannelsLast;
     let t = tempfile::tempdir().unwrap();
     let driver = Direct(tessera_store::Store::open(t.path(), tessera_store::OpenOptions::writable()).unwrap());
     let g = LazyGraph::new(&driver, d("g"), None);

@@ -3,11 +3,11 @@
 //! [`crate::build`], which runs it for a model's searched plan.
 
 use crate::backend::Module;
-use crate::compile::Compile;
+use crate::stages::compile::Compile;
 use crate::context::Ctx;
 use crate::ir::{Graph, Tensor};
-use crate::link::{Link, LinkInput, LinkStep, ValueRef};
-use crate::lower::{kernel_graph, Lower};
+use crate::stages::link::{Link, LinkInput, LinkStep, ValueRef};
+use crate::stages::lower::{kernel_graph, Lower};
 use crate::partition::plan::{ExecPlan, PlanRef};
 use crate::stage::{load, run_digest};
 use crate::target::Target;

@@ -4,7 +4,7 @@
 //! It runs only for reduced precision: an fp32 build partitions the loaded document itself, so adding the
 //! stage changed no fp32 key.
 //!
-//! Overflow: the calibrate stage ([`crate::calibrate`]) runs the reference on calibration inputs first, and
+//! Overflow: the calibrate stage ([`crate::stages::calibrate`]) runs the reference on calibration inputs first, and
 //! every node that reads or writes a float value beyond [`LIMIT`] (f16's largest finite value with a
 //! headroom of 2, for inputs a little larger than the calibration ones) either computes in fp32, between
 //! casts (`-overflow=keep-fp32`, the default), in bf16 between casts (`-overflow=bf16`: fp32's range at half
@@ -14,7 +14,8 @@
 //! fp16 graph (and its f16 constants, stored by digest) is computed once and shared by every target set
 //! that asks for it.
 
-use crate::calibrate::{Calibrate, CalibrationInputs, Ranges};
+use crate::calibration::{CalibrationInputs, Ranges};
+use crate::stages::calibrate::Calibrate;
 use crate::context::{Ctx, LazyGraph};
 use crate::ir::{serial::GraphDoc, DType, Graph, Tensor};
 use crate::stage::{run, run_digest, DevicePolicy, Stage};

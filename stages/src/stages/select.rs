@@ -2,13 +2,13 @@
 //! and the plan the shortest-path search finds for a selection (the searched mix, a preferred backend, one
 //! target alone). Below both the partition stage and its validation, which compare such plans.
 
-use super::collage::{self, CrossingModel, Limits};
-use super::plan::{build_plan, Alternative, ExecPlan};
-use super::check;
+use crate::partition::collage::{self, CrossingModel, Limits};
+use crate::partition::plan::{build_plan, Alternative, ExecPlan};
+use crate::partition::check;
 use crate::context::{CostMode, CostSource, Ctx};
 use crate::ir::{Graph, NodeId, Tensor};
 use crate::target::Target;
-use crate::tune::measure_candidates;
+use crate::stages::tune::measure_candidates;
 use anyhow::Result;
 use tessera_store::Digest;
 
@@ -135,7 +135,7 @@ pub fn plan_for(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, selection: &Sel
         let measured = cands.iter().position(|c| c.target == chosen.target && c.nodes == chosen.nodes).map(|i| &configs[i]);
         if let (Some(config), Ok(backend)) = (measured, ctx.backend(target)) {
             if *config != backend.default_config(target) {
-                p.symbol = crate::tune::symbol_in(backend, target, &p.kernel, config);
+                p.symbol = crate::stages::tune::symbol_in(backend, target, &p.kernel, config);
                 p.config = Some(config.clone());
             }
         }

@@ -13,11 +13,11 @@
 //! our own kernels either way, and ConvNeXt's exported permutes around its channel LayerNorms stay). Where
 //! that measurement leaves no doubt, auto plans channels-last alone ([`channels_last_by_rule`]).
 
-use crate::artifact::{compile_plan, link_plan};
+use crate::stages::artifact::{compile_plan, link_plan};
 use crate::context::{Ctx, LazyGraph};
 use crate::ir::{serial::GraphDoc, Graph, Tensor};
 use crate::partition::plan::ExecPlan;
-use crate::partition::stage::Partition;
+use crate::stages::partition::Partition;
 use crate::stage::{run, run_digest, DevicePolicy, Stage};
 use crate::target::Layout;
 use anyhow::{Context, Result};
@@ -135,7 +135,7 @@ fn channels_last<'a>(ctx: &Ctx<'a>, doc: Digest, graph: &LazyGraph<'a>) -> Resul
 fn channels_last_by_rule(ctx: &Ctx, doc: &Digest) -> Result<Option<String>> {
     use crate::target::Precision;
     let half = matches!(ctx.targets.precision()?, Precision::Fp16 | Precision::Bf16);
-    let cudnn = ctx.targets.targets.iter().any(|t| t.backend_name() == crate::backend::cudnn::NAME);
+    let cudnn = ctx.targets.targets.iter().any(|t| ctx.backend(t).is_ok_and(|b| b.native_channels_last_half()));
     if !half || !cudnn {
         return Ok(None);
     }
@@ -149,7 +149,7 @@ fn channels_last_by_rule(ctx: &Ctx, doc: &Digest) -> Result<Option<String>> {
 
 /// The plan for `ctx`'s layout of the document `doc` (what the precision stage made): nchw partitions it as it
 /// is, nhwc its channels-last rewrite, auto both, keeping the faster. Faster is measured end to end where
-/// artifacts are timed ([`crate::partition::validate::measures_end_to_end`]: both are built through the
+/// artifacts are timed ([`crate::stages::validate::measures_end_to_end`]: both are built through the
 /// memoized stages and timed in two passes, as validation times its plans; the nchw plan is kept on a tie),
 /// else the lower estimate. A model the rewrite leaves unchanged (no 2-D convolution) is planned once.
 pub fn plan_for_targets<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) -> Result<(Planned<'a>, Option<LayoutChoice>)> {
@@ -172,9 +172,9 @@ pub fn plan_for_targets<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) ->
             let first = partition(ctx, doc, graph)?;
             let last = partition(ctx, d, g)?;
             let mut trials: Vec<LayoutTrial> = [(Layout::Nchw, &first), (Layout::Nhwc, &last)].into_iter().map(|(layout, p)| LayoutTrial::unmeasured(layout, p)).collect();
-            let measured = crate::partition::validate::measures_end_to_end(ctx);
+            let measured = crate::stages::validate::measures_end_to_end(ctx);
             if measured {
-                use crate::partition::validate::{time_plans, timing_identity, timings_recorded};
+                use crate::stages::validate::{time_plans, timing_identity, timings_recorded};
                 let mut compiled = Vec::with_capacity(2);
                 for (t, p) in trials.iter().zip([&first, &last]) {
                     compiled.push(compile_plan(ctx, &p.plan_digest, &p.plan, &|| p.graph.get()).with_context(|| format!("building the {} plan", t.layout.name()))?);

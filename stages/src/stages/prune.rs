@@ -30,12 +30,12 @@
 //! decision follows from estimates (deterministic) and measured times (recorded in the store), so a build
 //! from records (`--frozen`) makes the same decisions and reads exactly the records the measured build wrote.
 
-use super::collage::Candidate;
+use crate::partition::collage::Candidate;
 use super::select::{candidates, search_for, CostedCandidates, Selection};
 use crate::context::{CostSource, Ctx};
 use crate::ir::{Graph, NodeId};
 use crate::target::Target;
-use crate::tune::{measure_candidates_in, CandidateCost, ConfigScope};
+use crate::stages::tune::{measure_candidates_in, CandidateCost, ConfigScope};
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
