@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Many machines, one cache: the figures of bench/scale.md, counted from the builds' own --json summaries.
+# Many machines, one cache: the figures of bench/scale_out.md, counted from the builds' own --json summaries.
 #  1. one process, cold, no remote: the stage executions a single machine does (and its wall time);
 #  2. four processes at once, each with its own fresh local store, sharing one Redis (leases on): their
 #     stage executions summed, against (1), and the wall time until the last one finishes;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Warm-rebuild timings for bench/compile.md: wall time of whole `tessera compile` processes against a warm
+"""Warm-rebuild timings for bench/compile_times.md: wall time of whole `tessera compile` processes against a warm
 store, next to blake3 of the same model files (`b3hash`, the way tessera hashes them) and process start
 (`tessera --version`); several binaries interleaved round by round, so a shared machine's load hits them alike.
 

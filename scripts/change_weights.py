@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Rewrites an ONNX model with every large float initializer (more than 64 elements, which no kernel embeds)
-# scaled by FACTOR (default 1.25) and shifted by 0.01; the graph and small initializers stay (bench/compile.md,
+# scaled by FACTOR (default 1.25) and shifted by 0.01; the graph and small initializers stay (bench/compile_times.md,
 # the weights-changed rebuild). Usage: scripts/change_weights.py IN OUT [FACTOR]
 import sys, onnx, numpy as np
 from onnx import numpy_helper

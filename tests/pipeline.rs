@@ -264,6 +264,6 @@ fn changed_weights_compile_no_kernel_and_tune_nothing() {
     assert_ne!(changed.artifacts[0].digest, cold.artifacts[0].digest, "the weights are in the artifact");
     let job = &jobs_from_inputs(&[model], &Default::default()).unwrap()[0];
     check_against_reference(job, &out.join("bert.tsr"));
-    // Bound like a warm rebuild (a loose bound for a shared machine; the figures are in bench/compile.md).
+    // Bound like a warm rebuild (a loose bound for a shared machine; the figures are in bench/compile_times.md).
     assert!(changed.seconds < 3.0 * warm.seconds + 1.0 && changed.seconds < cold.seconds / 2.0, "cold {:.2} s, warm {:.2} s, changed weights {:.2} s", cold.seconds, warm.seconds, changed.seconds);
 }

@@ -1,5 +1,5 @@
 //! Hashes each file given with blake3 the way `tessera compile` hashes model files (memory-mapped, on every
-//! core: `update_mmap_rayon`) and prints the digests: the yardstick of bench/compile.md's warm rebuilds
+//! core: `update_mmap_rayon`) and prints the digests: the yardstick of bench/compile_times.md's warm rebuilds
 //! (`cargo build --release -p tessera --example b3hash`; `scripts/bench_warm.py` times it).
 
 fn main() {

@@ -126,7 +126,7 @@ fn holds_stamped(path: &Path, d: &Digest, payload_len: u64, section: &[u8]) -> s
         return Ok(false);
     }
     // Mapped, not read: a 220 MB artifact is hashed on every core without a copy (the read and the hash were
-    // most of a warm GPU rebuild's last 0.14 s, bench/compile.md).
+    // most of a warm GPU rebuild's last 0.14 s, bench/compile_times.md).
     // SAFETY: the map is read only in this function. Artifacts are replaced by renaming a whole new file over
     // them (`write_artifact`), never changed in place, so the mapped bytes do not change under the hash; a
     // file truncated by hand meanwhile faults, the contract blake3's `update_mmap` makes for model files.

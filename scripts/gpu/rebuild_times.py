@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Warm and weights-changed rebuilds on the GPU machine, next to hashing (bench/compile.md, issue 28 items 4 and 5).
+"""Warm and weights-changed rebuilds on the GPU machine, next to hashing (bench/compile_times.md, issue 28 items 4 and 5).
 
 Run after scripts/gpu/side_by_side.py, on its WORKDIR: each model's export (`TAG.onnx`) and the store its first
 target set compiled into (`store-TAG-0`) are reused, with the same targets, costs and shapes, so every stage is a

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a cold compile spends its time, line by line (bench/compile.md): each model exported as side_by_side.py
+"""Where a cold compile spends its time, line by line (bench/compile_times.md): each model exported as side_by_side.py
 exports it, then `tessera compile` cold (an empty store, `CUDA_CACHE_DISABLE=1`) with the tune and stage logs
 on, every log line prefixed with the seconds since the process started.
 

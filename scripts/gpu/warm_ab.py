@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Warm GPU rebuilds of two tessera binaries, alternated in one run (bench/compile.md, issue 28 item 4).
+"""Warm GPU rebuilds of two tessera binaries, alternated in one run (bench/compile_times.md, issue 28 item 4).
 
 For each binary: a cold measured build of INPUT into a store of its own (fresh process, NVRTC's driver cache
 off), then ROUNDS warm builds of each, alternating A and B, each a fresh process into an output folder whose

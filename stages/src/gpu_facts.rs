@@ -1,6 +1,6 @@
 //! The GPU's fingerprint cached across processes, so a warm rebuild keys its stages without initialising the
 //! CUDA driver (0.18-0.19 s on an H200) or loading cuBLASLt and cuDNN for their versions (0.06 s), when its
-//! stage hits take milliseconds (issue 28, item 4; bench/compile.md).
+//! stage hits take milliseconds (issue 28, item 4; bench/compile_times.md).
 //!
 //! The fingerprint ([`GpuFingerprint`]) is recorded in the store's `machine/` folder
 //! ([`tessera_store::MachineFacts`]) under the digest of a *witness*: everything that decides what it would

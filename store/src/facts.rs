@@ -1,6 +1,6 @@
 //! Facts about this machine that are slow to learn and cheap to prove current, cached across processes in
 //! the store directory's `machine/` folder (the GPU's fingerprint: learning it initialises the CUDA driver,
-//! 0.19 s on an H200, where a warm rebuild is otherwise a few hashes; bench/compile.md).
+//! 0.19 s on an H200, where a warm rebuild is otherwise a few hashes; bench/compile_times.md).
 //!
 //! A fact is named by the digest of its *witness*: what the caller reads cheaply to prove the fact current
 //! (for the GPU, the driver's version file, the GPUs' identities, the boot, the libraries' files). A changed

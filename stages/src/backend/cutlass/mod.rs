@@ -59,11 +59,11 @@ const HOPPER_DEFINES: &str = "#define NDEBUG\n";
 
 /// The backend's description: its `-compiler` value and its own options.
 /// Why default builds leave `cutlass` out ([`Backend::opt_in`]). Measured on one H200 (2026-11-28,
-/// bench/compile.md): each CUTLASS 3.x program is 20 s of nvcc front end (template instantiation) before a
+/// bench/compile_times.md): each CUTLASS 3.x program is 20 s of nvcc front end (template instantiation) before a
 /// single kernel is timed, and tuning compiles two or three per GEMM chain, so BERT-base b8 compiled cold in
 /// 69 s with `cutlass` against 13-18 s without, GPT-2 s256 in 64 s. What it bought: 2.7% of BERT-base b8's
 /// latency, 0.3% of GPT-2's, nothing on CNNs (cuDNN takes their convolutions and cuBLASLt their classifiers).
-pub const OPT_IN: &str = "each kernel is an nvcc program of about 20 s: a transformer's cold compile takes 4-5x longer for 0-3% of its latency (bench/compile.md); name it with --target to use it";
+pub const OPT_IN: &str = "each kernel is an nvcc program of about 20 s: a transformer's cold compile takes 4-5x longer for 0-3% of its latency (bench/compile_times.md); name it with --target to use it";
 
 pub static SPEC: BackendSpec = BackendSpec {
     name: NAME,
@@ -75,7 +75,7 @@ pub static SPEC: BackendSpec = BackendSpec {
             name: "convs",
             ty: crate::target::AttrType::Bool,
             default: "false",
-            doc: "also run channels-last 2-D convolutions (implicit GEMM on the sm80 tiles); off by default: on an H200 they measured at about half cuDNN's speed on ResNet-50 and MobileNetV2 and added about a minute of nvcc to a CNN's cold compile (bench/gpu_cutlass_s35.md)",
+            doc: "also run channels-last 2-D convolutions (implicit GEMM on the sm80 tiles); off by default: on an H200 they measured at about half cuDNN's speed on ResNet-50 and MobileNetV2 and added about a minute of nvcc to a CNN's cold compile (bench/gpu_cutlass.md)",
         },
         crate::backend::TUNE_CONFIGS,
     ],
@@ -305,7 +305,7 @@ impl Backend for CutlassBackend {
         let work = |t: &HopperTile| problems.iter().map(|&(b, m, n)| b * m.div_ceil(t.threadblock[0] as u64) * n.div_ceil(t.threadblock[1] as u64)).min().unwrap_or(0);
         let hopper_runs = hopper_target(target, e) && !shapes.is_empty() && !conv::has_conv(kernel) && shapes.iter().all(|&(b, _, n, k, sa, sb)| lower::hopper_runs(e, b, n, k, sa, sb).is_ok());
         // The Hopper tiles with enough work: pingpong 64x128, the fastest Hopper tile on every BERT-base b8 and
-        // GPT-2 GEMM measured (bench/gpu_cutlass_s34.md), where it has work for half the SMs; the larger tiles
+        // GPT-2 GEMM measured (bench/gpu_cutlass.md), where it has work for half the SMs; the larger tiles
         // only where they have full waves of it (pingpong 128x128 one, the cooperative tiles two), as each is an
         // nvcc program of 20-60 s that a cold compile waits for.
         let waves = |t: &HopperTile| match (t.schedule, t.threadblock[0]) {
@@ -324,7 +324,7 @@ impl Backend for CutlassBackend {
             return out.iter().map(config_name).collect();
         }
         // Where those exist, the best of them beat every sm80 tile on every GEMM of BERT-base b8 and GPT-2
-        // measured (H200, bench/gpu_cutlass_s34.md): the sm80 tiles besides the default are not measured, each
+        // measured (H200, bench/gpu_cutlass.md): the sm80 tiles besides the default are not measured, each
         // one an nvcc compile saved.
         if hopper.is_empty() {
             out.extend(all[1..].iter().filter(|t| ctas(t) as f64 >= cost::SMS / 2.0));

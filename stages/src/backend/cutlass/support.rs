@@ -112,7 +112,7 @@ pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result
 /// The fewest rows (per batch) of a GEMM the rule offers `cutlass`: the smallest tile's. A thinner GEMM (a CNN's
 /// classifier at batch 1 to 32, a pooler's one row) wastes most of every tile: cuBLASLt ran ResNet-50's
 /// classifier in 6.6-7.0 us where the best cutlass kernel took 11.1 (H200, fp16, b1 to b32,
-/// bench/gpu_cutlass_s35.md), and each cutlass candidate is nvcc programs a cold build waits for (about 35 s
+/// bench/gpu_cutlass.md), and each cutlass candidate is nvcc programs a cold build waits for (about 35 s
 /// of ResNet-50's 46 s cold compile went to its classifier's).
 pub const MIN_ROWS: u64 = 64;
 
