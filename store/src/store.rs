@@ -690,6 +690,16 @@ impl Store {
     }
 }
 
+/// The local memo table as a tier (tier.rs): the store's own lookups and records.
+impl crate::tier::MemoTier for Store {
+    fn lookup(&self, stage: &str, key: &Digest) -> Result<Option<MemoEntry>> {
+        self.memo_lookup(stage, key)
+    }
+    fn record(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {
+        self.memo_record(stage, key, entry)
+    }
+}
+
 impl Drop for Store {
     fn drop(&mut self) {
         // Counters are statistics: losing them to an error here is acceptable, panicking is not.
