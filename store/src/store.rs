@@ -221,7 +221,7 @@ impl Store {
             })?;
             if recover {
                 // After the replay, so the index it reads names every entry the journal holds.
-                report.eviction_finished = crate::evict::finish_interrupted(&layout, &index, &objects)?;
+                report.eviction_finished = crate::evict_intent::finish_interrupted(&layout, &index, &objects)?;
             }
         }
         if alone && !opts.exclusive {
