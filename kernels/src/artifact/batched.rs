@@ -17,22 +17,8 @@
 //! it builds.
 
 use super::header;
-use super::{align_up, validate, Body, ConstDesc};
-use serde::{Deserialize, Serialize};
+use super::{align_up, validate, BatchPlan, BatchedBody, Body, ConstDesc};
 use std::collections::BTreeMap;
-
-/// One plan of a batched artifact: the batch size it was compiled for and its body.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchPlan {
-    pub batch: u64,
-    pub body: Body,
-}
-
-/// The body of a batched artifact: its plans, batch sizes ascending.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchedBody {
-    pub plans: Vec<BatchPlan>,
-}
 
 /// Joins single-plan payloads (`(batch size, payload)`, as the linker wrote them, without provenance) into one
 /// batched payload: every constant stored once in a shared data section (in order of first use, plans in

@@ -76,7 +76,6 @@ use std::path::Path;
 use crate::module::{Module, Place};
 use crate::tensor::{Tensor, TensorType};
 
-pub use batched::{BatchPlan, BatchedBody};
 pub use header::{BATCHED_FORMAT_VERSION, FORMAT_VERSION, HEADER_LEN, MAGIC};
 pub use provenance::{Blake3, Provenance, SourceModel};
 pub use validate::arity;
@@ -182,6 +181,20 @@ pub struct Body {
     /// Copies between host and GPU memory, ordered by the step they precede (empty when every module runs
     /// in one place).
     pub transfers: Vec<Transfer>,
+}
+
+/// One plan of a batched artifact: the batch size it was compiled for and its body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchPlan {
+    pub batch: u64,
+    pub body: Body,
+}
+
+/// The body of a batched artifact (version [`BATCHED_FORMAT_VERSION`]; the rules in [`batched`]): its plans,
+/// batch sizes ascending.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchedBody {
+    pub plans: Vec<BatchPlan>,
 }
 
 /// An explicit copy: just before step `before` runs, value `value` (written by an earlier step at the other
