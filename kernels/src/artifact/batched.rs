@@ -5,8 +5,8 @@
 //! Each plan is a whole [`Body`] as the linker wrote it for the model compiled at that batch size (its own
 //! steps, modules and memory plan); the plans share one data section in which every constant is stored once,
 //! by content digest, whichever plans name it. The runtime picks, for an input of batch `b`, the plan of the
-//! smallest batch size `>= b`, zero-pads the inputs to it and returns the first `b` rows of every output
-//! ([`crate::batch`]).
+//! smallest batch size `>= b` ([`choose`]), zero-pads the inputs to it and returns the first `b` rows of every
+//! output ([`crate::batch`]).
 //!
 //! What makes that sound, and what [`validate`] therefore requires of every file: at least two plans, batch
 //! sizes strictly ascending from 1 up; one model name; the same inputs and outputs in every plan (names,
@@ -19,6 +19,25 @@
 use super::header;
 use super::{align_up, validate, BatchPlan, BatchedBody, Body, ConstDesc};
 use std::collections::BTreeMap;
+
+/// The index of the plan serving a run of `batch`: the smallest of `batches` (ascending) at least `batch`.
+pub fn choose(batches: &[usize], batch: usize) -> Result<usize, String> {
+    if batch == 0 {
+        return Err("a batch of 0 rows: inputs must have at least one row".into());
+    }
+    batches.iter().position(|&b| b >= batch).ok_or_else(|| {
+        format!(
+            "batch {batch} is larger than the largest plan ({}); the artifact serves batch sizes up to it ({})",
+            batches.last().copied().unwrap_or(0),
+            list(batches)
+        )
+    })
+}
+
+/// Batch sizes as `1, 8`.
+pub fn list(batches: &[usize]) -> String {
+    batches.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
+}
 
 /// Joins single-plan payloads (`(batch size, payload)`, as the linker wrote them, without provenance) into one
 /// batched payload: every constant stored once in a shared data section (in order of first use, plans in

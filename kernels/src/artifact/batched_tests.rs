@@ -152,3 +152,15 @@ fn provenance_stamps_on_a_batched_payload() {
     assert_eq!((a.batches(), a.provenance.as_ref()), (&[1u64, 2, 8][..], Some(&p)));
     assert_eq!(a.payload_digest(), crate::artifact::Blake3::of(&bytes));
 }
+
+#[test]
+fn the_smallest_plan_that_fits() {
+    let b = [1, 8, 32];
+    assert_eq!(choose(&b, 1), Ok(0));
+    assert_eq!(choose(&b, 2), Ok(1));
+    assert_eq!(choose(&b, 8), Ok(1));
+    assert_eq!(choose(&b, 9), Ok(2));
+    let e = choose(&b, 33).unwrap_err();
+    assert!(e.contains("batch 33") && e.contains("largest plan (32)") && e.contains("1, 8, 32"), "{e}");
+    assert!(choose(&b, 0).unwrap_err().contains("0 rows"));
+}

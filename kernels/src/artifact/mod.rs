@@ -419,7 +419,7 @@ impl Artifact {
         if batches.is_empty() {
             return Err(format!("model '{}' holds one plan: its inputs have fixed shapes (no batch size to choose)", self.body.model));
         }
-        let plan = self.plan(crate::batch::choose(&batches, batch).map_err(|e| format!("model '{}': {e}", self.body.model))?);
+        let plan = self.plan(batched::choose(&batches, batch).map_err(|e| format!("model '{}': {e}", self.body.model))?);
         Ok(plan
             .inputs
             .iter()
