@@ -78,7 +78,6 @@ use crate::tensor::{Tensor, TensorType};
 
 pub use header::{BATCHED_FORMAT_VERSION, FORMAT_VERSION, HEADER_LEN, MAGIC};
 pub use provenance::{Blake3, Provenance, SourceModel};
-pub use validate::arity;
 
 /// Alignment of every buffer offset, in the arena and in the data section, and of the memory the runtime
 /// allocates: what the calling convention promises to kernels (vector loads, cache lines).

@@ -9,11 +9,6 @@ use crate::module::Place;
 use std::collections::BTreeSet;
 use crate::tensor::TensorType;
 
-/// The arguments a function of this signature takes: inputs, outputs, and scratch when it declares some.
-pub fn arity(f: &crate::module::FunctionInfo) -> usize {
-    f.inputs.len() + f.outputs.len() + usize::from(f.scratch_bytes > 0)
-}
-
 fn unique_names<'a>(what: &str, names: impl Iterator<Item = &'a str>) -> Result<(), String> {
     let mut seen = BTreeSet::new();
     for n in names {
@@ -139,13 +134,13 @@ pub fn body(b: &Body, data_len: u64) -> Result<(), String> {
             format!("step {s} calls function {} of module {} (backend {}), which has {}", step.function, step.module, module.backend, module.functions.len())
         })?;
         let at = |k: usize| format!("step {s} (backend {}, function '{}') argument {k}", module.backend, f.symbol);
-        if step.args.len() != arity(f) {
+        if step.args.len() != f.arity() {
             return Err(format!(
                 "step {s} (backend {}, function '{}') has {} arguments, the function takes {} ({} inputs, {} outputs{})",
                 module.backend,
                 f.symbol,
                 step.args.len(),
-                arity(f),
+                f.arity(),
                 f.inputs.len(),
                 f.outputs.len(),
                 if f.scratch_bytes > 0 { ", scratch" } else { "" }
