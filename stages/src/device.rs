@@ -44,7 +44,7 @@ pub struct GpuFingerprint {
     pub cudnn_version: String,
 }
 
-fn library_version(v: Result<usize, String>) -> String {
+fn library_version(v: Result<usize, cuda::CudaError>) -> String {
     v.map_or_else(|why| format!("absent: {why}"), |v| v.to_string())
 }
 
