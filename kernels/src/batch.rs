@@ -69,7 +69,7 @@ pub fn dispatch(batches: &[usize], names: &[&str], plan0: &[TensorType], given: 
         }
     }
     let batch = batch.map_or(0, |(b, _)| b);
-    let plan = choose(batches, batch)?;
+    let plan = choose(batches, batch).map_err(|e| e.to_string())?;
     Ok(Dispatch { plan, plan_batch: batches[plan], batch })
 }
 

@@ -228,6 +228,40 @@ impl Body {
     }
 }
 
+/// What is wrong with a decoded body ([`validate_body`]), or with the set of plans of a batched artifact
+/// ([`batched::validate`], [`batched::join`]): the kind of rule it breaks, and a message naming what and
+/// where (the `Display`, as the file's [`ArtifactErrorKind::Invalid`] shows it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    /// A size, offset or bound out of range: a type too large to size, a buffer misaligned or outside its
+    /// region, an arena or scratch larger than what it holds needs.
+    #[error("{0}")]
+    Bounds(String),
+    /// A name, index or reference that repeats or does not resolve, a step's arguments against its
+    /// function's signature, the order of writes, reads and transfers.
+    #[error("{0}")]
+    Structure(String),
+    /// Two buffers live at the same time overlap in the memory plan.
+    #[error("{0}")]
+    MemoryPlan(String),
+    /// The plans of a batched artifact break its rules (see [`batched`]), or cannot be joined.
+    #[error("{0}")]
+    Batched(String),
+}
+
+impl BodyError {
+    /// The same error, its message led by `context` (`plan for batch 8: ...`).
+    pub fn context(self, context: impl fmt::Display) -> BodyError {
+        let led = |m: String| format!("{context}: {m}");
+        match self {
+            BodyError::Bounds(m) => BodyError::Bounds(led(m)),
+            BodyError::Structure(m) => BodyError::Structure(led(m)),
+            BodyError::MemoryPlan(m) => BodyError::MemoryPlan(led(m)),
+            BodyError::Batched(m) => BodyError::Batched(led(m)),
+        }
+    }
+}
+
 /// What is wrong with an artifact file. A cause (the OS error, postcard's) is in the message and not in
 /// `source()`: anyhow's `{:#}` prints every error of the chain, so a cause in both would be printed twice.
 #[derive(Debug, thiserror::Error)]
@@ -310,11 +344,11 @@ impl Artifact {
         let data_len = data.len() as u64;
         let data_start = payload_len - data.len();
         let mut plans = if batches.is_empty() {
-            validate::body(&plans[0], data_len).map_err(invalid)?;
+            validate::body(&plans[0], data_len).map_err(|e| invalid(e.to_string()))?;
             plans
         } else {
             let b = BatchedBody { plans: batches.iter().zip(plans).map(|(&batch, body)| BatchPlan { batch, body }).collect() };
-            batched::validate(&b, data_len).map_err(invalid)?;
+            batched::validate(&b, data_len).map_err(|e| invalid(e.to_string()))?;
             b.plans.into_iter().map(|p| p.body).collect()
         };
         let body = plans.remove(0);
