@@ -1,5 +1,6 @@
 //! Running a batched artifact (one plan per batch size, see [`crate::artifact::batched`]): which plan serves
-//! a run, and the padding in and slicing out that let a plan of batch `B` serve a run of batch `b <= B`.
+//! a run (by the format's rule, [`choose`]), and the padding in and slicing out that let a plan of batch `B`
+//! serve a run of batch `b <= B`.
 //!
 //! A run's batch is the leading dimension of its inputs (all of them, equal). The plan is the one of the
 //! smallest batch size `>= b`, as TensorRT picks an optimization profile; a batch above the largest plan is an
@@ -13,30 +14,12 @@
 //! upload). This module sits outside the executor's code unit (`RUNTIME`, part of the code version of every
 //! measurement): nothing here is used by a measurement.
 
+use crate::artifact::batched::choose;
 use crate::artifact::Artifact;
 use crate::dtype::DType;
 use crate::runtime::{Executable, Program, Registry, RuntimeError};
 use crate::tensor::{Tensor, TensorType};
 use std::borrow::Cow;
-
-/// The index of the plan serving a run of `batch`: the smallest of `batches` (ascending) at least `batch`.
-pub fn choose(batches: &[usize], batch: usize) -> Result<usize, String> {
-    if batch == 0 {
-        return Err("a batch of 0 rows: inputs must have at least one row".into());
-    }
-    batches.iter().position(|&b| b >= batch).ok_or_else(|| {
-        format!(
-            "batch {batch} is larger than the largest plan ({}); the artifact serves batch sizes up to it ({})",
-            batches.last().copied().unwrap_or(0),
-            list(batches)
-        )
-    })
-}
-
-/// Batch sizes as `1, 8`.
-pub fn list(batches: &[usize]) -> String {
-    batches.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
-}
 
 /// Where a run goes: the plan (its index and batch size) and the run's own batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +69,7 @@ pub fn dispatch(batches: &[usize], names: &[&str], plan0: &[TensorType], given: 
         }
     }
     let batch = batch.map_or(0, |(b, _)| b);
-    let plan = choose(batches, batch)?;
+    let plan = choose(batches, batch).map_err(|e| e.to_string())?;
     Ok(Dispatch { plan, plan_batch: batches[plan], batch })
 }
 
@@ -182,18 +165,6 @@ impl BatchedExecutable {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn the_smallest_plan_that_fits() {
-        let b = [1, 8, 32];
-        assert_eq!(choose(&b, 1), Ok(0));
-        assert_eq!(choose(&b, 2), Ok(1));
-        assert_eq!(choose(&b, 8), Ok(1));
-        assert_eq!(choose(&b, 9), Ok(2));
-        let e = choose(&b, 33).unwrap_err();
-        assert!(e.contains("batch 33") && e.contains("largest plan (32)") && e.contains("1, 8, 32"), "{e}");
-        assert!(choose(&b, 0).unwrap_err().contains("0 rows"));
-    }
 
     #[test]
     fn dispatch_checks_every_input() {

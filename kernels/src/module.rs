@@ -18,6 +18,13 @@ pub struct FunctionInfo {
     pub scratch_bytes: u64,
 }
 
+impl FunctionInfo {
+    /// The arguments a function of this signature takes: inputs, outputs, and scratch when it declares some.
+    pub fn arity(&self) -> usize {
+        self.inputs.len() + self.outputs.len() + usize::from(self.scratch_bytes > 0)
+    }
+}
+
 /// How a module's bytes are to be loaded, and where its functions run: the name of a format a runtime loader
 /// is registered for ([`Registry`](crate::runtime::registry::Registry)) and its [`Place`]. Each backend's run
 /// side defines its format as a constant beside its loader (`runtime::c::FORMAT`, `runtime::cuda::FORMAT`...)

@@ -509,27 +509,29 @@ fn mixed_plans_get_explicit_transfers() {
     let mut missing = a.body.clone();
     missing.transfers.remove(1);
     let e = validate_body(&missing, data).unwrap_err();
+    assert!(matches!(e, tessera_kernels::artifact::BodyError::Structure(_)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("step 3") && e.contains("value %1") && e.contains("transfer is missing"), "{e}");
     let mut wrong_place = a.body.clone();
     wrong_place.transfers[0].to = Place::Host;
-    let e = validate_body(&wrong_place, data).unwrap_err();
+    let e = validate_body(&wrong_place, data).unwrap_err().to_string();
     assert!(e.contains("transfer 0") && e.contains("runs on the GPU"), "{e}");
     let mut too_early = a.body.clone();
     too_early.transfers[0].before = 0;
     too_early.transfers[0].to = Place::Host;
-    let e = validate_body(&too_early, data).unwrap_err();
+    let e = validate_body(&too_early, data).unwrap_err().to_string();
     assert!(e.contains("no step has written"), "{e}");
     let mut twice = a.body.clone();
     twice.transfers.insert(1, Transfer { before: 2, value: 0, to: Place::Gpu });
-    let e = validate_body(&twice, data).unwrap_err();
+    let e = validate_body(&twice, data).unwrap_err().to_string();
     assert!(e.contains("there already"), "{e}");
     let mut unordered = a.body.clone();
     unordered.transfers.swap(0, 1);
-    let e = validate_body(&unordered, data).unwrap_err();
+    let e = validate_body(&unordered, data).unwrap_err().to_string();
     assert!(e.contains("step 1") && e.contains("transfer is missing"), "a transfer out of order applies nowhere: {e}");
     let mut past_the_end = a.body.clone();
     past_the_end.transfers.push(Transfer { before: 99, value: 4, to: Place::Host });
-    let e = validate_body(&past_the_end, data).unwrap_err();
+    let e = validate_body(&past_the_end, data).unwrap_err().to_string();
     assert!(e.contains("after the last step"), "{e}");
 
     // Without a GPU, loading says why; never a crash.

@@ -396,7 +396,7 @@ impl Model {
                 format!(
                     "model '{}': a device run of a batched model takes one of its planned batch sizes ({}) exactly, got {lead} (pad on the device, or run from host memory)",
                     self.name(),
-                    batch::list(&self.batches)
+                    tessera_kernels::artifact::batched::list(&self.batches)
                 ),
             ));
         };

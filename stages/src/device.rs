@@ -12,7 +12,7 @@ use crate::fingerprint::{CpuFingerprint, DeviceFingerprint, GpuFingerprint};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use tessera_kernels::runtime::cuda;
 
-fn library_version(v: Result<usize, String>) -> String {
+fn library_version(v: Result<usize, cuda::CudaError>) -> String {
     v.map_or_else(|why| format!("absent: {why}"), |v| v.to_string())
 }
 

@@ -24,23 +24,20 @@
 //!   deleted) is written and fsynced, then the entries' removal is journaled and applied like any index
 //!   change, then the objects are deleted, then the intent file. A crash before the removal is durable
 //!   leaves every entry and object in place; after it, at worst objects no entry names yet, which the next
-//!   writable open deletes from the intent file (`finish_interrupted`), deleting only what no entry and no
-//!   root names at that moment. At no point does an entry or a root name a missing object.
+//!   writable open deletes from the intent file (`finish_interrupted`, evict_intent.rs), deleting only what
+//!   no entry and no root names at that moment. At no point does an entry or a root name a missing object.
 
 use crate::error::{Result, StoreError};
-use crate::index::Index;
 use crate::journal::JournalRecord;
-use crate::layout::{fsync_dir, Layout};
+use crate::evict_intent::{clear_intent, remove_objects, write_intent};
+use crate::layout::{fsync_dir, write_atomically};
 use crate::memo::MemoRecord;
-use crate::objects::LocalObjects;
 use crate::stats::human_bytes;
 use crate::store::{lock, rewrite_journal, Store};
 use crate::Digest;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::Write;
-use std::path::Path;
 
 /// Parses a size: a number of bytes, or a number with a binary unit `K`, `M`, `G` or `T` (1K = 1024 bytes),
 /// optionally followed by `iB` or `B`, in any case: `4096`, `500M`, `2G`, `1.5GiB`.
@@ -284,82 +281,6 @@ impl Store {
 
 /// How long a compile's eviction waits for the other processes using the store to close it.
 pub const CAP_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// Finishes an eviction a crash interrupted: deletes the objects `EVICTING` lists that no memo entry and
-/// no root names now, then the file. Called by a writable open after the journal replay; returns how many
-/// objects it deleted, or `None` when no eviction was interrupted.
-pub(crate) fn finish_interrupted(layout: &Layout, index: &Index, objects: &LocalObjects) -> Result<Option<usize>> {
-    let path = layout.evict_intent();
-    let text = match fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(StoreError::io("reading the interrupted eviction's list", &path)(e)),
-    };
-    let (memo, bad_memo) = index.memo_all()?;
-    let (roots, bad_roots) = index.roots()?;
-    let mut doomed = Vec::new();
-    // With records that do not decode, what they name is unknown: keep everything (plain gc or
-    // `verify --repair` sorts it out later); the file is written whole or not at all (renamed into place).
-    if bad_memo.is_empty() && bad_roots.is_empty() {
-        let named: BTreeSet<Digest> =
-            memo.iter().map(|m| m.entry.output).chain(roots.into_values().flatten()).collect();
-        doomed = text
-            .lines()
-            .filter_map(|l| l.trim().parse::<Digest>().ok())
-            .filter(|d| !named.contains(d) && objects.contains(d))
-            .collect();
-    }
-    remove_objects(objects, &doomed)?;
-    clear_intent(layout)?;
-    Ok(Some(doomed.len()))
-}
-
-/// Deletes objects and fsyncs the fan-out directories they were in.
-fn remove_objects(objects: &LocalObjects, doomed: &[Digest]) -> Result<()> {
-    let mut fans = BTreeSet::new();
-    for d in doomed {
-        objects.remove(d)?;
-        if let Some(parent) = objects.path_of(d).parent() {
-            fans.insert(parent.to_path_buf());
-        }
-    }
-    for f in &fans {
-        fsync_dir(f)?;
-    }
-    Ok(())
-}
-
-fn write_intent(layout: &Layout, doomed: &[Digest]) -> Result<()> {
-    let mut text = String::with_capacity(doomed.len() * 65);
-    for d in doomed {
-        text.push_str(&d.to_hex());
-        text.push('\n');
-    }
-    write_atomically(layout, &layout.evict_intent(), text.as_bytes())
-}
-
-fn clear_intent(layout: &Layout) -> Result<()> {
-    let path = layout.evict_intent();
-    match fs::remove_file(&path) {
-        Ok(()) => fsync_dir(&layout.dir),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(StoreError::io("removing the eviction's list", &path)(e)),
-    }
-}
-
-/// Writes a small file in the store directory whole or not at all (temp file in `tmp/`, fsync, rename,
-/// directory fsync).
-fn write_atomically(layout: &Layout, path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = tempfile::Builder::new()
-        .prefix("config-")
-        .tempfile_in(layout.tmp())
-        .map_err(StoreError::io("creating temp file in", layout.tmp()))?;
-    let mut f = tmp.as_file();
-    f.write_all(bytes).map_err(StoreError::io("writing", tmp.path()))?;
-    f.sync_all().map_err(StoreError::io("fsyncing", tmp.path()))?;
-    tmp.persist(path).map_err(|e| StoreError::Io { what: "renaming into place", path: path.to_path_buf(), cause: e.error })?;
-    fsync_dir(&layout.dir)
-}
 
 #[cfg(test)]
 mod tests {

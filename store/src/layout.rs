@@ -176,6 +176,20 @@ pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
     f.sync_all().map_err(StoreError::io("fsyncing directory", dir))
 }
 
+/// Writes a small file in the store directory whole or not at all (temp file in `tmp/`, fsync, rename,
+/// directory fsync).
+pub(crate) fn write_atomically(layout: &Layout, path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = tempfile::Builder::new()
+        .prefix("config-")
+        .tempfile_in(layout.tmp())
+        .map_err(StoreError::io("creating temp file in", layout.tmp()))?;
+    let mut f = tmp.as_file();
+    f.write_all(bytes).map_err(StoreError::io("writing", tmp.path()))?;
+    f.sync_all().map_err(StoreError::io("fsyncing", tmp.path()))?;
+    tmp.persist(path).map_err(|e| StoreError::Io { what: "renaming into place", path: path.to_path_buf(), cause: e.error })?;
+    fsync_dir(&layout.dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

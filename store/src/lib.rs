@@ -19,6 +19,7 @@ pub mod archive;
 pub mod digest;
 pub mod error;
 pub mod evict;
+mod evict_intent;
 pub mod facts;
 mod index;
 mod journal;

@@ -221,7 +221,7 @@ impl Store {
             })?;
             if recover {
                 // After the replay, so the index it reads names every entry the journal holds.
-                report.eviction_finished = crate::evict::finish_interrupted(&layout, &index, &objects)?;
+                report.eviction_finished = crate::evict_intent::finish_interrupted(&layout, &index, &objects)?;
             }
         }
         if alone && !opts.exclusive {
@@ -687,6 +687,16 @@ impl Store {
             dedupe_ratio: if written == 0 { 1.0 } else { d.put_bytes as f64 / written as f64 },
             quarantined,
         })
+    }
+}
+
+/// The local memo table as a tier (tier.rs): the store's own lookups and records.
+impl crate::tier::MemoTier for Store {
+    fn lookup(&self, stage: &str, key: &Digest) -> Result<Option<MemoEntry>> {
+        self.memo_lookup(stage, key)
+    }
+    fn record(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {
+        self.memo_record(stage, key, entry)
     }
 }
 

@@ -9,7 +9,6 @@
 use crate::error::Result;
 use crate::memo::MemoEntry;
 use crate::objects::{LocalObjects, PutOutcome};
-use crate::store::Store;
 use crate::Digest;
 use std::io::{Read, Write};
 
@@ -44,19 +43,10 @@ impl ObjectTier for LocalObjects {
     }
 }
 
-impl MemoTier for Store {
-    fn lookup(&self, stage: &str, key: &Digest) -> Result<Option<MemoEntry>> {
-        self.memo_lookup(stage, key)
-    }
-    fn record(&self, stage: &str, key: &Digest, entry: &MemoEntry) -> Result<()> {
-        self.memo_record(stage, key, entry)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::OpenOptions;
+    use crate::store::{OpenOptions, Store};
 
     #[test]
     fn local_objects_through_the_trait() {

@@ -74,17 +74,17 @@ fn a_single_plan_reads_as_before() {
 fn join_refuses_what_cannot_share_a_file() {
     let p1 = payload(1);
     let p8 = payload(8);
-    let e = join(&[(8, &p8), (1, &p1)]).unwrap_err();
+    let e = join(&[(8, &p8), (1, &p1)]).unwrap_err().to_string();
     assert!(e.contains("ascending"), "{e}");
-    let e = join(&[(1, &p1)]).unwrap_err();
+    let e = join(&[(1, &p1)]).unwrap_err().to_string();
     assert!(e.contains("at least two plans"), "{e}");
     // A plan whose inputs do not lead with its batch size.
-    let e = join(&[(1, &p1), (2, &p8)]).unwrap_err();
+    let e = join(&[(1, &p1), (2, &p8)]).unwrap_err().to_string();
     assert!(e.contains("plan for batch 2") && e.contains("input 'x'") && e.contains("leading dimension"), "{e}");
-    let e = join(&[(1, &p1), (8, &p8[..100])]).unwrap_err();
+    let e = join(&[(1, &p1), (8, &p8[..100])]).unwrap_err().to_string();
     assert!(e.contains("plan for batch 8"), "{e}");
     let both = joined(&[1, 8]);
-    let e = join(&[(1, &p1), (8, &both)]).unwrap_err();
+    let e = join(&[(1, &p1), (8, &both)]).unwrap_err().to_string();
     assert!(e.contains("single-plan payload"), "{e}");
 }
 
@@ -151,4 +151,18 @@ fn provenance_stamps_on_a_batched_payload() {
     let a = Artifact::read(&stamped).unwrap();
     assert_eq!((a.batches(), a.provenance.as_ref()), (&[1u64, 2, 8][..], Some(&p)));
     assert_eq!(a.payload_digest(), crate::artifact::Blake3::of(&bytes));
+}
+
+#[test]
+fn the_smallest_plan_that_fits() {
+    let b = [1, 8, 32];
+    assert_eq!(choose(&b, 1), Ok(0));
+    assert_eq!(choose(&b, 2), Ok(1));
+    assert_eq!(choose(&b, 8), Ok(1));
+    assert_eq!(choose(&b, 9), Ok(2));
+    let e = choose(&b, 33).unwrap_err();
+    assert_eq!(e, ChooseError::TooLarge { batch: 33, largest: 32, sizes: b.to_vec() });
+    let e = e.to_string();
+    assert!(e.contains("batch 33") && e.contains("largest plan (32)") && e.contains("1, 8, 32"), "{e}");
+    assert!(choose(&b, 0).unwrap_err().to_string().contains("0 rows"));
 }

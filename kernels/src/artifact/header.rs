@@ -1,7 +1,7 @@
 //! The fixed 64-byte header and the framing of body and data section (layout in the parent module's docs).
 
 use super::provenance::{decode_section, payload_len, Provenance, FLAG_PROVENANCE};
-use super::{align_up, ArtifactErrorKind, Body};
+use super::{align_up, ArtifactErrorKind, BatchedBody, Body};
 
 /// First 8 bytes of every artifact. The 0x1a (DOS end-of-file) stops `type`/`more` from dumping the binary.
 pub const MAGIC: [u8; 8] = *b"TESSERA\x1a";
@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"TESSERA\x1a";
 /// ([`super::provenance::PROVENANCE_VERSION`]): adding it left every payload's bytes as they were.
 pub const FORMAT_VERSION: u32 = 3;
 /// Version of a payload holding several plans, one per batch size (see [`super::batched`]): the same header,
-/// padding and data section as [`FORMAT_VERSION`], the body a postcard [`BatchedBody`](super::batched::BatchedBody)
+/// padding and data section as [`FORMAT_VERSION`], the body a postcard [`BatchedBody`]
 /// instead of one [`Body`]. A version of its own rather than a flag: a runtime that reads only single plans
 /// refuses such a file by its version, and single-plan files keep every byte they had. Bump both versions on
 /// any change to the body encoding.
@@ -32,7 +32,7 @@ pub fn encode(body: &Body, data: &[u8]) -> Result<Vec<u8>, postcard::Error> {
 }
 
 /// Writes a payload of several plans (version [`BATCHED_FORMAT_VERSION`]); the caller validated it.
-pub(crate) fn encode_batched(body: &super::batched::BatchedBody, data: &[u8]) -> Result<Vec<u8>, postcard::Error> {
+pub(crate) fn encode_batched(body: &BatchedBody, data: &[u8]) -> Result<Vec<u8>, postcard::Error> {
     Ok(frame(BATCHED_FORMAT_VERSION, &postcard::to_stdvec(body)?, data))
 }
 
@@ -112,7 +112,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded<'_>, ArtifactErrorKind> {
     let (plans, batches) = if version == FORMAT_VERSION {
         (vec![take_all::<Body>(encoded)?], Vec::new())
     } else {
-        let b = take_all::<super::batched::BatchedBody>(encoded)?;
+        let b = take_all::<BatchedBody>(encoded)?;
         b.plans.into_iter().map(|p| (p.body, p.batch)).unzip()
     };
     let provenance = match stamped {

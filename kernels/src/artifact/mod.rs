@@ -76,10 +76,8 @@ use std::path::Path;
 use crate::module::{Module, Place};
 use crate::tensor::{Tensor, TensorType};
 
-pub use batched::{BatchPlan, BatchedBody};
 pub use header::{BATCHED_FORMAT_VERSION, FORMAT_VERSION, HEADER_LEN, MAGIC};
 pub use provenance::{Blake3, Provenance, SourceModel};
-pub use validate::arity;
 
 /// Alignment of every buffer offset, in the arena and in the data section, and of the memory the runtime
 /// allocates: what the calling convention promises to kernels (vector loads, cache lines).
@@ -184,6 +182,20 @@ pub struct Body {
     pub transfers: Vec<Transfer>,
 }
 
+/// One plan of a batched artifact: the batch size it was compiled for and its body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchPlan {
+    pub batch: u64,
+    pub body: Body,
+}
+
+/// The body of a batched artifact (version [`BATCHED_FORMAT_VERSION`]; the rules in [`batched`]): its plans,
+/// batch sizes ascending.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchedBody {
+    pub plans: Vec<BatchPlan>,
+}
+
 /// An explicit copy: just before step `before` runs, value `value` (written by an earlier step at the other
 /// place) is copied to `to`, the place of step `before`, at the same arena offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,6 +225,40 @@ impl Body {
     pub fn unplanned_bytes(&self) -> u64 {
         let inputs = self.inputs.iter().map(|d| slot_bytes(&d.ty));
         inputs.chain(self.values.iter().map(|d| slot_bytes(&d.ty))).sum()
+    }
+}
+
+/// What is wrong with a decoded body ([`validate_body`]), or with the set of plans of a batched artifact
+/// ([`batched::validate`], [`batched::join`]): the kind of rule it breaks, and a message naming what and
+/// where (the `Display`, as the file's [`ArtifactErrorKind::Invalid`] shows it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    /// A size, offset or bound out of range: a type too large to size, a buffer misaligned or outside its
+    /// region, an arena or scratch larger than what it holds needs.
+    #[error("{0}")]
+    Bounds(String),
+    /// A name, index or reference that repeats or does not resolve, a step's arguments against its
+    /// function's signature, the order of writes, reads and transfers.
+    #[error("{0}")]
+    Structure(String),
+    /// Two buffers live at the same time overlap in the memory plan.
+    #[error("{0}")]
+    MemoryPlan(String),
+    /// The plans of a batched artifact break its rules (see [`batched`]), or cannot be joined.
+    #[error("{0}")]
+    Batched(String),
+}
+
+impl BodyError {
+    /// The same error, its message led by `context` (`plan for batch 8: ...`).
+    pub fn context(self, context: impl fmt::Display) -> BodyError {
+        let led = |m: String| format!("{context}: {m}");
+        match self {
+            BodyError::Bounds(m) => BodyError::Bounds(led(m)),
+            BodyError::Structure(m) => BodyError::Structure(led(m)),
+            BodyError::MemoryPlan(m) => BodyError::MemoryPlan(led(m)),
+            BodyError::Batched(m) => BodyError::Batched(led(m)),
+        }
     }
 }
 
@@ -298,11 +344,11 @@ impl Artifact {
         let data_len = data.len() as u64;
         let data_start = payload_len - data.len();
         let mut plans = if batches.is_empty() {
-            validate::body(&plans[0], data_len).map_err(invalid)?;
+            validate::body(&plans[0], data_len).map_err(|e| invalid(e.to_string()))?;
             plans
         } else {
             let b = BatchedBody { plans: batches.iter().zip(plans).map(|(&batch, body)| BatchPlan { batch, body }).collect() };
-            batched::validate(&b, data_len).map_err(invalid)?;
+            batched::validate(&b, data_len).map_err(|e| invalid(e.to_string()))?;
             b.plans.into_iter().map(|p| p.body).collect()
         };
         let body = plans.remove(0);
@@ -406,7 +452,7 @@ impl Artifact {
         if batches.is_empty() {
             return Err(format!("model '{}' holds one plan: its inputs have fixed shapes (no batch size to choose)", self.body.model));
         }
-        let plan = self.plan(crate::batch::choose(&batches, batch).map_err(|e| format!("model '{}': {e}", self.body.model))?);
+        let plan = self.plan(batched::choose(&batches, batch).map_err(|e| format!("model '{}': {e}", self.body.model))?);
         Ok(plan
             .inputs
             .iter()

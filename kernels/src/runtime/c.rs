@@ -21,7 +21,7 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use crate::module::{FunctionInfo, Module};
+use crate::module::Module;
 
 /// `void symbol(void* const* args)`: the calling convention of every exported function.
 type KernelFn = unsafe extern "C" fn(*const *mut u8);
@@ -54,7 +54,7 @@ impl SharedObject {
             // SAFETY: the symbol is declared by the backend with the calling convention's signature; the
             // pointer is only used while `lib` is loaded (it is dropped first).
             let sym = unsafe { lib.get::<KernelFn>(f.symbol.as_bytes()) }.map_err(|e| fail(format!("function '{}': {e}", f.symbol)))?;
-            functions.push((*sym, arity(f), f.symbol.clone()));
+            functions.push((*sym, f.arity(), f.symbol.clone()));
         }
         // A module with parallel loops exports `tsr_set_parallel` (c/prelude.h): hand it the pool's
         // parallel-for. Modules without it (older ones, CUTLASS's) run as they are.
@@ -105,10 +105,6 @@ pub const FORMAT: crate::module::ModuleFormat = crate::module::ModuleFormat::hos
 /// The registry's loader of [`FORMAT`] modules.
 pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
     Ok(Box::new(SharedObject::load(m)?))
-}
-
-fn arity(f: &FunctionInfo) -> usize {
-    crate::artifact::arity(f)
 }
 
 impl LoadedModule for SharedObject {

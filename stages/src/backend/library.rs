@@ -165,7 +165,7 @@ pub fn compile_module<C: CallDesc>(backend: &str, target: &Target, format: Modul
         functions: kernels.iter().map(|k| k.info.clone()).collect(),
         bytes: LibraryModule { functions }.encode(),
     };
-    LibraryModule::<C>::decode(&module).map_err(err)?;
+    LibraryModule::<C>::decode(&module).map_err(|e| err(e.to_string()))?;
     Ok(module)
 }
 

@@ -193,7 +193,7 @@ pub fn link(input: &LinkInput) -> Result<Vec<u8>, LinkError> {
     body.arena_bytes = arena_bytes;
     debug_assert_eq!(body.arena_bytes % ALIGN, 0);
 
-    artifact::validate_body(&body, data.len() as u64).map_err(fail)?;
+    artifact::validate_body(&body, data.len() as u64).map_err(|e| fail(e.to_string()))?;
     artifact::encode(&body, &data).map_err(|e| fail(format!("cannot encode the body: {e}")))
 }
 
@@ -312,7 +312,7 @@ impl Stage for LinkBatches<'_> {
     fn compute(&self) -> anyhow::Result<Vec<u8>> {
         let payloads = (self.payloads)()?;
         let plans: Vec<(u64, &[u8])> = self.plans.iter().zip(&payloads).map(|((b, _), p)| (*b, p.as_slice())).collect();
-        tessera_kernels::artifact::batched::join(&plans).map_err(|msg| anyhow::Error::new(LinkError { model: self.model.to_string(), msg }))
+        tessera_kernels::artifact::batched::join(&plans).map_err(|e| anyhow::Error::new(LinkError { model: self.model.to_string(), msg: e.to_string() }))
     }
     fn encode(out: &Vec<u8>) -> anyhow::Result<Vec<u8>> {
         Ok(out.clone())

@@ -17,6 +17,7 @@
 //! is part of every tune key, so a new cuBLASLt re-tunes.
 
 use super::device;
+use super::CudaError;
 pub use super::library::Operand;
 use super::library::{self, Args, CallDesc, LibraryModule};
 use super::module::{GpuModule, LibraryCall, PreparedLaunch};
@@ -102,16 +103,16 @@ impl CallDesc for Matmul {
         s
     }
 
-    fn check(&self, args: &Args) -> Result<(), String> {
+    fn check(&self, args: &Args) -> Result<(), CudaError> {
         let mm = self;
         if !matches!(mm.dtype, DType::F32 | DType::F16 | DType::BF16) {
-            return Err(format!("element type {:?} (f32, f16 or bf16 only)", mm.dtype));
+            return Err(CudaError::InvalidModule(format!("element type {:?} (f32, f16 or bf16 only)", mm.dtype)));
         }
         if mm.rank >= MAX_RANK {
-            return Err(format!("algorithm rank {} (below {MAX_RANK} only)", mm.rank));
+            return Err(CudaError::InvalidModule(format!("algorithm rank {} (below {MAX_RANK} only)", mm.rank)));
         }
         if mm.m == 0 || mm.n == 0 || mm.k == 0 || mm.batch == 0 || [mm.m, mm.n, mm.k].iter().any(|&d| d > i32::MAX as u64) {
-            return Err(format!("shape {}x{}x{} batch {} out of range", mm.m, mm.n, mm.k, mm.batch));
+            return Err(CudaError::InvalidModule(format!("shape {}x{}x{} batch {} out of range", mm.m, mm.n, mm.k, mm.batch)));
         }
         let size = mm.dtype.size() as u64;
         let mut operands = vec![("A", mm.a, mm.m * mm.k), ("B", mm.b, mm.k * mm.n), ("D", mm.d, mm.m * mm.n)];
@@ -120,7 +121,7 @@ impl CallDesc for Matmul {
         }
         if let Some(bias) = mm.bias {
             if bias.batch_stride != 0 {
-                return Err("a bias is the same for every batch".into());
+                return Err(CudaError::InvalidModule("a bias is the same for every batch".into()));
             }
             operands.push(("bias", bias, mm.n));
         }
@@ -133,18 +134,18 @@ impl CallDesc for Matmul {
 }
 
 /// Whether cuBLASLt can be loaded here; why not, if not (cudarc panics on a missing library, so ask first).
-pub fn available() -> Result<(), String> {
+pub fn available() -> Result<(), CudaError> {
     device::count()?;
     // SAFETY: only tries to open the library by its names.
     if unsafe { lt::is_culib_present() } {
         Ok(())
     } else {
-        Err("cuBLASLt (libcublasLt.so.13) not found on this machine".into())
+        Err(CudaError::Unavailable("cuBLASLt (libcublasLt.so.13) not found on this machine".into()))
     }
 }
 
 /// The cuBLASLt version (`major.minor.patch` as one number, e.g. 130100), once loaded.
-pub fn version() -> Result<usize, String> {
+pub fn version() -> Result<usize, CudaError> {
     available()?;
     // SAFETY: the library is present (checked above); no arguments.
     Ok(unsafe { lt::cublasLtGetVersion() })
@@ -183,9 +184,9 @@ impl Drop for Handle {
 
 impl LoadedBlas {
     pub fn load(m: &Module) -> Result<LoadedBlas, RuntimeError> {
-        let b = BlasModule::decode(m).map_err(RuntimeError)?;
+        let b = BlasModule::decode(m).map_err(RuntimeError::from)?;
         available().map_err(|e| RuntimeError(format!("module of backend {} needs a GPU with cuBLASLt: {e}", m.backend)))?;
-        let ctx = device::context().map_err(RuntimeError)?;
+        let ctx = device::context().map_err(RuntimeError::from)?;
         ctx.bind_to_thread().map_err(|e| RuntimeError(device::error(e)))?;
         let handle = cudarc::cublaslt::result::create_handle().map_err(|e| RuntimeError(format!("module of backend {}: cublasLtCreate: {e:?}", m.backend)))?;
         Ok(LoadedBlas {
@@ -232,11 +233,11 @@ struct PreparedMatmul {
 unsafe impl Send for PreparedMatmul {}
 unsafe impl Sync for PreparedMatmul {}
 
-fn ok(s: lt::cublasStatus_t, what: &str) -> Result<(), String> {
+fn ok(s: lt::cublasStatus_t, what: &str) -> Result<(), CudaError> {
     if s == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
         Ok(())
     } else {
-        Err(format!("{what}: {s:?}"))
+        Err(CudaError::Library { call: what.to_string(), status: format!("{s:?}") })
     }
 }
 
@@ -251,7 +252,7 @@ fn alignment(addr: u64) -> u32 {
 impl PreparedMatmul {
     /// The matmul `mm` on the buffers `args`, its algorithm from `algos` under `call` (function, position)
     /// when an earlier preparation for the same alignments asked the heuristic.
-    fn new(handle: &Arc<Handle>, mm: &Matmul, args: &[u64], algos: &AlgoCache, call: (usize, usize)) -> Result<PreparedMatmul, String> {
+    fn new(handle: &Arc<Handle>, mm: &Matmul, args: &[u64], algos: &AlgoCache, call: (usize, usize)) -> Result<PreparedMatmul, CudaError> {
         let at = |o: &Operand| args[o.arg as usize] + o.offset;
         // Storage type of A, B, C and D (and the bias, which defaults to D's); compute is fp32 whatever it is.
         let ty = match mm.dtype {
@@ -293,7 +294,7 @@ impl PreparedMatmul {
             }
             if let Some(c) = &mm.residual {
                 if c.batch_stride != mm.d.batch_stride {
-                    return Err("the residual's batch stride differs from the output's".into());
+                    return Err(CudaError::InvalidModule("the residual's batch stride differs from the output's".into()));
                 }
             }
             let (c_ptr, beta) = match &mm.residual {
@@ -304,7 +305,7 @@ impl PreparedMatmul {
             this.beta = beta;
             // The heuristic's algorithm of rank `mm.rank` for these pointers' alignment and the workspace we have.
             let aligned = this.ptrs.map(alignment);
-            let cache = || algos.lock().map_err(|_| "the algorithm cache's lock is poisoned".to_string());
+            let cache = || algos.lock().map_err(|_| CudaError::Poisoned("the algorithm cache's lock is poisoned".to_string()));
             if let Some(algo) = cache()?.get(&(call.0, call.1, aligned)) {
                 this.algo = *algo;
                 return Ok(this);
@@ -324,10 +325,10 @@ impl PreparedMatmul {
                 let l = this.layouts;
                 ok(lt::cublasLtMatmulAlgoGetHeuristic(handle.0, desc, l[0], l[1], l[2], l[2], pref, wanted as i32, results.as_mut_ptr(), &mut count), "cublasLtMatmulAlgoGetHeuristic")?;
                 if count == 0 {
-                    return Err("cuBLASLt has no algorithm for this matmul".to_string());
+                    return Err(CudaError::NoAlgorithm("cuBLASLt has no algorithm for this matmul".to_string()));
                 }
                 if (count as usize) < wanted {
-                    return Err(format!("cuBLASLt's heuristic offers {count} algorithm(s) for this matmul; rank {} was asked for", mm.rank));
+                    return Err(CudaError::NoAlgorithm(format!("cuBLASLt's heuristic offers {count} algorithm(s) for this matmul; rank {} was asked for", mm.rank)));
                 }
                 let result = &results[mm.rank as usize];
                 ok(result.state, "heuristic result")?;
@@ -342,7 +343,7 @@ impl PreparedMatmul {
 }
 
 impl LibraryCall for PreparedMatmul {
-    unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), String> {
+    unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), CudaError> {
         let alpha = 1.0f32;
         let l = self.layouts;
         let p = |i: usize| self.ptrs[i] as *mut c_void;

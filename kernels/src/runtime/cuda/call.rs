@@ -24,7 +24,7 @@ pub fn call_gpu_function(module: &dyn LoadedModule, index: usize, info: &Functio
         }
     }
     let gpu = module.gpu().ok_or_else(|| fail("its module is not a GPU module".to_string()))?;
-    let ctx = device::context().map_err(fail)?;
+    let ctx = device::context().map_err(|e| fail(e.to_string()))?;
     ctx.bind_to_thread().map_err(g)?;
     let sizes: Vec<u64> = inputs
         .iter()
@@ -34,7 +34,7 @@ pub fn call_gpu_function(module: &dyn LoadedModule, index: usize, info: &Functio
         .collect();
     let offsets: Vec<u64> = sizes.iter().scan(0, |at, &s| { let o = *at; *at += align256(s.max(1)); Some(o) }).collect();
     let total = offsets.last().zip(sizes.last()).map_or(256, |(o, s)| o + align256((*s).max(1)));
-    let memory = DeviceAlloc::new(&ctx, total as usize).map_err(fail)?;
+    let memory = DeviceAlloc::new(&ctx, total as usize).map_err(|e| fail(e.to_string()))?;
     // SAFETY: every copy lies inside the allocation, laid out above; synchronous copies.
     unsafe {
         result::memset_d8_sync(memory.ptr, 0xff, total as usize).map_err(g)?;

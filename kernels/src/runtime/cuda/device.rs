@@ -7,6 +7,7 @@
 //! on GPU 1 from whichever thread calls it. This is the CUDA runtime's `cudaSetDevice` model, scoped.
 
 use super::libs;
+use super::CudaError;
 use cudarc::driver::{result, sys, CudaContext};
 use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
@@ -49,33 +50,33 @@ pub fn on<R>(ordinal: usize, f: impl FnOnce() -> R) -> R {
 }
 
 /// How many GPUs the CUDA driver sees, or why it sees none (no driver, a driver too old...).
-pub fn count() -> Result<usize, String> {
-    static COUNT: OnceLock<Result<usize, String>> = OnceLock::new();
+pub fn count() -> Result<usize, CudaError> {
+    static COUNT: OnceLock<Result<usize, CudaError>> = OnceLock::new();
     COUNT
         .get_or_init(|| {
             libs::driver()?;
             match CudaContext::device_count() {
                 Ok(n) if n > 0 => Ok(n as usize),
-                Ok(_) => Err("the CUDA driver sees no GPU".to_string()),
-                Err(e) => Err(format!("the CUDA driver cannot list GPUs: {e}")),
+                Ok(_) => Err(CudaError::Unavailable("the CUDA driver sees no GPU".to_string())),
+                Err(e) => Err(CudaError::Unavailable(format!("the CUDA driver cannot list GPUs: {e}"))),
             }
         })
         .clone()
 }
 
 /// The context of GPU `ordinal`, or why there is none (no driver, no such device...).
-pub fn context_of(ordinal: usize) -> Result<Arc<CudaContext>, String> {
-    static CONTEXTS: OnceLock<Vec<OnceLock<Result<Arc<CudaContext>, String>>>> = OnceLock::new();
+pub fn context_of(ordinal: usize) -> Result<Arc<CudaContext>, CudaError> {
+    static CONTEXTS: OnceLock<Vec<OnceLock<Result<Arc<CudaContext>, CudaError>>>> = OnceLock::new();
     let n = count()?;
     if ordinal >= n {
-        return Err(format!("there is no GPU {ordinal}: the CUDA driver sees {n} (GPU 0{})", if n > 1 { format!(" to GPU {}", n - 1) } else { String::new() }));
+        return Err(CudaError::NoSuchGpu { ordinal, count: n });
     }
     let slots = CONTEXTS.get_or_init(|| (0..n).map(|_| OnceLock::new()).collect());
-    slots[ordinal].get_or_init(|| CudaContext::new(ordinal).map_err(|e| format!("cannot open GPU {ordinal}: {e}"))).clone()
+    slots[ordinal].get_or_init(|| CudaContext::new(ordinal).map_err(|e| CudaError::Driver(format!("cannot open GPU {ordinal}: {e}")))).clone()
 }
 
 /// The context of this thread's current GPU ([`current`]).
-pub fn context() -> Result<Arc<CudaContext>, String> {
+pub fn context() -> Result<Arc<CudaContext>, CudaError> {
     context_of(current())
 }
 
@@ -112,20 +113,25 @@ pub fn error(e: cudarc::driver::DriverError) -> String {
     format!("GPU {}: {e}", if bound { device as usize } else { current() })
 }
 
+/// [`error`] as a [`CudaError::Driver`].
+pub fn driver(e: cudarc::driver::DriverError) -> CudaError {
+    CudaError::Driver(error(e))
+}
+
 /// The description of this thread's current GPU.
-pub fn info() -> Result<DeviceInfo, String> {
+pub fn info() -> Result<DeviceInfo, CudaError> {
     info_of(current())
 }
 
 /// The description of GPU `ordinal`, from the driver's device queries alone: no context is made (making one
 /// took about 0.4 s of a warm rebuild's 0.6 s on an H200, and a warm rebuild needs the description only to
 /// key its measured stages; bench/compile.md).
-pub fn info_of(ordinal: usize) -> Result<DeviceInfo, String> {
+pub fn info_of(ordinal: usize) -> Result<DeviceInfo, CudaError> {
     let n = count()?;
     if ordinal >= n {
-        return Err(format!("there is no GPU {ordinal}: the CUDA driver sees {n}"));
+        return Err(CudaError::NoSuchGpu { ordinal, count: n });
     }
-    let e = |e: cudarc::driver::DriverError| format!("GPU {ordinal}: {e}");
+    let e = |e: cudarc::driver::DriverError| CudaError::Driver(format!("GPU {ordinal}: {e}"));
     let dev = result::device::get(ordinal as i32).map_err(e)?;
     // SAFETY: `dev` is a device handle the driver (initialised by `count`) just returned.
     let attr = |a| unsafe { result::device::get_attribute(dev, a) }.map_err(e);
@@ -152,10 +158,10 @@ pub fn info_of(ordinal: usize) -> Result<DeviceInfo, String> {
 /// Waits for all work on this thread's current GPU (every stream of its context, the caller's included):
 /// what a caller that hands tessera device memory written on a stream tessera does not know does before the
 /// run reads it.
-pub fn synchronize() -> Result<(), String> {
+pub fn synchronize() -> Result<(), CudaError> {
     let ctx = context()?;
-    ctx.bind_to_thread().map_err(error)?;
-    ctx.synchronize().map_err(error)
+    ctx.bind_to_thread().map_err(driver)?;
+    ctx.synchronize().map_err(driver)
 }
 
 /// `n` rounded up to 256 bytes, the alignment of every device buffer tessera lays out.
@@ -171,10 +177,10 @@ pub struct DeviceAlloc {
 
 impl DeviceAlloc {
     /// `bytes` (at least 1) of device memory, uninitialized.
-    pub fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<DeviceAlloc, String> {
-        ctx.bind_to_thread().map_err(|e| format!("GPU {}: {e}", ctx.ordinal()))?;
+    pub fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<DeviceAlloc, CudaError> {
+        ctx.bind_to_thread().map_err(|e| CudaError::Driver(format!("GPU {}: {e}", ctx.ordinal())))?;
         // SAFETY: a plain allocation, freed by `drop`.
-        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|e| format!("cannot allocate {bytes} bytes on the GPU: {e}"))?;
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|e| CudaError::Driver(format!("cannot allocate {bytes} bytes on the GPU: {e}")))?;
         Ok(DeviceAlloc { ctx: ctx.clone(), ptr })
     }
 }

@@ -15,6 +15,7 @@
 //! artifact records the fastest. The engine captures the calls into its CUDA graph like kernels.
 
 use super::device;
+use super::CudaError;
 use super::library::{self, Args, CallDesc, LibraryModule, Operand};
 use super::module::{GpuModule, LibraryCall, PreparedLaunch};
 use crate::module::Module;
@@ -109,21 +110,21 @@ impl CallDesc for Conv {
         d
     }
 
-    fn check(&self, args: &Args) -> Result<(), String> {
+    fn check(&self, args: &Args) -> Result<(), CudaError> {
         let c = self;
         if c.rank >= MAX_RANK || (c.rank > 0 && !c.relu) {
-            return Err(format!("algorithm rank {} (below {MAX_RANK}, and 0 without ReLU)", c.rank));
+            return Err(CudaError::InvalidModule(format!("algorithm rank {} (below {MAX_RANK}, and 0 without ReLU)", c.rank)));
         }
         if !matches!(c.dtype, DType::F32 | DType::F16 | DType::BF16) {
-            return Err(format!("element type {:?} (f32, f16 or bf16 only)", c.dtype));
+            return Err(CudaError::InvalidModule(format!("element type {:?} (f32, f16 or bf16 only)", c.dtype)));
         }
         let ([n, ch, h, w], [k, cg, r, s], [on, ok_, p, q]) = (c.input, c.weight, c.output);
         let g = c.groups;
         if [n, ch, h, w, k, cg, r, s, p, q, g].contains(&0) || c.strides.contains(&0) || c.dilations.contains(&0) {
-            return Err("a zero dimension, stride, dilation or group count".into());
+            return Err(CudaError::InvalidModule("a zero dimension, stride, dilation or group count".into()));
         }
         if on != n || ok_ != k || ch != cg * g || k % g != 0 {
-            return Err(format!("inconsistent shapes: input {:?}, weight {:?}, output {:?}, groups {g}", c.input, c.weight, c.output));
+            return Err(CudaError::InvalidModule(format!("inconsistent shapes: input {:?}, weight {:?}, output {:?}, groups {g}", c.input, c.weight, c.output)));
         }
         // The output size convolution arithmetic gives (floor), so no access leaves the padded input.
         let out = |size: u32, pad: u32, kernel: u32, stride: u32, dil: u32| -> Option<u32> {
@@ -131,7 +132,7 @@ impl CallDesc for Conv {
             (size as u64 + 2 * pad as u64).checked_sub(span).map(|d| (d / stride as u64 + 1) as u32)
         };
         if out(h, c.pads[0], r, c.strides[0], c.dilations[0]) != Some(p) || out(w, c.pads[1], s, c.strides[1], c.dilations[1]) != Some(q) {
-            return Err(format!("output {p}x{q} does not follow from input {h}x{w}, kernel {r}x{s}, pads {:?}, strides {:?}, dilations {:?}", c.pads, c.strides, c.dilations));
+            return Err(CudaError::InvalidModule(format!("output {p}x{q} does not follow from input {h}x{w}, kernel {r}x{s}, pads {:?}, strides {:?}, dilations {:?}", c.pads, c.strides, c.dilations)));
         }
         let size = c.dtype.size() as u64;
         let prod = |d: [u32; 4]| d.iter().map(|&x| x as u64).product::<u64>();
@@ -144,25 +145,25 @@ impl CallDesc for Conv {
         }
         args.written("y", &c.y)?;
         if !(MIN_WORKSPACE_BYTES..=MAX_WORKSPACE_BYTES).contains(&c.workspace_bytes) {
-            return Err(format!("a workspace of {} bytes (between {MIN_WORKSPACE_BYTES} and {MAX_WORKSPACE_BYTES})", c.workspace_bytes));
+            return Err(CudaError::InvalidModule(format!("a workspace of {} bytes (between {MIN_WORKSPACE_BYTES} and {MAX_WORKSPACE_BYTES})", c.workspace_bytes)));
         }
         args.workspace(&c.workspace, c.workspace_bytes)
     }
 }
 
 /// Whether cuDNN can be loaded here; why not, if not (cudarc panics on a missing library, so ask first).
-pub fn available() -> Result<(), String> {
+pub fn available() -> Result<(), CudaError> {
     device::count()?;
     // SAFETY: only tries to open the library by its names.
     if unsafe { dnn::is_culib_present() } {
         Ok(())
     } else {
-        Err("cuDNN (libcudnn.so.9) not found on this machine".into())
+        Err(CudaError::Unavailable("cuDNN (libcudnn.so.9) not found on this machine".into()))
     }
 }
 
 /// The cuDNN version (`major * 10000 + minor * 100 + patch`, e.g. 91300), once loaded.
-pub fn version() -> Result<usize, String> {
+pub fn version() -> Result<usize, CudaError> {
     available()?;
     // SAFETY: the library is present (checked above); no arguments.
     Ok(unsafe { dnn::cudnnGetVersion() })
@@ -196,19 +197,19 @@ pub struct LoadedDnn {
     algos: Mutex<BTreeMap<(usize, usize), dnn::cudnnConvolutionFwdAlgo_t>>,
 }
 
-fn ok(s: dnn::cudnnStatus_t, what: &str) -> Result<(), String> {
+fn ok(s: dnn::cudnnStatus_t, what: &str) -> Result<(), CudaError> {
     if s == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
         Ok(())
     } else {
-        Err(format!("{what}: {s:?}"))
+        Err(CudaError::Library { call: what.to_string(), status: format!("{s:?}") })
     }
 }
 
 impl LoadedDnn {
     pub fn load(m: &Module) -> Result<LoadedDnn, RuntimeError> {
-        let d = DnnModule::decode(m).map_err(RuntimeError)?;
+        let d = DnnModule::decode(m).map_err(RuntimeError::from)?;
         available().map_err(|e| RuntimeError(format!("module of backend {} needs a GPU with cuDNN: {e}", m.backend)))?;
-        let ctx = device::context().map_err(RuntimeError)?;
+        let ctx = device::context().map_err(RuntimeError::from)?;
         ctx.bind_to_thread().map_err(|e| RuntimeError(device::error(e)))?;
         let mut h = std::ptr::null_mut();
         // SAFETY: plain out-parameter; the library is present (checked above).
@@ -236,7 +237,7 @@ impl LoadedModule for LoadedDnn {
 impl GpuModule for LoadedDnn {
     fn launches(&self, index: usize, args: &[u64]) -> Result<Vec<PreparedLaunch>, RuntimeError> {
         library::prepare_function(&self.backend, &self.functions, &self.arg_counts, index, args, |i, c| {
-            let algos = || self.algos.lock().map_err(|_| "the algorithm cache's lock is poisoned".to_string());
+            let algos = || self.algos.lock().map_err(|_| CudaError::Poisoned("the algorithm cache's lock is poisoned".to_string()));
             let known = algos()?.get(&(index, i)).copied();
             let p = PreparedConv::new(&self.handle, c, args, known)?;
             algos()?.insert((index, i), p.algo);
@@ -269,7 +270,7 @@ unsafe impl Sync for PreparedConv {}
 impl PreparedConv {
     /// The convolution `c` on the buffers `args`, with algorithm `known` when an earlier preparation of it
     /// picked and checked one (else the heuristic's pick, its workspace checked).
-    fn new(handle: &Arc<Mutex<Handle>>, c: &Conv, args: &[u64], known: Option<dnn::cudnnConvolutionFwdAlgo_t>) -> Result<PreparedConv, String> {
+    fn new(handle: &Arc<Mutex<Handle>>, c: &Conv, args: &[u64], known: Option<dnn::cudnnConvolutionFwdAlgo_t>) -> Result<PreparedConv, CudaError> {
         let at = |o: &Operand| args[o.arg as usize] + o.offset;
         // Storage type of x, w, z, y and the bias; the convolution computes in fp32 (its descriptor's type) for
         // each (cuDNN's PSEUDO_HALF and PSEUDO_BFLOAT16 configurations).
@@ -338,7 +339,7 @@ impl PreparedConv {
                 return Ok(this);
             }
             if c.relu {
-                let h = handle.lock().map_err(|_| "the cuDNN handle's lock is poisoned".to_string())?;
+                let h = handle.lock().map_err(|_| CudaError::Poisoned("the cuDNN handle's lock is poisoned".to_string()))?;
                 let mut perf: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
                 let mut count = 0;
                 ok(dnn::cudnnGetConvolutionForwardAlgorithm_v7(h.0, this.x_desc, this.w_desc, this.conv_desc, this.y_desc, perf.len() as i32, &mut count, perf.as_mut_ptr()), "cudnnGetConvolutionForwardAlgorithm_v7")?;
@@ -347,15 +348,15 @@ impl PreparedConv {
                     .filter(|p| p.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && (p.memory as u64) <= c.workspace_bytes)
                     .collect();
                 let pick = fitting.get(c.rank as usize).ok_or_else(|| {
-                    format!("cuDNN's heuristic offers {} algorithm(s) within a {}-byte workspace; rank {} was asked for", fitting.len(), c.workspace_bytes, c.rank)
+                    CudaError::NoAlgorithm(format!("cuDNN's heuristic offers {} algorithm(s) within a {}-byte workspace; rank {} was asked for", fitting.len(), c.workspace_bytes, c.rank))
                 })?;
                 this.algo = pick.algo;
             }
-            let h = handle.lock().map_err(|_| "the cuDNN handle's lock is poisoned".to_string())?;
+            let h = handle.lock().map_err(|_| CudaError::Poisoned("the cuDNN handle's lock is poisoned".to_string()))?;
             let mut need = 0usize;
             ok(dnn::cudnnGetConvolutionForwardWorkspaceSize(h.0, this.x_desc, this.w_desc, this.conv_desc, this.y_desc, this.algo, &mut need), "cudnnGetConvolutionForwardWorkspaceSize")?;
             if need as u64 > c.workspace_bytes {
-                return Err(format!("algorithm {:?} needs {need} bytes of workspace, more than the {} declared", this.algo, c.workspace_bytes));
+                return Err(CudaError::InvalidModule(format!("algorithm {:?} needs {need} bytes of workspace, more than the {} declared", this.algo, c.workspace_bytes)));
             }
             drop(h);
             Ok(this)
@@ -364,8 +365,8 @@ impl PreparedConv {
 }
 
 impl LibraryCall for PreparedConv {
-    unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), String> {
-        let h = self.handle.lock().map_err(|_| "the cuDNN handle's lock is poisoned".to_string())?;
+    unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), CudaError> {
+        let h = self.handle.lock().map_err(|_| CudaError::Poisoned("the cuDNN handle's lock is poisoned".to_string()))?;
         ok(dnn::cudnnSetStream(h.0, stream as dnn::cudaStream_t), "cudnnSetStream")?;
         let alpha1 = 1.0f32;
         let p = |i: usize| self.ptrs[i] as *mut c_void;

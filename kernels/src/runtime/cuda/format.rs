@@ -15,6 +15,7 @@
 //! [`crate::module`]); here the pointers are device addresses. Each launch passes some of them, in order, as
 //! its kernel's parameters, a scratch pointer plus an offset where a launch uses part of the scratch buffer.
 
+use super::CudaError;
 use crate::module::{FunctionInfo, Module};
 use serde::{Deserialize, Serialize};
 
@@ -73,25 +74,25 @@ pub struct ParamBlock {
 
 impl ParamBlock {
     /// Every patch inside the block, tensor maps 64-byte aligned, without overlaps.
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), CudaError> {
         if self.bytes.len() > MAX_PARAM_BYTES {
-            return Err(format!("a parameter block of {} bytes (at most {MAX_PARAM_BYTES})", self.bytes.len()));
+            return Err(CudaError::InvalidModule(format!("a parameter block of {} bytes (at most {MAX_PARAM_BYTES})", self.bytes.len())));
         }
         let mut spans: Vec<(usize, usize)> = self.pointers.iter().map(|p| (p.at as usize, 8)).collect();
         for t in &self.tensor_maps {
             let rank = t.dims.len();
             if !(1..=5).contains(&rank) || t.strides.len() + 1 != rank || t.box_dims.len() != rank || t.element_strides.len() != rank {
-                return Err(format!("tensor map at {}: rank {rank} with {} strides, {} box extents, {} element strides", t.at, t.strides.len(), t.box_dims.len(), t.element_strides.len()));
+                return Err(CudaError::InvalidModule(format!("tensor map at {}: rank {rank} with {} strides, {} box extents, {} element strides", t.at, t.strides.len(), t.box_dims.len(), t.element_strides.len())));
             }
             if t.at % 64 != 0 {
-                return Err(format!("tensor map at {}: not 64-byte aligned", t.at));
+                return Err(CudaError::InvalidModule(format!("tensor map at {}: not 64-byte aligned", t.at)));
             }
             spans.push((t.at as usize, TENSOR_MAP_BYTES));
         }
         spans.sort_unstable();
         for (i, &(at, len)) in spans.iter().enumerate() {
             if at + len > self.bytes.len() || spans.get(i + 1).is_some_and(|&(next, _)| next < at + len) {
-                return Err(format!("a patch of {len} bytes at {at} outside the {}-byte block or overlapping the next", self.bytes.len()));
+                return Err(CudaError::InvalidModule(format!("a patch of {len} bytes at {at} outside the {}-byte block or overlapping the next", self.bytes.len())));
             }
         }
         Ok(())
@@ -180,8 +181,8 @@ impl CubinModule {
     /// Decodes and checks a module's bytes (of either format) against its function list: every cubin is
     /// an ELF file, every function names one, every launch's arguments exist, its configuration is
     /// launchable, a scratch offset stays inside the scratch buffer.
-    pub fn decode(m: &Module) -> Result<CubinModule, String> {
-        let undecodable = |e: postcard::Error| format!("cubin module of backend {}: undecodable ({e})", m.backend);
+    pub fn decode(m: &Module) -> Result<CubinModule, CudaError> {
+        let undecodable = |e: postcard::Error| CudaError::InvalidModule(format!("cubin module of backend {}: undecodable ({e})", m.backend));
         let mut c: CubinModule = if m.format == super::LEGACY_FORMAT {
             let s: SingleCubin = postcard::from_bytes(&m.bytes).map_err(undecodable)?;
             CubinModule::single(s.arch, s.cubin, s.functions)
@@ -196,34 +197,34 @@ impl CubinModule {
             c.launch_params = c.functions.iter().map(|f| vec![None; f.launches.len()]).collect();
         }
         if c.launch_params.len() != c.functions.len() || c.functions.iter().zip(&c.launch_params).any(|(f, p)| p.len() != f.launches.len()) {
-            return Err(format!("cubin module of backend {}: parameter blocks do not match its launches", m.backend));
+            return Err(CudaError::InvalidModule(format!("cubin module of backend {}: parameter blocks do not match its launches", m.backend)));
         }
         if c.functions.len() != m.functions.len() || c.launch_cubins.len() != m.functions.len() {
-            return Err(format!("cubin module of backend {}: {} launch lists and {} cubin lists for {} functions", m.backend, c.functions.len(), c.launch_cubins.len(), m.functions.len()));
+            return Err(CudaError::InvalidModule(format!("cubin module of backend {}: {} launch lists and {} cubin lists for {} functions", m.backend, c.functions.len(), c.launch_cubins.len(), m.functions.len())));
         }
         if let Some(i) = c.cubins.iter().position(|b| b.len() < 4 || &b[..4] != b"\x7fELF") {
-            return Err(format!("cubin module of backend {}: its code {i} is not an ELF cubin", m.backend));
+            return Err(CudaError::InvalidModule(format!("cubin module of backend {}: its code {i} is not an ELF cubin", m.backend)));
         }
         for ((f, cubins), info) in c.functions.iter().zip(&c.launch_cubins).zip(&m.functions) {
             if cubins.len() != f.launches.len() {
-                return Err(format!("cubin module of backend {}: function '{}' has {} launches and {} cubin indices", m.backend, info.symbol, f.launches.len(), cubins.len()));
+                return Err(CudaError::InvalidModule(format!("cubin module of backend {}: function '{}' has {} launches and {} cubin indices", m.backend, info.symbol, f.launches.len(), cubins.len())));
             }
             if let Some((l, i)) = f.launches.iter().zip(cubins).find(|(_, &i)| i as usize >= c.cubins.len()) {
-                return Err(format!("cubin module of backend {}: function '{}': kernel '{}' is in cubin {i} of {}", m.backend, info.symbol, l.entry, c.cubins.len()));
+                return Err(CudaError::InvalidModule(format!("cubin module of backend {}: function '{}': kernel '{}' is in cubin {i} of {}", m.backend, info.symbol, l.entry, c.cubins.len())));
             }
         }
         for ((f, params), info) in c.functions.iter().zip(&c.launch_params).zip(&m.functions) {
-            check_function(f, params, info).map_err(|e| format!("cubin module of backend {}: function '{}': {e}", m.backend, info.symbol))?;
+            check_function(f, params, info).map_err(|e| CudaError::InvalidModule(format!("cubin module of backend {}: function '{}': {e}", m.backend, info.symbol)))?;
         }
         Ok(c)
     }
 }
 
-fn check_function(f: &FunctionLaunches, params: &[Option<ParamBlock>], info: &FunctionInfo) -> Result<(), String> {
+fn check_function(f: &FunctionLaunches, params: &[Option<ParamBlock>], info: &FunctionInfo) -> Result<(), CudaError> {
     let n_bufs = info.inputs.len() + info.outputs.len();
     let n_args = n_bufs + usize::from(info.scratch_bytes > 0);
     for (k, (l, block)) in f.launches.iter().zip(params).enumerate() {
-        let at = |e: String| format!("launch {k} ('{}'): {e}", l.entry);
+        let at = |e: String| CudaError::InvalidModule(format!("launch {k} ('{}'): {e}", l.entry));
         if l.grid.contains(&0) || l.block.contains(&0) {
             return Err(at(format!("empty launch configuration grid {:?} block {:?}", l.grid, l.block)));
         }
@@ -237,7 +238,7 @@ fn check_function(f: &FunctionLaunches, params: &[Option<ParamBlock>], info: &Fu
             if !l.args.is_empty() {
                 return Err(at("a launch passes both pointers and a parameter block".into()));
             }
-            b.check().map_err(at)?;
+            b.check().map_err(|e| at(e.to_string()))?;
         }
         for a in l.args.iter().chain(block.iter().flat_map(|b| b.args())) {
             let i = a.index as usize;

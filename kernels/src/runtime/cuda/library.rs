@@ -5,6 +5,7 @@
 
 use super::module::{LaunchOp, LibraryCall, PreparedLaunch};
 use crate::module::{FunctionInfo, Module};
+use super::CudaError;
 use crate::runtime::RuntimeError;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -24,7 +25,7 @@ pub trait CallDesc: Serialize + DeserializeOwned {
     /// What a call is, for messages ("matmul", "convolution").
     const WHAT: &'static str;
     /// Checks the call against its function's arguments.
-    fn check(&self, args: &Args) -> Result<(), String>;
+    fn check(&self, args: &Args) -> Result<(), CudaError>;
     /// A one-line description (profiles, errors).
     fn describe(&self) -> String;
 }
@@ -42,15 +43,15 @@ impl<C: CallDesc> LibraryModule<C> {
 
     /// Decodes and checks a module against its function list: every call's operands name existing arguments
     /// and stay inside them, its workspace inside the scratch.
-    pub fn decode(m: &Module) -> Result<LibraryModule<C>, String> {
+    pub fn decode(m: &Module) -> Result<LibraryModule<C>, CudaError> {
         let what = format!("{} module of backend {}", m.format, m.backend);
-        let d: LibraryModule<C> = postcard::from_bytes(&m.bytes).map_err(|e| format!("{what}: undecodable ({e})"))?;
+        let d: LibraryModule<C> = postcard::from_bytes(&m.bytes).map_err(|e| CudaError::InvalidModule(format!("{what}: undecodable ({e})")))?;
         if d.functions.len() != m.functions.len() {
-            return Err(format!("{what}: {} {} lists for {} functions", d.functions.len(), C::WHAT, m.functions.len()));
+            return Err(CudaError::InvalidModule(format!("{what}: {} {} lists for {} functions", d.functions.len(), C::WHAT, m.functions.len())));
         }
         for (f, info) in d.functions.iter().zip(&m.functions) {
             for (i, c) in f.iter().enumerate() {
-                c.check(&Args { info }).map_err(|e| format!("{what}: function '{}': {} {i}: {e}", info.symbol, C::WHAT))?;
+                c.check(&Args { info }).map_err(|e| CudaError::InvalidModule(format!("{what}: function '{}': {} {i}: {e}", info.symbol, C::WHAT)))?;
             }
         }
         Ok(d)
@@ -68,7 +69,7 @@ impl Args<'_> {
     }
 
     /// Bytes of argument `arg`.
-    pub fn bytes(&self, arg: u32) -> Result<u64, String> {
+    pub fn bytes(&self, arg: u32) -> Result<u64, CudaError> {
         let (i, info) = (arg as usize, self.info);
         if i < info.inputs.len() {
             Ok(info.inputs[i].size_bytes() as u64)
@@ -77,35 +78,35 @@ impl Args<'_> {
         } else if i == self.buffers() && info.scratch_bytes > 0 {
             Ok(info.scratch_bytes)
         } else {
-            Err(format!("argument {i} of a function with {} buffers", self.buffers()))
+            Err(CudaError::InvalidModule(format!("argument {i} of a function with {} buffers", self.buffers())))
         }
     }
 
     /// Checks that operand `name` spans `bytes` (none: overflowed) inside its argument.
-    pub fn operand(&self, name: &str, o: &Operand, bytes: Option<u64>) -> Result<(), String> {
+    pub fn operand(&self, name: &str, o: &Operand, bytes: Option<u64>) -> Result<(), CudaError> {
         let have = self.bytes(o.arg)?;
         if o.offset != 0 && (o.arg as usize) < self.buffers() {
-            return Err(format!("{name}: only scratch takes offsets"));
+            return Err(CudaError::InvalidModule(format!("{name}: only scratch takes offsets")));
         }
         match bytes.and_then(|b| b.checked_add(o.offset)) {
             Some(need) if need <= have => Ok(()),
-            _ => Err(format!("{name} spans more than argument {}'s {have} bytes", o.arg)),
+            _ => Err(CudaError::InvalidModule(format!("{name} spans more than argument {}'s {have} bytes", o.arg))),
         }
     }
 
     /// Checks that a written operand is not an input.
-    pub fn written(&self, name: &str, o: &Operand) -> Result<(), String> {
+    pub fn written(&self, name: &str, o: &Operand) -> Result<(), CudaError> {
         if (o.arg as usize) < self.info.inputs.len() {
-            return Err(format!("{name} is an input"));
+            return Err(CudaError::InvalidModule(format!("{name} is an input")));
         }
         Ok(())
     }
 
     /// Checks that a workspace of `bytes` at `o` lies inside the scratch.
-    pub fn workspace(&self, o: &Operand, bytes: u64) -> Result<(), String> {
+    pub fn workspace(&self, o: &Operand, bytes: u64) -> Result<(), CudaError> {
         match self.bytes(o.arg) {
             Ok(have) if o.arg as usize == self.buffers() && o.offset.checked_add(bytes).is_some_and(|e| e <= have) => Ok(()),
-            _ => Err(format!("the workspace ({bytes} bytes at argument {} + {}) is not inside the scratch", o.arg, o.offset)),
+            _ => Err(CudaError::InvalidModule(format!("the workspace ({bytes} bytes at argument {} + {}) is not inside the scratch", o.arg, o.offset))),
         }
     }
 }
@@ -122,7 +123,7 @@ pub fn prepare_function<C: CallDesc>(
     arg_counts: &[usize],
     index: usize,
     args: &[u64],
-    prepare: impl Fn(usize, &C) -> Result<Arc<dyn LibraryCall>, String>,
+    prepare: impl Fn(usize, &C) -> Result<Arc<dyn LibraryCall>, CudaError>,
 ) -> Result<Vec<PreparedLaunch>, RuntimeError> {
     let calls = functions.get(index).ok_or_else(|| RuntimeError(format!("module of backend {backend}: no function {index}")))?;
     if args.len() != arg_counts[index] {

@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use super::CudaError;
 
 /// The CUDA major version tessera's code targets (cudarc's `cuda-13000` bindings, the GPU machine's toolkit).
 pub const CUDA_MAJOR: u32 = 13;
@@ -82,27 +83,27 @@ fn nvrtc_in(home: &Path) -> Option<(PathBuf, PathBuf)> {
 }
 
 /// Opens a library by path (or name) and keeps it loaded for the life of the process.
-fn open_global(path: &Path) -> Result<(), String> {
+fn open_global(path: &Path) -> Result<(), CudaError> {
     // SAFETY: loading NVIDIA's own libraries, whose initializers have no preconditions.
     let lib = unsafe { libloading::os::unix::Library::open(Some(path), libc::RTLD_NOW | libc::RTLD_GLOBAL) }
-        .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
+        .map_err(|e| CudaError::Unavailable(format!("cannot load {}: {e}", path.display())))?;
     std::mem::forget(lib);
     Ok(())
 }
 
-fn find_toolkit() -> Result<Toolkit, String> {
+fn find_toolkit() -> Result<Toolkit, CudaError> {
     // The fixed homes first: asking Python where its packages are starts a process (tens of milliseconds, a
     // good part of a warm rebuild), so it is asked only where they hold no NVRTC. The first home that has one
     // is the same either way.
     let found = fixed_homes().iter().find_map(|h| nvrtc_in(h));
     let Some((lib_dir, include_dir)) = found.or_else(|| candidate_homes().iter().find_map(|h| nvrtc_in(h))) else {
         let looked: Vec<String> = candidate_homes().iter().map(|h| h.display().to_string()).collect();
-        return Err(format!(
+        return Err(CudaError::Unavailable(format!(
             "no CUDA {CUDA_MAJOR} NVRTC found (looked for lib/libnvrtc.so.{CUDA_MAJOR} and include/cuda_fp16.h in: {}); \
              install the CUDA toolkit, or `pip install nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runtime==13.0.88 \
              nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85`, or set TESSERA_CUDA_HOME",
             looked.join(", ")
-        ));
+        )));
     };
     // NVRTC opens its builtins library by name at compile time: load it first, by path.
     if let Ok(rd) = std::fs::read_dir(&lib_dir) {
@@ -117,20 +118,20 @@ fn find_toolkit() -> Result<Toolkit, String> {
     // SAFETY: the library is loaded (above), so cudarc's lookup by name finds it; plain out-parameters.
     let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
     if r != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
-        return Err(format!("NVRTC in {} does not answer its version ({r:?})", lib_dir.display()));
+        return Err(CudaError::Unavailable(format!("NVRTC in {} does not answer its version ({r:?})", lib_dir.display())));
     }
     Ok(Toolkit { lib_dir, include_dir, nvrtc_version: format!("{major}.{minor}") })
 }
 
 /// The CUDA toolkit of this machine (found and loaded once), or why there is none.
-pub fn toolkit() -> Result<&'static Toolkit, String> {
-    static FOUND: OnceLock<Result<Toolkit, String>> = OnceLock::new();
+pub fn toolkit() -> Result<&'static Toolkit, CudaError> {
+    static FOUND: OnceLock<Result<Toolkit, CudaError>> = OnceLock::new();
     FOUND.get_or_init(find_toolkit).as_ref().map_err(Clone::clone)
 }
 
 /// Whether the CUDA driver library can be loaded here (the probe before cudarc's driver API is touched).
-pub fn driver() -> Result<(), String> {
-    static FOUND: OnceLock<Result<(), String>> = OnceLock::new();
+pub fn driver() -> Result<(), CudaError> {
+    static FOUND: OnceLock<Result<(), CudaError>> = OnceLock::new();
     FOUND
         .get_or_init(|| {
             let names = cudarc::get_lib_name_candidates("cuda");
@@ -141,7 +142,7 @@ pub fn driver() -> Result<(), String> {
                     return Ok(());
                 }
             }
-            Err("no CUDA driver on this machine (libcuda.so.1 not found: no NVIDIA GPU driver installed)".to_string())
+            Err(CudaError::Unavailable("no CUDA driver on this machine (libcuda.so.1 not found: no NVIDIA GPU driver installed)".to_string()))
         })
         .clone()
 }

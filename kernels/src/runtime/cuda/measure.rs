@@ -113,7 +113,7 @@ pub fn measure_gpu_function(
     check_request(info, inputs, opts).map_err(fail)?;
     let mut phase = std::time::Instant::now();
     let gpu = module.gpu().ok_or_else(|| fail("its module is not a GPU module".to_string()))?;
-    let ctx = device::context().map_err(fail)?;
+    let ctx = device::context().map_err(|e| fail(e.to_string()))?;
     ctx.bind_to_thread().map_err(g)?;
 
     // One copy of the buffers: the inputs, the outputs and the scratch, each 256-byte aligned.
@@ -128,7 +128,7 @@ pub fn measure_gpu_function(
     let l2 = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE).map_err(g)?.max(0) as u64;
     let copies = (2 * l2).div_ceil(set).clamp(1, MAX_COPIES);
     let calls = copies * MIN_CALLS.div_ceil(copies);
-    let memory = DeviceAlloc::new(&ctx, (copies * set) as usize).map_err(fail)?;
+    let memory = DeviceAlloc::new(&ctx, (copies * set) as usize).map_err(|e| fail(e.to_string()))?;
     // The inputs go up once, into the first copy; the other copies are that one's bytes copied on the device
     // (an upload of twice the L2 from pageable memory for every function measured cost more than timing it).
     // SAFETY: every copy lies inside the allocation (sized above); synchronous copies.

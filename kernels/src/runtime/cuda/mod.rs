@@ -3,6 +3,7 @@
 //!
 //! - [`libs`]: finding the driver and NVRTC before cudarc opens them.
 //! - [`format`]: the cubin module format (a cubin and each function's launches).
+//! - [`error`]: [`CudaError`], what goes wrong, by kind.
 //! - [`device`]: the process's GPUs: a context per GPU, each thread's current GPU, their descriptions.
 //! - [`module`]: a loaded cubin, and what every GPU module gives the engine (launches).
 //! - [`blas`]: the cuBLASLt module format and its loader (the `cublas` backend's matmuls).
@@ -17,12 +18,14 @@ pub mod library;
 pub mod device;
 pub mod dnn;
 pub mod engine;
+pub mod error;
 pub mod format;
 pub mod libs;
 pub mod measure;
 pub mod module;
 
 pub use engine::{DeviceEngine, SharedConstants};
+pub use error::CudaError;
 pub use module::LoadedCubin;
 
 use crate::module::Module;
@@ -46,6 +49,6 @@ pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
 /// Whether this machine can run GPU artifacts (a driver that sees a GPU); why not, if not. No context is made:
 /// making GPU 0's took about 0.4 s on an H200, which a build that only keys its stages by the GPU has no use
 /// for (bench/compile.md); what opens device state makes its context then.
-pub fn available() -> Result<(), String> {
+pub fn available() -> Result<(), CudaError> {
     device::count().map(|_| ())
 }

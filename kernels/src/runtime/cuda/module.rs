@@ -2,6 +2,7 @@
 //! kernel handles.
 
 use super::device;
+use super::CudaError;
 use super::format::{CubinModule, Launch, ParamBlock, TensorMapPatch, TENSOR_MAP_BYTES};
 use crate::module::Module;
 use crate::runtime::{LoadedModule, RuntimeError};
@@ -20,7 +21,7 @@ pub struct LoadedCubin {
 
 impl LoadedCubin {
     pub fn load(m: &Module) -> Result<LoadedCubin, RuntimeError> {
-        let c = CubinModule::decode(m).map_err(RuntimeError)?;
+        let c = CubinModule::decode(m).map_err(RuntimeError::from)?;
         let ctx = device::context().map_err(|e| RuntimeError(format!("module of backend {} needs a GPU: {e}", m.backend)))?;
         let arch = c.arch;
         let modules = c
@@ -73,7 +74,7 @@ impl LoadedCubin {
 
 /// A parameter block with the function's device addresses in place and its tensor maps encoded by the
 /// driver, as 8-byte words (the block's bytes, zero-padded).
-fn fill_block(b: &ParamBlock, args: &[u64]) -> Result<Vec<u64>, String> {
+fn fill_block(b: &ParamBlock, args: &[u64]) -> Result<Vec<u64>, CudaError> {
     let mut bytes = b.bytes.clone();
     for p in &b.pointers {
         let at = p.at as usize;
@@ -94,12 +95,12 @@ fn fill_block(b: &ParamBlock, args: &[u64]) -> Result<Vec<u64>, String> {
 }
 
 /// The driver's encoding of tensor map `t` over the global memory at `address`.
-fn encode_tensor_map(t: &TensorMapPatch, address: u64) -> Result<[u8; TENSOR_MAP_BYTES], String> {
+fn encode_tensor_map(t: &TensorMapPatch, address: u64) -> Result<[u8; TENSOR_MAP_BYTES], CudaError> {
     use sys::{CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle};
     // The enums' values are the driver ABI's; the block recorded them from the same headers.
-    fn value<T>(v: u32, what: &str, max: u32) -> Result<T, String> {
+    fn value<T>(v: u32, what: &str, max: u32) -> Result<T, CudaError> {
         if v > max {
-            return Err(format!("tensor map {what} {v} is not one this driver API knows"));
+            return Err(CudaError::InvalidModule(format!("tensor map {what} {v} is not one this driver API knows")));
         }
         // SAFETY: `T` is a fieldless `repr(u32)` driver enum and `v` one of its values (checked above).
         Ok(unsafe { std::mem::transmute_copy::<u32, T>(&v) })
@@ -110,7 +111,7 @@ fn encode_tensor_map(t: &TensorMapPatch, address: u64) -> Result<[u8; TENSOR_MAP
     let l2: CUtensorMapL2promotion = value(t.l2_promotion, "L2 promotion", 3)?;
     let oob: CUtensorMapFloatOOBfill = value(t.oob_fill, "out-of-bounds fill", 1)?;
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
-    super::device::context().map_err(|e| format!("no GPU to encode a tensor map: {e}"))?;
+    super::device::context().map_err(|e| CudaError::Driver(format!("no GPU to encode a tensor map: {e}")))?;
     // SAFETY: the pointers are to live arrays of the lengths the rank names (checked when the module was
     // decoded); the driver writes the 128-byte map.
     let r = unsafe {
@@ -130,7 +131,7 @@ fn encode_tensor_map(t: &TensorMapPatch, address: u64) -> Result<[u8; TENSOR_MAP
         )
     };
     if r != sys::CUresult::CUDA_SUCCESS {
-        return Err(format!("the driver refuses tensor map {t:?} at address {address:#x}: {r:?}"));
+        return Err(CudaError::Driver(format!("the driver refuses tensor map {t:?} at address {address:#x}: {r:?}")));
     }
     // SAFETY: the driver wrote the whole map.
     let map = unsafe { map.assume_init() };
@@ -170,7 +171,7 @@ pub trait LibraryCall: Send + Sync {
     ///
     /// # Safety
     /// The call's pointers must be live device buffers of the types it was prepared for.
-    unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), String>;
+    unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), CudaError>;
 }
 
 /// What a launch runs.
@@ -201,7 +202,7 @@ impl PreparedLaunch {
     ///
     /// # Safety
     /// The parameters must be live device buffers of the types the kernel or call expects.
-    pub unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), String> {
+    pub unsafe fn enqueue(&self, stream: sys::CUstream) -> Result<(), CudaError> {
         match &self.op {
             LaunchOp::Kernel { function, params } => {
                 let mut params = params.clone();
@@ -214,7 +215,7 @@ impl PreparedLaunch {
                     stream,
                     &mut ptrs,
                 )
-                .map_err(|e| e.to_string())
+                .map_err(|e| CudaError::Driver(e.to_string()))
             }
             LaunchOp::KernelBlock { function, block } => {
                 let mut block = block.clone();
@@ -227,7 +228,7 @@ impl PreparedLaunch {
                     stream,
                     &mut ptrs,
                 )
-                .map_err(|e| e.to_string())
+                .map_err(|e| CudaError::Driver(e.to_string()))
             }
             LaunchOp::Library(call) => call.enqueue(stream),
         }

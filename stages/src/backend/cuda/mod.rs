@@ -271,7 +271,7 @@ impl Backend for CudaBackend {
 
     /// Compiling needs NVRTC only; running needs a GPU (the runtime says so when there is none).
     fn available(&self) -> Result<(), String> {
-        libs::toolkit().map(|_| ())
+        libs::toolkit().map(|_| ()).map_err(|e| e.to_string())
     }
 
     fn environment(&self, target: &Target) -> Vec<(String, String)> {
