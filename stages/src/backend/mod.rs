@@ -35,6 +35,7 @@
 pub mod registry;
 pub mod gemm;
 pub mod library;
+pub mod lowering;
 
 #[cfg(test)]
 pub(crate) mod attention_cases;

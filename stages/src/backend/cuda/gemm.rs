@@ -17,8 +17,8 @@
 use super::ew;
 use super::index::{batch_offset, Ix};
 use super::kernel::{coords, is_float, is_half, ld, mem_type, st, zero, Kernel, EW_BLOCK};
-use crate::backend::c::nest::{broadcast, contiguous};
-use crate::backend::c::plan::Group;
+use crate::backend::lowering::nest::{broadcast, contiguous};
+use crate::backend::lowering::plan::Group;
 use crate::ir::{ConvAttrs, ConvTransposeAttrs, DType, NodeId, ValueId};
 
 /// Tile shape of the GEMM kernel.

@@ -7,8 +7,8 @@
 use super::gemm::{self, Knobs};
 use super::kernel::{const_array, Binding, Kernel};
 use super::{attention, movement, nd, pool, reduce, scan};
-use crate::backend::c::plan::{plan_with_views, Group, Item, Plan, Storage, Views};
-use crate::backend::c::scratch::{assign, Request};
+use crate::backend::lowering::plan::{plan_with_views, Group, Item, Plan, Storage, Views};
+use crate::backend::lowering::scratch::{assign, Request};
 use crate::backend::FunctionInfo;
 use crate::ir::{self, Graph, NodeId, Op, ValueId};
 use serde::{Deserialize, Serialize};
@@ -65,7 +65,7 @@ impl Views for CudaViews {
     }
 }
 
-/// The plan this backend lowers: [`crate::backend::c::plan`]'s, with [`CudaViews`].
+/// The plan this backend lowers: [`crate::backend::lowering::plan`]'s, with [`CudaViews`].
 pub fn cuda_plan(g: &Graph) -> Plan {
     plan_with_views(g, &CudaViews)
 }

@@ -51,7 +51,7 @@ fn config_name(setting: &str) -> String {
 }
 
 /// The device helpers every module starts with.
-pub static PRELUDE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| crate::backend::c::text::with_scalar(include_str!("prelude.cuh")));
+pub static PRELUDE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| crate::backend::lowering::text::with_scalar(include_str!("prelude.cuh")));
 
 /// What modules with f16 or bf16 tensors start with (before [`PRELUDE`]): the toolkit's WMMA header (which
 /// brings cuda_fp16.h and cuda_bf16.h) and the tensor-core helpers, one definition for both types.

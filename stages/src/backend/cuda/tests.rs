@@ -255,7 +255,7 @@ fn attention_kernels_lower_and_compile() {
     for (name, case) in [("bert_like", &cases[1]), ("vit_like", &cases[3]), ("broadcast", &cases[4])] {
         for (i, t) in [AttnTiles::default(), MID_TILES, SMALL_TILES, AttnTiles { bq: 64, bk: 32, threads: 128 }].into_iter().enumerate() {
             let g = case.graph();
-            let p = crate::backend::c::plan::plan(&g);
+            let p = crate::backend::lowering::plan::plan(&g);
             let sym = format!("attn_{name}_t{i}");
             let mut k = kernel::Kernel::new(&g, &p, &sym);
             let n = crate::ir::NodeId(0);
@@ -413,7 +413,7 @@ fn fp16_and_bf16_attention_run_on_tensor_cores_in_every_tile() {
         assert!(!src(&g32).contains("tsr_attention::mma<") && src(&g32).contains("tsr_attention::simt<"), "{}: fp32 stays SIMT", c.name);
         let (n, a) = attention_node(&g16);
         for (i, t) in [MmaTiles { warps: 1, bk: 16, split: 1 }, MmaTiles { warps: 2, bk: 64, split: 1 }, MmaTiles { warps: 4, bk: 128, split: 1 }, MmaTiles { warps: 1, bk: 32, split: 4 }, MmaTiles { warps: 2, bk: 16, split: 3 }].into_iter().enumerate() {
-            let p = crate::backend::c::plan::plan(&g16);
+            let p = crate::backend::lowering::plan::plan(&g16);
             let sym = format!("attn_mma_{}_{dt}_t{i}", c.name);
             let mut k = kernel::Kernel::new(&g16, &p, &sym);
             attention_mma::attention(&mut k, n, &a, t).unwrap_or_else(|e| panic!("{}: {e}", c.name));
@@ -461,7 +461,7 @@ pub(crate) fn compare_to_reference(got: &Tensor, want: &Tensor, tol: f64) -> Res
 /// and launch shape replaced.
 fn with_attention_tile(mut lowered: LoweredKernel, g: &Graph, sym: &str, t: attention_mma::MmaTiles) -> LoweredKernel {
     let mut code: CudaCode = postcard::from_bytes(&lowered.code).unwrap();
-    let p = crate::backend::c::plan::plan(g);
+    let p = crate::backend::lowering::plan::plan(g);
     let (n, a) = attention_node(g);
     let mut k = kernel::Kernel::new(g, &p, sym);
     attention_mma::attention(&mut k, n, &a, t).unwrap();
