@@ -21,6 +21,7 @@ pub mod onnx;
 pub mod partition;
 pub mod passes;
 pub mod precision;
+pub mod rules;
 pub mod layout;
 pub mod stage;
 pub mod target;

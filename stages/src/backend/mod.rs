@@ -40,6 +40,8 @@ pub mod lowering;
 #[cfg(test)]
 pub(crate) mod attention_cases;
 #[cfg(test)]
+pub(crate) mod compare;
+#[cfg(test)]
 pub(crate) mod scan_nd_cases;
 #[cfg(test)]
 pub(crate) mod unary_cases;
@@ -50,7 +52,7 @@ pub mod cudnn;
 pub mod cutlass;
 
 use crate::ir::{Graph, NodeId};
-use crate::partition::collage::rules::{Kinds, Rule};
+use crate::rules::{Kinds, Rule};
 pub use tessera_kernels::module::{FunctionInfo, Module, ModuleFormat};
 use crate::target::{BackendSpec, Target};
 use serde::{Deserialize, Serialize};
@@ -232,7 +234,7 @@ pub trait Backend: Send + Sync {
     /// Pattern rule: can this backend run node `n` of `g`?
     fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool;
     /// The Collage partition rules that propose this backend's candidates among the nodes it supports
-    /// (see [`crate::partition::collage::rules`]). Default: every supported node alone.
+    /// (see [`crate::rules`]). Default: every supported node alone.
     fn rules(&self) -> Rule {
         Rule::OnlyValid(Box::new(Rule::Primitive { kinds: Kinds::ALL }))
     }

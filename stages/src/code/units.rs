@@ -9,7 +9,7 @@
 // `src/ir/view.rs`, the strided views through which the shared plan (`src/backend/lowering/plan.rs`) lets
 // the `cuda` attention read its heads, joins the units that hold that plan.
 //
-// Backends do not import one another (but for `gemm/support.rs`, which moves next). What several share
+// Backends do not import one another (`code::tests::backends_import_no_other_backend`). What several share
 // lives outside every backend's folder, and each unit lists its backend's folder with the shared files that
 // backend uses:
 // - `src/backend/lowering` (`lowering!`): the fusion plan (`plan.rs`, with the loop nests of `nest.rs`), C
@@ -18,9 +18,10 @@
 //   `src/ir/view.rs`. In the units of `c` and of every GPU backend (the library backends use its cost
 //   formulas), so work on one code generator alone (`c`'s lowering, prelude, loops) does not re-key
 //   another backend's kernels and measurements.
-// - `src/backend/gemm/support.rs`: the epilogue chain (an anchor and the epilogues fused into it), which the
-//   library backends (`cublas`, `cudnn`, `cutlass`, with `src/backend/library.rs`) restrict to what their
-//   fused call computes.
+// - `src/rules/epilogue.rs`: the epilogue chain (an anchor and the epilogues fused into it), which `gemm`
+//   lowers and the library backends (`cublas`, `cudnn`, `cutlass`, with `src/backend/library.rs`) restrict to
+//   what their fused call computes. The rest of `src/rules` (the rule vocabulary, `Rule` and `Kinds`) shapes
+//   candidates, not code: it is in the partitioner's unit, which decides what kernels a backend is given.
 
 use tessera_source_digest::Unit;
 
@@ -43,16 +44,16 @@ pub const UNITS: &[Unit] = &[
     Unit { name: "LAYOUT", paths: &["src/layout.rs"] },
     Unit { name: "CALIBRATE", paths: &["src/calibrate.rs", "src/interp"] },
     // The plan records each input's integer bound (`interp::int_input_bounds`), which the artifact carries.
-    Unit { name: "PARTITION", paths: &["src/partition", "src/interp/random.rs"] },
+    Unit { name: "PARTITION", paths: &["src/partition", "src/rules", "src/interp/random.rs"] },
     Unit { name: "TUNE", paths: &["src/tune.rs", "src/device.rs", "src/interp/random.rs"] },
     Unit { name: "LOWER", paths: &["src/lower.rs"] },
     Unit { name: "COMPILE", paths: &["src/compile.rs"] },
     Unit { name: "LINK", paths: &["src/link.rs"] },
     // Backends: each one's folder, and the shared files it uses (above).
     Unit { name: "BACKEND_C", paths: lowering!["src/backend/c"] },
-    Unit { name: "BACKEND_GEMM", paths: &["src/backend/gemm"] },
+    Unit { name: "BACKEND_GEMM", paths: &["src/backend/gemm", "src/rules/epilogue.rs"] },
     Unit { name: "BACKEND_CUDA", paths: lowering!["src/backend/cuda"] },
-    Unit { name: "BACKEND_CUBLAS", paths: lowering!["src/backend/cublas", "src/backend/library.rs", "src/backend/gemm/support.rs"] },
-    Unit { name: "BACKEND_CUDNN", paths: lowering!["src/backend/cudnn", "src/backend/library.rs", "src/backend/gemm/support.rs"] },
-    Unit { name: "BACKEND_CUTLASS", paths: lowering!["src/backend/cutlass", "src/backend/library.rs", "src/backend/gemm/support.rs"] },
+    Unit { name: "BACKEND_CUBLAS", paths: lowering!["src/backend/cublas", "src/backend/library.rs", "src/rules/epilogue.rs"] },
+    Unit { name: "BACKEND_CUDNN", paths: lowering!["src/backend/cudnn", "src/backend/library.rs", "src/rules/epilogue.rs"] },
+    Unit { name: "BACKEND_CUTLASS", paths: lowering!["src/backend/cutlass", "src/backend/library.rs", "src/rules/epilogue.rs"] },
 ];

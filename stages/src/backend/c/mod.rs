@@ -33,7 +33,7 @@ mod tests;
 
 use crate::backend::{Backend, BackendError, LoweredKernel, Module};
 use crate::ir::{DType, Graph, NodeId, Op};
-use crate::partition::collage::rules::Rule;
+use crate::rules::Rule;
 use crate::target::{AttrSpec, AttrType, BackendSpec, Target};
 
 /// Bump whenever the generated code (or the prelude, or the compile flags) changes.

@@ -33,7 +33,7 @@ pub(crate) mod tests;
 
 use crate::backend::{Backend, BackendError, LoweredKernel, Module, TunableSet};
 use crate::ir::{DType, Graph, NodeId};
-use crate::partition::collage::rules::Rule;
+use crate::rules::Rule;
 use crate::target::{AttrSpec, AttrType, BackendSpec, Target};
 use lower::CudaCode;
 use tessera_kernels::runtime::cuda::format::CubinModule;

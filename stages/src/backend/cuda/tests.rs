@@ -432,29 +432,7 @@ fn fp16_and_bf16_attention_run_on_tensor_cores_in_every_tile() {
     assert_eq!(&CubinModule::decode(&m).unwrap().cubins[0][..4], b"\x7fELF");
 }
 
-/// `got` against the fp32 reference `want`: NaN exactly where it has NaN, elsewhere within `tol` of the
-/// largest finite reference magnitude (the relative error the GPU zoo test uses).
-pub(crate) fn compare_to_reference(got: &Tensor, want: &Tensor, tol: f64) -> Result<f64, String> {
-    if got.ty != want.ty {
-        return Err(format!("type {} instead of {}", got.ty, want.ty));
-    }
-    let (a, b) = (got.to_f64_vec(), want.to_f64_vec());
-    let scale = b.iter().filter(|v| v.is_finite()).fold(0f64, |m, v| m.max(v.abs())).max(f64::MIN_POSITIVE);
-    let mut worst = 0f64;
-    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-        if x.is_nan() || y.is_nan() {
-            if !(x.is_nan() && y.is_nan()) {
-                return Err(format!("element {i}: got {x}, want {y}"));
-            }
-            continue;
-        }
-        worst = worst.max((x - y).abs() / scale);
-    }
-    if worst > tol {
-        return Err(format!("relative error {worst:.3e} above {tol:e}"));
-    }
-    Ok(worst)
-}
+pub(crate) use crate::backend::compare::compare_to_reference;
 
 /// `lowered` (the default lowering of the case graph `g`) with its tensor-core attention kernel generated
 /// for tile `t` instead: the same generator, so the same parameters in the same order; the kernel's source

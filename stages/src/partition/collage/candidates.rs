@@ -1,7 +1,7 @@
 //! Candidate generation: every target's rule set run over the graph.
 
 use super::dag::Dag;
-use super::rules::Cx;
+use super::eval::{self, Cx};
 use crate::ir::{Graph, NodeId};
 use crate::partition::{BackendLookup, PartitionError};
 use crate::target::TargetSet;
@@ -51,7 +51,7 @@ pub fn candidates(g: &Graph, targets: &TargetSet, lookup: &BackendLookup, limits
         let supported: Vec<bool> = (0..g.nodes.len()).map(|i| b.supports(g, NodeId(i as u32), t)).collect();
         let rule = b.rules();
         let cx = Cx::new(g, &dag, &supported, limits, &rule);
-        for p in rule.eval(&cx) {
+        for p in eval::eval(&rule, &cx) {
             for &n in &p.nodes {
                 covered[n as usize] = true;
             }

@@ -8,7 +8,7 @@
 //! across a partition boundary.
 
 use super::dag::Dag;
-use super::rules::Kind;
+use crate::rules::Kind;
 use crate::ir::Graph;
 use super::search::Chosen;
 use crate::partition::{CostSource, Partition, Partitioning};
