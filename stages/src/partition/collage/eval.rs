@@ -4,12 +4,33 @@
 //! reachable through connected convex steps are all found) and stops after `max_per_seed` grown candidates
 //! per base candidate, so counts stay bounded.
 
-use super::candidates::Limits;
 use super::dag::{contains, Dag};
 use crate::ir::{Graph, NodeId};
 use crate::rules::epilogue as support;
 use crate::rules::{Combiner, Kind, Rule};
 use std::collections::BTreeSet;
+
+/// Bounds on candidates, so the candidate count (and with it measurement and search work) stays bounded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// Most nodes in one candidate. Default 8: enough for an anchor with a bias/activation/residual chain or an
+    /// attention-score chain, small enough that growth stays cheap.
+    pub max_nodes: usize,
+    /// Longest producer-consumer path inside a candidate, in nodes. Default 6.
+    pub max_depth: usize,
+    /// Most output values used outside a candidate (by later nodes or as graph outputs). Default 2: a fused
+    /// kernel that writes more results is rarely a win, and Collage bounds exits the same way.
+    pub max_exits: usize,
+    /// Most candidates grown from one base candidate by one `combine` rule. Default 24; candidates grown
+    /// earlier (smaller, breadth first) win, so the bound trims the largest ones.
+    pub max_per_seed: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_nodes: 8, max_depth: 6, max_exits: 2, max_per_seed: 24 }
+    }
+}
 
 /// A candidate before it has a target: sorted node indices and its kind.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -17,9 +17,10 @@ pub mod merge;
 pub mod eval;
 pub mod search;
 
-pub use candidates::{candidates, Candidate, Limits};
-pub use merge::to_partitioning;
-pub use search::{search, search_detailed, Chosen, CrossingModel, SearchOutcome};
+pub use candidates::{candidates, Candidate};
+pub use eval::Limits;
+pub use merge::{to_partitioning, Chosen};
+pub use search::{search, search_detailed, CrossingModel, SearchOutcome};
 
 #[cfg(test)]
 mod tests;
