@@ -14,6 +14,7 @@
 //! analytical estimate).
 
 pub mod arena;
+mod chain;
 pub mod cost;
 mod layout;
 pub mod lower;
