@@ -99,7 +99,7 @@ pub struct Kernel<'a> {
     /// Bytes of each item-private scratch buffer this kernel uses, by id.
     pub temps: Vec<(u32, u64)>,
     /// How GEMMs choose their schedule (the tuning space's knobs).
-    pub knobs: super::gemm::Knobs,
+    pub knobs: super::knobs::Knobs,
     /// Blocks per SM the kernel is compiled to fit (`__launch_bounds__`' second argument), where the compiler's
     /// own register choice is known to be slower; 0 leaves it to the compiler.
     pub min_blocks: u32,

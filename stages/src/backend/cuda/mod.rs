@@ -20,6 +20,7 @@ mod ew;
 pub mod gemm;
 pub mod index;
 pub mod kernel;
+pub mod knobs;
 pub mod lower;
 mod movement;
 mod nd;
