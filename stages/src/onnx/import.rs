@@ -3,11 +3,12 @@
 
 use super::attrs::Attrs;
 use super::error::{ImportError, ImportErrorKind, NResult, NodeError, NodeLocation};
+use super::importer::{check_size, Importer, NodeCx, MIN_FOLD_LIMIT};
 use super::ops;
 use super::proto::{type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
 use super::tensor::{dtype_from_onnx, tensor_from_proto};
 use super::{ImportOptions, MAX_OPSET, MIN_OPSET};
-use crate::ir::{infer_op, DType, Graph, Op, Tensor, TensorType, ValueDef, ValueId};
+use crate::ir::{Graph, TensorType, ValueDef};
 use prost::Message;
 use std::collections::BTreeMap;
 use std::path::Path;
