@@ -1,7 +1,7 @@
 //! One generated CUDA kernel (`extern "C" __global__`): its pointer parameters, which function arguments
 //! they bind to, its body and its launch configuration.
 //!
-//! Each plan item of a partition (see `backend/c/plan.rs`, shared with the `c` backend: the fusion decisions
+//! Each plan item of a partition (see `backend/lowering/plan.rs`, shared with the `c` backend: the fusion decisions
 //! do not depend on the device) becomes one or more kernels. A kernel's parameters are the buffers it
 //! touches, by alias root, `__restrict__`-qualified (an item never reads memory it writes); shapes and
 //! strides are compile-time constants in its body, so index arithmetic divides by constants only.

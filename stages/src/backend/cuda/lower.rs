@@ -1,4 +1,4 @@
-//! Lowering one kernel graph (a partition) to CUDA: the shared fusion plan (`backend/c/plan.rs`) orders it
+//! Lowering one kernel graph (a partition) to CUDA: the shared fusion plan (`backend/lowering/plan.rs`) orders it
 //! into items, each item becomes one or more `__global__` kernels (see [`super::kernel`]), and their
 //! launches bind each kernel parameter to the function's argument array (`[inputs.., outputs.., scratch]`),
 //! scratch values at offsets laid out by liveness. Everything is emitted in a fixed order from the canonical
