@@ -22,7 +22,9 @@
 //!   [`Backend`] (support and rules, estimate, configs, colours, lowering and module compile), and the line
 //!   `crate::backend::registry::register_builtin!(SPEC, FooBackend);`, which adds the description to the
 //!   targets' registry and the constructor to [`registry::all`]. Its source digest enters its keys once its
-//!   folder is a unit in `stages/src/code/units.rs`. A backend built outside this crate calls
+//!   folder is a unit in `stages/src/code/units.rs`, with the shared files it uses. A backend folder imports
+//!   no other backend's folder and not the partitioner: it builds its rules from [`crate::rules`] and may use
+//!   the shared lowering machinery of [`lowering`]. A backend built outside this crate calls
 //!   [`registry::register`] at run time instead, and every build through the library's entry point offers it.
 //! - **run side**: one module `kernels/src/runtime/foo.rs` (or folder) with its [`ModuleFormat`] constant
 //!   (`FORMAT`, a name and where its functions run) beside its loader, and one line in
