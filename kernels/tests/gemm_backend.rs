@@ -581,7 +581,7 @@ mod fuzz {
 /// Partitions of `g` the way a rule-based partitioner forms them for this backend: each anchor with every
 /// supported epilogue of its chain.
 fn chain_partitions(g: &Graph) -> Vec<Vec<NodeId>> {
-    use tessera_stages::backend::gemm::support::{chain_anchor, uses_in};
+    use tessera_stages::rules::epilogue::{chain_anchor, uses_in};
     let mut by_anchor: std::collections::BTreeMap<NodeId, Vec<NodeId>> = Default::default();
     for i in 0..g.nodes.len() as u32 {
         if let Some((a, _)) = chain_anchor(g, NodeId(i), &|v| uses_in(g, v)) {

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tessera_fixtures::{load_manifest, ModelOptions, Precision, Source};
-use tessera_stages::backend::c::cost::{boundary_bytes, partition_flops};
+use tessera_stages::backend::lowering::cost::{boundary_bytes, partition_flops};
 use tessera_stages::ir::{Graph, NodeId};
 use tessera_stages::stages::precision::KeptNode;
 use tessera_stages::target::TargetSet;

@@ -24,7 +24,7 @@ use tessera_kernels::runtime::{Executable, LoadedModule, ModuleLoader, Registry,
 use tessera_stages::backend::{registry, Backend, BackendError, FunctionInfo, LoweredKernel, Module, ModuleFormat};
 use tessera_stages::interp::{random_tensor, run_graph};
 use tessera_stages::ir::{BinaryOp, DType, Graph, NodeId, Op, Tensor, TensorType, UnaryOp, ValueId};
-use tessera_stages::partition::collage::rules::{Combiner, Kinds, Rule};
+use tessera_stages::rules::{Combiner, Kinds, Rule};
 use tessera_stages::target::{BackendSpec, Target, TargetSet};
 use tessera_store::{OpenOptions, Store};
 

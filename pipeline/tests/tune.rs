@@ -13,7 +13,7 @@ use tessera::zoo::all_backends;
 use tessera_kernels::runtime::measure::MeasureOptions;
 use tessera_stages::backend::{c::CBackend, Backend, BackendError, LoweredKernel, Module, TunableSet};
 use tessera_stages::ir::{Graph, NodeId, Op, Tensor, TensorType};
-use tessera_stages::partition::collage::rules::Rule;
+use tessera_stages::rules::Rule;
 use tessera_stages::target::{Target, TargetSet};
 use tessera_store::{Digest, OpenOptions, Store};
 

@@ -13,7 +13,7 @@ use tessera_stages::backend::{c::CBackend, registry, Backend, BackendError, Lowe
 use tessera_stages::stages::artifact::build_artifact;
 use tessera_stages::interp::{random_tensor, run_graph};
 use tessera_stages::ir::{Graph, NodeId, Op, Tensor, TensorType, ValueId};
-use tessera_stages::partition::collage::rules::Rule;
+use tessera_stages::rules::Rule;
 use tessera_stages::partition::plan::config_symbol;
 use tessera_stages::context::CostMode;
 use tessera_stages::stages::partition::partition_and_plan;

@@ -16,7 +16,8 @@
 
 use crate::job::{load_graph, ModelJob};
 use rayon::prelude::*;
-use tessera_stages::backend::c::cost::{flops, GEMM_GFLOPS, SCALAR_GFLOPS};
+use tessera_stages::backend::c::cost::{GEMM_GFLOPS, SCALAR_GFLOPS};
+use tessera_stages::backend::lowering::cost::flops;
 use tessera_stages::ir::{Graph, NodeId};
 
 /// Fixed work per model: the targets, validation trials, link, writing the artifact.

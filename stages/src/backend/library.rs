@@ -30,7 +30,7 @@ pub fn chain_ends(g: &Graph, is_anchor: impl Fn(&Op) -> bool, check_anchor: impl
             lasts.push(n);
             continue;
         }
-        let f = super::gemm::support::fusion(g, n, &|v| uses[v.index()]).map_err(|e| node_err(g, n, e))?;
+        let f = crate::rules::epilogue::fusion(g, n, &|v| uses[v.index()]).map_err(|e| node_err(g, n, e))?;
         let p = g.producer(f.input()).ok_or_else(|| node_err(g, n, "its input has no producer".into()))?;
         let c = chain_of[p.index()].ok_or_else(|| node_err(g, n, "not fused into an anchor of this kernel".into()))?;
         lasts[c] = n;

@@ -22,7 +22,9 @@
 //!   [`Backend`] (support and rules, estimate, configs, colours, lowering and module compile), and the line
 //!   `crate::backend::registry::register_builtin!(SPEC, FooBackend);`, which adds the description to the
 //!   targets' registry and the constructor to [`registry::all`]. Its source digest enters its keys once its
-//!   folder is a unit in `stages/src/code/units.rs`. A backend built outside this crate calls
+//!   folder is a unit in `stages/src/code/units.rs`, with the shared files it uses. A backend folder imports
+//!   no other backend's folder and not the partitioner: it builds its rules from [`crate::rules`] and may use
+//!   the shared lowering machinery of [`lowering`]. A backend built outside this crate calls
 //!   [`registry::register`] at run time instead, and every build through the library's entry point offers it.
 //! - **run side**: one module `kernels/src/runtime/foo.rs` (or folder) with its [`ModuleFormat`] constant
 //!   (`FORMAT`, a name and where its functions run) beside its loader, and one line in
@@ -35,9 +37,12 @@
 pub mod registry;
 pub mod gemm;
 pub mod library;
+pub mod lowering;
 
 #[cfg(test)]
 pub(crate) mod attention_cases;
+#[cfg(test)]
+pub(crate) mod compare;
 #[cfg(test)]
 pub(crate) mod scan_nd_cases;
 #[cfg(test)]
@@ -49,7 +54,7 @@ pub mod cudnn;
 pub mod cutlass;
 
 use crate::ir::{Graph, NodeId};
-use crate::partition::collage::rules::{Kinds, Rule};
+use crate::rules::{Kinds, Rule};
 pub use tessera_kernels::module::{FunctionInfo, Module, ModuleFormat};
 use crate::target::{BackendSpec, Target};
 use serde::{Deserialize, Serialize};
@@ -231,7 +236,7 @@ pub trait Backend: Send + Sync {
     /// Pattern rule: can this backend run node `n` of `g`?
     fn supports(&self, g: &Graph, n: NodeId, target: &Target) -> bool;
     /// The Collage partition rules that propose this backend's candidates among the nodes it supports
-    /// (see [`crate::partition::collage::rules`]). Default: every supported node alone.
+    /// (see [`crate::rules`]). Default: every supported node alone.
     fn rules(&self) -> Rule {
         Rule::OnlyValid(Box::new(Rule::Primitive { kinds: Kinds::ALL }))
     }

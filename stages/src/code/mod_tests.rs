@@ -80,60 +80,60 @@ fn the_code_ingredient_is_in_the_key() {
     assert_ne!(key(&a), key(&CodeVersion::new(4, &[[1; 32]])));
 }
 
-/// The GPU backends' units hold only the shared part of `backend::c` (units.rs): every reference a GPU
-/// backend file (and a shared file) makes to a module of `backend::c` names a shared module, so what
-/// those units leave out cannot change a GPU kernel.
-#[test]
-fn gpu_backends_use_only_the_shared_part_of_c() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let shared = ["plan", "nest", "cexpr", "scratch", "cost", "text"];
-    let gpu = tessera_source_digest::files(root, &["src/backend/cuda", "src/backend/cublas", "src/backend/cudnn", "src/backend/cutlass", "src/backend/gemm/support.rs", "src/backend/library.rs"]).unwrap();
-    let c_shared: Vec<std::path::PathBuf> = shared.iter().map(|m| format!("src/backend/c/{m}.rs").into()).collect();
-    let mut checked = 0;
-    for f in gpu.iter().chain(&c_shared) {
-        let text = std::fs::read_to_string(root.join(f)).unwrap();
-        let in_c = f.starts_with("src/backend/c");
-        for (at, _) in text.match_indices("backend::c::").chain(if in_c { text.match_indices("super::") } else { "".match_indices("x") }) {
-            let rest = &text[at..];
-            let rest = &rest[rest.find("::").unwrap() + 2..];
-            let rest = rest.strip_prefix("c::").unwrap_or(rest);
-            // `c::{plan::Plan, nest}` names several modules; `super::*` (a shared file's own tests) none.
-            let names: Vec<&str> = match rest.strip_prefix('{') {
-                Some(group) => group[..group.find('}').unwrap()].split(',').map(str::trim).collect(),
-                None => vec![rest],
-            };
-            for name in names {
-                let module: String = name.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-                if module.is_empty() || (in_c && module == "tests") {
-                    continue;
-                }
-                assert!(shared.contains(&module.as_str()), "{} names backend::c's module '{module}', which the GPU backends' units do not hold", f.display());
-                checked += 1;
-            }
+/// Every file under `dir` (relative to the crate root), test files included, recursively.
+fn all_files(root: &Path, dir: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.join(dir)];
+    while let Some(d) = todo.pop() {
+        if d.is_file() {
+            out.push(d);
+            continue;
+        }
+        for e in std::fs::read_dir(&d).unwrap() {
+            todo.push(e.unwrap().path());
         }
     }
-    assert!(checked > 20, "found only {checked} references: the scan is broken");
+    out.sort();
+    out
 }
 
-/// The library backends' units hold only `backend/gemm/support.rs` of the `gemm` backend (units.rs):
-/// every reference a GPU backend file makes to `backend::gemm` names its `support` module.
+/// Backends do not import one another (units.rs): no file of a backend's folder, test files included, names
+/// another backend's module (`backend::<other>::`) or the partitioner (`partition::`), and no shared file
+/// (`src/backend/lowering`, `src/backend/library.rs`, `src/rules`) names a backend's module. So a backend's unit (its
+/// folder and the shared files it lists) holds all the code that makes its output.
 #[test]
-fn gpu_backends_use_only_the_support_rule_of_gemm() {
+fn backends_import_no_other_backend() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let gpu = tessera_source_digest::files(root, &["src/backend/cuda", "src/backend/cublas", "src/backend/cudnn", "src/backend/cutlass", "src/backend/library.rs"]).unwrap();
+    let mut backends: Vec<String> = std::fs::read_dir(root.join("src/backend"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .filter(|name| name != "lowering")
+        .collect();
+    backends.sort();
+    assert!(backends.len() >= 6, "found only the backends {backends:?}: the scan is broken");
     let mut checked = 0;
-    for f in &gpu {
-        let text = std::fs::read_to_string(root.join(f)).unwrap();
-        // In a file directly under src/backend (library.rs), `super::gemm` is the `gemm` backend; in a
-        // backend's folder it is that backend's own module (cuda's gemm.rs).
-        let top_level = f.parent() == Some(Path::new("src/backend"));
-        let supers = if top_level { text.match_indices("super::gemm::").collect() } else { vec![] };
-        for (at, m) in text.match_indices("backend::gemm::").chain(supers) {
-            let rest = &text[at + m.len()..];
-            let module: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-            assert_eq!(module, "support", "{} names backend::gemm's '{module}', which the GPU backends' units do not hold", f.display());
+    let mut scan = |dir: &str, own: Option<&str>| {
+        for f in all_files(root, dir) {
+            if f.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).unwrap();
+            for other in backends.iter().filter(|b| Some(b.as_str()) != own) {
+                assert!(!text.contains(&format!("backend::{other}::")), "{} names backend::{other}", f.display());
+            }
+            if own.is_some() {
+                assert!(!text.contains("partition::"), "{} names the partitioner", f.display());
+            }
             checked += 1;
         }
+    };
+    for b in &backends {
+        scan(&format!("src/backend/{b}"), Some(b));
     }
-    assert!(checked >= 4, "found only {checked} references: the scan is broken");
+    scan("src/backend/lowering", None);
+    scan("src/backend/library.rs", None);
+    scan("src/rules", None);
+    assert!(checked > 60, "scanned only {checked} files: the scan is broken");
 }

@@ -7,9 +7,9 @@
 //! empty sum, 0), and the probability-weighted sum of V's rows into a row accumulator (contiguous in V's
 //! columns). Scores never leave the item's scratch.
 
-use super::cexpr::f32_lit;
+use crate::backend::lowering::cexpr::f32_lit;
 use super::func::{Func, PARALLEL_GRAIN, ROW_STACK_BYTES};
-use super::nest::{broadcast, row_offset};
+use crate::backend::lowering::nest::{broadcast, row_offset};
 use crate::ir::{attention_dims, AttentionAttrs, DType, NodeId};
 
 /// Strides over the batch dims with which an operand of `shape` (`[lead.., rows, cols]`) is read, in elements.

@@ -4,10 +4,10 @@
 //! operand once, computes every member as a C local (`v<id>`), and stores only the members the plan
 //! materializes. A one-element constant becomes a literal in the expression.
 
-use super::cexpr::{self, f32_lit, int_lit, mem_type};
+use crate::backend::lowering::cexpr::{self, f32_lit, int_lit, mem_type};
 use super::func::{Func, PARALLEL_GRAIN};
-use super::nest::{broadcast, contiguous, Nest};
-use super::plan::{group_externals, Group};
+use crate::backend::lowering::nest::{broadcast, contiguous, Nest};
+use crate::backend::lowering::plan::{group_externals, Group};
 use crate::ir::{DType, Graph, ValueId};
 
 /// How the element code reaches the group's external operands.

@@ -5,9 +5,9 @@
 //! buffers do not overlap (true by construction: an item never reads a buffer that shares scratch memory
 //! with one it writes), which it needs to vectorize; the kernel's entry point calls the items in order.
 
-use super::cexpr::mem_type;
-use super::plan::Plan;
-use super::text::indent;
+use crate::backend::lowering::cexpr::mem_type;
+use crate::backend::lowering::plan::Plan;
+use crate::backend::lowering::text::indent;
 use crate::ir::{Graph, ValueId};
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,8 +16,8 @@
 
 use super::ew::{self, Operand};
 use super::func::Func;
-use super::nest::{broadcast, contiguous, flat_stride, row_offset};
-use super::plan::Group;
+use crate::backend::lowering::nest::{broadcast, contiguous, flat_stride, row_offset};
+use crate::backend::lowering::plan::Group;
 use crate::ir::{ConvAttrs, ConvTransposeAttrs, NodeId};
 
 /// Must match the prelude's TSR_KC / TSR_NC; NR is taken at its widest (16) for scratch sizing.

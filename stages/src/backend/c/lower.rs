@@ -1,15 +1,15 @@
 //! Lowering one kernel graph to one C function `void <symbol>(void* const* args)`.
 //!
-//! The plan (see [`super::plan`]) orders the kernel into items; each item becomes a `static` function with
+//! The plan (see [`crate::backend::lowering::plan`]) orders the kernel into items; each item becomes a `static` function with
 //! `restrict` buffer parameters, and the entry point binds those parameters to the argument array
 //! (`[inputs.., outputs.., scratch]`), to static arrays of the inline constants, and to scratch offsets laid
-//! out by liveness (see [`super::scratch`]). Everything is emitted in a fixed order from the canonical kernel
+//! out by liveness (see [`crate::backend::lowering::scratch`]). Everything is emitted in a fixed order from the canonical kernel
 //! graph (no hash-map iteration), so equal kernels give byte-identical source.
 
-use super::cexpr::{f32_lit, int_lit, mem_type};
+use crate::backend::lowering::cexpr::{f32_lit, int_lit, mem_type};
 use super::func::{Func, Param};
-use super::plan::{plan, Item, Plan, Storage};
-use super::scratch::{assign, Request};
+use crate::backend::lowering::plan::{plan, Item, Plan, Storage};
+use crate::backend::lowering::scratch::{assign, Request};
 use super::{attention, ew, linalg, movement, nd, pool, reduce, scan};
 use crate::backend::FunctionInfo;
 use crate::ir::{self, DType, Graph, Op, Tensor, ValueId};

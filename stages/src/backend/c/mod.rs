@@ -14,7 +14,6 @@
 //! code cannot report anything and produces 0 instead of trapping.
 
 mod attention;
-pub mod cexpr;
 pub mod cost;
 mod ew;
 pub(crate) mod func;
@@ -22,13 +21,9 @@ mod linalg;
 pub mod lower;
 mod movement;
 mod nd;
-pub mod nest;
-pub mod plan;
 mod pool;
 mod reduce;
 mod scan;
-pub mod scratch;
-pub mod text;
 pub mod toolchain;
 
 #[cfg(test)]
@@ -38,13 +33,13 @@ mod tests;
 
 use crate::backend::{Backend, BackendError, LoweredKernel, Module};
 use crate::ir::{DType, Graph, NodeId, Op};
-use crate::partition::collage::rules::Rule;
+use crate::rules::Rule;
 use crate::target::{AttrSpec, AttrType, BackendSpec, Target};
 
 /// Bump whenever the generated code (or the prelude, or the compile flags) changes.
 pub const VERSION: u32 = 6;
 
-pub use text::{with_scalar, SCALAR};
+pub use crate::backend::lowering::text::{with_scalar, SCALAR};
 
 /// The C helpers every module starts with (`prelude.h`, the shared scalar math spliced in).
 pub static PRELUDE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| with_scalar(include_str!("prelude.h")));

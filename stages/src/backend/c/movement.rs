@@ -4,9 +4,9 @@
 
 #![allow(clippy::needless_range_loop)]
 
-use super::cexpr::mem_type;
+use crate::backend::lowering::cexpr::mem_type;
 use super::func::Func;
-use super::nest::{broadcast, contiguous, Nest};
+use crate::backend::lowering::nest::{broadcast, contiguous, Nest};
 use crate::ir::{NodeId, PadMode, Tensor, ValueId};
 
 /// `dst[dst_base + i·dst_st] = src[src_base + i·src_st]` over every multi-index `i` of `shape`.

@@ -4,9 +4,9 @@
 //! copies data to the output, then applies the tuples in order, so a repeated tuple takes the later update,
 //! as in the reference.
 
-use super::cexpr::mem_type;
+use crate::backend::lowering::cexpr::mem_type;
 use super::func::Func;
-use super::nest::contiguous;
+use crate::backend::lowering::nest::contiguous;
 use crate::ir::NodeId;
 
 /// C statements that set `long off` (the element offset, inside a block of shape `block`, of the slice the

@@ -6,7 +6,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::func::Func;
-use super::nest::contiguous;
+use crate::backend::lowering::nest::contiguous;
 use crate::ir::{NodeId, PoolAttrs};
 
 pub fn pool(f: &mut Func, node: NodeId, p: &PoolAttrs, avg: Option<bool>) -> Result<(), String> {

@@ -2,9 +2,9 @@
 //! LogSoftmax, LayerNorm, BatchNorm. Sums, means, variances and softmax denominators accumulate in double
 //! and are rounded once, as in the reference.
 
-use super::cexpr::{f32_lit, mem_type};
+use crate::backend::lowering::cexpr::{f32_lit, mem_type};
 use super::func::{Func, PARALLEL_GRAIN, ROW_STACK_BYTES};
-use super::nest::{broadcast, contiguous, Nest};
+use crate::backend::lowering::nest::{broadcast, contiguous, Nest};
 use crate::ir::{DType, NodeId, ReduceKind};
 
 /// Reduce over `axes` (keepdims does not change the layout). The input and output are walked by one

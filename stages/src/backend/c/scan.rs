@@ -3,7 +3,7 @@
 //! round once per element, as the reference does; integers accumulate in uint64_t, which wraps as the
 //! reference's two's-complement arithmetic does (signed overflow would be undefined in C).
 
-use super::cexpr::mem_type;
+use crate::backend::lowering::cexpr::mem_type;
 use super::func::Func;
 use crate::ir::NodeId;
 

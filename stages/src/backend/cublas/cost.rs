@@ -7,7 +7,7 @@
 //! `cuda` backend's estimate (2000 GB/s); a call costs a little more than one of our kernels (`LAUNCH_US = 3`),
 //! so the search keeps tiny GEMMs, which our kernels fuse with their neighbours, on `cuda`.
 
-use crate::backend::c::cost::{boundary_bytes, partition_flops};
+use crate::backend::lowering::cost::{boundary_bytes, partition_flops};
 use crate::ir::{DType, Graph, NodeId};
 
 pub const F32_TFLOPS: f64 = 40.0;

@@ -4,7 +4,7 @@
 //! dimensions (broadcast as NumPy does) make one strided batch: each operand either the same matrix for every
 //! batch or one dense matrix per batch. A's batches over one shared B fold into one tall GEMM.
 //!
-//! Epilogues follow the chain rule of the `gemm` backend ([`crate::backend::gemm::support`]: single-use chains
+//! Epilogues follow the shared chain rule ([`crate::rules::epilogue`]: single-use chains
 //! back to one anchor, shared by the partitioner's epilogue combiner), restricted to what cuBLASLt's epilogue
 //! computes, `act(A*B + C + bias)`: one `Add` of a bias along the last axis, one `Add` of a same-shaped
 //! residual, in either order, and one activation last: `Relu`, or `Gelu` in its tanh form for f16 and bf16
@@ -14,7 +14,7 @@
 //! backend's kernel graphs lift every constant, however small, to an argument
 //! ([`crate::backend::Backend::inline_const_max`] is 0).
 
-use crate::backend::gemm::support::{self as chain, Fusion, Unary};
+use crate::rules::epilogue::{self as chain, Fusion, Unary};
 use crate::ir::{DType, GeluApprox, Graph, NodeId, Op, ValueId};
 
 /// One epilogue of a cuBLASLt chain.

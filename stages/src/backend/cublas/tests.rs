@@ -74,7 +74,7 @@ fn what_cublaslt_cannot_compute_is_not_supported() {
     let m = c.add("mm", Op::MatMul, &[x, w]).unwrap();
     c.outputs.push(m);
     assert!(support::supports(&c, NodeId(0)));
-    let sig = crate::partition::plan::kernel_signature(&c, &[NodeId(0)], CublasBackend.inline_const_max());
+    let sig = crate::ir::subgraph_signature(&c, &[NodeId(0)], crate::ir::ConstMode::LiftLarge(CublasBackend.inline_const_max()));
     assert_eq!(sig.inputs, vec![x, w]);
 }
 

@@ -10,8 +10,8 @@
 //! sum) without the template.
 
 use super::kernel::{coords, offset, Kernel};
-use crate::backend::c::cexpr::f32_lit;
-use crate::backend::c::nest::broadcast;
+use crate::backend::lowering::cexpr::f32_lit;
+use crate::backend::lowering::nest::broadcast;
 use crate::ir::{attention_dims, AttentionAttrs, DType, NodeId};
 use tessera_kernels::runtime::cuda::format::MAX_SHARED_BYTES;
 

@@ -11,9 +11,9 @@
 //! masks, and the store of the output through its view.
 
 use super::kernel::{coords, is_half, mem_type, offset, Kernel};
-use crate::backend::c::cexpr::f32_lit;
-use crate::backend::c::nest::broadcast;
-use crate::backend::c::plan::Storage;
+use crate::backend::lowering::cexpr::f32_lit;
+use crate::backend::lowering::nest::broadcast;
+use crate::backend::lowering::plan::Storage;
 use crate::ir::{attention_dims, AttentionAttrs, DType, NodeId, StridedView, ValueId};
 
 /// Largest head dims (`D`, `Dv`) this kernel takes (the accumulator is `Dv / 2` registers per thread).

@@ -8,7 +8,7 @@
 //! replayed CUDA graph costs a couple of microseconds of launch and tail (`LAUNCH_US = 2`), which is what
 //! makes fusing small kernels pay.
 
-use crate::backend::c::cost::{boundary_bytes, partition_flops};
+use crate::backend::lowering::cost::{boundary_bytes, partition_flops};
 use crate::ir::{Graph, NodeId};
 
 pub const GEMM_TFLOPS: f64 = 15.0;

@@ -529,7 +529,7 @@ mod tests {
         let base = AttnCase { name: "tiles", q_lead: vec![2], k_lead: vec![2], v_lead: vec![2], sq: 70, sk: 100, d: 36, dv: 33, scale: 0.2, k_transposed: false, mask: Some(vec![2, 70, 1]), keep: Some((vec![100], -5.0)) };
         let tiles = [AttnTiles::default(), MID_TILES, SMALL_TILES, AttnTiles { bq: 64, bk: 32, threads: 128 }, AttnTiles { bq: 8, bk: 96, threads: 64 }];
         let g = base.graph();
-        let p = crate::backend::c::plan::plan(&g);
+        let p = crate::backend::lowering::plan::plan(&g);
         let mut codes = Vec::new();
         let info = FunctionInfo { symbol: "tiles".into(), inputs: g.inputs.iter().map(|&v| g.ty(v).clone()).collect(), outputs: vec![g.ty(g.outputs[0]).clone()], scratch_bytes: 0 };
         for (i, tile) in tiles.iter().enumerate() {

@@ -3,9 +3,9 @@
 //! the plan materializes are stored.
 
 use super::kernel::{compute_dtype, coords, ld, offset, scalar_literal, st, Kernel};
-use crate::backend::c::cexpr;
-use crate::backend::c::nest::{broadcast, contiguous, Nest};
-use crate::backend::c::plan::{group_externals, Group};
+use crate::backend::lowering::cexpr;
+use crate::backend::lowering::nest::{broadcast, contiguous, Nest};
+use crate::backend::lowering::plan::{group_externals, Group};
 use crate::ir::{DType, ValueId};
 
 /// Statements computing one element of `grp`: `operand(k)` is loaded operand `k`'s element offset (an

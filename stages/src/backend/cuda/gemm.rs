@@ -17,8 +17,9 @@
 use super::ew;
 use super::index::{batch_offset, Ix};
 use super::kernel::{coords, is_float, is_half, ld, mem_type, st, zero, Kernel, EW_BLOCK};
-use crate::backend::c::nest::{broadcast, contiguous};
-use crate::backend::c::plan::Group;
+pub use super::knobs::{AttentionChoice, Knobs, SplitChoice, TileChoice};
+use crate::backend::lowering::nest::{broadcast, contiguous};
+use crate::backend::lowering::plan::Group;
 use crate::ir::{ConvAttrs, ConvTransposeAttrs, DType, NodeId, ValueId};
 
 /// Tile shape of the GEMM kernel.
@@ -57,50 +58,6 @@ impl Tiles {
     fn blocks(&self, m: usize, n: usize, z: usize) -> usize {
         m.div_ceil(self.bm as usize) * n.div_ceil(self.bn as usize) * z
     }
-}
-
-/// Which tile a GEMM takes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum TileChoice {
-    /// The large tile where it fills the GPU, else the small one.
-    #[default]
-    Auto,
-    Large,
-    Small,
-}
-
-/// How a GEMM splits K.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SplitChoice {
-    /// Enough slices to fill the GPU (none when the tiles already do).
-    #[default]
-    Auto,
-    /// Never.
-    None,
-    /// Twice the automatic count (at most [`MAX_SPLITS`], slices at least `MIN_SLICE_K / 2` deep).
-    Double,
-}
-
-/// How a block of the tensor-core attention kernel is shaped: warps of 16 query rows sharing each K/V tile,
-/// or one warp of rows computed by several warps over slices of the keys.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum AttentionChoice {
-    /// The per-problem default (`MmaTiles::for_problem`: the most warps whose blocks still fill the GPU, else
-    /// the keys split).
-    #[default]
-    Auto,
-    /// This many warps of rows, 64 keys per tile, the keys not split.
-    Warps(u32),
-    /// One warp of rows, the keys split (`MmaTiles::split_keys`).
-    SplitKeys,
-}
-
-/// The knobs of every GEMM (and tensor-core attention) of a kernel: what the `cuda` backend's configurations set.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Knobs {
-    pub tiles: TileChoice,
-    pub split: SplitChoice,
-    pub attention: AttentionChoice,
 }
 
 /// The knob settings the tune stage measures, by the name their configuration ends in; `default` first.

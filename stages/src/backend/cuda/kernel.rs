@@ -1,13 +1,13 @@
 //! One generated CUDA kernel (`extern "C" __global__`): its pointer parameters, which function arguments
 //! they bind to, its body and its launch configuration.
 //!
-//! Each plan item of a partition (see `backend/c/plan.rs`, shared with the `c` backend: the fusion decisions
+//! Each plan item of a partition (see `backend/lowering/plan.rs`, shared with the `c` backend: the fusion decisions
 //! do not depend on the device) becomes one or more kernels. A kernel's parameters are the buffers it
 //! touches, by alias root, `__restrict__`-qualified (an item never reads memory it writes); shapes and
 //! strides are compile-time constants in its body, so index arithmetic divides by constants only.
 
-use crate::backend::c::cexpr::{f32_lit, int_lit};
-use crate::backend::c::plan::Plan;
+use crate::backend::lowering::cexpr::{f32_lit, int_lit};
+use crate::backend::lowering::plan::Plan;
 use crate::ir::{DType, Graph, ValueId};
 
 /// Threads per block of the one-thread-per-element kernels.
@@ -19,7 +19,7 @@ pub fn mem_type(d: DType) -> &'static str {
     match d {
         DType::F16 => "__half",
         DType::BF16 => "__nv_bfloat16",
-        d => crate::backend::c::cexpr::mem_type(d),
+        d => crate::backend::lowering::cexpr::mem_type(d),
     }
 }
 
@@ -44,7 +44,7 @@ pub fn ld(d: DType, p: &str, idx: &str) -> String {
     match d {
         DType::F16 => format!("__half2float({p}[{idx}])"),
         DType::BF16 => format!("__bfloat162float({p}[{idx}])"),
-        d => crate::backend::c::cexpr::load(d, p, idx),
+        d => crate::backend::lowering::cexpr::load(d, p, idx),
     }
 }
 
@@ -99,7 +99,7 @@ pub struct Kernel<'a> {
     /// Bytes of each item-private scratch buffer this kernel uses, by id.
     pub temps: Vec<(u32, u64)>,
     /// How GEMMs choose their schedule (the tuning space's knobs).
-    pub knobs: super::gemm::Knobs,
+    pub knobs: super::knobs::Knobs,
     /// Blocks per SM the kernel is compiled to fit (`__launch_bounds__`' second argument), where the compiler's
     /// own register choice is known to be slower; 0 leaves it to the compiler.
     pub min_blocks: u32,
@@ -113,7 +113,7 @@ impl<'a> Kernel<'a> {
     /// The expression naming `v`'s buffer (its alias root's): a parameter or an inline constant array.
     pub fn buf(&mut self, v: ValueId, write: bool) -> String {
         let root = self.plan.root[v.index()];
-        if matches!(self.plan.storage[root.index()], Some(crate::backend::c::plan::Storage::Const)) && !write {
+        if matches!(self.plan.storage[root.index()], Some(crate::backend::lowering::plan::Storage::Const)) && !write {
             if !self.consts.contains(&root) {
                 self.consts.push(root);
             }
@@ -181,7 +181,7 @@ impl<'a> Kernel<'a> {
         format!(
             "extern \"C\" __global__ void __launch_bounds__({bounds}) {name}({}) {{\n{}}}\n",
             params.join(", "),
-            crate::backend::c::text::indent(&self.body)
+            crate::backend::lowering::text::indent(&self.body)
         )
     }
 }

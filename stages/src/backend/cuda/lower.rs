@@ -1,4 +1,4 @@
-//! Lowering one kernel graph (a partition) to CUDA: the shared fusion plan (`backend/c/plan.rs`) orders it
+//! Lowering one kernel graph (a partition) to CUDA: the shared fusion plan (`backend/lowering/plan.rs`) orders it
 //! into items, each item becomes one or more `__global__` kernels (see [`super::kernel`]), and their
 //! launches bind each kernel parameter to the function's argument array (`[inputs.., outputs.., scratch]`),
 //! scratch values at offsets laid out by liveness. Everything is emitted in a fixed order from the canonical
@@ -7,8 +7,8 @@
 use super::gemm::{self, Knobs};
 use super::kernel::{const_array, Binding, Kernel};
 use super::{attention, movement, nd, pool, reduce, scan};
-use crate::backend::c::plan::{plan_with_views, Group, Item, Plan, Storage, Views};
-use crate::backend::c::scratch::{assign, Request};
+use crate::backend::lowering::plan::{plan_with_views, Group, Item, Plan, Storage, Views};
+use crate::backend::lowering::scratch::{assign, Request};
 use crate::backend::FunctionInfo;
 use crate::ir::{self, Graph, NodeId, Op, ValueId};
 use serde::{Deserialize, Serialize};
@@ -65,7 +65,7 @@ impl Views for CudaViews {
     }
 }
 
-/// The plan this backend lowers: [`crate::backend::c::plan`]'s, with [`CudaViews`].
+/// The plan this backend lowers: [`crate::backend::lowering::plan`]'s, with [`CudaViews`].
 pub fn cuda_plan(g: &Graph) -> Plan {
     plan_with_views(g, &CudaViews)
 }

@@ -20,6 +20,7 @@ mod ew;
 pub mod gemm;
 pub mod index;
 pub mod kernel;
+pub mod knobs;
 pub mod lower;
 mod movement;
 mod nd;
@@ -33,7 +34,7 @@ pub(crate) mod tests;
 
 use crate::backend::{Backend, BackendError, LoweredKernel, Module, TunableSet};
 use crate::ir::{DType, Graph, NodeId};
-use crate::partition::collage::rules::Rule;
+use crate::rules::Rule;
 use crate::target::{AttrSpec, AttrType, BackendSpec, Target};
 use lower::CudaCode;
 use tessera_kernels::runtime::cuda::format::CubinModule;
@@ -51,7 +52,7 @@ fn config_name(setting: &str) -> String {
 }
 
 /// The device helpers every module starts with.
-pub static PRELUDE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| crate::backend::c::text::with_scalar(include_str!("prelude.cuh")));
+pub static PRELUDE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| crate::backend::lowering::text::with_scalar(include_str!("prelude.cuh")));
 
 /// What modules with f16 or bf16 tensors start with (before [`PRELUDE`]): the toolkit's WMMA header (which
 /// brings cuda_fp16.h and cuda_bf16.h) and the tensor-core helpers, one definition for both types.

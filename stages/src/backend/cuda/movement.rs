@@ -4,8 +4,8 @@
 //! their own type, bit-exact.
 
 use super::kernel::{coords, offset, scalar_literal, st, zero, Kernel};
-use crate::backend::c::cexpr::f32_lit;
-use crate::backend::c::nest::{broadcast, contiguous, Nest};
+use crate::backend::lowering::cexpr::f32_lit;
+use crate::backend::lowering::nest::{broadcast, contiguous, Nest};
 use crate::ir::{DType, NodeId, PadMode, Tensor, ValueId};
 
 /// `dst[dst_base + c·dst_st] = src[src_base + c·src_st]` for every coordinate `c` of `shape`, as one kernel.

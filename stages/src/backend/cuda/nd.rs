@@ -9,7 +9,7 @@
 //! left out when every tuple is distinct.
 
 use super::kernel::{zero, Kernel};
-use crate::backend::c::nest::contiguous;
+use crate::backend::lowering::nest::contiguous;
 use crate::ir::{NodeId, ValueId};
 
 /// Statements that set `long long {name}` (the element offset, inside a block of shape `block`, of the

@@ -5,7 +5,7 @@
 //! channels of one position, so a warp's reads of each tap are contiguous.
 
 use super::kernel::{is_float, ld, mem_type, st, Kernel};
-use crate::backend::c::nest::contiguous;
+use crate::backend::lowering::nest::contiguous;
 use crate::ir::{NodeId, PoolAttrs};
 
 /// Statements placing the window of spatial dim `d` for the output position `r` (flat over the output's spatial

@@ -3,8 +3,8 @@
 //! Softmax, LogSoftmax and LayerNorm; BatchNorm (inference) is one thread per element.
 
 use super::kernel::{coords, is_float, ld, offset, st, Kernel};
-use crate::backend::c::cexpr::f32_lit;
-use crate::backend::c::nest::{broadcast, contiguous, Nest};
+use crate::backend::lowering::cexpr::f32_lit;
+use crate::backend::lowering::nest::{broadcast, contiguous, Nest};
 use crate::ir::{DType, NodeId, ReduceKind};
 
 /// Threads of a block reducing rows of `len` elements: whole warps, at most 256.

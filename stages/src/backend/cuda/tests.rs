@@ -255,7 +255,7 @@ fn attention_kernels_lower_and_compile() {
     for (name, case) in [("bert_like", &cases[1]), ("vit_like", &cases[3]), ("broadcast", &cases[4])] {
         for (i, t) in [AttnTiles::default(), MID_TILES, SMALL_TILES, AttnTiles { bq: 64, bk: 32, threads: 128 }].into_iter().enumerate() {
             let g = case.graph();
-            let p = crate::backend::c::plan::plan(&g);
+            let p = crate::backend::lowering::plan::plan(&g);
             let sym = format!("attn_{name}_t{i}");
             let mut k = kernel::Kernel::new(&g, &p, &sym);
             let n = crate::ir::NodeId(0);
@@ -413,7 +413,7 @@ fn fp16_and_bf16_attention_run_on_tensor_cores_in_every_tile() {
         assert!(!src(&g32).contains("tsr_attention::mma<") && src(&g32).contains("tsr_attention::simt<"), "{}: fp32 stays SIMT", c.name);
         let (n, a) = attention_node(&g16);
         for (i, t) in [MmaTiles { warps: 1, bk: 16, split: 1 }, MmaTiles { warps: 2, bk: 64, split: 1 }, MmaTiles { warps: 4, bk: 128, split: 1 }, MmaTiles { warps: 1, bk: 32, split: 4 }, MmaTiles { warps: 2, bk: 16, split: 3 }].into_iter().enumerate() {
-            let p = crate::backend::c::plan::plan(&g16);
+            let p = crate::backend::lowering::plan::plan(&g16);
             let sym = format!("attn_mma_{}_{dt}_t{i}", c.name);
             let mut k = kernel::Kernel::new(&g16, &p, &sym);
             attention_mma::attention(&mut k, n, &a, t).unwrap_or_else(|e| panic!("{}: {e}", c.name));
@@ -432,36 +432,14 @@ fn fp16_and_bf16_attention_run_on_tensor_cores_in_every_tile() {
     assert_eq!(&CubinModule::decode(&m).unwrap().cubins[0][..4], b"\x7fELF");
 }
 
-/// `got` against the fp32 reference `want`: NaN exactly where it has NaN, elsewhere within `tol` of the
-/// largest finite reference magnitude (the relative error the GPU zoo test uses).
-pub(crate) fn compare_to_reference(got: &Tensor, want: &Tensor, tol: f64) -> Result<f64, String> {
-    if got.ty != want.ty {
-        return Err(format!("type {} instead of {}", got.ty, want.ty));
-    }
-    let (a, b) = (got.to_f64_vec(), want.to_f64_vec());
-    let scale = b.iter().filter(|v| v.is_finite()).fold(0f64, |m, v| m.max(v.abs())).max(f64::MIN_POSITIVE);
-    let mut worst = 0f64;
-    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-        if x.is_nan() || y.is_nan() {
-            if !(x.is_nan() && y.is_nan()) {
-                return Err(format!("element {i}: got {x}, want {y}"));
-            }
-            continue;
-        }
-        worst = worst.max((x - y).abs() / scale);
-    }
-    if worst > tol {
-        return Err(format!("relative error {worst:.3e} above {tol:e}"));
-    }
-    Ok(worst)
-}
+pub(crate) use crate::backend::compare::compare_to_reference;
 
 /// `lowered` (the default lowering of the case graph `g`) with its tensor-core attention kernel generated
 /// for tile `t` instead: the same generator, so the same parameters in the same order; the kernel's source
 /// and launch shape replaced.
 fn with_attention_tile(mut lowered: LoweredKernel, g: &Graph, sym: &str, t: attention_mma::MmaTiles) -> LoweredKernel {
     let mut code: CudaCode = postcard::from_bytes(&lowered.code).unwrap();
-    let p = crate::backend::c::plan::plan(g);
+    let p = crate::backend::lowering::plan::plan(g);
     let (n, a) = attention_node(g);
     let mut k = kernel::Kernel::new(g, &p, sym);
     attention_mma::attention(&mut k, n, &a, t).unwrap();

@@ -17,7 +17,7 @@
 //! workspace that rule guarded against held NCHW's transforms, which NHWC has none of, so the tune stage
 //! measures them.
 
-use crate::backend::c::cost::{boundary_bytes, partition_flops};
+use crate::backend::lowering::cost::{boundary_bytes, partition_flops};
 use crate::ir::{DType, Graph, NodeId, Op, UnaryOp};
 
 pub const F32_TFLOPS: f64 = 10.0;

@@ -19,7 +19,7 @@ pub mod support;
 use crate::backend::library::Ranks;
 use crate::backend::{Backend, BackendError, LoweredKernel, Module, TunableSet};
 use crate::ir::{Graph, NodeId};
-use crate::partition::collage::rules::Rule;
+use crate::rules::Rule;
 use crate::target::{BackendSpec, Target};
 use tessera_kernels::runtime::cuda::dnn::Conv;
 

@@ -7,11 +7,11 @@
 //! small, are device operands: the backend's kernel graphs lift every constant to an argument
 //! ([`crate::backend::Backend::inline_const_max`] is 0).
 //!
-//! Epilogues follow the chain rule of the `gemm` backend ([`crate::backend::gemm::support`]), restricted to
+//! Epilogues follow the shared chain rule ([`crate::rules::epilogue`]), restricted to
 //! what `cudnnConvolutionBiasActivationForward` computes, `relu?(conv + z + bias)`: one `Add` of a same-shaped
 //! residual, and `Relu` last. (The bias is the convolution's own input; a second, per-channel `Add` is not taken.)
 
-use crate::backend::gemm::support::{self as chain, Fusion, Unary};
+use crate::rules::epilogue::{self as chain, Fusion, Unary};
 use crate::ir::{channels_first_perm, permuted, ConvAttrs, Graph, NodeId, Op, ValueId};
 
 /// A convolution's attributes and whether it is channels-last.

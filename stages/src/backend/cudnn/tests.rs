@@ -109,10 +109,11 @@ fn what_the_fused_call_cannot_compute_is_not_supported() {
     let c = h.add("conv", Op::Conv(attrs(1, 0, 1)), &[x, w, b]).unwrap();
     h.outputs.push(c);
     support::anchor(&h, NodeId(0)).unwrap();
-    let sig = crate::partition::plan::kernel_signature(&h, &[NodeId(0)], CudnnBackend.inline_const_max());
+    let sig = crate::ir::subgraph_signature(&h, &[NodeId(0)], crate::ir::ConstMode::LiftLarge(CudnnBackend.inline_const_max()));
     assert_eq!(sig.inputs, vec![x, w, b], "weight and bias are arguments");
-    let cuda = crate::backend::cuda::CudaBackend.inline_const_max();
-    assert_eq!(crate::partition::plan::kernel_signature(&h, &[NodeId(0)], cuda).inputs, vec![x], "our codegen inlines them");
+    // A code generator keeps the default (the `cuda` backend's).
+    let codegen = crate::backend::INLINE_CONST_MAX;
+    assert_eq!(crate::ir::subgraph_signature(&h, &[NodeId(0)], crate::ir::ConstMode::LiftLarge(codegen)).inputs, vec![x], "our codegen inlines them");
 }
 
 #[test]

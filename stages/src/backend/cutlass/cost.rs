@@ -11,7 +11,7 @@
 //! same kernel, which the boundary bytes count. A launch of one kernel costs less than a library call.
 
 use super::instance::{tiles, Element};
-use crate::backend::c::cost::{boundary_bytes, partition_flops};
+use crate::backend::lowering::cost::{boundary_bytes, partition_flops};
 use crate::backend::library::matmul_shape;
 use crate::ir::{Graph, NodeId, Op};
 

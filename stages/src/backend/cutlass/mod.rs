@@ -30,7 +30,7 @@ mod tests;
 
 use crate::backend::{Backend, BackendError, LoweredKernel, Module, TunableSet};
 use crate::ir::{Graph, NodeId};
-use crate::partition::collage::rules::Rule;
+use crate::rules::Rule;
 use crate::target::{AttrValue, BackendSpec, Target};
 use hopper::{HopperTile, HOPPER_TILES};
 use instance::{tiles, Element, Tile};

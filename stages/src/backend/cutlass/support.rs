@@ -6,13 +6,13 @@
 //! `int`s; and channels-last convolutions the conv2d template runs ([`super::conv::problem`]), whose own bias
 //! input is their epilogue's addend.
 //!
-//! Epilogues follow the chain rule of the `gemm` backend ([`crate::backend::gemm::support`]), restricted to
+//! Epilogues follow the shared chain rule ([`crate::rules::epilogue`]), restricted to
 //! what the template's epilogue computes, `act(A*B + C)`: at most one `Add` (a bias along the last axis, or a
 //! residual of the result's shape), then at most one activation (ReLU, GELU erf or tanh, Sigmoid,
 //! HardSwish), last.
 
 use super::instance::{alignment, Activation, Element};
-use crate::backend::gemm::support::{self as chain, Fusion, Unary};
+use crate::rules::epilogue::{self as chain, Fusion, Unary};
 use crate::backend::library::matmul_shape;
 use crate::ir::{GeluApprox, Graph, NodeId, Op, ValueId};
 

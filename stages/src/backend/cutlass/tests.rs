@@ -489,7 +489,7 @@ fn every_tile_matches_the_reference_on_the_gpu() {
             let want = crate::interp::run_graph(&g32, &inputs.iter().map(widened).collect::<Vec<_>>()).unwrap();
             let got = call_gpu_function(loaded.as_ref(), ci, &l.info, &inputs).unwrap_or_else(|e| panic!("{} {cfg}: {}", c.name, e.0));
             let tol = if *dt == DType::F32 { 1e-4 } else { 1e-2 };
-            match crate::backend::cuda::tests::compare_to_reference(&widened(&got[0]), &want[0], tol) {
+            match crate::backend::compare::compare_to_reference(&widened(&got[0]), &want[0], tol) {
                 Ok(err) => report.push(format!("{} {cfg}: {err:.2e}", c.name)),
                 Err(e) => failures.push(format!("{} {cfg}: {e}", c.name)),
             }

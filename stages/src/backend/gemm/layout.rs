@@ -19,7 +19,7 @@
 //! the largest one meeting these rules: start from every candidate and drop what breaks a rule until
 //! nothing does.
 
-use super::lower::Chain;
+use super::chain::Chain;
 use super::support::Fusion;
 use crate::ir::{Graph, NodeId, Op, ValueId};
 use std::collections::{BTreeMap, BTreeSet};

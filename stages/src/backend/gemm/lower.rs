@@ -12,25 +12,13 @@
 //! loop, which is several times faster than one tiny GEMM per channel.
 
 use super::arena::Arena;
+use super::chain::Chain;
 use super::layout::{self, ConvShape};
 use super::plan::{Buf, Depthwise2d, EpOp, Epilogue, GeluKind, Im2col, Mat, PlanFunction, Sgemm, Step, View};
 use super::support::{self, AnchorKind, Fusion, Unary};
 use crate::backend::FunctionInfo;
 use crate::ir::{self, broadcast_shapes, ConvAttrs, DType, GeluApprox, Graph, NodeId, Op, ValueDef, ValueId};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// An anchor and the epilogues fused into it, in order.
-pub(super) struct Chain {
-    pub(super) anchor: NodeId,
-    kind: AnchorKind,
-    pub(super) eps: Vec<(NodeId, Fusion)>,
-}
-
-impl Chain {
-    pub(super) fn last(&self) -> NodeId {
-        self.eps.last().map_or(self.anchor, |e| e.0)
-    }
-}
 
 struct Lowerer<'g> {
     g: &'g Graph,

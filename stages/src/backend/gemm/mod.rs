@@ -14,6 +14,7 @@
 //! analytical estimate).
 
 pub mod arena;
+mod chain;
 pub mod cost;
 mod layout;
 pub mod lower;
@@ -23,7 +24,7 @@ pub use tessera_kernels::runtime::gemm::{plan, validate};
 
 use super::{Backend, BackendError, FunctionInfo, LoweredKernel, Module};
 use crate::ir::{Graph, NodeId};
-use crate::partition::collage::rules::Rule;
+use crate::rules::Rule;
 use crate::target::{BackendSpec, Target};
 use plan::{Plan, PlanFunction, PLAN_VERSION};
 use std::collections::BTreeSet;

@@ -25,7 +25,7 @@
 use super::one;
 use crate::ir::{Op, ReduceKind, ValueId};
 use crate::onnx::error::{NResult, NodeError};
-use crate::onnx::import::{Importer, NodeCx};
+use crate::onnx::importer::{Importer, NodeCx};
 use crate::onnx::ImportErrorKind;
 use crate::onnx::ops::Converter;
 use std::collections::BTreeSet;

@@ -4,7 +4,7 @@
 use super::one;
 use crate::ir::{BinaryOp, GeluApprox, Op, UnaryOp, ValueId};
 use crate::onnx::error::{NResult, NodeError};
-use crate::onnx::import::{Importer, NodeCx};
+use crate::onnx::importer::{Importer, NodeCx};
 use crate::onnx::ops::Converter;
 use crate::onnx::tensor::dtype_from_onnx;
 

@@ -1,5 +1,5 @@
 //! Converters, one per ONNX op, grouped by family. A converter reads its node through
-//! [`Importer`](super::import::Importer) helpers (which fold constants and name what they emit) and returns the
+//! [`Importer`](super::importer::Importer) helpers (which fold constants and name what they emit) and returns the
 //! IR values of the node's outputs in order (fewer when trailing optional outputs are not produced).
 //!
 //! Ops the IR has no variant for are decomposed into ones it has, each decomposition exact in real arithmetic
@@ -15,7 +15,7 @@ mod scan;
 mod shape;
 
 use super::error::NResult;
-use super::import::{Importer, NodeCx};
+use super::importer::{Importer, NodeCx};
 use crate::ir::ValueId;
 
 /// Converts one node; returns its outputs.

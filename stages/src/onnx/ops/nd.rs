@@ -4,7 +4,7 @@
 use super::one;
 use crate::ir::{Op, Tensor, ValueId};
 use crate::onnx::error::{NResult, NodeError};
-use crate::onnx::import::{Importer, NodeCx};
+use crate::onnx::importer::{Importer, NodeCx};
 use crate::onnx::ops::Converter;
 
 pub const OPS: &[&str] = &["GatherND", "ScatterND"];

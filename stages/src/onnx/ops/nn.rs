@@ -5,7 +5,7 @@ use super::one;
 use crate::ir::{BinaryOp, ConvAttrs, ConvTransposeAttrs, Op, PoolAttrs, ReduceKind, UnaryOp, ValueId};
 use crate::onnx::attrs::norm_axis;
 use crate::onnx::error::{NResult, NodeError};
-use crate::onnx::import::{Importer, NodeCx};
+use crate::onnx::importer::{Importer, NodeCx};
 use crate::onnx::ops::Converter;
 
 pub const OPS: &[&str] = &[

@@ -6,7 +6,7 @@ use super::one;
 use crate::ir::{BinaryOp, DType, Op, PadMode, ReduceKind, Tensor, TensorType, UnaryOp, ValueId};
 use crate::onnx::attrs::{norm_axes, norm_axis};
 use crate::onnx::error::{NResult, NodeError};
-use crate::onnx::import::{check_size, Importer, NodeCx};
+use crate::onnx::importer::{check_size, Importer, NodeCx};
 use crate::onnx::ops::Converter;
 use crate::onnx::tensor::tensor_from_proto;
 

@@ -1,32 +1,10 @@
 //! Candidate generation: every target's rule set run over the graph.
 
 use super::dag::Dag;
-use super::rules::Cx;
+use super::eval::{self, Cx, Limits};
 use crate::ir::{Graph, NodeId};
 use crate::partition::{BackendLookup, PartitionError};
 use crate::target::TargetSet;
-
-/// Bounds on candidates, so the candidate count (and with it measurement and search work) stays bounded.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Limits {
-    /// Most nodes in one candidate. Default 8: enough for an anchor with a bias/activation/residual chain or an
-    /// attention-score chain, small enough that growth stays cheap.
-    pub max_nodes: usize,
-    /// Longest producer-consumer path inside a candidate, in nodes. Default 6.
-    pub max_depth: usize,
-    /// Most output values used outside a candidate (by later nodes or as graph outputs). Default 2: a fused
-    /// kernel that writes more results is rarely a win, and Collage bounds exits the same way.
-    pub max_exits: usize,
-    /// Most candidates grown from one base candidate by one `combine` rule. Default 24; candidates grown
-    /// earlier (smaller, breadth first) win, so the bound trims the largest ones.
-    pub max_per_seed: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits { max_nodes: 8, max_depth: 6, max_exits: 2, max_per_seed: 24 }
-    }
-}
 
 /// A subgraph one target could run as one partition.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -51,7 +29,7 @@ pub fn candidates(g: &Graph, targets: &TargetSet, lookup: &BackendLookup, limits
         let supported: Vec<bool> = (0..g.nodes.len()).map(|i| b.supports(g, NodeId(i as u32), t)).collect();
         let rule = b.rules();
         let cx = Cx::new(g, &dag, &supported, limits, &rule);
-        for p in rule.eval(&cx) {
+        for p in eval::eval(&rule, &cx) {
             for &n in &p.nodes {
                 covered[n as usize] = true;
             }

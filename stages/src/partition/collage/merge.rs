@@ -8,12 +8,25 @@
 //! across a partition boundary.
 
 use super::dag::Dag;
-use super::rules::Kind;
-use crate::ir::Graph;
-use super::search::Chosen;
+use crate::rules::Kind;
+use crate::ir::{Graph, NodeId};
 use crate::partition::{CostSource, Partition, Partitioning};
 use crate::target::TargetSet;
 use std::collections::BTreeSet;
+
+/// One partition of the result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chosen {
+    /// Index in `targets.targets`.
+    pub target: usize,
+    /// Sorted.
+    pub nodes: Vec<NodeId>,
+    /// The candidate's cost; for a merge of several winners, the sum of their costs (the merged partition was
+    /// never costed as a whole). Crossing charges are not included.
+    pub cost_us: f64,
+    /// The cheapest candidate of another target holding this partition's first node: (target index, cost).
+    pub alternative: Option<(usize, f64)>,
+}
 
 /// Merges winners given in a topological order of the partition graph (target, sorted nodes, cost): a winner
 /// joins the group of one of its producers on the same target unless another producer group is reachable

@@ -5,8 +5,8 @@
 //! This module is pure algorithm: it takes candidate costs as data (measured by the tune stage, or an
 //! analytical estimate standing in) and never measures anything itself.
 //!
-//! - [`rules`]: composable partition rules (`primitive`, `union`, `combine`, `only_valid`) and the rule sets
-//!   backends build theirs from (each backend gives its own, `Backend::rules`).
+//! - [`eval`]: evaluates the composable partition rules of [`crate::rules`] (`primitive`, `union`, `combine`,
+//!   `only_valid`; each backend gives its own set, `Backend::rules`) over a graph.
 //! - [`candidates`]: runs every target's rule set over a graph: deduplicated, deterministic, bounded by [`Limits`].
 //! - [`search`]: A* (Dijkstra with an admissible bound) over downward-closed covered sets, with a cost for values
 //!   crossing between partitions and devices ([`CrossingModel`]); adjacent winners on one target merged after.
@@ -14,12 +14,13 @@
 pub mod candidates;
 mod dag;
 pub mod merge;
-pub mod rules;
+pub mod eval;
 pub mod search;
 
-pub use candidates::{candidates, Candidate, Limits};
-pub use merge::to_partitioning;
-pub use search::{search, search_detailed, Chosen, CrossingModel, SearchOutcome};
+pub use candidates::{candidates, Candidate};
+pub use eval::Limits;
+pub use merge::{to_partitioning, Chosen};
+pub use search::{search, search_detailed, CrossingModel, SearchOutcome};
 
 #[cfg(test)]
 mod tests;

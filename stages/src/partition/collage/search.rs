@@ -24,7 +24,7 @@
 
 use super::candidates::Candidate;
 use super::dag::{contains, external_inputs, Dag};
-use super::merge::merge_winners;
+use super::merge::{merge_winners, Chosen};
 use crate::ir::{Graph, NodeId};
 use crate::partition::PartitionError;
 use crate::target::TargetSet;
@@ -66,20 +66,6 @@ impl CrossingModel {
         }
         c
     }
-}
-
-/// One partition of the result.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Chosen {
-    /// Index in `targets.targets`.
-    pub target: usize,
-    /// Sorted.
-    pub nodes: Vec<NodeId>,
-    /// The candidate's cost; for a merge of several winners, the sum of their costs (the merged partition was
-    /// never costed as a whole). Crossing charges are not included.
-    pub cost_us: f64,
-    /// The cheapest candidate of another target holding this partition's first node: (target index, cost).
-    pub alternative: Option<(usize, f64)>,
 }
 
 /// The search's result with the figures reports want.

@@ -1,7 +1,5 @@
-//! Source text the GPU backends share with this one: the scalar math both preludes splice in, and the
-//! indentation of generated bodies. With `cexpr`, `nest`, `plan`, `scratch` and `cost` it is the part of
-//! this folder the GPU backends' code units hold (`code/units.rs`), so a change to the C code generator
-//! alone (its lowering, its prelude, its loops) does not re-key GPU kernels and measurements.
+//! Source text the code generators share: the scalar math both preludes (`c`'s `prelude.h`, `cuda`'s
+//! `prelude.cuh`) splice in, and the indentation of generated bodies.
 
 /// The scalar math the C and CUDA preludes share (`scalar.h` beside this file: erf, softplus, Mish,
 /// HardSwish, NaN-propagating min/max, integer division and powers, float -> integer conversions).
