@@ -58,7 +58,7 @@ pub fn compile<'py>(
         Inputs::One(p) => vec![path_string(p)?],
         Inputs::Many(ps) => ps.into_iter().map(path_string).collect::<PyResult<_>>()?,
     };
-    let costs: CostMode = costs.parse().map_err(Error::new_err)?;
+    let costs: CostMode = costs.parse().map_err(|e: tessera_stages::context::UnknownName| Error::new_err(e.to_string()))?;
     // A store of `None` resolves as the CLI's does (`tessera_store::resolve_dir`: $TESSERA_STORE, else `.tessera`).
     let request = CompileRequest {
         shapes: shapes.unwrap_or_default(),

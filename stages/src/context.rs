@@ -129,13 +129,22 @@ impl Tuning {
     }
 }
 
+/// A build option's value that is none of its names (`--costs`, `--tuning`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("'{given}' is not a {what} (one of: {})", names.join(", "))]
+pub struct UnknownName {
+    pub given: String,
+    pub what: &'static str,
+    pub names: &'static [&'static str],
+}
+
 impl std::str::FromStr for Tuning {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
         match s {
             "pruned" => Ok(Tuning::Pruned),
             "full" => Ok(Tuning::Full),
-            other => Err(format!("'{other}' is not a tuning policy (one of: {})", Tuning::NAMES.join(", "))),
+            other => Err(UnknownName { given: other.to_string(), what: "tuning policy", names: &Tuning::NAMES }),
         }
     }
 }
@@ -156,13 +165,13 @@ pub enum CostMode {
 }
 
 impl std::str::FromStr for CostMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
         match s {
             "measured" => Ok(CostMode::Measured),
             "analytical" => Ok(CostMode::Analytical),
             "recorded" => Ok(CostMode::Recorded),
-            other => Err(format!("'{other}' is not a cost mode (one of: {})", CostMode::NAMES.join(", "))),
+            other => Err(UnknownName { given: other.to_string(), what: "cost mode", names: &CostMode::NAMES }),
         }
     }
 }

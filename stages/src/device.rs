@@ -12,6 +12,27 @@ use crate::fingerprint::{CpuFingerprint, DeviceFingerprint, GpuFingerprint};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use tessera_kernels::runtime::cuda;
 
+/// What choosing, assuming or confirming a GPU fails with.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    #[error("--gpus names no GPU")]
+    NoGpuNamed,
+    #[error("--gpus names GPU {0} twice")]
+    NamedTwice(usize),
+    #[error("'{0}' is not a GPU index (--gpus takes `all` or indices like 0,1)")]
+    NotAnIndex(String),
+    /// A GPU named to measure is another part than GPU 0, whose fingerprint keys the tune records.
+    #[error("GPU {gpu} ({name}, {sms} SMs, {khz} kHz) is not the same part as GPU 0 ({first}, {first_sms} SMs, {first_khz} kHz), whose fingerprint keys this machine's tune records: measure on GPUs like GPU 0")]
+    NotGpu0sKind { gpu: usize, name: String, sms: i32, khz: i32, first: String, first_sms: i32, first_khz: i32 },
+    /// A build from recorded measurements asked for a second, different GPU in one process.
+    #[error("this process already builds for GPU '{name}' ({arch}); it cannot also build for '{other}' ({other_arch})")]
+    AlreadyAssumed { name: String, arch: String, other: String, other_arch: String },
+    #[error(transparent)]
+    Cuda(#[from] cuda::CudaError),
+    #[error(transparent)]
+    StaleFingerprint(#[from] crate::gpu_facts::StaleFingerprint),
+}
+
 fn library_version(v: Result<usize, cuda::CudaError>) -> String {
     v.map_or_else(|why| format!("absent: {why}"), |v| v.to_string())
 }
@@ -24,10 +45,10 @@ static ASSUMED_GPU: OnceLock<GpuFingerprint> = OnceLock::new();
 /// may have no GPU or another one. Only such builds may call it: nothing is measured under an assumed
 /// fingerprint, or a measurement of this machine would be recorded as the other's. Setting a second,
 /// different fingerprint is an error.
-pub fn assume_gpu(fp: GpuFingerprint) -> Result<(), String> {
+pub fn assume_gpu(fp: GpuFingerprint) -> Result<(), DeviceError> {
     let set = ASSUMED_GPU.get_or_init(|| fp.clone());
     if *set != fp {
-        return Err(format!("this process already builds for GPU '{}' ({}); it cannot also build for '{}' ({})", set.name, set.arch, fp.name, fp.arch));
+        return Err(DeviceError::AlreadyAssumed { name: set.name.clone(), arch: set.arch.clone(), other: fp.name, other_arch: fp.arch });
     }
     Ok(())
 }
@@ -75,20 +96,20 @@ pub(crate) fn live_gpu() -> Option<GpuFingerprint> {
 /// GPU 0's fingerprint, so a GPU measures only where it is the same part as GPU 0 (name, architecture, SM
 /// count, memory, L2, clock, driver): a host of mixed GPUs measures on GPU 0's kind; naming another kind is
 /// an error.
-pub fn measuring_gpus(requested: Option<&[usize]>) -> Result<Vec<usize>, String> {
+pub fn measuring_gpus(requested: Option<&[usize]>) -> Result<Vec<usize>, DeviceError> {
     if let Some(requested) = requested {
         if requested.is_empty() {
-            return Err("--gpus names no GPU".to_string());
+            return Err(DeviceError::NoGpuNamed);
         }
-        if let Some(g) = requested.iter().enumerate().find_map(|(i, g)| requested[..i].contains(g).then_some(g)) {
-            return Err(format!("--gpus names GPU {g} twice"));
+        if let Some(&g) = requested.iter().enumerate().find_map(|(i, g)| requested[..i].contains(g).then_some(g)) {
+            return Err(DeviceError::NamedTwice(g));
         }
     }
     // Measuring initialises the driver: a recalled fingerprint is checked against it first.
     crate::gpu_facts::confirm(live_gpu)?;
     let n = cuda::device::count()?;
     let first = cuda::device::info_of(0)?;
-    let same = |g: usize| -> Result<bool, String> { Ok(g == 0 || cuda::device::info_of(g)? == first) };
+    let same = |g: usize| -> Result<bool, DeviceError> { Ok(g == 0 || cuda::device::info_of(g)? == first) };
     let Some(requested) = requested else {
         let mut gpus = Vec::with_capacity(n);
         for g in 0..n {
@@ -105,24 +126,29 @@ pub fn measuring_gpus(requested: Option<&[usize]>) -> Result<Vec<usize>, String>
         cuda::device::context_of(g)?;
         if !same(g)? {
             let other = cuda::device::info_of(g)?;
-            return Err(format!(
-                "GPU {g} ({}, {} SMs, {} kHz) is not the same part as GPU 0 ({}, {} SMs, {} kHz), whose fingerprint keys this machine's tune records: measure on GPUs like GPU 0",
-                other.name, other.sm_count, other.clock_khz, first.name, first.sm_count, first.clock_khz
-            ));
+            return Err(DeviceError::NotGpu0sKind {
+                gpu: g,
+                name: other.name,
+                sms: other.sm_count,
+                khz: other.clock_khz,
+                first: first.name,
+                first_sms: first.sm_count,
+                first_khz: first.clock_khz,
+            });
         }
     }
     Ok(requested.to_vec())
 }
 
 /// Parses a `--gpus` list: `all`, or GPU indices separated by commas (`0,1,3`).
-pub fn parse_gpus(text: &str) -> Result<Option<Vec<usize>>, String> {
+pub fn parse_gpus(text: &str) -> Result<Option<Vec<usize>>, DeviceError> {
     let text = text.trim();
     if text == "all" {
         return Ok(None);
     }
     let gpus: Vec<usize> = text
         .split(',')
-        .map(|g| g.trim().parse::<usize>().map_err(|_| format!("'{g}' is not a GPU index (--gpus takes `all` or indices like 0,1)")))
+        .map(|g| g.trim().parse::<usize>().map_err(|_| DeviceError::NotAnIndex(g.to_string())))
         .collect::<Result<_, _>>()?;
     Ok(Some(gpus))
 }

@@ -79,10 +79,11 @@ fn parses_gpu_lists() {
     assert_eq!(parse_gpus("all"), Ok(None));
     assert_eq!(parse_gpus("0"), Ok(Some(vec![0])));
     assert_eq!(parse_gpus(" 0, 1,3 "), Ok(Some(vec![0, 1, 3])));
-    assert_eq!(parse_gpus("0,x"), Err("'x' is not a GPU index (--gpus takes `all` or indices like 0,1)".to_string()));
+    assert_eq!(parse_gpus("0,x"), Err(DeviceError::NotAnIndex("x".to_string())));
+    assert_eq!(parse_gpus("0,x").unwrap_err().to_string(), "'x' is not a GPU index (--gpus takes `all` or indices like 0,1)");
     assert!(parse_gpus("").is_err() && parse_gpus("-1").is_err());
-    assert_eq!(measuring_gpus(Some(&[])), Err("--gpus names no GPU".to_string()));
-    assert_eq!(measuring_gpus(Some(&[1, 0, 1])), Err("--gpus names GPU 1 twice".to_string()));
+    assert_eq!(measuring_gpus(Some(&[])), Err(DeviceError::NoGpuNamed));
+    assert_eq!(measuring_gpus(Some(&[1, 0, 1])).unwrap_err().to_string(), "--gpus names GPU 1 twice");
 }
 
 #[test]

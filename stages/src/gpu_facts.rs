@@ -207,11 +207,21 @@ fn recall(facts: &MachineFacts, name: &Digest, live: impl FnOnce() -> Option<Gpu
     Some((fingerprint, false))
 }
 
+/// A recalled GPU fingerprint that is not the GPU's as the driver reads it ([`confirm`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the GPU fingerprint recalled from {} ({recalled:?}) is not this GPU's as the driver reads it now ({live:?}); the fact was removed, so build again to key by the live one", at.display())]
+pub struct StaleFingerprint {
+    /// Where the fact was (it is removed).
+    pub at: std::path::PathBuf,
+    pub recalled: Box<GpuFingerprint>,
+    pub live: Option<Box<GpuFingerprint>>,
+}
+
 /// Before measuring: where this process's fingerprint was recalled, reads it live and compares. A mismatch
 /// means the witness missed a change: the fact is removed and the build fails, so nothing is measured and
 /// recorded under the stale fingerprint (the next build reads the GPU live).
-pub fn confirm(live: impl FnOnce() -> Option<GpuFingerprint>) -> Result<(), String> {
-    static CONFIRMED: OnceLock<Result<(), String>> = OnceLock::new();
+pub fn confirm(live: impl FnOnce() -> Option<GpuFingerprint>) -> Result<(), StaleFingerprint> {
+    static CONFIRMED: OnceLock<Result<(), StaleFingerprint>> = OnceLock::new();
     let Some(recalled) = RECALLED.get() else { return Ok(()) };
     CONFIRMED
         .get_or_init(|| {
@@ -222,12 +232,7 @@ pub fn confirm(live: impl FnOnce() -> Option<GpuFingerprint>) -> Result<(), Stri
             let facts = FACTS.get().expect("a recalled fingerprint has a facts folder");
             let at = facts.location(&recalled.name);
             let _ = facts.remove(&recalled.name);
-            Err(format!(
-                "the GPU fingerprint recalled from {} ({:?}) is not this GPU's as the driver reads it now ({:?}); the fact was removed, so build again to key by the live one",
-                at.display(),
-                recalled.fingerprint,
-                live
-            ))
+            Err(StaleFingerprint { at, recalled: Box::new(recalled.fingerprint.clone()), live: live.map(Box::new) })
         })
         .clone()
 }

@@ -197,7 +197,7 @@ impl BuildOptions {
 #[derive(Clone, Debug)]
 pub struct GpuList(pub Option<Vec<usize>>);
 
-fn parse_gpus_arg(text: &str) -> Result<GpuList, String> {
+fn parse_gpus_arg(text: &str) -> Result<GpuList, tessera_stages::device::DeviceError> {
     tessera_stages::device::parse_gpus(text).map(GpuList)
 }
 

@@ -368,7 +368,7 @@ fn recorded(ctx: &Ctx, key: &Digest) -> Result<bool> {
 /// Loads every artifact, then, with the CPU to ourselves, times them in two passes ([`time_abba`]). Returns
 /// each artifact's samples in microseconds.
 fn measure_plans(ctx: &Ctx, artifacts: &[Artifact]) -> Result<Vec<[Vec<f64>; 2]>> {
-    crate::gpu_facts::confirm(crate::device::live_gpu).map_err(anyhow::Error::msg)?;
+    crate::gpu_facts::confirm(crate::device::live_gpu)?;
     let mut runs: Vec<(Executable, Vec<crate::ir::Tensor>)> = Vec::with_capacity(artifacts.len());
     for a in artifacts {
         let inputs = a.random_inputs(INPUT_SEED);
