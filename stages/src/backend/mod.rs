@@ -104,6 +104,41 @@ pub enum BackendError {
     Invalid { backend: String, why: String },
 }
 
+/// Why a backend cannot lower a kernel, or a node or configuration of it: an op, type, shape, attribute or
+/// layout it does not offer (Display: the reason alone). Lowering code returns it; the backend names the
+/// kernel and turns it into [`BackendError::Unsupported`] (which tune takes as a refusal) with [`Refusal::of`].
+/// A `String` reason converts into it, so `?` carries reasons from helpers that still return one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
+
+impl Refusal {
+    /// [`BackendError::Unsupported`] of backend `backend`, the reason after `context` (the kernel's name): `context: why`.
+    pub fn of(self, backend: &str, context: impl std::fmt::Display) -> BackendError {
+        BackendError::unsupported(backend, format!("{context}: {}", self.0))
+    }
+}
+
+impl From<String> for Refusal {
+    fn from(why: String) -> Refusal {
+        Refusal(why)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(why: &str) -> Refusal {
+        Refusal(why.to_string())
+    }
+}
+
+/// A [`Refusal`] with a `format!` reason.
+macro_rules! refuse {
+    ($($arg:tt)*) => {
+        $crate::backend::Refusal(format!($($arg)*))
+    };
+}
+pub(crate) use refuse;
+
 /// Where a compile failed, as its message says it: `kernel a, b` (the diagnostics point there) or
 /// `module of [a, b]`.
 fn compile_site(kernels: &[String], located: bool) -> String {

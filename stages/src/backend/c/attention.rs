@@ -7,6 +7,7 @@
 //! empty sum, 0), and the probability-weighted sum of V's rows into a row accumulator (contiguous in V's
 //! columns). Scores never leave the item's scratch.
 
+use crate::backend::{refuse, Refusal};
 use super::cexpr::f32_lit;
 use super::func::{Func, PARALLEL_GRAIN, ROW_STACK_BYTES};
 use super::nest::{broadcast, row_offset};
@@ -19,11 +20,11 @@ fn matrix_strides(shape: &[usize], batch: &[usize]) -> Vec<i64> {
     broadcast(&shape[..r - 2], batch).iter().map(|s| s * size).collect()
 }
 
-pub fn attention(f: &mut Func, node: NodeId, a: &AttentionAttrs) -> Result<(), String> {
+pub fn attention(f: &mut Func, node: NodeId, a: &AttentionAttrs) -> Result<(), Refusal> {
     let g = f.g;
     let nd = g.node(node);
     if let Some(&v) = nd.inputs.iter().chain(&nd.outputs).find(|&&v| !matches!(g.ty(v).dtype, DType::F32 | DType::Bool)) {
-        return Err(format!("Attention on {} is not supported by the c backend", g.ty(v).dtype));
+        return Err(refuse!("Attention on {} is not supported by the c backend", g.ty(v).dtype));
     }
     let types: Vec<_> = nd.inputs.iter().map(|&v| g.ty(v)).collect();
     let dims = attention_dims(a, &types).map_err(|e| e.0)?;

@@ -14,6 +14,7 @@
 //! Convolutions with few output channels per group (depthwise) would waste a row tile: they run one thread
 //! per output element over their few taps instead, as do ConvTranspose and integer MatMul (rare, small).
 
+use crate::backend::{refuse, Refusal};
 use super::ew;
 use super::index::{batch_offset, Ix};
 use super::kernel::{coords, is_float, is_half, ld, mem_type, st, zero, Kernel, EW_BLOCK};
@@ -336,7 +337,7 @@ fn operand_lambdas(p: &Problem, vec_a: bool, vec_b: bool) -> String {
 }
 
 /// The epilogue of output element `f` with value `value`, stored through the group.
-fn epilogue(k: &mut Kernel, grp: &Group, value: &str, f: &str) -> Result<String, String> {
+fn epilogue(k: &mut Kernel, grp: &Group, value: &str, f: &str) -> Result<String, Refusal> {
     let loaded = ew::loaded_operands(k, grp);
     let mut b = ew::operand_offsets(k, &grp.domain, &loaded, f);
     b.push_str(&ew::element(k, grp, &loaded, &|o| format!("o{o}"), Some(value), f)?);
@@ -346,7 +347,7 @@ fn epilogue(k: &mut Kernel, grp: &Group, value: &str, f: &str) -> Result<String,
 /// The GEMM kernel in `k`, a call of one of `gemm.cuh`'s main loops (tensor cores for f16 and bf16 operands,
 /// SIMT for f32); with a split schedule, also the kernel adding the slices up and applying the epilogue
 /// (returned).
-fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
+fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, Refusal> {
     let (m, n, kd, z) = (p.m, p.n, p.k, p.z);
     let (call, splits, (bm, bn, bk), threads, vec) = if is_half(p.dtype) {
         let sch = TcSchedule::with_knobs(m, n, kd, z, k.knobs);
@@ -364,7 +365,7 @@ fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kerne
         (format!("simt<{m}, {n}, {kd}, SLICE, {bm}, {bn}, {bk}, {tm}, {tn}>"), sch.splits, (bm, bn, bk), sch.tiles.threads(), (false, false))
     };
     if z * splits > 65535 {
-        return Err(format!("{z} GEMMs in one batch (at most 65535)"));
+        return Err(refuse!("{z} GEMMs in one batch (at most 65535)"));
     }
     let slice = kd.div_ceil(splits).div_ceil(bk as usize) * bk as usize;
     let mut b = format!("const unsigned z = blockIdx.z / {splits}u, slice = blockIdx.z % {splits}u;\n");
@@ -392,10 +393,10 @@ fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kerne
 const SIMT_MIN_BLOCKS: u32 = 4;
 
 /// The grid of a GEMM of `bm x bn` tiles, `splits` K slices each, and its block.
-fn launch(k: &mut Kernel, p: &Problem, bm: u32, bn: u32, splits: usize, threads: u32) -> Result<(), String> {
+fn launch(k: &mut Kernel, p: &Problem, bm: u32, bn: u32, splits: usize, threads: u32) -> Result<(), Refusal> {
     k.grid = [p.n.div_ceil(bn as usize).max(1) as u32, p.m.div_ceil(bm as usize).max(1) as u32, (p.z * splits).max(1) as u32];
     if k.grid[1] > 65535 {
-        return Err(format!("a GEMM with {} rows (at most {} row tiles)", p.m, 65535));
+        return Err(refuse!("a GEMM with {} rows (at most {} row tiles)", p.m, 65535));
     }
     k.block = [threads, 1, 1];
     Ok(())
@@ -410,7 +411,7 @@ fn launch(k: &mut Kernel, p: &Problem, bm: u32, bn: u32, splits: usize, threads:
 /// bias and epilogue applied and stored; or, with K split, the partial sum written to slice `slice` of an
 /// item-private buffer, and a second kernel (returned) that sums the slices in a fixed order, then adds the
 /// bias and applies the epilogue.
-fn finish<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, value: &str, b: &mut String) -> Result<Option<Kernel<'a>>, String> {
+fn finish<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, value: &str, b: &mut String) -> Result<Option<Kernel<'a>>, Refusal> {
     let total = p.m * p.n * p.z;
     if splits == 1 {
         let value = match &p.bias {
@@ -448,7 +449,7 @@ pub const PIPELINE_STAGES: u32 = 3;
 
 /// An f32 MatMul (NumPy semantics: batched, broadcast batch dims, rank-1 operands) as a tiled GEMM; `grp` is
 /// the group anchored on it (its epilogue).
-pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
+pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Option<Kernel<'a>>, Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let (a, bv, o) = (nd.inputs[0], nd.inputs[1], nd.outputs[0]);
@@ -484,7 +485,7 @@ pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Optio
     let _ = o;
     let dtype = g.ty(a).dtype;
     if g.ty(bv).dtype != dtype || !is_float(dtype) {
-        return Err(format!("MatMul of {} by {} is not supported by the cuda backend", dtype, g.ty(bv).dtype));
+        return Err(refuse!("MatMul of {} by {} is not supported by the cuda backend", dtype, g.ty(bv).dtype));
     }
     let (mi, ni, ki) = (Ix::var("m"), Ix::var("n"), Ix::var("k"));
     let p = Problem {
@@ -547,7 +548,7 @@ fn conv_tap(geo: &ConvGeom, a: &ConvAttrs, q: &str, r: &str) -> String {
 /// Channels-last (`NhwcConv`) the image is `[N, spatial.., C]`, the weight `[M, k.., C/g]` and the output
 /// `[N, spatial.., M]`: the GEMM's depth runs over a tap's channels first, and the output's rows (channels) are
 /// adjacent.
-pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group, channels_last: bool) -> Result<Option<Kernel<'a>>, String> {
+pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group, channels_last: bool) -> Result<Option<Kernel<'a>>, Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -562,7 +563,7 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group, ch
     let kd = cg * taps;
     let dtype = g.ty(nd.inputs[0]).dtype;
     if nd.inputs.iter().chain(&nd.outputs).any(|&v| g.ty(v).dtype != dtype) || !is_float(dtype) {
-        return Err(format!("{} on {dtype} (mixed or non-float operands) is not supported by the cuda backend", nd.op.name()));
+        return Err(refuse!("{} on {dtype} (mixed or non-float operands) is not supported by the cuda backend", nd.op.name()));
     }
     let x = k.buf(nd.inputs[0], false);
     let w = k.buf(nd.inputs[1], false);
@@ -609,7 +610,7 @@ const DEPTHWISE_ROW: usize = 4;
 /// layers), a call of `conv.cuh`'s row loop: each thread computes [`DEPTHWISE_ROW`] adjacent outputs of one
 /// row and channel. Channels-last, adjacent threads take adjacent channels (coalesced loads and stores);
 /// channels-first, adjacent row segments.
-fn conv_depthwise(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &ConvGeom, (x, w, bias): (String, String, Option<String>), channels_last: bool) -> Result<(), String> {
+fn conv_depthwise(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &ConvGeom, (x, w, bias): (String, String, Option<String>), channels_last: bool) -> Result<(), Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -663,7 +664,7 @@ fn conv_depthwise(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo:
 }
 
 /// One thread per output element, looping over its group's input channels and the kernel taps.
-fn conv_direct(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &ConvGeom, (x, w, bias): (String, String, Option<String>), channels_last: bool) -> Result<(), String> {
+fn conv_direct(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &ConvGeom, (x, w, bias): (String, String, Option<String>), channels_last: bool) -> Result<(), Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -712,7 +713,7 @@ fn conv_direct(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &C
 }
 
 /// ConvTranspose, one thread per output element gathering the inputs that reach it.
-pub fn conv_transpose(k: &mut Kernel, node: NodeId, a: &ConvTransposeAttrs) -> Result<(), String> {
+pub fn conv_transpose(k: &mut Kernel, node: NodeId, a: &ConvTransposeAttrs) -> Result<(), Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -743,7 +744,7 @@ pub fn conv_transpose(k: &mut Kernel, node: NodeId, a: &ConvTransposeAttrs) -> R
     }
     let d = g.ty(nd.outputs[0]).dtype;
     if !is_float(d) {
-        return Err(format!("ConvTranspose on {d} is not supported by the cuda backend"));
+        return Err(refuse!("ConvTranspose on {d} is not supported by the cuda backend"));
     }
     b.push_str(&format!(
         "if (!ok) continue;\nfor (unsigned ci = 0; ci < {cg}u; ci++) s = fmaf({}, {}, s);\n}}\n",
@@ -758,7 +759,7 @@ pub fn conv_transpose(k: &mut Kernel, node: NodeId, a: &ConvTransposeAttrs) -> R
 }
 
 /// An integer MatMul (shape arithmetic that survived folding): one thread per output, wrapping i64 sums.
-pub fn matmul_int(k: &mut Kernel, node: NodeId) -> Result<(), String> {
+pub fn matmul_int(k: &mut Kernel, node: NodeId) -> Result<(), Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let (a, bv, o) = (nd.inputs[0], nd.inputs[1], nd.outputs[0]);
@@ -768,7 +769,7 @@ pub fn matmul_int(k: &mut Kernel, node: NodeId) -> Result<(), String> {
     }
     let d = g.ty(o).dtype;
     if !matches!(d, DType::I64 | DType::I32) {
-        return Err(format!("MatMul on {d} is not supported by the cuda backend"));
+        return Err(refuse!("MatMul on {d} is not supported by the cuda backend"));
     }
     let (m, kd, n) = (sa[0], sa[1], sb[1]);
     let (pa, pb, y) = (k.buf(a, false), k.buf(bv, false), k.buf(o, true));

@@ -3,6 +3,7 @@
 //! index (Gather, GatherElements), or maps each coordinate through the padding rule (Pad). Elements move in
 //! their own type, bit-exact.
 
+use crate::backend::{refuse, Refusal};
 use super::kernel::{coords, offset, scalar_literal, st, zero, Kernel};
 use crate::backend::c::cexpr::f32_lit;
 use crate::backend::c::nest::{broadcast, contiguous, Nest};
@@ -133,14 +134,14 @@ pub fn gather(k: &mut Kernel, node: NodeId, axis: usize) {
 
 /// GatherElements: each output element reads the data at its own coordinates, the index replacing the
 /// coordinate along `axis`.
-pub fn gather_elements(k: &mut Kernel, node: NodeId, axis: usize) -> Result<(), String> {
+pub fn gather_elements(k: &mut Kernel, node: NodeId, axis: usize) -> Result<(), Refusal> {
     let nd = k.g.node(node);
     let (i, idx, o) = (nd.inputs[0], nd.inputs[1], nd.outputs[0]);
     let xs = k.g.ty(i).shape.clone();
     let is = k.g.ty(idx).shape.clone();
     for (a, (&n, &d)) in is.iter().zip(&xs).enumerate() {
         if a != axis && n > d {
-            return Err(format!("GatherElements: indices dimension {a} is {n}, data has {d}"));
+            return Err(refuse!("GatherElements: indices dimension {a} is {n}, data has {d}"));
         }
     }
     let own = contiguous(&xs);
@@ -163,7 +164,7 @@ pub fn gather_elements(k: &mut Kernel, node: NodeId, axis: usize) -> Result<(), 
 
 /// Pad: every output coordinate maps to an input coordinate by the mode (constant: outside means the fill
 /// value; edge: clamped; reflect: mirrored without repeating the edge).
-pub fn pad(k: &mut Kernel, node: NodeId, pads: &[i64], mode: PadMode, value: f32) -> Result<(), String> {
+pub fn pad(k: &mut Kernel, node: NodeId, pads: &[i64], mode: PadMode, value: f32) -> Result<(), Refusal> {
     let nd = k.g.node(node);
     let (i, o) = (nd.inputs[0], nd.outputs[0]);
     let xs = k.g.ty(i).shape.clone();
@@ -177,7 +178,7 @@ pub fn pad(k: &mut Kernel, node: NodeId, pads: &[i64], mode: PadMode, value: f32
     for a in 0..xs.len() {
         let dim = xs[a] as i64;
         if dim == 0 && mode != PadMode::Constant {
-            return Err(format!("Pad: {mode:?} mode cannot pad an empty dimension"));
+            return Err(refuse!("Pad: {mode:?} mode cannot pad an empty dimension"));
         }
         b.push_str(&format!("{{\nlong long s = (long long)c{a} - ({});\n", pads[a]));
         match mode {

@@ -4,6 +4,7 @@
 //! count_include_pad, as the reference does. Channels-last (`NhwcMaxPool`), consecutive threads take consecutive
 //! channels of one position, so a warp's reads of each tap are contiguous.
 
+use crate::backend::{refuse, Refusal};
 use super::kernel::{is_float, ld, mem_type, st, Kernel};
 use crate::backend::c::nest::contiguous;
 use crate::ir::{NodeId, PoolAttrs};
@@ -21,7 +22,7 @@ fn window(p: &PoolAttrs, d: usize, stride: i64, size: usize, in_size: usize) -> 
 
 /// A pool (`avg`: None for MaxPool, else AveragePool's count_include_pad); `channels_last`: the image is
 /// `[N, spatial.., C]`.
-pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>, channels_last: bool) -> Result<(), String> {
+pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>, channels_last: bool) -> Result<(), Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -33,7 +34,7 @@ pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>, chan
     let (in_st, out_st) = (contiguous(in_sp), contiguous(out_sp));
     let d = g.ty(nd.outputs[0]).dtype;
     if !is_float(d) {
-        return Err(format!("{} on {d} is not supported by the cuda backend", nd.op.name()));
+        return Err(refuse!("{} on {d} is not supported by the cuda backend", nd.op.name()));
     }
     let x = k.buf(nd.inputs[0], false);
     let y = k.buf(nd.outputs[0], true);

@@ -350,7 +350,7 @@ impl Backend for CutlassBackend {
 
     fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
-        let fail = |e: String| unsupported(format!("kernel '{symbol}' ({}): {e}", kernel.name));
+        let fail = |e: crate::backend::Refusal| unsupported(format!("kernel '{symbol}' ({}): {e}", kernel.name));
         let config = config_of(target, lower::element_of(kernel).map_err(fail)?, config)?;
         let (code, info) = lower::lower_kernel(kernel, symbol, config).map_err(fail)?;
         Ok(LoweredKernel { info, code: postcard::to_stdvec(&code).expect("cutlass code encodes") })
