@@ -139,6 +139,26 @@ macro_rules! refuse {
 }
 pub(crate) use refuse;
 
+/// A tool a backend runs (the C compiler, NVRTC, nvcc, a CUTLASS probe program) did not give its output
+/// (Display: the message alone). The backend decides what it is to the tune stage: a missing tool a
+/// [`BackendError::Toolchain`], a rejected module a [`BackendError::Compile`] carrying the message as its log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// The tool is not on this machine, or cannot start: nothing was compiled.
+    #[error("{0}")]
+    NotFound(String),
+    /// The tool ran and failed: its diagnostics (the caller attributes them to kernels).
+    #[error("{0}")]
+    Failed(String),
+    /// Around the tool: a temporary folder or file that cannot be made, written or read, a file the tool
+    /// should have written.
+    #[error("{0}")]
+    Io(String),
+    /// The tool's output does not read as expected (a probe's lines).
+    #[error("{0}")]
+    BadOutput(String),
+}
+
 /// Where a compile failed, as its message says it: `kernel a, b` (the diagnostics point there) or
 /// `module of [a, b]`.
 fn compile_site(kernels: &[String], located: bool) -> String {

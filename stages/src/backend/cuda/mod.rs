@@ -218,7 +218,7 @@ fn compile_programs(target: &Target, kernels: &[LoweredKernel], codes: &[CudaCod
             body.push_str(text);
         }
         let in_program: Vec<LoweredKernel> = kernels.iter().enumerate().filter(|(k, _)| units.iter().any(|u| u.kernel == *k)).map(|(_, k)| k.clone()).collect();
-        toolchain::compile(target, "module.cu", &source_with_prelude(&body)).map_err(|log| compile_error(&in_program, &log))
+        toolchain::compile(target, "module.cu", &source_with_prelude(&body)).map_err(|log| compile_error(&in_program, &log.to_string()))
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(programs.len());
     if threads <= 1 {
