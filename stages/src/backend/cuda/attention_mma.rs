@@ -76,7 +76,11 @@ impl MmaTiles {
     /// 12 heads x 8 warps of rows, each row computed by four warps over 32 keys each). Rounds of 128 keys keep a
     /// block's two stages at 72 KiB for 64-dim heads, so three blocks fit an SM.
     pub fn for_problem(batch: usize, sq: usize, sk: usize) -> MmaTiles {
-        [4, 2].into_iter().map(|warps| MmaTiles { warps, bk: 64, split: 1 }).find(|t| t.blocks(batch, sq) >= super::gemm::FILL_BLOCKS).unwrap_or_else(|| MmaTiles::split_keys(sk))
+        [4, 2]
+            .into_iter()
+            .map(|warps| MmaTiles { warps, bk: 64, split: 1 })
+            .find(|t| t.blocks(batch, sq) >= super::gemm::FILL_BLOCKS)
+            .unwrap_or_else(|| MmaTiles::split_keys(sk))
     }
 
     /// One warp of rows, the keys split in up to four slices of 32-key tiles.

@@ -307,11 +307,16 @@ impl Gather {
         for d in 0..geo.sp {
             s.push_str(&format!("const int c{d} = (int)((gq / {}u) % {}u) * {} - {};\n", out_st[d], geo.out_sp[d], self.strides[d], self.pads[d]));
         }
-        let split = if self.channels_last { format!("const unsigned ci = (unsigned)k % {cg}u, r = (unsigned)k / {cg}u;") } else { format!("const unsigned ci = (unsigned)k / {taps}u, r = (unsigned)k % {taps}u;") };
+        let split = if self.channels_last {
+            format!("const unsigned ci = (unsigned)k % {cg}u, r = (unsigned)k / {cg}u;")
+        } else {
+            format!("const unsigned ci = (unsigned)k / {taps}u, r = (unsigned)k % {taps}u;")
+        };
         s.push_str(&format!("return [=](int k) -> {t} {{\n{split}\nint xo = 0;\nbool ok = true;\n"));
         for d in 0..geo.sp {
             let kd = if d == 0 { format!("r / {}u", k_st[0]) } else { format!("(r / {}u) % {}u", k_st[d], geo.kernel[d]) };
-            s.push_str(&format!("{{\nconst int id = c{d} + (int)({kd}) * {};\nok = ok && (unsigned)id < {}u;\nxo += id * {};\n}}\n", self.dilations[d], geo.in_sp[d], in_st[d]));
+            s.push_str(&format!("{{\nconst int id = c{d} + (int)({kd}) * {};\nok = ok && (unsigned)id < {}u;\nxo += id * {};\n\
+                }}\n", self.dilations[d], geo.in_sp[d], in_st[d]));
         }
         let zero = if is_half(dtype) { zero(dtype) } else { "0.0f".to_string() };
         let at = if self.channels_last { format!("(unsigned)xo * {cin}u + ci") } else { format!("ci * {isz}u + xo") };
@@ -325,7 +330,11 @@ impl Gather {
 fn operand_lambdas(p: &Problem, vec_a: bool, vec_b: bool) -> String {
     let mut s = coords(&p.batch, "z", "zb", &vec![true; p.batch.len()]);
     let a = &p.a;
-    s.push_str(&if vec_a { format!("auto a = [&](int m, int k) {{ return {} + ({}); }};\n", a.buf, a.at) } else { format!("auto a = [&](int m, int k) {{ return {}[{}]; }};\n", a.buf, a.at) });
+    s.push_str(&if vec_a {
+        format!("auto a = [&](int m, int k) {{ return {} + ({}); }};\n", a.buf, a.at)
+    } else {
+        format!("auto a = [&](int m, int k) {{ return {}[{}]; }};\n", a.buf, a.at)
+    });
     s.push_str(&match (&p.b, vec_b) {
         (BOperand::Direct(b), true) => format!("auto b = [&](int k, int n) {{ return {} + ({}); }};\n", b.buf, b.at),
         (BOperand::Direct(b), false) => format!("auto b = [&](int n) {{ return [=](int k) {{ return {}[{}]; }}; }};\n", b.buf, b.at),
@@ -537,7 +546,8 @@ fn conv_tap(geo: &ConvGeom, a: &ConvAttrs, q: &str, r: &str) -> String {
     let mut s = String::from("bool ok = true;\nint xo = 0;\n");
     for d in 0..geo.sp {
         s.push_str(&format!(
-            "{{\nconst int od = (int)(({q} / {}u) % {}u), kd = (int)(({r} / {}u) % {}u);\nconst int id = od * {} - {} + kd * {};\nok = ok && id >= 0 && id < {};\nxo += id * {};\n}}\n",
+            "{{\nconst int od = (int)(({q} / {}u) % {}u), kd = (int)(({r} / {}u) % {}u);\nconst int id = od * {} - {} + kd * {};\n\
+                ok = ok && id >= 0 && id < {};\nxo += id * {};\n}}\n",
             out_st[d], geo.out_sp[d], k_st[d], geo.kernel[d], a.strides[d], a.pads[d], a.dilations[d], geo.in_sp[d], in_st[d]
         ));
     }
@@ -579,7 +589,8 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group, ch
     // (Channels-last, positions are `cin` apart: no vector loads along them.)
     let pointwise = taps == 1 && osz == isz && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0);
     let (mi, ni, ki, zi) = (Ix::var("m"), Ix::var("n"), Ix::var("k"), Ix::var("z"));
-    let vec_at = (!channels_last && pointwise && osz.is_multiple_of(8)).then(|| (ni.clone() / osz * cin + zi.clone() * cg + ki.clone()) * isz + ni.clone() % osz);
+    let vec_at = (!channels_last && pointwise && osz.is_multiple_of(8))
+        .then(|| (ni.clone() / osz * cin + zi.clone() * cg + ki.clone()) * isz + ni.clone() % osz);
     let channel = zi * mg + mi;
     let (out, out_m_stride, bias_by_flat) = if channels_last {
         (ni * cout + channel.clone(), 1, Ix::var("i") % cout)
@@ -610,7 +621,15 @@ const DEPTHWISE_ROW: usize = 4;
 /// layers), a call of `conv.cuh`'s row loop: each thread computes [`DEPTHWISE_ROW`] adjacent outputs of one
 /// row and channel. Channels-last, adjacent threads take adjacent channels (coalesced loads and stores);
 /// channels-first, adjacent row segments.
-fn conv_depthwise(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &ConvGeom, (x, w, bias): (String, String, Option<String>), channels_last: bool) -> Result<(), Refusal> {
+fn conv_depthwise(
+    k: &mut Kernel,
+    node: NodeId,
+    a: &ConvAttrs,
+    grp: &Group,
+    geo: &ConvGeom,
+    (x, w, bias): (String, String, Option<String>),
+    channels_last: bool,
+) -> Result<(), Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -664,7 +683,15 @@ fn conv_depthwise(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo:
 }
 
 /// One thread per output element, looping over its group's input channels and the kernel taps.
-fn conv_direct(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &ConvGeom, (x, w, bias): (String, String, Option<String>), channels_last: bool) -> Result<(), Refusal> {
+fn conv_direct(
+    k: &mut Kernel,
+    node: NodeId,
+    a: &ConvAttrs,
+    grp: &Group,
+    geo: &ConvGeom,
+    (x, w, bias): (String, String, Option<String>),
+    channels_last: bool,
+) -> Result<(), Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -696,7 +723,8 @@ fn conv_direct(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &C
         )
     };
     let mut b = format!(
-        "{coords}\nconst unsigned gg = co / {mg}u;\nfloat s = 0.0f;\nfor (unsigned ci = 0; ci < {cg}u; ci++) {{\nconst {t}* xc = {xc};\nconst {t}* wc = {wc};\n#pragma unroll 3\nfor (unsigned r = 0; r < {taps}u; r++) {{\n{tap}if (ok) s = fmaf({}, {}, s);\n}}\n}}\n",
+        "{coords}\nconst unsigned gg = co / {mg}u;\nfloat s = 0.0f;\nfor (unsigned ci = 0; ci < {cg}u; ci++) {{\nconst {t}* xc = {xc};\n\
+            const {t}* wc = {wc};\n#pragma unroll 3\nfor (unsigned r = 0; r < {taps}u; r++) {{\n{tap}if (ok) s = fmaf({}, {}, s);\n}}\n}}\n",
         ld(d, "xc", &xat),
         ld(d, "wc", &wat)
     );
@@ -734,11 +762,13 @@ pub fn conv_transpose(k: &mut Kernel, node: NodeId, a: &ConvTransposeAttrs) -> R
     let w = k.buf(nd.inputs[1], false);
     let bias = if nd.inputs.len() > 2 { Some(k.buf(nd.inputs[2], false)) } else { None };
     let y = k.buf(nd.outputs[0], true);
-    let mut b = format!("const unsigned q = i % {osz}u, m = (i / {osz}u) % {mo}u, img = i / {};\nconst unsigned gg = m / {mg}u, co = m % {mg}u;\nfloat s = 0.0f;\n", osz * mo);
+    let mut b = format!("const unsigned q = i % {osz}u, m = (i / {osz}u) % {mo}u, img = i / {};\nconst unsigned gg = m / {mg}u, co = m % {mg}u;\n\
+        float s = 0.0f;\n", osz * mo);
     b.push_str(&format!("for (unsigned r = 0; r < {taps}u; r++) {{\nbool ok = true;\nint xo = 0;\n"));
     for d in 0..sp {
         b.push_str(&format!(
-            "{{\nconst int od = (int)((q / {}u) % {}u), kd = (int)((r / {}u) % {}u);\nconst int t = od + {} - kd * {};\nconst int id = t / {};\nok = ok && t >= 0 && t % {} == 0 && id < {};\nxo += id * {};\n}}\n",
+            "{{\nconst int od = (int)((q / {}u) % {}u), kd = (int)((r / {}u) % {}u);\nconst int t = od + {} - kd * {};\nconst int id = t / {};\n\
+                ok = ok && t >= 0 && t % {} == 0 && id < {};\nxo += id * {};\n}}\n",
             out_st[d], out_sp[d], k_st[d], kernel[d], a.pads[d], a.dilations[d], a.strides[d], a.strides[d], in_sp[d], in_st[d]
         ));
     }
@@ -774,7 +804,9 @@ pub fn matmul_int(k: &mut Kernel, node: NodeId) -> Result<(), Refusal> {
     let (m, kd, n) = (sa[0], sa[1], sb[1]);
     let (pa, pb, y) = (k.buf(a, false), k.buf(bv, false), k.buf(o, true));
     k.body.push_str(&format!(
-        "const unsigned r = i / {n}u, c = i % {n}u;\nunsigned long long s = 0;\nfor (unsigned q = 0; q < {kd}u; q++) s += (unsigned long long)(long long){pa}[r * {kd}u + q] * (unsigned long long)(long long){pb}[q * {n}u + c];\n{y}[i] = ({})(long long)s;\n",
+        "const unsigned r = i / {n}u, c = i % {n}u;\nunsigned long long s = 0;\n\
+            for (unsigned q = 0; q < {kd}u; q++) s += (unsigned long long)(long long){pa}[r * {kd}u + q] * (unsigned long long)(long long){pb}[q * {n}u + c];\n\
+            {y}[i] = ({})(long long)s;\n",
         mem_type(d)
     ));
     k.per_element(m * n);

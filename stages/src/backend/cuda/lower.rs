@@ -250,7 +250,8 @@ pub fn lower_with(g: &Graph, symbol: &str, knobs: Knobs) -> Result<Lowered, Refu
     let mut consts: Vec<ValueId> = kernels.iter().flat_map(|(_, k)| k.consts.iter().copied()).collect();
     consts.sort();
     consts.dedup();
-    let mut source = format!("/* tessera cuda kernel {symbol}: {} nodes, {} items, {} launches, {scratch_bytes} scratch bytes */\n", g.nodes.len(), p.items.len(), kernels.len());
+    let (n_nodes, n_items, n_launches) = (g.nodes.len(), p.items.len(), kernels.len());
+    let mut source = format!("/* tessera cuda kernel {symbol}: {n_nodes} nodes, {n_items} items, {n_launches} launches, {scratch_bytes} scratch bytes */\n");
     for &c in &consts {
         source.push_str(&const_array(symbol, c, g.constant(c).expect("const storage holds a constant")));
     }
@@ -272,7 +273,9 @@ pub fn lower_with(g: &Graph, symbol: &str, knobs: Knobs) -> Result<Lowered, Refu
                 Binding::Root(root) => match p.storage[root.index()].as_ref() {
                     Some(Storage::Input(i)) => Ok(LaunchArg { index: *i as u32, offset: 0 }),
                     Some(Storage::Output(o)) => Ok(LaunchArg { index: (n_in + o) as u32, offset: 0 }),
-                    Some(Storage::Scratch(_)) => Ok(LaunchArg { index: (n_in + n_out) as u32, offset: offsets[value_req[root.index()].expect("a scratch value has a request")] }),
+                    Some(Storage::Scratch(_)) => {
+                        Ok(LaunchArg { index: (n_in + n_out) as u32, offset: offsets[value_req[root.index()].expect("a scratch value has a request")] })
+                    }
                     other => Err(refuse!("value {root} has no buffer to pass ({other:?})")),
                 },
             })

@@ -126,7 +126,9 @@ pub fn gather(k: &mut Kernel, node: NodeId, axis: usize) {
     let n = pre * nidx * post;
     let z = zero(k.g.ty(o).dtype);
     k.body.push_str(&format!(
-        "const unsigned q = i % {post}u;\nconst unsigned t = (i / {post}u) % {nidx}u;\nconst unsigned p = i / {};\nlong long j = (long long){ix}[t];\nif (j < 0) j += {dim};\n{y}[i] = (j >= 0 && j < {dim}) ? {x}[(p * {dim}u + (unsigned)j) * {post}u + q] : {z};\n",
+        "const unsigned q = i % {post}u;\nconst unsigned t = (i / {post}u) % {nidx}u;\nconst unsigned p = i / {};\n\
+            long long j = (long long){ix}[t];\nif (j < 0) j += {dim};\n\
+            {y}[i] = (j >= 0 && j < {dim}) ? {x}[(p * {dim}u + (unsigned)j) * {post}u + q] : {z};\n",
         (nidx * post).max(1)
     ));
     k.per_element(n);

@@ -70,7 +70,8 @@ pub fn softmax(k: &mut Kernel, node: NodeId, axis: usize, log: bool) -> Result<(
         len * inner
     );
     let xj = ld(d, &x, &format!("base + j * {inner}u"));
-    b.push_str(&format!("float m = -__int_as_float(0x7f800000);\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) m = tsr_maxf(m, {xj});\nm = tsr_block_max(m, sh);\n"));
+    b.push_str(&format!("float m = -__int_as_float(0x7f800000);\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) m = tsr_maxf(m, {xj});\n\
+        m = tsr_block_max(m, sh);\n"));
     b.push_str(&format!("float s = 0.0f;\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) s += expf({xj} - m);\ns = tsr_block_sum(s, sh);\n"));
     let out = st(d, if log { "(v - m) - logf(s)" } else { "expf(v - m) / s" });
     b.push_str(&format!("for (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) {{\nconst float v = {xj};\n{y}[base + j * {inner}u] = {out};\n}}\n"));
@@ -99,8 +100,10 @@ pub fn layer_norm(k: &mut Kernel, node: NodeId, axis: usize, eps: f32) -> Result
     let nest = Nest::new(&norm, &strides);
     let mut b = format!("__shared__ float sh[32];\nconst unsigned base = blockIdx.x * {len}u;\n");
     let xj = ld(d, &x, "base + j");
-    b.push_str(&format!("float s = 0.0f;\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) s += {xj};\nconst float mean = tsr_block_sum(s, sh) / {};\n", f32_lit(len as f32)));
-    b.push_str(&format!("float q = 0.0f;\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) {{\nconst float t = {xj} - mean;\nq += t * t;\n}}\nconst float inv = rsqrtf(tsr_block_sum(q, sh) / {} + {});\n", f32_lit(len as f32), f32_lit(eps)));
+    b.push_str(&format!("float s = 0.0f;\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) s += {xj};\n\
+        const float mean = tsr_block_sum(s, sh) / {};\n", f32_lit(len as f32)));
+    b.push_str(&format!("float q = 0.0f;\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) {{\nconst float t = {xj} - mean;\nq += t * t;\n\
+        }}\nconst float inv = rsqrtf(tsr_block_sum(q, sh) / {} + {});\n", f32_lit(len as f32), f32_lit(eps)));
     b.push_str(&format!("for (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) {{\n"));
     b.push_str(&coords(&nest.dims, "j", "c", &vec![true; nest.dims.len()]));
     let add = match &bias {
