@@ -18,7 +18,7 @@ use std::path::Path;
 /// and TESSERA_REQUIRE_CUTLASS, so there a missing one fails instead of skipping.
 fn toolchains_here() -> bool {
     let nvrtc = tessera_kernels::runtime::cuda::libs::toolkit().map(|_| ()).map_err(|e| e.to_string());
-    let nvcc = tessera_stages::backend::cutlass::toolchain::toolchain().map(|_| ());
+    let nvcc = tessera_stages::backend::cutlass::toolchain::toolchain().map(|_| ()).map_err(|e| e.to_string());
     for (what, found, require) in [("NVRTC", nvrtc, "TESSERA_REQUIRE_NVRTC"), ("nvcc with the CUTLASS headers", nvcc, "TESSERA_REQUIRE_CUTLASS")] {
         if let Err(why) = found {
             if std::env::var_os(require).is_some() {

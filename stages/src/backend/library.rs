@@ -4,20 +4,21 @@
 //! for a chain result that feeds the next chain of a merged partition), and [`compile_module`] packs the calls
 //! into a checked module.
 
+use crate::backend::{refuse, Refusal};
 use super::{BackendError, FunctionInfo, LoweredKernel, Module, ModuleFormat};
 use crate::ir::{self, Graph, NodeId, Op, ValueDef, ValueId};
 use crate::target::Target;
 use std::collections::BTreeMap;
 use tessera_kernels::runtime::cuda::library::{CallDesc, LibraryModule, Operand};
 
-fn node_err(g: &Graph, n: NodeId, msg: String) -> String {
-    format!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name())
+fn node_err(g: &Graph, n: NodeId, msg: Refusal) -> Refusal {
+    refuse!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name())
 }
 
 /// The last node of each chain of `g`, in topological order (where its call is emitted, so everything the
 /// call reads exists). Every node must be an anchor (`is_anchor`, checked by `check_anchor`) or an epilogue
 /// continuing the chain of its fused input's producer.
-pub fn chain_ends(g: &Graph, is_anchor: impl Fn(&Op) -> bool, check_anchor: impl Fn(NodeId) -> Result<(), String>) -> Result<Vec<NodeId>, String> {
+pub fn chain_ends(g: &Graph, is_anchor: impl Fn(&Op) -> bool, check_anchor: impl Fn(NodeId) -> Result<(), Refusal>) -> Result<Vec<NodeId>, Refusal> {
     ir::verify(g).map_err(|e| format!("invalid kernel graph: {e}"))?;
     let uses = g.use_counts();
     let mut chain_of: Vec<Option<usize>> = vec![None; g.nodes.len()];
@@ -30,7 +31,7 @@ pub fn chain_ends(g: &Graph, is_anchor: impl Fn(&Op) -> bool, check_anchor: impl
             lasts.push(n);
             continue;
         }
-        let f = crate::rules::epilogue::fusion(g, n, &|v| uses[v.index()]).map_err(|e| node_err(g, n, e))?;
+        let f = crate::rules::epilogue::fusion(g, n, &|v| uses[v.index()]).map_err(|e| node_err(g, n, e.into()))?;
         let p = g.producer(f.input()).ok_or_else(|| node_err(g, n, "its input has no producer".into()))?;
         let c = chain_of[p.index()].ok_or_else(|| node_err(g, n, "not fused into an anchor of this kernel".into()))?;
         lasts[c] = n;
@@ -42,17 +43,17 @@ pub fn chain_ends(g: &Graph, is_anchor: impl Fn(&Op) -> bool, check_anchor: impl
 
 /// The strided-batch form of a MatMul, as the GPU GEMM libraries (`cublas`, `cutlass`) run it: `(batch, m, n, k,
 /// a_stride, b_stride)` in elements (a stride of 0: the same matrix for every batch), or why it has none.
-pub fn matmul_shape(g: &Graph, n: NodeId) -> Result<(u64, u64, u64, u64, u64, u64), String> {
+pub fn matmul_shape(g: &Graph, n: NodeId) -> Result<(u64, u64, u64, u64, u64, u64), Refusal> {
     let node = g.node(n);
     if node.op != Op::MatMul {
-        return Err(format!("a GEMM library runs MatMul, not {}", node.op.name()));
+        return Err(refuse!("a GEMM library runs MatMul, not {}", node.op.name()));
     }
     let dt = g.ty(node.outputs[0]).dtype;
     if let Some(&v) = node.inputs.iter().find(|&&v| g.ty(v).dtype != dt) {
-        return Err(format!("MatMul of mixed types ({} and {})", g.ty(v), g.ty(node.outputs[0])));
+        return Err(refuse!("MatMul of mixed types ({} and {})", g.ty(v), g.ty(node.outputs[0])));
     }
     if !matches!(dt, crate::ir::DType::F32 | crate::ir::DType::F16 | crate::ir::DType::BF16) {
-        return Err(format!("GEMM libraries run f32, f16 and bf16 MatMuls, got {dt:?}"));
+        return Err(refuse!("GEMM libraries run f32, f16 and bf16 MatMuls, got {dt:?}"));
     }
     let (sa, sb) = (&g.ty(node.inputs[0]).shape, &g.ty(node.inputs[1]).shape);
     if sa.len() < 2 || sb.len() < 2 {
@@ -65,19 +66,19 @@ pub fn matmul_shape(g: &Graph, n: NodeId) -> Result<(u64, u64, u64, u64, u64, u6
     let count: u64 = batch.iter().map(|&d| u(d)).product();
     // An operand is shared (all its batch dims 1) or dense over the whole batch (its batch dims equal it, after
     // right-aligning): anything in between needs more than one stride.
-    let stride = |x: &[usize], mat: u64| -> Result<u64, String> {
+    let stride = |x: &[usize], mat: u64| -> Result<u64, Refusal> {
         let numel: u64 = x.iter().map(|&d| u(d)).product();
         if numel == 1 {
             Ok(0)
         } else if numel == count {
             Ok(mat)
         } else {
-            Err(format!("MatMul batch {x:?} broadcast to {batch:?} is not one strided batch"))
+            Err(refuse!("MatMul batch {x:?} broadcast to {batch:?} is not one strided batch"))
         }
     };
     let (sa_b, sb_b) = (stride(ba, m * k)?, stride(bb, k * nn)?);
     if [m, k, nn].iter().any(|&d| d == 0 || d > i32::MAX as u64) || count == 0 {
-        return Err(format!("MatMul of {m}x{k} by {k}x{nn}: empty or too large for a 32-bit GEMM"));
+        return Err(refuse!("MatMul of {m}x{k} by {k}x{nn}: empty or too large for a 32-bit GEMM"));
     }
     if sb_b == 0 && count > 1 {
         // A's batches stacked into one tall GEMM (C is dense in the same order).
@@ -99,7 +100,7 @@ pub struct Places {
 }
 
 impl Places {
-    pub fn new(g: &Graph) -> Result<Places, String> {
+    pub fn new(g: &Graph) -> Result<Places, Refusal> {
         let n_in = g.inputs.len() as u32;
         let mut loc = BTreeMap::new();
         for (i, &v) in g.inputs.iter().enumerate() {
@@ -107,10 +108,10 @@ impl Places {
         }
         for (j, &v) in g.outputs.iter().enumerate() {
             if !matches!(g.value(v).def, ValueDef::Node { .. }) {
-                return Err(format!("output {j} ('{}') is not computed by a node of the kernel", g.value(v).name));
+                return Err(refuse!("output {j} ('{}') is not computed by a node of the kernel", g.value(v).name));
             }
             if loc.insert(v, (n_in + j as u32, 0)).is_some() {
-                return Err(format!("output {j} ('{}') is listed twice", g.value(v).name));
+                return Err(refuse!("output {j} ('{}') is listed twice", g.value(v).name));
             }
         }
         Ok(Places { loc, scratch_arg: n_in + g.outputs.len() as u32, scratch_used: 0 })
@@ -127,10 +128,10 @@ impl Places {
     }
 
     /// Where `v` is read from.
-    pub fn read(&self, g: &Graph, v: ValueId, batch_stride: u64) -> Result<Operand, String> {
+    pub fn read(&self, g: &Graph, v: ValueId, batch_stride: u64) -> Result<Operand, Refusal> {
         match self.loc.get(&v) {
             Some(&(arg, offset)) => Ok(Operand { arg, offset, batch_stride }),
-            None => Err(format!("value '{}' is a constant inside the kernel or read before it is computed", g.value(v).name)),
+            None => Err(refuse!("value '{}' is a constant inside the kernel or read before it is computed", g.value(v).name)),
         }
     }
 

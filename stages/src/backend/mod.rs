@@ -109,6 +109,61 @@ pub enum BackendError {
     Invalid { backend: String, why: String },
 }
 
+/// Why a backend cannot lower a kernel, or a node or configuration of it: an op, type, shape, attribute or
+/// layout it does not offer (Display: the reason alone). Lowering code returns it; the backend names the
+/// kernel and turns it into [`BackendError::Unsupported`] (which tune takes as a refusal) with [`Refusal::of`].
+/// A `String` reason converts into it, so `?` carries reasons from helpers that still return one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
+
+impl Refusal {
+    /// [`BackendError::Unsupported`] of backend `backend`, the reason after `context` (the kernel's name): `context: why`.
+    pub fn of(self, backend: &str, context: impl std::fmt::Display) -> BackendError {
+        BackendError::unsupported(backend, format!("{context}: {}", self.0))
+    }
+}
+
+impl From<String> for Refusal {
+    fn from(why: String) -> Refusal {
+        Refusal(why)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(why: &str) -> Refusal {
+        Refusal(why.to_string())
+    }
+}
+
+/// A [`Refusal`] with a `format!` reason.
+macro_rules! refuse {
+    ($($arg:tt)*) => {
+        $crate::backend::Refusal(format!($($arg)*))
+    };
+}
+pub(crate) use refuse;
+
+/// A tool a backend runs (the C compiler, NVRTC, nvcc, a CUTLASS probe program) did not give its output
+/// (Display: the message alone). The backend decides what it is to the tune stage: a missing tool a
+/// [`BackendError::Toolchain`], a rejected module a [`BackendError::Compile`] carrying the message as its log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// The tool is not on this machine, or cannot start: nothing was compiled.
+    #[error("{0}")]
+    NotFound(String),
+    /// The tool ran and failed: its diagnostics (the caller attributes them to kernels).
+    #[error("{0}")]
+    Failed(String),
+    /// Around the tool: a temporary folder or file that cannot be made, written or read, a file the tool
+    /// should have written.
+    #[error("{0}")]
+    Io(String),
+    /// The tool's output does not read as expected (a probe's lines).
+    #[error("{0}")]
+    BadOutput(String),
+}
+
 /// Where a compile failed, as its message says it: `kernel a, b` (the diagnostics point there) or
 /// `module of [a, b]`.
 fn compile_site(kernels: &[String], located: bool) -> String {

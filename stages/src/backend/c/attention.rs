@@ -8,6 +8,7 @@
 //! columns). Scores never leave the item's scratch.
 
 use crate::backend::lowering::cexpr::f32_lit;
+use crate::backend::{refuse, Refusal};
 use super::func::{Func, PARALLEL_GRAIN, ROW_STACK_BYTES};
 use crate::backend::lowering::nest::{broadcast, row_offset};
 use crate::ir::{attention_dims, AttentionAttrs, DType, NodeId};
@@ -19,11 +20,11 @@ fn matrix_strides(shape: &[usize], batch: &[usize]) -> Vec<i64> {
     broadcast(&shape[..r - 2], batch).iter().map(|s| s * size).collect()
 }
 
-pub fn attention(f: &mut Func, node: NodeId, a: &AttentionAttrs) -> Result<(), String> {
+pub fn attention(f: &mut Func, node: NodeId, a: &AttentionAttrs) -> Result<(), Refusal> {
     let g = f.g;
     let nd = g.node(node);
     if let Some(&v) = nd.inputs.iter().chain(&nd.outputs).find(|&&v| !matches!(g.ty(v).dtype, DType::F32 | DType::Bool)) {
-        return Err(format!("Attention on {} is not supported by the c backend", g.ty(v).dtype));
+        return Err(refuse!("Attention on {} is not supported by the c backend", g.ty(v).dtype));
     }
     let types: Vec<_> = nd.inputs.iter().map(|&v| g.ty(v)).collect();
     let dims = attention_dims(a, &types).map_err(|e| e.0)?;

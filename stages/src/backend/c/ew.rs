@@ -5,6 +5,7 @@
 //! materializes. A one-element constant becomes a literal in the expression.
 
 use crate::backend::lowering::cexpr::{self, f32_lit, int_lit, mem_type};
+use crate::backend::Refusal;
 use super::func::{Func, PARALLEL_GRAIN};
 use crate::backend::lowering::nest::{broadcast, contiguous, Nest};
 use crate::backend::lowering::plan::{group_externals, Group};
@@ -50,7 +51,7 @@ pub fn element(
     index: &dyn Fn(usize) -> String,
     anchor: Option<&str>,
     out: &str,
-) -> Result<String, String> {
+) -> Result<String, Refusal> {
     let g = f.g;
     let mut code = String::new();
     let mut local: Vec<(ValueId, String)> = Vec::new();
@@ -103,7 +104,7 @@ const CHUNK: usize = 4096;
 
 /// A group with no anchor as one loop nest over its domain; from 2 x [`PARALLEL_GRAIN`] elements on, in
 /// parallel ranges: of the outermost loop, or, for a nest of one loop, of blocks of [`CHUNK`] elements.
-pub fn standalone(f: &mut Func, grp: &Group) -> Result<(), String> {
+pub fn standalone(f: &mut Func, grp: &Group) -> Result<(), Refusal> {
     let g = f.g;
     let (ops, loaded) = operands(g, grp);
     let d = &grp.domain;

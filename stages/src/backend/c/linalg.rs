@@ -14,6 +14,7 @@
 // Code is generated per spatial dim; indexing several per-dim arrays by `d` reads best.
 #![allow(clippy::needless_range_loop)]
 
+use crate::backend::Refusal;
 use super::ew::{self, Operand};
 use super::func::Func;
 use crate::backend::lowering::nest::{broadcast, contiguous, flat_stride, row_offset};
@@ -55,7 +56,7 @@ impl Epilogue<'_> {
     }
 
     /// Statements for the element at (R, j) whose accumulated value is `v`.
-    fn element(&self, f: &mut Func, v: &str) -> Result<String, String> {
+    fn element(&self, f: &mut Func, v: &str) -> Result<String, Refusal> {
         let val = match &self.bias {
             Some(b) => format!("{v} + {b}"),
             None => v.to_string(),
@@ -89,7 +90,7 @@ fn epilogue<'g>(
     row_dims: Vec<usize>,
     col_dims: Vec<usize>,
     logical: &dyn Fn(Vec<i64>) -> Vec<i64>,
-) -> Result<Epilogue<'g>, String> {
+) -> Result<Epilogue<'g>, Refusal> {
     let g = f.g;
     let m = g.node(anchor).outputs[0];
     let nr = row_dims.len();
@@ -130,7 +131,7 @@ fn partial_buffer(f: &mut Func, anchor: NodeId, grp: Option<&Group>, elems: usiz
 
 /// Emits one GEMM `C[R = row0 + i, j] = sum_p A[i, p] B[p, j]` with the epilogue applied per element.
 #[allow(clippy::too_many_arguments)]
-fn gemm(f: &mut Func, epi: &Epilogue, m: usize, n: usize, k: usize, a: &str, lda: usize, b: &str, ldb: usize, row0: &str, pack: &str, partial: Option<&str>) -> Result<String, String> {
+fn gemm(f: &mut Func, epi: &Epilogue, m: usize, n: usize, k: usize, a: &str, lda: usize, b: &str, ldb: usize, row0: &str, pack: &str, partial: Option<&str>) -> Result<String, Refusal> {
     let mut s = String::new();
     s.push_str(&format!("for (long jc = 0; jc < {n}; jc += TSR_NC) {{\n"));
     s.push_str(&format!("const long nc = {n} - jc < TSR_NC ? {n} - jc : TSR_NC;\n"));
@@ -166,7 +167,7 @@ fn pack_floats(k: usize, n: usize) -> usize {
 }
 
 /// f32 MatMul (NumPy semantics) with an optional fused epilogue group.
-pub fn matmul(f: &mut Func, node: NodeId, grp: Option<&Group>) -> Result<(), String> {
+pub fn matmul(f: &mut Func, node: NodeId, grp: Option<&Group>) -> Result<(), Refusal> {
     let g = f.g;
     let nd = g.node(node);
     let (sa, sb) = (g.ty(nd.inputs[0]).shape.clone(), g.ty(nd.inputs[1]).shape.clone());
@@ -213,7 +214,7 @@ pub fn matmul(f: &mut Func, node: NodeId, grp: Option<&Group>) -> Result<(), Str
 }
 
 /// Integer MatMul: a wrapping i64 triple loop (only ever on small shape data).
-pub fn matmul_int(f: &mut Func, node: NodeId) -> Result<(), String> {
+pub fn matmul_int(f: &mut Func, node: NodeId) -> Result<(), Refusal> {
     let g = f.g;
     let nd = g.node(node);
     let (sa, sb) = (g.ty(nd.inputs[0]).shape.clone(), g.ty(nd.inputs[1]).shape.clone());
@@ -248,7 +249,7 @@ fn tap_range(p: &str, o: &str, stride: usize, pad: usize, dil: usize, kernel: us
 }
 
 /// f32 Conv with an optional fused epilogue group.
-pub fn conv(f: &mut Func, node: NodeId, a: &ConvAttrs, grp: Option<&Group>) -> Result<(), String> {
+pub fn conv(f: &mut Func, node: NodeId, a: &ConvAttrs, grp: Option<&Group>) -> Result<(), Refusal> {
     let g = f.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -383,7 +384,7 @@ fn im2col(cols: &str, cg: usize, in_sp: &[usize], out_sp: &[usize], kernel: &[us
 }
 
 /// ConvTranspose: per output plane, scatter every input-tap product into a double accumulator.
-pub fn conv_transpose(f: &mut Func, node: NodeId, a: &ConvTransposeAttrs) -> Result<(), String> {
+pub fn conv_transpose(f: &mut Func, node: NodeId, a: &ConvTransposeAttrs) -> Result<(), Refusal> {
     let g = f.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();

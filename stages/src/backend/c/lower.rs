@@ -7,6 +7,7 @@
 //! graph (no hash-map iteration), so equal kernels give byte-identical source.
 
 use crate::backend::lowering::cexpr::{f32_lit, int_lit, mem_type};
+use crate::backend::{refuse, Refusal};
 use super::func::{Func, Param};
 use crate::backend::lowering::plan::{plan, Item, Plan, Storage};
 use crate::backend::lowering::scratch::{assign, Request};
@@ -45,7 +46,7 @@ fn const_literal(t: &Tensor) -> String {
 }
 
 /// Emits one item's function body; `Err` names the node at fault.
-fn emit_item(f: &mut Func, plan: &Plan, item: &Item) -> Result<(), String> {
+fn emit_item(f: &mut Func, plan: &Plan, item: &Item) -> Result<(), Refusal> {
     let g = f.g;
     match item {
         Item::Group(gid) => {
@@ -55,7 +56,7 @@ fn emit_item(f: &mut Func, plan: &Plan, item: &Item) -> Result<(), String> {
                 Some(a) => match &g.node(a).op {
                     Op::MatMul => linalg::matmul(f, a, Some(grp)),
                     Op::Conv(attrs) => linalg::conv(f, a, attrs, Some(grp)),
-                    op => Err(format!("{} cannot anchor a group", op.name())),
+                    op => Err(refuse!("{} cannot anchor a group", op.name())),
                 },
             }
         }
@@ -67,7 +68,7 @@ fn emit_item(f: &mut Func, plan: &Plan, item: &Item) -> Result<(), String> {
         }
         Item::Node(n) => {
             let node = g.node(*n);
-            let at = |e: String| format!("node '{}' ({}): {e}", node.name, node.op.name());
+            let at = |e: Refusal| refuse!("node '{}' ({}): {e}", node.name, node.op.name());
             let f32_out = g.ty(node.outputs[0]).dtype == DType::F32;
             match &node.op {
                 Op::MatMul if f32_out => linalg::matmul(f, *n, None),
@@ -129,7 +130,7 @@ fn emit_item(f: &mut Func, plan: &Plan, item: &Item) -> Result<(), String> {
                     Ok(())
                 }
                 Op::NhwcConv(_) | Op::NhwcMaxPool(_) => Err("channels-last ops run on GPU backends only (their targets' -layout=nhwc)".into()),
-                op => Err(format!("{} is not planned as a standalone item", op.name())),
+                op => Err(refuse!("{} is not planned as a standalone item", op.name())),
             }
             .map_err(at)
         }
@@ -153,13 +154,13 @@ fn const_array(name: &str, t: &Tensor) -> String {
     }
 }
 
-pub fn lower(g: &Graph, symbol: &str) -> Result<Lowered, String> {
+pub fn lower(g: &Graph, symbol: &str) -> Result<Lowered, Refusal> {
     if !is_c_identifier(symbol) {
-        return Err(format!("symbol '{symbol}' is not a C identifier"));
+        return Err(refuse!("symbol '{symbol}' is not a C identifier"));
     }
     ir::verify(g).map_err(|e| e.to_string())?;
     if let Some(why) = unsupported(g) {
-        return Err(why);
+        return Err(why.into());
     }
     let plan = plan(g);
     let (n_in, n_out) = (g.inputs.len(), g.outputs.len());

@@ -138,7 +138,7 @@ impl Backend for CBackend {
     }
 
     fn available(&self) -> Result<(), String> {
-        toolchain::toolchain().map(|_| ())
+        toolchain::toolchain().map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// The compiler, its version, every flag it will be given (cc's base flags include `CFLAGS` from the
@@ -189,9 +189,9 @@ impl Backend for CBackend {
 
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
-        toolchain::toolchain().map_err(|why| BackendError::toolchain("c", "a C compiler", why))?;
+        toolchain::toolchain().map_err(|why| BackendError::toolchain("c", "a C compiler", why.to_string()))?;
         let src = module_source(kernels)?;
-        let bytes = toolchain::compile(target, &src).map_err(|out| compile_error(kernels, &out))?;
+        let bytes = toolchain::compile(target, &src).map_err(|out| compile_error(kernels, &out.to_string()))?;
         Ok(Module {
             backend: "c".into(),
             target: target.canonical(),

@@ -5,6 +5,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::backend::lowering::cexpr::mem_type;
+use crate::backend::{refuse, Refusal};
 use super::func::Func;
 use crate::backend::lowering::nest::{broadcast, contiguous, Nest};
 use crate::ir::{NodeId, PadMode, Tensor, ValueId};
@@ -149,14 +150,14 @@ pub fn gather(f: &mut Func, node: NodeId, axis: usize) {
 
 /// GatherElements: every output element reads the data at its own coordinates, with the index replacing the
 /// coordinate along `axis`.
-pub fn gather_elements(f: &mut Func, node: NodeId, axis: usize) -> Result<(), String> {
+pub fn gather_elements(f: &mut Func, node: NodeId, axis: usize) -> Result<(), Refusal> {
     let nd = f.g.node(node);
     let (i, idx, o) = (nd.inputs[0], nd.inputs[1], nd.outputs[0]);
     let xs = f.g.ty(i).shape.clone();
     let is = f.g.ty(idx).shape.clone();
     for (a, (&n, &d)) in is.iter().zip(&xs).enumerate() {
         if a != axis && n > d {
-            return Err(format!("GatherElements: indices dimension {a} is {n}, data has {d}"));
+            return Err(refuse!("GatherElements: indices dimension {a} is {n}, data has {d}"));
         }
     }
     let own = contiguous(&xs);
@@ -176,7 +177,7 @@ pub fn gather_elements(f: &mut Func, node: NodeId, axis: usize) -> Result<(), St
 
 /// Pad: constant mode fills and copies the (possibly cropped) interior; edge and reflect map every output
 /// coordinate through a per-axis table.
-pub fn pad(f: &mut Func, node: NodeId, pads: &[i64], mode: PadMode, value: f32, lit: &dyn Fn(&Tensor) -> String) -> Result<(), String> {
+pub fn pad(f: &mut Func, node: NodeId, pads: &[i64], mode: PadMode, value: f32, lit: &dyn Fn(&Tensor) -> String) -> Result<(), Refusal> {
     let nd = f.g.node(node);
     let (i, o) = (nd.inputs[0], nd.outputs[0]);
     let xs = f.g.ty(i).shape.clone();
@@ -212,7 +213,7 @@ pub fn pad(f: &mut Func, node: NodeId, pads: &[i64], mode: PadMode, value: f32, 
     for a in 0..r {
         let dim = xs[a] as i64;
         if dim == 0 {
-            return Err(format!("Pad: {mode:?} mode cannot pad an empty dimension"));
+            return Err(refuse!("Pad: {mode:?} mode cannot pad an empty dimension"));
         }
         let map: Vec<String> = (0..ys[a] as i64)
             .map(|oc| {

@@ -5,11 +5,12 @@
 
 #![allow(clippy::needless_range_loop)]
 
+use crate::backend::Refusal;
 use super::func::Func;
 use crate::backend::lowering::nest::contiguous;
 use crate::ir::{NodeId, PoolAttrs};
 
-pub fn pool(f: &mut Func, node: NodeId, p: &PoolAttrs, avg: Option<bool>) -> Result<(), String> {
+pub fn pool(f: &mut Func, node: NodeId, p: &PoolAttrs, avg: Option<bool>) -> Result<(), Refusal> {
     let g = f.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();

@@ -3,6 +3,7 @@
 //! and are rounded once, as in the reference.
 
 use crate::backend::lowering::cexpr::{f32_lit, mem_type};
+use crate::backend::Refusal;
 use super::func::{Func, PARALLEL_GRAIN, ROW_STACK_BYTES};
 use crate::backend::lowering::nest::{broadcast, contiguous, Nest};
 use crate::ir::{DType, NodeId, ReduceKind};
@@ -11,7 +12,7 @@ use crate::ir::{DType, NodeId, ReduceKind};
 /// jointly coalesced nest in which the output has stride 0 on reduced dims: loops outside the first reduced
 /// dim pick an output region; inside it, each element accumulates into a scalar (reduced dims innermost) or
 /// into a region-sized accumulator array (kept dims nested inside reduced ones).
-pub fn reduce(f: &mut Func, node: NodeId, kind: ReduceKind, axes: &[usize]) -> Result<(), String> {
+pub fn reduce(f: &mut Func, node: NodeId, kind: ReduceKind, axes: &[usize]) -> Result<(), Refusal> {
     let g = f.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -113,7 +114,7 @@ pub fn reduce(f: &mut Func, node: NodeId, kind: ReduceKind, axes: &[usize]) -> R
 /// lane-parallel row helpers, the exponentials kept in a row buffer between the passes. Otherwise the D loop
 /// runs outside the inner loop with per-column max and sum arrays, so memory is walked contiguously and the
 /// inner loops vectorize.
-pub fn softmax(f: &mut Func, node: NodeId, axis: usize, log: bool) -> Result<(), String> {
+pub fn softmax(f: &mut Func, node: NodeId, axis: usize, log: bool) -> Result<(), Refusal> {
     let g = f.g;
     let nd = g.node(node);
     let s = g.ty(nd.inputs[0]).shape.clone();
@@ -165,7 +166,7 @@ fn softmax_row(x: &str, y: &str, d: usize, e: &str, log: bool) -> String {
 
 /// LayerNorm over `axis..rank`: per row, mean and variance (two passes, double), then
 /// `((x - mean) * inv * scale + bias)` in double with scale and bias broadcast to the normalized shape.
-pub fn layer_norm(f: &mut Func, node: NodeId, axis: usize, eps: f32) -> Result<(), String> {
+pub fn layer_norm(f: &mut Func, node: NodeId, axis: usize, eps: f32) -> Result<(), Refusal> {
     let g = f.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -199,7 +200,7 @@ pub fn layer_norm(f: &mut Func, node: NodeId, axis: usize, eps: f32) -> Result<(
 
 /// Inference BatchNorm: per channel `a = scale / sqrt(var + eps)`, `b = bias - mean * a` (double), then one
 /// multiply-add per element in double.
-pub fn batch_norm(f: &mut Func, node: NodeId, eps: f32) -> Result<(), String> {
+pub fn batch_norm(f: &mut Func, node: NodeId, eps: f32) -> Result<(), Refusal> {
     let g = f.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();

@@ -19,6 +19,7 @@
 //! where the compiler accepts it (probed once, [`Toolchain::clones`]); other `-march` values compile for that
 //! instruction set alone.
 
+use crate::backend::ToolError;
 use crate::target::Target;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -51,8 +52,8 @@ pub fn host_triple() -> String {
     }
 }
 
-fn find() -> Result<Toolchain, String> {
-    let dir = tempfile::Builder::new().prefix("tessera-cc-probe-").tempdir().map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+fn find() -> Result<Toolchain, ToolError> {
+    let dir = tempfile::Builder::new().prefix("tessera-cc-probe-").tempdir().map_err(|e| ToolError::Io(format!("cannot create a temporary directory: {e}")))?;
     let triple = host_triple();
     let mut b = cc::Build::new();
     b.target(&triple)
@@ -65,13 +66,13 @@ fn find() -> Result<Toolchain, String> {
         .cargo_metadata(false)
         .cargo_warnings(false)
         .emit_rerun_if_env_changed(false);
-    let tool = b.try_get_compiler().map_err(|e| format!("no C compiler found for {triple}: {e}"))?;
+    let tool = b.try_get_compiler().map_err(|e| ToolError::NotFound(format!("no C compiler found for {triple}: {e}")))?;
     let out = Command::new(tool.path())
         .arg("--version")
         .output()
-        .map_err(|e| format!("C compiler '{}' cannot run: {e}", tool.path().display()))?;
+        .map_err(|e| ToolError::NotFound(format!("C compiler '{}' cannot run: {e}", tool.path().display())))?;
     if !out.status.success() {
-        return Err(format!("C compiler '{}' --version failed", tool.path().display()));
+        return Err(ToolError::NotFound(format!("C compiler '{}' --version failed", tool.path().display())));
     }
     let version = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").trim().to_string();
     let base_args = tool
@@ -103,8 +104,8 @@ fn compiles(cc: &std::path::Path, dir: &std::path::Path, source: &str) -> bool {
 }
 
 /// The host toolchain, found once per process (finding it runs the compiler).
-pub fn toolchain() -> Result<&'static Toolchain, String> {
-    static TC: OnceLock<Result<Toolchain, String>> = OnceLock::new();
+pub fn toolchain() -> Result<&'static Toolchain, ToolError> {
+    static TC: OnceLock<Result<Toolchain, ToolError>> = OnceLock::new();
     TC.get_or_init(find).as_ref().map_err(|e| e.clone())
 }
 
@@ -136,10 +137,10 @@ pub fn target_flags(target: &Target) -> Vec<String> {
 
 /// Compiles `source` to a shared object and returns its bytes; on failure, the first lines of the compiler's
 /// output (with `module.c:LINE` locations for the caller to attribute).
-pub fn compile(target: &Target, source: &str) -> Result<Vec<u8>, String> {
+pub fn compile(target: &Target, source: &str) -> Result<Vec<u8>, ToolError> {
     let tc = toolchain()?;
-    let dir = tempfile::Builder::new().prefix("tessera-c-").tempdir().map_err(|e| format!("cannot create a temporary directory: {e}"))?;
-    std::fs::write(dir.path().join("module.c"), source).map_err(|e| format!("cannot write module.c: {e}"))?;
+    let dir = tempfile::Builder::new().prefix("tessera-c-").tempdir().map_err(|e| ToolError::Io(format!("cannot create a temporary directory: {e}")))?;
+    std::fs::write(dir.path().join("module.c"), source).map_err(|e| ToolError::Io(format!("cannot write module.c: {e}")))?;
     let map = dir.path().display().to_string();
     let mut cmd = Command::new(&tc.path);
     cmd.current_dir(dir.path());
@@ -154,30 +155,31 @@ pub fn compile(target: &Target, source: &str) -> Result<Vec<u8>, String> {
     cmd.arg(format!("-ffile-prefix-map={map}=."));
     cmd.arg(format!("-fdebug-prefix-map={map}=."));
     cmd.args(["-s", "-o", "module.so", "module.c", "-lm"]);
-    let out = cmd.output().map_err(|e| format!("cannot run C compiler '{}': {e}", tc.path.display()))?;
+    let out = cmd.output().map_err(|e| ToolError::NotFound(format!("cannot run C compiler '{}': {e}", tc.path.display())))?;
     if !out.status.success() {
         let mut text = String::from_utf8_lossy(&out.stderr).to_string();
         text.push_str(&String::from_utf8_lossy(&out.stdout));
-        return Err(text);
+        return Err(ToolError::Failed(text));
     }
-    std::fs::read(dir.path().join("module.so")).map_err(|e| format!("cannot read module.so: {e}"))
+    std::fs::read(dir.path().join("module.so")).map_err(|e| ToolError::Io(format!("cannot read module.so: {e}")))
 }
 
 /// The assembly `compile` would assemble for `source` (tests check what the compiler made of a loop).
 #[cfg(test)]
-pub fn assembly(target: &Target, source: &str) -> Result<String, String> {
+pub fn assembly(target: &Target, source: &str) -> Result<String, ToolError> {
+    let io = |e: std::io::Error| ToolError::Io(e.to_string());
     let tc = toolchain()?;
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    std::fs::write(dir.path().join("module.c"), source).map_err(|e| e.to_string())?;
+    let dir = tempfile::tempdir().map_err(io)?;
+    std::fs::write(dir.path().join("module.c"), source).map_err(io)?;
     let out = Command::new(&tc.path)
         .current_dir(dir.path())
         .args(&tc.base_args)
         .args(target_flags(target))
         .args(["-S", "-o", "module.s", "module.c"])
         .output()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ToolError::NotFound(e.to_string()))?;
     if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).to_string());
+        return Err(ToolError::Failed(String::from_utf8_lossy(&out.stderr).to_string()));
     }
-    std::fs::read_to_string(dir.path().join("module.s")).map_err(|e| e.to_string())
+    std::fs::read_to_string(dir.path().join("module.s")).map_err(io)
 }

@@ -1,6 +1,7 @@
 //! Lowering of one kernel graph (a partition) to cuBLASLt matmuls: one per chain (a MatMul and the epilogues
 //! fused into it, by the rule of [`super::support`]), placed by [`crate::backend::library`].
 
+use crate::backend::{refuse, Refusal};
 use super::support::{self, Epilogue};
 use crate::backend::library::{chain_ends, Places};
 use crate::backend::FunctionInfo;
@@ -8,11 +9,11 @@ use crate::ir::{Graph, NodeId, Op, ValueId};
 use tessera_kernels::runtime::cuda::blas::{Activation, Matmul, WORKSPACE_BYTES};
 
 /// The matmuls of a kernel graph and its function signature.
-pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Matmul>, FunctionInfo), String> {
+pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Matmul>, FunctionInfo), Refusal> {
     let lasts = chain_ends(g, |op| *op == Op::MatMul, |n| support::anchor(g, n))?;
     let uses = g.use_counts();
     let use_of = |v: ValueId| uses[v.index()];
-    let node_err = |n: NodeId, msg: String| format!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name());
+    let node_err = |n: NodeId, msg: Refusal| refuse!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name());
     let mut places = Places::new(g)?;
     let mut calls = Vec::with_capacity(lasts.len());
     for &last in &lasts {
@@ -21,7 +22,7 @@ pub fn lower_kernel(g: &Graph, symbol: &str) -> Result<(Vec<Matmul>, FunctionInf
         let end = g.node(last).outputs[0];
         let d_stride = if batch > 1 { m * n } else { 0 };
         let node = g.node(anchor);
-        let e = |m: String| node_err(anchor, m);
+        let e = |m: Refusal| node_err(anchor, m);
         let mut call = Matmul {
             dtype: g.ty(end).dtype,
             m,

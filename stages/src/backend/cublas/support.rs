@@ -15,6 +15,7 @@
 //! ([`crate::backend::Backend::inline_const_max`] is 0).
 
 use crate::rules::epilogue::{self as chain, Fusion, Unary};
+use crate::backend::{refuse, Refusal};
 use crate::ir::{DType, GeluApprox, Graph, NodeId, Op, ValueId};
 
 /// One epilogue of a cuBLASLt chain.
@@ -36,14 +37,14 @@ impl Epilogue {
 pub use crate::backend::library::matmul_shape;
 
 /// Whether `n` is a MatMul cuBLASLt runs from device operands.
-pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {
+pub fn anchor(g: &Graph, n: NodeId) -> Result<(), Refusal> {
     matmul_shape(g, n)?;
     Ok(())
 }
 
 /// The chain ending at epilogue node `n` (its anchor and its epilogues in order, `n`'s last), if every step
 /// is a cuBLASLt epilogue in an order it computes; `uses` counts the uses of a value.
-pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result<(NodeId, Vec<(NodeId, Epilogue)>), String> {
+pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result<(NodeId, Vec<(NodeId, Epilogue)>), Refusal> {
     let mut eps = Vec::new();
     let mut at = n;
     let anchor_node = loop {
@@ -54,7 +55,7 @@ pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result
         let ep = match f {
             Fusion::Unary { op: Unary::Relu, .. } => Epilogue::Relu,
             Fusion::Unary { op: Unary::Gelu(GeluApprox::Tanh), .. } if matches!(g.ty(g.node(at).outputs[0]).dtype, DType::F16 | DType::BF16) => Epilogue::GeluTanh,
-            Fusion::Unary { op, .. } => return Err(format!("cuBLASLt has no {op:?} epilogue")),
+            Fusion::Unary { op, .. } => return Err(refuse!("cuBLASLt has no {op:?} epilogue")),
             Fusion::Add { input, other, inner, count } => {
                 let s = &g.ty(input).shape;
                 if g.ty(other).shape == *s {

@@ -9,6 +9,7 @@
 //! and the masks through their (broadcast) strides and storing the output. `Sk = 0` stores zeros (the empty
 //! sum) without the template.
 
+use crate::backend::{refuse, Refusal};
 use super::kernel::{coords, offset, Kernel};
 use crate::backend::lowering::cexpr::f32_lit;
 use crate::backend::lowering::nest::broadcast;
@@ -58,7 +59,7 @@ impl AttnTiles {
     /// Why the tile is not valid, if it is not. (`%` rather than `is_multiple_of`, which needs Rust 1.87; the
     /// README promises 1.85. The thread checks come first, so the warp count is not 0 when it divides.)
     #[allow(clippy::manual_is_multiple_of)]
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Refusal> {
         let ok = self.threads % 32 == 0
             && (32..=1024).contains(&self.threads)
             && self.bk % 32 == 0
@@ -68,7 +69,7 @@ impl AttnTiles {
         if ok {
             Ok(())
         } else {
-            Err(format!("attention tile {self:?}: threads must be whole warps (32..=1024), bk a multiple of 32, bq a multiple of the warps"))
+            Err(refuse!("attention tile {self:?}: threads must be whole warps (32..=1024), bk a multiple of 32, bq a multiple of the warps"))
         }
     }
 
@@ -152,7 +153,7 @@ fn at2(row: i64, key: i64) -> String {
 
 /// The attention node `node` as one kernel in `k` with the default tile for its shape; `Ok(false)` when the
 /// output is empty and no kernel is needed.
-pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs) -> Result<bool, String> {
+pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs) -> Result<bool, Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let types: Vec<_> = nd.inputs.iter().map(|&v| g.ty(v)).collect();
@@ -182,12 +183,12 @@ pub fn on_tensor_cores(g: &crate::ir::Graph, node: NodeId, a: &AttentionAttrs) -
 }
 
 /// The attention kernel with an explicit tile.
-pub fn attention_with(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: AttnTiles) -> Result<bool, String> {
+pub fn attention_with(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: AttnTiles) -> Result<bool, Refusal> {
     tiles.check()?;
     let g = k.g;
     let nd = g.node(node);
     if let Some(&v) = nd.inputs.iter().chain(&nd.outputs).find(|&&v| !matches!(g.ty(v).dtype, DType::F32 | DType::F16 | DType::BF16 | DType::Bool)) {
-        return Err(format!("Attention on {} is not supported by the cuda backend", g.ty(v).dtype));
+        return Err(refuse!("Attention on {} is not supported by the cuda backend", g.ty(v).dtype));
     }
     let types: Vec<_> = nd.inputs.iter().map(|&v| g.ty(v)).collect();
     let dims = attention_dims(a, &types).map_err(|e| e.0)?;
@@ -205,16 +206,16 @@ pub fn attention_with(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: A
         return Ok(true);
     }
     if d > MAX_HEAD_DIM || dv > MAX_HEAD_DIM {
-        return Err(format!("head dims {d} and {dv}: the attention kernel takes at most {MAX_HEAD_DIM}"));
+        return Err(refuse!("head dims {d} and {dv}: the attention kernel takes at most {MAX_HEAD_DIM}"));
     }
     let lay = Layout::new(tiles, d, dv);
     if lay.bytes() > MAX_SHARED_BYTES as usize {
-        return Err(format!("attention tile {tiles:?} with head dims {d}, {dv} needs {} bytes of shared memory (at most {MAX_SHARED_BYTES})", lay.bytes()));
+        return Err(refuse!("attention tile {tiles:?} with head dims {d}, {dv} needs {} bytes of shared memory (at most {MAX_SHARED_BYTES})", lay.bytes()));
     }
     let q_tiles = sq.div_ceil(tiles.bq as usize);
     let blocks = batch * q_tiles;
     if blocks >= 1 << 31 {
-        return Err(format!("{blocks} attention blocks (at most 2^31 - 1)"));
+        return Err(refuse!("{blocks} attention blocks (at most 2^31 - 1)"));
     }
     let (bq, bk, threads) = (tiles.bq, tiles.bk, tiles.threads);
     let Layout { dq, ks, dvp, .. } = lay;

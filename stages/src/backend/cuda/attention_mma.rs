@@ -10,6 +10,7 @@
 //! and query rows a block owns, lambdas addressing Q, K and V through the views the plan reads them by, the
 //! masks, and the store of the output through its view.
 
+use crate::backend::{refuse, Refusal};
 use super::kernel::{coords, is_half, mem_type, offset, Kernel};
 use crate::backend::lowering::cexpr::f32_lit;
 use crate::backend::lowering::nest::broadcast;
@@ -60,12 +61,12 @@ impl MmaTiles {
 
     /// Why the tile is not valid, if it is not (`%` rather than `is_multiple_of`: the README promises Rust 1.85).
     #[allow(clippy::manual_is_multiple_of)]
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Refusal> {
         let split_ok = (1..=8).contains(&self.split) && self.warps * self.split <= 8 && self.round_keys() <= 256;
         if (1..=8).contains(&self.warps) && self.bk > 0 && self.bk % 16 == 0 && self.bk <= 128 && split_ok {
             Ok(())
         } else {
-            Err(format!("tensor-core attention tile {self:?}: 1 to 8 warps in all, bk a multiple of 16 up to 128, at most 256 keys a round"))
+            Err(refuse!("tensor-core attention tile {self:?}: 1 to 8 warps in all, bk a multiple of 16 up to 128, at most 256 keys a round"))
         }
     }
 
@@ -75,7 +76,11 @@ impl MmaTiles {
     /// 12 heads x 8 warps of rows, each row computed by four warps over 32 keys each). Rounds of 128 keys keep a
     /// block's two stages at 72 KiB for 64-dim heads, so three blocks fit an SM.
     pub fn for_problem(batch: usize, sq: usize, sk: usize) -> MmaTiles {
-        [4, 2].into_iter().map(|warps| MmaTiles { warps, bk: 64, split: 1 }).find(|t| t.blocks(batch, sq) >= super::gemm::FILL_BLOCKS).unwrap_or_else(|| MmaTiles::split_keys(sk))
+        [4, 2]
+            .into_iter()
+            .map(|warps| MmaTiles { warps, bk: 64, split: 1 })
+            .find(|t| t.blocks(batch, sq) >= super::gemm::FILL_BLOCKS)
+            .unwrap_or_else(|| MmaTiles::split_keys(sk))
     }
 
     /// One warp of rows, the keys split in up to four slices of 32-key tiles.
@@ -198,7 +203,7 @@ fn operand(k: &mut Kernel, v: ValueId, batch: &[usize], write: bool) -> Operand 
 
 /// The attention node `node` as one tensor-core kernel in `k` with tile `tiles`; the caller has checked
 /// [`applies`], a non-empty output and `Sk > 0`.
-pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTiles) -> Result<(), String> {
+pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTiles) -> Result<(), Refusal> {
     tiles.check()?;
     let g = k.g;
     let nd = g.node(node);
@@ -206,7 +211,7 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     let dims = attention_dims(a, &types).map_err(|e| e.0)?;
     let (sq, sk, d, dv) = (dims.sq, dims.sk, dims.d, dims.dv);
     if !applies([types[0].dtype, types[1].dtype, types[2].dtype], d, dv) {
-        return Err(format!("the tensor-core attention kernel takes fp16 or bf16 operands with head dims up to {MAX_HEAD_DIM} (got {d}, {dv})"));
+        return Err(refuse!("the tensor-core attention kernel takes fp16 or bf16 operands with head dims up to {MAX_HEAD_DIM} (got {d}, {dv})"));
     }
     // The operands' element type: what shared memory holds, what the mma instructions multiply.
     let dt = types[0].dtype;
@@ -224,7 +229,7 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     let q_tiles = sq.div_ceil(tiles.rows() as usize);
     let blocks = batch * q_tiles;
     if blocks >= 1 << 31 {
-        return Err(format!("{blocks} attention blocks (at most 2^31 - 1)"));
+        return Err(refuse!("{blocks} attention blocks (at most 2^31 - 1)"));
     }
     let Layout { dvp, ldk, ldv, v_at, stage, .. } = lay;
     // Tiles go by cp.async, 16 bytes at a time, when every group is either whole or out of range and aligned:

@@ -37,7 +37,8 @@ fn driver(j: usize, code: &CudaCode) -> String {
     for l in &code.launches.launches {
         let params: Vec<String> = l.args.iter().map(|a| format!("(char*)args[{}] + {}", a.index, a.offset)).collect();
         let params = if params.is_empty() { "nullptr".to_string() } else { params.join(", ") };
-        writeln!(s, "{{\nvoid* p[] = {{{params}}};\ntsr_launch({}u, {}u, {}u, {}u, [&] {{ tsr_call(&{}, p); }}, reverse);\n}}", l.grid[0], l.grid[1], l.grid[2], l.block[0], l.entry).unwrap();
+        writeln!(s, "{{\nvoid* p[] = {{{params}}};\ntsr_launch({}u, {}u, {}u, {}u, [&] {{ tsr_call(&{}, p); }}, reverse);\n\
+            }}", l.grid[0], l.grid[1], l.grid[2], l.block[0], l.entry).unwrap();
         assert_eq!((l.block[1], l.block[2]), (1, 1), "the emulation runs 1-D blocks only");
     }
     s.push_str("}\n");
@@ -405,7 +406,8 @@ mod tests {
         for (name, g) in head_chains() {
             let g16 = crate::passes::precision::to_narrow(&g, DType::F16).unwrap();
             let p = super::super::lower::cuda_plan(&g16);
-            let movement: Vec<_> = g16.nodes.iter().enumerate().filter(|(_, n)| matches!(n.op, crate::ir::Op::Transpose { .. } | crate::ir::Op::Gather { .. } | crate::ir::Op::Split { .. })).collect();
+            let moves = |n: &&crate::ir::Node| matches!(n.op, crate::ir::Op::Transpose { .. } | crate::ir::Op::Gather { .. } | crate::ir::Op::Split { .. });
+            let movement: Vec<_> = g16.nodes.iter().enumerate().filter(|(_, n)| moves(n)).collect();
             assert!(!movement.is_empty(), "{name}");
             for (i, n) in movement {
                 assert!(!p.moves(&g16, crate::ir::NodeId(i as u32)), "{name}: {} ({}) still runs", n.name, n.op.name());
@@ -413,7 +415,12 @@ mod tests {
             let attention = g16.nodes.iter().position(|n| matches!(n.op, crate::ir::Op::Attention(_))).unwrap();
             assert!(p.store[g16.nodes[attention].outputs[0].index()].is_some(), "{name}: the output is stored through the transpose");
             let fp32 = super::super::lower::cuda_plan(&g);
-            assert!(g.nodes.iter().enumerate().any(|(i, _)| !matches!(g.nodes[i].op, crate::ir::Op::Reshape { .. }) && fp32.moves(&g, crate::ir::NodeId(i as u32)) && matches!(g.nodes[i].op, crate::ir::Op::Transpose { .. })), "{name}: fp32 keeps its transposes");
+            let kept = |i: usize| {
+                !matches!(g.nodes[i].op, crate::ir::Op::Reshape { .. })
+                    && fp32.moves(&g, crate::ir::NodeId(i as u32))
+                    && matches!(g.nodes[i].op, crate::ir::Op::Transpose { .. })
+            };
+            assert!((0..g.nodes.len()).any(kept), "{name}: fp32 keeps its transposes");
         }
         for precision in [DType::F16, DType::BF16] {
             check_in(head_chains().into_iter().map(|(n, g)| (n.to_string(), g)).collect(), precision);
@@ -516,9 +523,11 @@ mod tests {
         let mixed = crate::passes::precision::to_narrow_keeping(&g, DType::F16, &keep, DType::BF16).unwrap();
         let types: Vec<DType> = mixed.nodes.iter().filter(|n| matches!(n.op, Op::MatMul)).map(|n| mixed.ty(n.outputs[0]).dtype).collect();
         assert_eq!(types, [DType::BF16, DType::F16]);
-        let src = postcard::from_bytes::<CudaCode>(&super::super::CudaBackend.lower(&Target::parse("cuda").unwrap(), &mixed, "probe").unwrap().code).unwrap().source;
+        let lowered = super::super::CudaBackend.lower(&Target::parse("cuda").unwrap(), &mixed, "probe").unwrap();
+        let src = postcard::from_bytes::<CudaCode>(&lowered.code).unwrap().source;
         assert!(src.contains("__nv_bfloat16* __restrict__") || src.contains("const __nv_bfloat16*"), "{src}");
-        assert!(src.contains(", __nv_bfloat16>(slice, a, b, index, out);") && src.contains(", __half>(slice, a, b, index, out);"), "both GEMMs on tensor cores: {src}");
+        let on_tensor_cores = |t: &str| src.contains(&format!(", {t}>(slice, a, b, index, out);"));
+        assert!(on_tensor_cores("__nv_bfloat16") && on_tensor_cores("__half"), "both GEMMs on tensor cores: {src}");
         check_lowered(vec![("mixed".to_string(), mixed, g)], true);
     }
 
@@ -526,12 +535,26 @@ mod tests {
     #[test]
     fn every_tile_matches_the_reference() {
         use super::super::attention::{AttnTiles, MID_TILES, SMALL_TILES};
-        let base = AttnCase { name: "tiles", q_lead: vec![2], k_lead: vec![2], v_lead: vec![2], sq: 70, sk: 100, d: 36, dv: 33, scale: 0.2, k_transposed: false, mask: Some(vec![2, 70, 1]), keep: Some((vec![100], -5.0)) };
+        let base = AttnCase {
+            name: "tiles",
+            q_lead: vec![2],
+            k_lead: vec![2],
+            v_lead: vec![2],
+            sq: 70,
+            sk: 100,
+            d: 36,
+            dv: 33,
+            scale: 0.2,
+            k_transposed: false,
+            mask: Some(vec![2, 70, 1]),
+            keep: Some((vec![100], -5.0)),
+        };
         let tiles = [AttnTiles::default(), MID_TILES, SMALL_TILES, AttnTiles { bq: 64, bk: 32, threads: 128 }, AttnTiles { bq: 8, bk: 96, threads: 64 }];
         let g = base.graph();
         let p = crate::backend::lowering::plan::plan(&g);
         let mut codes = Vec::new();
-        let info = FunctionInfo { symbol: "tiles".into(), inputs: g.inputs.iter().map(|&v| g.ty(v).clone()).collect(), outputs: vec![g.ty(g.outputs[0]).clone()], scratch_bytes: 0 };
+        let inputs = g.inputs.iter().map(|&v| g.ty(v).clone()).collect();
+        let info = FunctionInfo { symbol: "tiles".into(), inputs, outputs: vec![g.ty(g.outputs[0]).clone()], scratch_bytes: 0 };
         for (i, tile) in tiles.iter().enumerate() {
             let sym = format!("tile{i}");
             let mut k = super::super::kernel::Kernel::new(&g, &p, &sym);
@@ -541,14 +564,16 @@ mod tests {
             let args = (0..k.params.len())
                 .map(|pi| match k.params[pi].0 {
                     super::super::kernel::Binding::Root(v) => {
-                        let at = g.inputs.iter().position(|&x| x == v).unwrap_or_else(|| g.inputs.len() + g.outputs.iter().position(|&x| x == v).expect("an input or the output"));
+                        let output = || g.outputs.iter().position(|&x| x == v).expect("an input or the output");
+                        let at = g.inputs.iter().position(|&x| x == v).unwrap_or_else(|| g.inputs.len() + output());
                         tessera_kernels::runtime::cuda::format::LaunchArg { index: at as u32, offset: 0 }
                     }
                     other => panic!("unexpected binding {other:?}"),
                 })
                 .collect();
-            let launch = tessera_kernels::runtime::cuda::format::Launch { entry: entry.clone(), grid: k.grid, block: k.block, shared_bytes: k.shared_bytes, args };
-            codes.push(CudaCode { source: k.render(&entry), launches: tessera_kernels::runtime::cuda::format::FunctionLaunches { launches: vec![launch] }, entry_offsets: vec![] });
+            use tessera_kernels::runtime::cuda::format::{FunctionLaunches, Launch};
+            let launch = Launch { entry: entry.clone(), grid: k.grid, block: k.block, shared_bytes: k.shared_bytes, args };
+            codes.push(CudaCode { source: k.render(&entry), launches: FunctionLaunches { launches: vec![launch] }, entry_offsets: vec![] });
         }
         let inputs = random_inputs(&g, 3);
         let want = run_graph(&g, &inputs).unwrap();

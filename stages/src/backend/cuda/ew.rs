@@ -2,6 +2,7 @@
 //! one-thread-per-element kernel that runs a group on its own. Every member is a register; only the members
 //! the plan materializes are stored.
 
+use crate::backend::Refusal;
 use super::kernel::{compute_dtype, coords, ld, offset, scalar_literal, st, Kernel};
 use crate::backend::lowering::cexpr;
 use crate::backend::lowering::nest::{broadcast, contiguous, Nest};
@@ -10,7 +11,7 @@ use crate::ir::{DType, ValueId};
 
 /// Statements computing one element of `grp`: `operand(k)` is loaded operand `k`'s element offset (an
 /// expression), `anchor` the anchor's value for this element, `out` the element's flat index in the domain.
-pub fn element(k: &mut Kernel, grp: &Group, loaded: &[ValueId], operand: &dyn Fn(usize) -> String, anchor: Option<&str>, out: &str) -> Result<String, String> {
+pub fn element(k: &mut Kernel, grp: &Group, loaded: &[ValueId], operand: &dyn Fn(usize) -> String, anchor: Option<&str>, out: &str) -> Result<String, Refusal> {
     let g = k.g;
     let mut code = String::new();
     let mut local: Vec<(ValueId, String)> = Vec::new();
@@ -88,7 +89,7 @@ pub fn operand_offsets(k: &Kernel, domain: &[usize], loaded: &[ValueId], flat: &
 }
 
 /// A group without an anchor: one thread per element of its domain.
-pub fn standalone(k: &mut Kernel, grp: &Group) -> Result<(), String> {
+pub fn standalone(k: &mut Kernel, grp: &Group) -> Result<(), Refusal> {
     let loaded = loaded_operands(k, grp);
     let n: usize = grp.domain.iter().product();
     let mut body = operand_offsets(k, &grp.domain, &loaded, "i");

@@ -14,6 +14,7 @@
 //! Convolutions with few output channels per group (depthwise) would waste a row tile: they run one thread
 //! per output element over their few taps instead, as do ConvTranspose and integer MatMul (rare, small).
 
+use crate::backend::{refuse, Refusal};
 use super::ew;
 use super::index::{batch_offset, Ix};
 use super::kernel::{coords, is_float, is_half, ld, mem_type, st, zero, Kernel, EW_BLOCK};
@@ -263,11 +264,16 @@ impl Gather {
         for d in 0..geo.sp {
             s.push_str(&format!("const int c{d} = (int)((gq / {}u) % {}u) * {} - {};\n", out_st[d], geo.out_sp[d], self.strides[d], self.pads[d]));
         }
-        let split = if self.channels_last { format!("const unsigned ci = (unsigned)k % {cg}u, r = (unsigned)k / {cg}u;") } else { format!("const unsigned ci = (unsigned)k / {taps}u, r = (unsigned)k % {taps}u;") };
+        let split = if self.channels_last {
+            format!("const unsigned ci = (unsigned)k % {cg}u, r = (unsigned)k / {cg}u;")
+        } else {
+            format!("const unsigned ci = (unsigned)k / {taps}u, r = (unsigned)k % {taps}u;")
+        };
         s.push_str(&format!("return [=](int k) -> {t} {{\n{split}\nint xo = 0;\nbool ok = true;\n"));
         for d in 0..geo.sp {
             let kd = if d == 0 { format!("r / {}u", k_st[0]) } else { format!("(r / {}u) % {}u", k_st[d], geo.kernel[d]) };
-            s.push_str(&format!("{{\nconst int id = c{d} + (int)({kd}) * {};\nok = ok && (unsigned)id < {}u;\nxo += id * {};\n}}\n", self.dilations[d], geo.in_sp[d], in_st[d]));
+            s.push_str(&format!("{{\nconst int id = c{d} + (int)({kd}) * {};\nok = ok && (unsigned)id < {}u;\nxo += id * {};\n\
+                }}\n", self.dilations[d], geo.in_sp[d], in_st[d]));
         }
         let zero = if is_half(dtype) { zero(dtype) } else { "0.0f".to_string() };
         let at = if self.channels_last { format!("(unsigned)xo * {cin}u + ci") } else { format!("ci * {isz}u + xo") };
@@ -281,7 +287,11 @@ impl Gather {
 fn operand_lambdas(p: &Problem, vec_a: bool, vec_b: bool) -> String {
     let mut s = coords(&p.batch, "z", "zb", &vec![true; p.batch.len()]);
     let a = &p.a;
-    s.push_str(&if vec_a { format!("auto a = [&](int m, int k) {{ return {} + ({}); }};\n", a.buf, a.at) } else { format!("auto a = [&](int m, int k) {{ return {}[{}]; }};\n", a.buf, a.at) });
+    s.push_str(&if vec_a {
+        format!("auto a = [&](int m, int k) {{ return {} + ({}); }};\n", a.buf, a.at)
+    } else {
+        format!("auto a = [&](int m, int k) {{ return {}[{}]; }};\n", a.buf, a.at)
+    });
     s.push_str(&match (&p.b, vec_b) {
         (BOperand::Direct(b), true) => format!("auto b = [&](int k, int n) {{ return {} + ({}); }};\n", b.buf, b.at),
         (BOperand::Direct(b), false) => format!("auto b = [&](int n) {{ return [=](int k) {{ return {}[{}]; }}; }};\n", b.buf, b.at),
@@ -293,7 +303,7 @@ fn operand_lambdas(p: &Problem, vec_a: bool, vec_b: bool) -> String {
 }
 
 /// The epilogue of output element `f` with value `value`, stored through the group.
-fn epilogue(k: &mut Kernel, grp: &Group, value: &str, f: &str) -> Result<String, String> {
+fn epilogue(k: &mut Kernel, grp: &Group, value: &str, f: &str) -> Result<String, Refusal> {
     let loaded = ew::loaded_operands(k, grp);
     let mut b = ew::operand_offsets(k, &grp.domain, &loaded, f);
     b.push_str(&ew::element(k, grp, &loaded, &|o| format!("o{o}"), Some(value), f)?);
@@ -303,7 +313,7 @@ fn epilogue(k: &mut Kernel, grp: &Group, value: &str, f: &str) -> Result<String,
 /// The GEMM kernel in `k`, a call of one of `gemm.cuh`'s main loops (tensor cores for f16 and bf16 operands,
 /// SIMT for f32); with a split schedule, also the kernel adding the slices up and applying the epilogue
 /// (returned).
-fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
+fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kernel<'a>>, Refusal> {
     let (m, n, kd, z) = (p.m, p.n, p.k, p.z);
     let (call, splits, (bm, bn, bk), threads, vec) = if is_half(p.dtype) {
         let sch = TcSchedule::with_knobs(m, n, kd, z, k.knobs);
@@ -321,7 +331,7 @@ fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kerne
         (format!("simt<{m}, {n}, {kd}, SLICE, {bm}, {bn}, {bk}, {tm}, {tn}>"), sch.splits, (bm, bn, bk), sch.tiles.threads(), (false, false))
     };
     if z * splits > 65535 {
-        return Err(format!("{z} GEMMs in one batch (at most 65535)"));
+        return Err(refuse!("{z} GEMMs in one batch (at most 65535)"));
     }
     let slice = kd.div_ceil(splits).div_ceil(bk as usize) * bk as usize;
     let mut b = format!("const unsigned z = blockIdx.z / {splits}u, slice = blockIdx.z % {splits}u;\n");
@@ -349,10 +359,10 @@ fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kerne
 const SIMT_MIN_BLOCKS: u32 = 4;
 
 /// The grid of a GEMM of `bm x bn` tiles, `splits` K slices each, and its block.
-fn launch(k: &mut Kernel, p: &Problem, bm: u32, bn: u32, splits: usize, threads: u32) -> Result<(), String> {
+fn launch(k: &mut Kernel, p: &Problem, bm: u32, bn: u32, splits: usize, threads: u32) -> Result<(), Refusal> {
     k.grid = [p.n.div_ceil(bn as usize).max(1) as u32, p.m.div_ceil(bm as usize).max(1) as u32, (p.z * splits).max(1) as u32];
     if k.grid[1] > 65535 {
-        return Err(format!("a GEMM with {} rows (at most {} row tiles)", p.m, 65535));
+        return Err(refuse!("a GEMM with {} rows (at most {} row tiles)", p.m, 65535));
     }
     k.block = [threads, 1, 1];
     Ok(())
@@ -367,7 +377,7 @@ fn launch(k: &mut Kernel, p: &Problem, bm: u32, bn: u32, splits: usize, threads:
 /// bias and epilogue applied and stored; or, with K split, the partial sum written to slice `slice` of an
 /// item-private buffer, and a second kernel (returned) that sums the slices in a fixed order, then adds the
 /// bias and applies the epilogue.
-fn finish<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, value: &str, b: &mut String) -> Result<Option<Kernel<'a>>, String> {
+fn finish<'a>(k: &mut Kernel<'a>, p: &Problem, grp: &Group, splits: usize, value: &str, b: &mut String) -> Result<Option<Kernel<'a>>, Refusal> {
     let total = p.m * p.n * p.z;
     if splits == 1 {
         let value = match &p.bias {
@@ -405,7 +415,7 @@ pub const PIPELINE_STAGES: u32 = 3;
 
 /// An f32 MatMul (NumPy semantics: batched, broadcast batch dims, rank-1 operands) as a tiled GEMM; `grp` is
 /// the group anchored on it (its epilogue).
-pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Option<Kernel<'a>>, String> {
+pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Option<Kernel<'a>>, Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let (a, bv, o) = (nd.inputs[0], nd.inputs[1], nd.outputs[0]);
@@ -441,7 +451,7 @@ pub fn matmul<'a>(k: &mut Kernel<'a>, node: NodeId, grp: &Group) -> Result<Optio
     let _ = o;
     let dtype = g.ty(a).dtype;
     if g.ty(bv).dtype != dtype || !is_float(dtype) {
-        return Err(format!("MatMul of {} by {} is not supported by the cuda backend", dtype, g.ty(bv).dtype));
+        return Err(refuse!("MatMul of {} by {} is not supported by the cuda backend", dtype, g.ty(bv).dtype));
     }
     let (mi, ni, ki) = (Ix::var("m"), Ix::var("n"), Ix::var("k"));
     let p = Problem {
@@ -493,7 +503,8 @@ fn conv_tap(geo: &ConvGeom, a: &ConvAttrs, q: &str, r: &str) -> String {
     let mut s = String::from("bool ok = true;\nint xo = 0;\n");
     for d in 0..geo.sp {
         s.push_str(&format!(
-            "{{\nconst int od = (int)(({q} / {}u) % {}u), kd = (int)(({r} / {}u) % {}u);\nconst int id = od * {} - {} + kd * {};\nok = ok && id >= 0 && id < {};\nxo += id * {};\n}}\n",
+            "{{\nconst int od = (int)(({q} / {}u) % {}u), kd = (int)(({r} / {}u) % {}u);\nconst int id = od * {} - {} + kd * {};\n\
+                ok = ok && id >= 0 && id < {};\nxo += id * {};\n}}\n",
             out_st[d], geo.out_sp[d], k_st[d], geo.kernel[d], a.strides[d], a.pads[d], a.dilations[d], geo.in_sp[d], in_st[d]
         ));
     }
@@ -504,7 +515,7 @@ fn conv_tap(geo: &ConvGeom, a: &ConvAttrs, q: &str, r: &str) -> String {
 /// Channels-last (`NhwcConv`) the image is `[N, spatial.., C]`, the weight `[M, k.., C/g]` and the output
 /// `[N, spatial.., M]`: the GEMM's depth runs over a tap's channels first, and the output's rows (channels) are
 /// adjacent.
-pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group, channels_last: bool) -> Result<Option<Kernel<'a>>, String> {
+pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group, channels_last: bool) -> Result<Option<Kernel<'a>>, Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -519,7 +530,7 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group, ch
     let kd = cg * taps;
     let dtype = g.ty(nd.inputs[0]).dtype;
     if nd.inputs.iter().chain(&nd.outputs).any(|&v| g.ty(v).dtype != dtype) || !is_float(dtype) {
-        return Err(format!("{} on {dtype} (mixed or non-float operands) is not supported by the cuda backend", nd.op.name()));
+        return Err(refuse!("{} on {dtype} (mixed or non-float operands) is not supported by the cuda backend", nd.op.name()));
     }
     let x = k.buf(nd.inputs[0], false);
     let w = k.buf(nd.inputs[1], false);
@@ -535,7 +546,8 @@ pub fn conv<'a>(k: &mut Kernel<'a>, node: NodeId, a: &ConvAttrs, grp: &Group, ch
     // (Channels-last, positions are `cin` apart: no vector loads along them.)
     let pointwise = taps == 1 && osz == isz && a.strides.iter().all(|&s| s == 1) && a.pads.iter().all(|&p| p == 0);
     let (mi, ni, ki, zi) = (Ix::var("m"), Ix::var("n"), Ix::var("k"), Ix::var("z"));
-    let vec_at = (!channels_last && pointwise && osz.is_multiple_of(8)).then(|| (ni.clone() / osz * cin + zi.clone() * cg + ki.clone()) * isz + ni.clone() % osz);
+    let vec_at = (!channels_last && pointwise && osz.is_multiple_of(8))
+        .then(|| (ni.clone() / osz * cin + zi.clone() * cg + ki.clone()) * isz + ni.clone() % osz);
     let channel = zi * mg + mi;
     let (out, out_m_stride, bias_by_flat) = if channels_last {
         (ni * cout + channel.clone(), 1, Ix::var("i") % cout)
@@ -566,7 +578,15 @@ const DEPTHWISE_ROW: usize = 4;
 /// layers), a call of `conv.cuh`'s row loop: each thread computes [`DEPTHWISE_ROW`] adjacent outputs of one
 /// row and channel. Channels-last, adjacent threads take adjacent channels (coalesced loads and stores);
 /// channels-first, adjacent row segments.
-fn conv_depthwise(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &ConvGeom, (x, w, bias): (String, String, Option<String>), channels_last: bool) -> Result<(), String> {
+fn conv_depthwise(
+    k: &mut Kernel,
+    node: NodeId,
+    a: &ConvAttrs,
+    grp: &Group,
+    geo: &ConvGeom,
+    (x, w, bias): (String, String, Option<String>),
+    channels_last: bool,
+) -> Result<(), Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -620,7 +640,15 @@ fn conv_depthwise(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo:
 }
 
 /// One thread per output element, looping over its group's input channels and the kernel taps.
-fn conv_direct(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &ConvGeom, (x, w, bias): (String, String, Option<String>), channels_last: bool) -> Result<(), String> {
+fn conv_direct(
+    k: &mut Kernel,
+    node: NodeId,
+    a: &ConvAttrs,
+    grp: &Group,
+    geo: &ConvGeom,
+    (x, w, bias): (String, String, Option<String>),
+    channels_last: bool,
+) -> Result<(), Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -652,7 +680,8 @@ fn conv_direct(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &C
         )
     };
     let mut b = format!(
-        "{coords}\nconst unsigned gg = co / {mg}u;\nfloat s = 0.0f;\nfor (unsigned ci = 0; ci < {cg}u; ci++) {{\nconst {t}* xc = {xc};\nconst {t}* wc = {wc};\n#pragma unroll 3\nfor (unsigned r = 0; r < {taps}u; r++) {{\n{tap}if (ok) s = fmaf({}, {}, s);\n}}\n}}\n",
+        "{coords}\nconst unsigned gg = co / {mg}u;\nfloat s = 0.0f;\nfor (unsigned ci = 0; ci < {cg}u; ci++) {{\nconst {t}* xc = {xc};\n\
+            const {t}* wc = {wc};\n#pragma unroll 3\nfor (unsigned r = 0; r < {taps}u; r++) {{\n{tap}if (ok) s = fmaf({}, {}, s);\n}}\n}}\n",
         ld(d, "xc", &xat),
         ld(d, "wc", &wat)
     );
@@ -669,7 +698,7 @@ fn conv_direct(k: &mut Kernel, node: NodeId, a: &ConvAttrs, grp: &Group, geo: &C
 }
 
 /// ConvTranspose, one thread per output element gathering the inputs that reach it.
-pub fn conv_transpose(k: &mut Kernel, node: NodeId, a: &ConvTransposeAttrs) -> Result<(), String> {
+pub fn conv_transpose(k: &mut Kernel, node: NodeId, a: &ConvTransposeAttrs) -> Result<(), Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -690,17 +719,19 @@ pub fn conv_transpose(k: &mut Kernel, node: NodeId, a: &ConvTransposeAttrs) -> R
     let w = k.buf(nd.inputs[1], false);
     let bias = if nd.inputs.len() > 2 { Some(k.buf(nd.inputs[2], false)) } else { None };
     let y = k.buf(nd.outputs[0], true);
-    let mut b = format!("const unsigned q = i % {osz}u, m = (i / {osz}u) % {mo}u, img = i / {};\nconst unsigned gg = m / {mg}u, co = m % {mg}u;\nfloat s = 0.0f;\n", osz * mo);
+    let mut b = format!("const unsigned q = i % {osz}u, m = (i / {osz}u) % {mo}u, img = i / {};\nconst unsigned gg = m / {mg}u, co = m % {mg}u;\n\
+        float s = 0.0f;\n", osz * mo);
     b.push_str(&format!("for (unsigned r = 0; r < {taps}u; r++) {{\nbool ok = true;\nint xo = 0;\n"));
     for d in 0..sp {
         b.push_str(&format!(
-            "{{\nconst int od = (int)((q / {}u) % {}u), kd = (int)((r / {}u) % {}u);\nconst int t = od + {} - kd * {};\nconst int id = t / {};\nok = ok && t >= 0 && t % {} == 0 && id < {};\nxo += id * {};\n}}\n",
+            "{{\nconst int od = (int)((q / {}u) % {}u), kd = (int)((r / {}u) % {}u);\nconst int t = od + {} - kd * {};\nconst int id = t / {};\n\
+                ok = ok && t >= 0 && t % {} == 0 && id < {};\nxo += id * {};\n}}\n",
             out_st[d], out_sp[d], k_st[d], kernel[d], a.pads[d], a.dilations[d], a.strides[d], a.strides[d], in_sp[d], in_st[d]
         ));
     }
     let d = g.ty(nd.outputs[0]).dtype;
     if !is_float(d) {
-        return Err(format!("ConvTranspose on {d} is not supported by the cuda backend"));
+        return Err(refuse!("ConvTranspose on {d} is not supported by the cuda backend"));
     }
     b.push_str(&format!(
         "if (!ok) continue;\nfor (unsigned ci = 0; ci < {cg}u; ci++) s = fmaf({}, {}, s);\n}}\n",
@@ -715,7 +746,7 @@ pub fn conv_transpose(k: &mut Kernel, node: NodeId, a: &ConvTransposeAttrs) -> R
 }
 
 /// An integer MatMul (shape arithmetic that survived folding): one thread per output, wrapping i64 sums.
-pub fn matmul_int(k: &mut Kernel, node: NodeId) -> Result<(), String> {
+pub fn matmul_int(k: &mut Kernel, node: NodeId) -> Result<(), Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let (a, bv, o) = (nd.inputs[0], nd.inputs[1], nd.outputs[0]);
@@ -725,12 +756,14 @@ pub fn matmul_int(k: &mut Kernel, node: NodeId) -> Result<(), String> {
     }
     let d = g.ty(o).dtype;
     if !matches!(d, DType::I64 | DType::I32) {
-        return Err(format!("MatMul on {d} is not supported by the cuda backend"));
+        return Err(refuse!("MatMul on {d} is not supported by the cuda backend"));
     }
     let (m, kd, n) = (sa[0], sa[1], sb[1]);
     let (pa, pb, y) = (k.buf(a, false), k.buf(bv, false), k.buf(o, true));
     k.body.push_str(&format!(
-        "const unsigned r = i / {n}u, c = i % {n}u;\nunsigned long long s = 0;\nfor (unsigned q = 0; q < {kd}u; q++) s += (unsigned long long)(long long){pa}[r * {kd}u + q] * (unsigned long long)(long long){pb}[q * {n}u + c];\n{y}[i] = ({})(long long)s;\n",
+        "const unsigned r = i / {n}u, c = i % {n}u;\nunsigned long long s = 0;\n\
+            for (unsigned q = 0; q < {kd}u; q++) s += (unsigned long long)(long long){pa}[r * {kd}u + q] * (unsigned long long)(long long){pb}[q * {n}u + c];\n\
+            {y}[i] = ({})(long long)s;\n",
         mem_type(d)
     ));
     k.per_element(m * n);

@@ -107,7 +107,20 @@ pub struct Kernel<'a> {
 
 impl<'a> Kernel<'a> {
     pub fn new(g: &'a Graph, plan: &'a Plan, symbol: &'a str) -> Kernel<'a> {
-        Kernel { g, plan, params: Vec::new(), consts: Vec::new(), body: String::new(), grid: [1, 1, 1], block: [1, 1, 1], shared_bytes: 0, symbol, temps: Vec::new(), knobs: Default::default(), min_blocks: 0 }
+        Kernel {
+            g,
+            plan,
+            params: Vec::new(),
+            consts: Vec::new(),
+            body: String::new(),
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_bytes: 0,
+            symbol,
+            temps: Vec::new(),
+            knobs: Default::default(),
+            min_blocks: 0,
+        }
     }
 
     /// The expression naming `v`'s buffer (its alias root's): a parameter or an inline constant array.

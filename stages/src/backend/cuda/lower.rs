@@ -4,6 +4,7 @@
 //! scratch values at offsets laid out by liveness. Everything is emitted in a fixed order from the canonical
 //! kernel graph, so equal partitions give byte-identical source.
 
+use crate::backend::{refuse, Refusal};
 use super::gemm::{self, Knobs};
 use super::kernel::{const_array, Binding, Kernel};
 use super::{attention, movement, nd, pool, reduce, scan};
@@ -71,14 +72,14 @@ pub fn cuda_plan(g: &Graph) -> Plan {
 }
 
 /// The kernels of one item.
-fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs: Knobs) -> Result<Vec<Kernel<'a>>, String> {
-    let one = |f: &mut dyn FnMut(&mut Kernel<'a>) -> Result<(), String>| -> Result<Vec<Kernel<'a>>, String> {
+fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs: Knobs) -> Result<Vec<Kernel<'a>>, Refusal> {
+    let one = |f: &mut dyn FnMut(&mut Kernel<'a>) -> Result<(), Refusal>| -> Result<Vec<Kernel<'a>>, Refusal> {
         let mut k = Kernel::new(g, p, symbol);
         f(&mut k)?;
         Ok(vec![k])
     };
     // A GEMM may add a second kernel (the split-K reduction and epilogue).
-    let gemm = |f: &mut dyn FnMut(&mut Kernel<'a>) -> Result<Option<Kernel<'a>>, String>| -> Result<Vec<Kernel<'a>>, String> {
+    let gemm = |f: &mut dyn FnMut(&mut Kernel<'a>) -> Result<Option<Kernel<'a>>, Refusal>| -> Result<Vec<Kernel<'a>>, Refusal> {
         let mut k = Kernel::new(g, p, symbol);
         k.knobs = knobs;
         let second = f(&mut k)?;
@@ -93,7 +94,7 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs:
                     Op::MatMul => gemm(&mut |k| gemm::matmul(k, a, grp)),
                     Op::Conv(attrs) => gemm(&mut |k| gemm::conv(k, a, attrs, grp, false)),
                     Op::NhwcConv(attrs) => gemm(&mut |k| gemm::conv(k, a, attrs, grp, true)),
-                    op => Err(format!("{} cannot anchor a group", op.name())),
+                    op => Err(refuse!("{} cannot anchor a group", op.name())),
                 },
             }
         }
@@ -105,7 +106,7 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs:
         Item::Node(n) if !p.moves(g, *n) => Ok(Vec::new()),
         Item::Node(n) => {
             let node = g.node(*n);
-            let at = |e: String| format!("node '{}' ({}): {e}", node.name, node.op.name());
+            let at = |e: Refusal| refuse!("node '{}' ({}): {e}", node.name, node.op.name());
             let f32_out = super::kernel::is_float(g.ty(node.outputs[0]).dtype);
             let alone = Group::anchored(g, *n);
             match &node.op {
@@ -191,7 +192,7 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs:
                     }
                     Ok(kernels)
                 }
-                op => Err(format!("{} is not planned as a standalone item", op.name())),
+                op => Err(refuse!("{} is not planned as a standalone item", op.name())),
             }
             .map_err(at)
         }
@@ -199,18 +200,18 @@ fn emit_item<'a>(g: &'a Graph, p: &'a Plan, symbol: &'a str, item: &Item, knobs:
 }
 
 /// Lowers with the default schedules ([`lower_with`] [`Knobs::default`]).
-pub fn lower(g: &Graph, symbol: &str) -> Result<Lowered, String> {
+pub fn lower(g: &Graph, symbol: &str) -> Result<Lowered, Refusal> {
     lower_with(g, symbol, Knobs::default())
 }
 
 /// Lowers `g` to the function `symbol`, its GEMMs scheduled as `knobs` say.
-pub fn lower_with(g: &Graph, symbol: &str, knobs: Knobs) -> Result<Lowered, String> {
+pub fn lower_with(g: &Graph, symbol: &str, knobs: Knobs) -> Result<Lowered, Refusal> {
     if !is_identifier(symbol) {
-        return Err(format!("symbol '{symbol}' is not a C identifier"));
+        return Err(refuse!("symbol '{symbol}' is not a C identifier"));
     }
     ir::verify(g).map_err(|e| e.to_string())?;
     if let Some(why) = unsupported(g) {
-        return Err(why);
+        return Err(why.into());
     }
     let p = cuda_plan(g);
     let (n_in, n_out) = (g.inputs.len(), g.outputs.len());
@@ -249,7 +250,8 @@ pub fn lower_with(g: &Graph, symbol: &str, knobs: Knobs) -> Result<Lowered, Stri
     let mut consts: Vec<ValueId> = kernels.iter().flat_map(|(_, k)| k.consts.iter().copied()).collect();
     consts.sort();
     consts.dedup();
-    let mut source = format!("/* tessera cuda kernel {symbol}: {} nodes, {} items, {} launches, {scratch_bytes} scratch bytes */\n", g.nodes.len(), p.items.len(), kernels.len());
+    let (n_nodes, n_items, n_launches) = (g.nodes.len(), p.items.len(), kernels.len());
+    let mut source = format!("/* tessera cuda kernel {symbol}: {n_nodes} nodes, {n_items} items, {n_launches} launches, {scratch_bytes} scratch bytes */\n");
     for &c in &consts {
         source.push_str(&const_array(symbol, c, g.constant(c).expect("const storage holds a constant")));
     }
@@ -271,11 +273,13 @@ pub fn lower_with(g: &Graph, symbol: &str, knobs: Knobs) -> Result<Lowered, Stri
                 Binding::Root(root) => match p.storage[root.index()].as_ref() {
                     Some(Storage::Input(i)) => Ok(LaunchArg { index: *i as u32, offset: 0 }),
                     Some(Storage::Output(o)) => Ok(LaunchArg { index: (n_in + o) as u32, offset: 0 }),
-                    Some(Storage::Scratch(_)) => Ok(LaunchArg { index: (n_in + n_out) as u32, offset: offsets[value_req[root.index()].expect("a scratch value has a request")] }),
-                    other => Err(format!("value {root} has no buffer to pass ({other:?})")),
+                    Some(Storage::Scratch(_)) => {
+                        Ok(LaunchArg { index: (n_in + n_out) as u32, offset: offsets[value_req[root.index()].expect("a scratch value has a request")] })
+                    }
+                    other => Err(refuse!("value {root} has no buffer to pass ({other:?})")),
                 },
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, Refusal>>()?;
         launches.push(Launch { entry, grid: k.grid, block: k.block, shared_bytes: k.shared_bytes, args });
     }
     let info = FunctionInfo {

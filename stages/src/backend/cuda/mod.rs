@@ -219,7 +219,7 @@ fn compile_programs(target: &Target, kernels: &[LoweredKernel], codes: &[CudaCod
             body.push_str(text);
         }
         let in_program: Vec<LoweredKernel> = kernels.iter().enumerate().filter(|(k, _)| units.iter().any(|u| u.kernel == *k)).map(|(_, k)| k.clone()).collect();
-        toolchain::compile(target, "module.cu", &source_with_prelude(&body)).map_err(|log| compile_error(&in_program, &log))
+        toolchain::compile(target, "module.cu", &source_with_prelude(&body)).map_err(|log| compile_error(&in_program, &log.to_string()))
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(programs.len());
     if threads <= 1 {
@@ -333,7 +333,8 @@ impl Backend for CudaBackend {
     fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
         let knobs = gemm::KNOB_SETTINGS.iter().find(|(name, _)| config_name(name) == config).map(|(_, k)| *k).ok_or_else(|| {
-            unsupported(format!("no configuration '{config}' (it has {})", gemm::KNOB_SETTINGS.iter().map(|(n, _)| config_name(n)).collect::<Vec<_>>().join(", ")))
+            let names: Vec<String> = gemm::KNOB_SETTINGS.iter().map(|(n, _)| config_name(n)).collect();
+            unsupported(format!("no configuration '{config}' (it has {})", names.join(", ")))
         })?;
         let l = lower::lower_with(kernel, symbol, knobs).map_err(|e| unsupported(format!("kernel '{symbol}' ({}): {e}", kernel.name)))?;
         Ok(LoweredKernel { info: l.info, code: postcard::to_stdvec(&l.code).expect("cuda code encodes") })
@@ -360,6 +361,7 @@ impl Backend for CudaBackend {
         }
         let functions = codes.into_iter().map(|c| c.launches).collect();
         let bytes = CubinModule { arch: toolchain::arch(target), cubins, functions, launch_cubins, launch_params: Vec::new() }.encode();
-        Ok(Module { backend: "cuda".into(), target: target.canonical(), format: tessera_kernels::runtime::cuda::FORMAT, functions: kernels.iter().map(|k| k.info.clone()).collect(), bytes })
+        let functions = kernels.iter().map(|k| k.info.clone()).collect();
+        Ok(Module { backend: "cuda".into(), target: target.canonical(), format: tessera_kernels::runtime::cuda::FORMAT, functions, bytes })
     }
 }

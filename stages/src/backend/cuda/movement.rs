@@ -3,6 +3,7 @@
 //! index (Gather, GatherElements), or maps each coordinate through the padding rule (Pad). Elements move in
 //! their own type, bit-exact.
 
+use crate::backend::{refuse, Refusal};
 use super::kernel::{coords, offset, scalar_literal, st, zero, Kernel};
 use crate::backend::lowering::cexpr::f32_lit;
 use crate::backend::lowering::nest::{broadcast, contiguous, Nest};
@@ -125,7 +126,9 @@ pub fn gather(k: &mut Kernel, node: NodeId, axis: usize) {
     let n = pre * nidx * post;
     let z = zero(k.g.ty(o).dtype);
     k.body.push_str(&format!(
-        "const unsigned q = i % {post}u;\nconst unsigned t = (i / {post}u) % {nidx}u;\nconst unsigned p = i / {};\nlong long j = (long long){ix}[t];\nif (j < 0) j += {dim};\n{y}[i] = (j >= 0 && j < {dim}) ? {x}[(p * {dim}u + (unsigned)j) * {post}u + q] : {z};\n",
+        "const unsigned q = i % {post}u;\nconst unsigned t = (i / {post}u) % {nidx}u;\nconst unsigned p = i / {};\n\
+            long long j = (long long){ix}[t];\nif (j < 0) j += {dim};\n\
+            {y}[i] = (j >= 0 && j < {dim}) ? {x}[(p * {dim}u + (unsigned)j) * {post}u + q] : {z};\n",
         (nidx * post).max(1)
     ));
     k.per_element(n);
@@ -133,14 +136,14 @@ pub fn gather(k: &mut Kernel, node: NodeId, axis: usize) {
 
 /// GatherElements: each output element reads the data at its own coordinates, the index replacing the
 /// coordinate along `axis`.
-pub fn gather_elements(k: &mut Kernel, node: NodeId, axis: usize) -> Result<(), String> {
+pub fn gather_elements(k: &mut Kernel, node: NodeId, axis: usize) -> Result<(), Refusal> {
     let nd = k.g.node(node);
     let (i, idx, o) = (nd.inputs[0], nd.inputs[1], nd.outputs[0]);
     let xs = k.g.ty(i).shape.clone();
     let is = k.g.ty(idx).shape.clone();
     for (a, (&n, &d)) in is.iter().zip(&xs).enumerate() {
         if a != axis && n > d {
-            return Err(format!("GatherElements: indices dimension {a} is {n}, data has {d}"));
+            return Err(refuse!("GatherElements: indices dimension {a} is {n}, data has {d}"));
         }
     }
     let own = contiguous(&xs);
@@ -163,7 +166,7 @@ pub fn gather_elements(k: &mut Kernel, node: NodeId, axis: usize) -> Result<(), 
 
 /// Pad: every output coordinate maps to an input coordinate by the mode (constant: outside means the fill
 /// value; edge: clamped; reflect: mirrored without repeating the edge).
-pub fn pad(k: &mut Kernel, node: NodeId, pads: &[i64], mode: PadMode, value: f32) -> Result<(), String> {
+pub fn pad(k: &mut Kernel, node: NodeId, pads: &[i64], mode: PadMode, value: f32) -> Result<(), Refusal> {
     let nd = k.g.node(node);
     let (i, o) = (nd.inputs[0], nd.outputs[0]);
     let xs = k.g.ty(i).shape.clone();
@@ -177,7 +180,7 @@ pub fn pad(k: &mut Kernel, node: NodeId, pads: &[i64], mode: PadMode, value: f32
     for a in 0..xs.len() {
         let dim = xs[a] as i64;
         if dim == 0 && mode != PadMode::Constant {
-            return Err(format!("Pad: {mode:?} mode cannot pad an empty dimension"));
+            return Err(refuse!("Pad: {mode:?} mode cannot pad an empty dimension"));
         }
         b.push_str(&format!("{{\nlong long s = (long long)c{a} - ({});\n", pads[a]));
         match mode {

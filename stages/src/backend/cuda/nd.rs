@@ -19,7 +19,8 @@ fn tuple_offset(ix: &str, tuple: &str, block: &[usize], k: usize, name: &str) ->
     let mut c = format!("long long {name} = 0;\nbool {name}_ok = true;\n");
     for (j, (&d, st)) in block[..k].iter().zip(&strides).enumerate() {
         c.push_str(&format!(
-            "{{\nlong long v = (long long){ix}[(unsigned)({tuple}) * {k}u + {j}u];\nif (v < 0) v += {d};\nif (v < 0 || v >= {d}) {name}_ok = false;\n{name} += v * {st};\n}}\n"
+            "{{\nlong long v = (long long){ix}[(unsigned)({tuple}) * {k}u + {j}u];\nif (v < 0) v += {d};\nif (v < 0 || v >= {d}) {name}_ok = false;\n\
+                {name} += v * {st};\n}}\n"
         ));
     }
     c
@@ -38,7 +39,8 @@ pub fn gather_nd(k: &mut Kernel, node: NodeId, batch_dims: usize) {
     let (x, ix, y) = (k.buf(i, false), k.buf(idx, false), k.buf(o, true));
     let off = tuple_offset(&ix, "t", &xs[batch_dims..], kk, "off");
     k.body.push_str(&format!(
-        "const unsigned e = i % {slice}u;\nconst unsigned t = i / {slice}u;\nconst unsigned b = t / {per}u;\n{off}{y}[i] = off_ok ? {x}[(long long)b * {block} + off + e] : {z};\n"
+        "const unsigned e = i % {slice}u;\nconst unsigned t = i / {slice}u;\nconst unsigned b = t / {per}u;\n\
+            {off}{y}[i] = off_ok ? {x}[(long long)b * {block} + off + e] : {z};\n"
     ));
     k.per_element(k.g.ty(o).numel());
 }

@@ -4,6 +4,7 @@
 //! count_include_pad, as the reference does. Channels-last (`NhwcMaxPool`), consecutive threads take consecutive
 //! channels of one position, so a warp's reads of each tap are contiguous.
 
+use crate::backend::{refuse, Refusal};
 use super::kernel::{is_float, ld, mem_type, st, Kernel};
 use crate::backend::lowering::nest::contiguous;
 use crate::ir::{NodeId, PoolAttrs};
@@ -14,14 +15,16 @@ use crate::ir::{NodeId, PoolAttrs};
 fn window(p: &PoolAttrs, d: usize, stride: i64, size: usize, in_size: usize) -> String {
     let (st, pad, dil, kk) = (p.strides[d], p.pads[d], p.dilations[d], p.kernel[d]);
     format!(
-        "const int o{d} = (int)((r / {stride}u) % {size}u);\nconst int i{d} = o{d} * {st} - {pad};\nconst int lo{d} = i{d} < 0 ? (-i{d} + {dm}) / {dil} : 0;\nint hi{d} = {in_size} - i{d} <= 0 ? 0 : ({in_size} - i{d} + {dm}) / {dil};\nif (hi{d} > {kk}) hi{d} = {kk};\n",
+        "const int o{d} = (int)((r / {stride}u) % {size}u);\nconst int i{d} = o{d} * {st} - {pad};\n\
+            const int lo{d} = i{d} < 0 ? (-i{d} + {dm}) / {dil} : 0;\nint hi{d} = {in_size} - i{d} <= 0 ? 0 : ({in_size} - i{d} + {dm}) / {dil};\n\
+            if (hi{d} > {kk}) hi{d} = {kk};\n",
         dm = dil - 1
     )
 }
 
 /// A pool (`avg`: None for MaxPool, else AveragePool's count_include_pad); `channels_last`: the image is
 /// `[N, spatial.., C]`.
-pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>, channels_last: bool) -> Result<(), String> {
+pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>, channels_last: bool) -> Result<(), Refusal> {
     let g = k.g;
     let nd = g.node(node);
     let xs = g.ty(nd.inputs[0]).shape.clone();
@@ -33,7 +36,7 @@ pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>, chan
     let (in_st, out_st) = (contiguous(in_sp), contiguous(out_sp));
     let d = g.ty(nd.outputs[0]).dtype;
     if !is_float(d) {
-        return Err(format!("{} on {d} is not supported by the cuda backend", nd.op.name()));
+        return Err(refuse!("{} on {d} is not supported by the cuda backend", nd.op.name()));
     }
     let x = k.buf(nd.inputs[0], false);
     let y = k.buf(nd.outputs[0], true);
@@ -41,7 +44,8 @@ pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>, chan
     let (mut b, c) = if channels_last {
         let c = xs[sp + 1];
         let (o, oc) = (osz.max(1), (osz * c).max(1));
-        (format!("const unsigned ch = i % {c}u, r = (i / {c}u) % {o}u, img = i / {oc}u;\nconst {}* xp = {x} + img * {}u + ch;\n", mem_type(d), isz * c), c as i64)
+        (format!("const unsigned ch = i % {c}u, r = (i / {c}u) % {o}u, img = i / {oc}u;\n\
+            const {}* xp = {x} + img * {}u + ch;\n", mem_type(d), isz * c), c as i64)
     } else {
         (format!("const unsigned pl = i / {}u;\nconst unsigned r = i % {}u;\nconst {}* xp = {x} + pl * {isz}u;\n", osz.max(1), osz.max(1), mem_type(d)), 1)
     };
@@ -49,7 +53,8 @@ pub fn pool(k: &mut Kernel, node: NodeId, p: &PoolAttrs, avg: Option<bool>, chan
         let (dil, kk, size, pe) = (p.dilations[d], p.kernel[d], in_sp[d], p.pads[sp + d]);
         b.push_str(&window(p, d, out_st[d], out_sp[d], size));
         if avg == Some(true) {
-            b.push_str(&format!("int ph{d} = {e} - i{d} <= 0 ? 0 : ({e} - i{d} + {dm}) / {dil};\nif (ph{d} > {kk}) ph{d} = {kk};\n", e = size + pe, dm = dil - 1));
+            b.push_str(&format!("int ph{d} = {e} - i{d} <= 0 ? 0 : ({e} - i{d} + {dm}) / {dil};\n\
+                if (ph{d} > {kk}) ph{d} = {kk};\n", e = size + pe, dm = dil - 1));
         }
     }
     match avg {

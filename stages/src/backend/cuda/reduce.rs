@@ -2,6 +2,7 @@
 //! shared-memory combining (`tsr_block_*` in the prelude). Reduce{Sum,Mean,Max,Min}, GlobalAveragePool,
 //! Softmax, LogSoftmax and LayerNorm; BatchNorm (inference) is one thread per element.
 
+use crate::backend::{refuse, Refusal};
 use super::kernel::{coords, is_float, ld, offset, st, Kernel};
 use crate::backend::lowering::cexpr::f32_lit;
 use crate::backend::lowering::nest::{broadcast, contiguous, Nest};
@@ -13,17 +14,17 @@ fn row_threads(len: usize) -> u32 {
 }
 
 /// The float dtype every operand of `node` has (fp32, or fp16 storage computed in fp32).
-fn float_only(k: &Kernel, node: NodeId) -> Result<DType, String> {
+fn float_only(k: &Kernel, node: NodeId) -> Result<DType, Refusal> {
     let nd = k.g.node(node);
     let d = k.g.ty(nd.outputs[0]).dtype;
     match nd.inputs.iter().chain(&nd.outputs).find(|&&v| k.g.ty(v).dtype != d || !is_float(d)) {
-        Some(&v) => Err(format!("{} on {} is not supported by the cuda backend", nd.op.name(), k.g.ty(v).dtype)),
+        Some(&v) => Err(refuse!("{} on {} is not supported by the cuda backend", nd.op.name(), k.g.ty(v).dtype)),
         None => Ok(d),
     }
 }
 
 /// Reduce over `axes`: block `b` computes output element `b`.
-pub fn reduce(k: &mut Kernel, node: NodeId, kind: ReduceKind, axes: &[usize]) -> Result<(), String> {
+pub fn reduce(k: &mut Kernel, node: NodeId, kind: ReduceKind, axes: &[usize]) -> Result<(), Refusal> {
     let d = float_only(k, node)?;
     let nd = k.g.node(node);
     let xs = k.g.ty(nd.inputs[0]).shape.clone();
@@ -56,7 +57,7 @@ pub fn reduce(k: &mut Kernel, node: NodeId, kind: ReduceKind, axes: &[usize]) ->
 }
 
 /// Softmax (or LogSoftmax) along `axis`: a block per row of `len` elements `inner` apart.
-pub fn softmax(k: &mut Kernel, node: NodeId, axis: usize, log: bool) -> Result<(), String> {
+pub fn softmax(k: &mut Kernel, node: NodeId, axis: usize, log: bool) -> Result<(), Refusal> {
     let d = float_only(k, node)?;
     let nd = k.g.node(node);
     let xs = k.g.ty(nd.inputs[0]).shape.clone();
@@ -69,7 +70,8 @@ pub fn softmax(k: &mut Kernel, node: NodeId, axis: usize, log: bool) -> Result<(
         len * inner
     );
     let xj = ld(d, &x, &format!("base + j * {inner}u"));
-    b.push_str(&format!("float m = -__int_as_float(0x7f800000);\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) m = tsr_maxf(m, {xj});\nm = tsr_block_max(m, sh);\n"));
+    b.push_str(&format!("float m = -__int_as_float(0x7f800000);\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) m = tsr_maxf(m, {xj});\n\
+        m = tsr_block_max(m, sh);\n"));
     b.push_str(&format!("float s = 0.0f;\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) s += expf({xj} - m);\ns = tsr_block_sum(s, sh);\n"));
     let out = st(d, if log { "(v - m) - logf(s)" } else { "expf(v - m) / s" });
     b.push_str(&format!("for (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) {{\nconst float v = {xj};\n{y}[base + j * {inner}u] = {out};\n}}\n"));
@@ -80,7 +82,7 @@ pub fn softmax(k: &mut Kernel, node: NodeId, axis: usize, log: bool) -> Result<(
 }
 
 /// LayerNorm over dims `axis..`: a block per row; mean, then the variance around it, then the output.
-pub fn layer_norm(k: &mut Kernel, node: NodeId, axis: usize, eps: f32) -> Result<(), String> {
+pub fn layer_norm(k: &mut Kernel, node: NodeId, axis: usize, eps: f32) -> Result<(), Refusal> {
     let d = float_only(k, node)?;
     let nd = k.g.node(node);
     let xs = k.g.ty(nd.inputs[0]).shape.clone();
@@ -98,8 +100,10 @@ pub fn layer_norm(k: &mut Kernel, node: NodeId, axis: usize, eps: f32) -> Result
     let nest = Nest::new(&norm, &strides);
     let mut b = format!("__shared__ float sh[32];\nconst unsigned base = blockIdx.x * {len}u;\n");
     let xj = ld(d, &x, "base + j");
-    b.push_str(&format!("float s = 0.0f;\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) s += {xj};\nconst float mean = tsr_block_sum(s, sh) / {};\n", f32_lit(len as f32)));
-    b.push_str(&format!("float q = 0.0f;\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) {{\nconst float t = {xj} - mean;\nq += t * t;\n}}\nconst float inv = rsqrtf(tsr_block_sum(q, sh) / {} + {});\n", f32_lit(len as f32), f32_lit(eps)));
+    b.push_str(&format!("float s = 0.0f;\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) s += {xj};\n\
+        const float mean = tsr_block_sum(s, sh) / {};\n", f32_lit(len as f32)));
+    b.push_str(&format!("float q = 0.0f;\nfor (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) {{\nconst float t = {xj} - mean;\nq += t * t;\n\
+        }}\nconst float inv = rsqrtf(tsr_block_sum(q, sh) / {} + {});\n", f32_lit(len as f32), f32_lit(eps)));
     b.push_str(&format!("for (unsigned j = threadIdx.x; j < {len}u; j += blockDim.x) {{\n"));
     b.push_str(&coords(&nest.dims, "j", "c", &vec![true; nest.dims.len()]));
     let add = match &bias {
@@ -115,7 +119,7 @@ pub fn layer_norm(k: &mut Kernel, node: NodeId, axis: usize, eps: f32) -> Result
 }
 
 /// Inference BatchNorm, one thread per element: `y = x * a + (bias - mean * a)`, `a = scale / sqrt(var + eps)`.
-pub fn batch_norm(k: &mut Kernel, node: NodeId, eps: f32) -> Result<(), String> {
+pub fn batch_norm(k: &mut Kernel, node: NodeId, eps: f32) -> Result<(), Refusal> {
     let d = float_only(k, node)?;
     let nd = k.g.node(node);
     let xs = k.g.ty(nd.inputs[0]).shape.clone();

@@ -22,7 +22,8 @@ pub fn cumsum(k: &mut Kernel, node: NodeId, axis: usize, exclusive: bool, revers
     let j = if reverse { format!("{}u - s", d - 1) } else { "s".to_string() };
     let step = if exclusive { format!("{write}acc += {read};\n") } else { format!("acc += {read};\n{write}") };
     k.body.push_str(&format!(
-        "const unsigned o = i / {inner}u;\nconst unsigned r = i % {inner}u;\n{acc} acc = 0;\nfor (unsigned s = 0; s < {d}u; s++) {{\nconst unsigned at = (o * {d}u + {j}) * {inner}u + r;\n{step}}}\n"
+        "const unsigned o = i / {inner}u;\nconst unsigned r = i % {inner}u;\n{acc} acc = 0;\nfor (unsigned s = 0; s < {d}u; s++) {{\n\
+            const unsigned at = (o * {d}u + {j}) * {inner}u + r;\n{step}}}\n"
     ));
     k.per_element(outer * inner);
 }

@@ -2,6 +2,7 @@
 //! as is, whatever PTX version the driver would accept). The toolkit is found by
 //! `tessera_kernels::runtime::cuda::libs` (CUDA installation or NVIDIA's PyPI wheels); no GPU is needed.
 
+use crate::backend::ToolError;
 use crate::target::{AttrValue, Target};
 use cudarc::nvrtc::sys;
 use std::ffi::{c_char, CStr, CString};
@@ -40,19 +41,20 @@ pub fn arch(target: &Target) -> String {
     }
 }
 
-fn check(r: sys::nvrtcResult, what: &str) -> Result<(), String> {
+fn check(r: sys::nvrtcResult, what: &str) -> Result<(), ToolError> {
     if r == sys::nvrtcResult::NVRTC_SUCCESS {
         Ok(())
     } else {
-        Err(format!("NVRTC {what}: {r:?}"))
+        Err(ToolError::Failed(format!("NVRTC {what}: {r:?}")))
     }
 }
 
 /// Compiles `source` (named `name` in diagnostics) to a cubin; `Err` holds NVRTC's log.
-pub fn compile(target: &Target, name: &str, source: &str) -> Result<Vec<u8>, String> {
-    let toolkit = libs::toolkit()?;
-    let src = CString::new(source).map_err(|_| "the CUDA source holds a NUL byte".to_string())?;
-    let cname = CString::new(name).map_err(|_| "the source name holds a NUL byte".to_string())?;
+pub fn compile(target: &Target, name: &str, source: &str) -> Result<Vec<u8>, ToolError> {
+    let toolkit = libs::toolkit().map_err(|e| ToolError::NotFound(e.to_string()))?;
+    let nul = |what: &str| ToolError::Failed(format!("{what} holds a NUL byte"));
+    let src = CString::new(source).map_err(|_| nul("the CUDA source"))?;
+    let cname = CString::new(name).map_err(|_| nul("the source name"))?;
     // The header folder is where this machine keeps the toolkit's headers, not a property of the code: it
     // is passed here rather than through `options` (a key ingredient), the NVRTC version standing for the
     // headers' release.
@@ -63,7 +65,7 @@ pub fn compile(target: &Target, name: &str, source: &str) -> Result<Vec<u8>, Str
     if cccl.is_dir() {
         opts.push(format!("-I{}", cccl.display()));
     }
-    let opts: Vec<CString> = opts.into_iter().map(|o| CString::new(o).map_err(|_| "an NVRTC option holds a NUL byte".to_string())).collect::<Result<_, _>>()?;
+    let opts: Vec<CString> = opts.into_iter().map(|o| CString::new(o).map_err(|_| nul("an NVRTC option"))).collect::<Result<_, _>>()?;
     let ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
     // SAFETY: NVRTC is loaded (toolkit() above); every pointer is a live NUL-terminated string; the program
@@ -86,7 +88,7 @@ pub fn compile(target: &Target, name: &str, source: &str) -> Result<Vec<u8>, Str
                     log = CStr::from_bytes_until_nul(&buf).map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
                 }
             }
-            Err(format!("{compiled:?}\n{log}"))
+            Err(ToolError::Failed(format!("{compiled:?}\n{log}")))
         };
         let _ = sys::nvrtcDestroyProgram(&mut prog);
         result

@@ -12,6 +12,7 @@
 //! residual, and `Relu` last. (The bias is the convolution's own input; a second, per-channel `Add` is not taken.)
 
 use crate::rules::epilogue::{self as chain, Fusion, Unary};
+use crate::backend::{refuse, Refusal};
 use crate::ir::{channels_first_perm, permuted, ConvAttrs, Graph, NodeId, Op, ValueId};
 
 /// A convolution's attributes and whether it is channels-last.
@@ -34,22 +35,22 @@ pub fn logical_dims(shape: &[usize], channels_last: bool) -> Vec<usize> {
 }
 
 /// Whether `n` is a convolution cuDNN runs fused, or why not.
-pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {
+pub fn anchor(g: &Graph, n: NodeId) -> Result<(), Refusal> {
     let node = g.node(n);
     let Some((a, last)) = conv_of(&node.op) else {
-        return Err(format!("cudnn runs Conv and NhwcConv, not {}", node.op.name()));
+        return Err(refuse!("cudnn runs Conv and NhwcConv, not {}", node.op.name()));
     };
     chain::anchor(g, n)?;
     let x = &logical_dims(&g.ty(node.inputs[0]).shape, last);
     let w = &logical_dims(&g.ty(node.inputs[1]).shape, last);
     if x.len() != 4 {
-        return Err(format!("cudnn runs 2-D convolutions, got a {}-D input", x.len()));
+        return Err(refuse!("cudnn runs 2-D convolutions, got a {}-D input", x.len()));
     }
     if node.inputs.len() < 3 {
         return Err("cudnn runs convolutions with a bias".into());
     }
     if a.pads.len() != 4 || a.pads[0] != a.pads[2] || a.pads[1] != a.pads[3] {
-        return Err(format!("cudnn takes symmetric pads, got {:?}", a.pads));
+        return Err(refuse!("cudnn takes symmetric pads, got {:?}", a.pads));
     }
     if a.group > 1 && w[1] == 1 {
         return Err("depthwise convolutions run on our own kernel".into());
@@ -62,7 +63,7 @@ pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {
 
 /// The chain ending at epilogue node `n`: its convolution, the residual it adds (if any) and whether ReLU
 /// ends it, if cuDNN's fused call computes it.
-pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result<(NodeId, Option<ValueId>, bool), String> {
+pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result<(NodeId, Option<ValueId>, bool), Refusal> {
     let (mut residual, mut relu, mut steps) = (None, false, 0);
     let mut at = n;
     loop {
@@ -74,7 +75,7 @@ pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result
         match f {
             Fusion::Unary { op: Unary::Relu, .. } if steps == 0 => relu = true,
             Fusion::Unary { op: Unary::Relu, .. } => return Err("cuDNN applies ReLU last".into()),
-            Fusion::Unary { op, .. } => return Err(format!("cuDNN's fused convolution has no {op:?}")),
+            Fusion::Unary { op, .. } => return Err(refuse!("cuDNN's fused convolution has no {op:?}")),
             Fusion::Add { input, other, .. } => {
                 if residual.is_some() || g.ty(other).shape != g.ty(input).shape {
                     return Err("cuDNN's fused convolution adds one same-shaped residual".into());

@@ -6,6 +6,7 @@
 //! The implicit GEMM is `M = N*P*Q` output pixels by `N = K` output channels over `K = R*S*C`: the tiles of
 //! [`super::instance::tiles`] apply as they are, and a grid has one threadblock per `M x N` tile.
 
+use crate::backend::{refuse, Refusal};
 use super::instance::{alignment, Activation, Element, Tile};
 use crate::ir::{Graph, NodeId, Op};
 
@@ -43,17 +44,17 @@ impl ConvProblem {
 /// The problem of channels-last convolution `n`, if CUTLASS's fprop kernel runs it: 2-D, one group, 16-bit
 /// elements, C and K even (cp.async copies at least 4 bytes; the optimized iterators read whole accesses of
 /// channels), filters of at most 32 taps a side (the iterators' mask bits) and tensors under 2 GiB.
-pub fn problem(g: &Graph, n: NodeId) -> Result<ConvProblem, String> {
+pub fn problem(g: &Graph, n: NodeId) -> Result<ConvProblem, Refusal> {
     let node = g.node(n);
-    let Op::NhwcConv(a) = &node.op else { return Err(format!("cutlass runs channels-last Conv, not {}", node.op.name())) };
+    let Op::NhwcConv(a) = &node.op else { return Err(refuse!("cutlass runs channels-last Conv, not {}", node.op.name())) };
     let x = &g.ty(node.inputs[0]).shape;
     let w = &g.ty(node.inputs[1]).shape;
     let y = &g.ty(node.outputs[0]).shape;
     if x.len() != 4 {
-        return Err(format!("cutlass runs 2-D convolutions, not {}-D", x.len().saturating_sub(2)));
+        return Err(refuse!("cutlass runs 2-D convolutions, not {}-D", x.len().saturating_sub(2)));
     }
     if a.group != 1 {
-        return Err(format!("cutlass runs convolutions of one group, not {}", a.group));
+        return Err(refuse!("cutlass runs convolutions of one group, not {}", a.group));
     }
     let dt = g.ty(node.outputs[0]).dtype;
     let e = Element::of(dt).filter(|e| e.is_half()).ok_or_else(|| format!("cutlass runs fp16 and bf16 convolutions, not {dt:?}"))?;
@@ -73,10 +74,10 @@ pub fn problem(g: &Graph, n: NodeId) -> Result<ConvProblem, String> {
         dilation: [a.dilations[0] as u64, a.dilations[1] as u64],
     };
     if alignment(e, p.c).is_none() || alignment(e, p.k).is_none() {
-        return Err(format!("a convolution of {} to {} channels: the sm80 mainloop reads channels in pairs", p.c, p.k));
+        return Err(refuse!("a convolution of {} to {} channels: the sm80 mainloop reads channels in pairs", p.c, p.k));
     }
     if p.r > 32 || p.s > 32 {
-        return Err(format!("a {}x{} filter: CUTLASS's optimized iterators take at most 32 taps a side", p.r, p.s));
+        return Err(refuse!("a {}x{} filter: CUTLASS's optimized iterators take at most 32 taps a side", p.r, p.s));
     }
     let too_big = |elems: u64| elems * e.bytes() >= 1 << 31;
     if too_big(p.n * p.h * p.w * p.c) || too_big(p.k * p.r * p.s * p.c) || too_big(p.n * p.p * p.q * p.k) {
@@ -101,7 +102,7 @@ pub struct Conv {
 
 impl Conv {
     /// The instantiation of `problem` on `tile`.
-    pub fn of(element: Element, tile: Tile, p: &ConvProblem, activation: Activation) -> Result<Conv, String> {
+    pub fn of(element: Element, tile: Tile, p: &ConvProblem, activation: Activation) -> Result<Conv, Refusal> {
         let unaligned = || format!("C={} and K={} are not a multiple of any access width of {element:?}", p.c, p.k);
         Ok(Conv { element, tile, align_c: alignment(element, p.c).ok_or_else(unaligned)?, align_k: alignment(element, p.k).ok_or_else(unaligned)?, activation })
     }
@@ -138,12 +139,12 @@ impl Conv {
 
 /// The launch grid of `problem` on `tile`: one threadblock per tile of the implicit GEMM's result (CUTLASS's
 /// identity swizzle of width 1 maps block (x, y) to tile (x, y)).
-pub fn grid(p: &ConvProblem, tile: &Tile) -> Result<[u32; 3], String> {
+pub fn grid(p: &ConvProblem, tile: &Tile) -> Result<[u32; 3], Refusal> {
     let (m, n, _) = p.gemm();
     let [tm, tn, _] = tile.threadblock;
     let g = [m.div_ceil(tm as u64), n.div_ceil(tn as u64), 1];
     if g[0] > i32::MAX as u64 || g[1] > 65535 {
-        return Err(format!("an implicit GEMM of {m}x{n} needs a grid of {g:?} tiles of {tm}x{tn}"));
+        return Err(refuse!("an implicit GEMM of {m}x{n} needs a grid of {g:?} tiles of {tm}x{tn}"));
     }
     Ok([g[0] as u32, g[1] as u32, 1])
 }

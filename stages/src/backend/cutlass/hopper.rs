@@ -19,6 +19,7 @@
 //! another count every tile is still computed (the scheduler strides over the tiles by the grid's size).
 
 use super::instance::{Activation, Element};
+use crate::backend::ToolError;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use tessera_kernels::runtime::cuda::format::{LaunchArg, ParamBlock, PointerPatch, TensorMapPatch, TENSOR_MAP_BYTES};
@@ -259,18 +260,18 @@ struct Map {
     patch: TensorMapPatch,
 }
 
-fn numbers<T: std::str::FromStr>(words: &[&str], line: &str) -> Result<Vec<T>, String> {
-    words.iter().map(|w| w.parse().map_err(|_| format!("probe: unreadable number '{w}' in: {line}"))).collect()
+fn numbers<T: std::str::FromStr>(words: &[&str], line: &str) -> Result<Vec<T>, ToolError> {
+    words.iter().map(|w| w.parse().map_err(|_| ToolError::BadOutput(format!("probe: unreadable number '{w}' in: {line}")))).collect()
 }
 
 /// The field after `name` in a probe line's words.
-fn field<'a>(words: &[&'a str], name: &str, line: &str) -> Result<&'a str, String> {
-    words.iter().position(|w| *w == name).and_then(|i| words.get(i + 1)).copied().ok_or_else(|| format!("probe: no '{name}' in: {line}"))
+fn field<'a>(words: &[&'a str], name: &str, line: &str) -> Result<&'a str, ToolError> {
+    words.iter().position(|w| *w == name).and_then(|i| words.get(i + 1)).copied().ok_or_else(|| ToolError::BadOutput(format!("probe: no '{name}' in: {line}")))
 }
 
-fn parse_map(line: &str) -> Result<Map, String> {
+fn parse_map(line: &str) -> Result<Map, ToolError> {
     let w: Vec<&str> = line.split_whitespace().collect();
-    let num = |name: &str| -> Result<u64, String> { field(&w, name, line)?.parse().map_err(|_| format!("probe: unreadable {name} in: {line}")) };
+    let num = |name: &str| -> Result<u64, ToolError> { field(&w, name, line)?.parse().map_err(|_| ToolError::BadOutput(format!("probe: unreadable {name} in: {line}"))) };
     let between = |from: &str, to: Option<&str>| -> &[&str] {
         let a = w.iter().position(|x| *x == from).map_or(w.len(), |i| i + 1);
         let b = to.and_then(|t| w.iter().position(|x| *x == t)).unwrap_or(w.len());
@@ -278,7 +279,7 @@ fn parse_map(line: &str) -> Result<Map, String> {
     };
     let address = num("address")?;
     if address >> 48 != PLACEHOLDER >> 48 {
-        return Err(format!("probe: a tensor map over an address that is no operand's: {line}"));
+        return Err(ToolError::BadOutput(format!("probe: a tensor map over an address that is no operand's: {line}")));
     }
     let patch = TensorMapPatch {
         at: 0,
@@ -296,32 +297,32 @@ fn parse_map(line: &str) -> Result<Map, String> {
     Ok(Map { operand: (address >> 40) & 0xff, offset: address & 0xff_ffff_ffff, patch })
 }
 
-fn hex(s: &str) -> Result<Vec<u8>, String> {
+fn hex(s: &str) -> Result<Vec<u8>, ToolError> {
     if s.len() % 2 != 0 {
-        return Err("probe: parameter bytes of odd length".into());
+        return Err(ToolError::BadOutput("probe: parameter bytes of odd length".into()));
     }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| "probe: unreadable parameter bytes".to_string())).collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| ToolError::BadOutput("probe: unreadable parameter bytes".to_string()))).collect()
 }
 
-fn operand_arg(args: &[LaunchArg], operand: u64, offset: u64, what: &str) -> Result<LaunchArg, String> {
-    let a = args.get(operand as usize).ok_or_else(|| format!("probe: {what} names operand {operand} of {}", args.len()))?;
+fn operand_arg(args: &[LaunchArg], operand: u64, offset: u64, what: &str) -> Result<LaunchArg, ToolError> {
+    let a = args.get(operand as usize).ok_or_else(|| ToolError::BadOutput(format!("probe: {what} names operand {operand} of {}", args.len())))?;
     Ok(LaunchArg { index: a.index, offset: a.offset + offset })
 }
 
 /// The launches of a probe's output, each with its parameter block patched to the launch's arguments
 /// (`args[i]`: launch `i`'s operands in placeholder order).
-pub fn read_probe(output: &str, args: &[Vec<LaunchArg>]) -> Result<Vec<Probed>, String> {
+pub fn read_probe(output: &str, args: &[Vec<LaunchArg>]) -> Result<Vec<Probed>, ToolError> {
     // Two runs: the first's maps and launches, then the second's.
     let mut runs: Vec<(Vec<Map>, Vec<(u32, [u32; 3], [u32; 3], u32, Vec<u8>)>)> = vec![(Vec::new(), Vec::new())];
     let mut maps_seen = 0usize;
     for line in output.lines() {
         let w: Vec<&str> = line.split_whitespace().collect();
         match w.first().copied() {
-            Some("error") => return Err(format!("probe: launch {}", w[1..].join(" "))),
+            Some("error") => return Err(ToolError::BadOutput(format!("probe: launch {}", w[1..].join(" ")))),
             Some("map") => {
-                let index: usize = field(&w, "map", line)?.parse().map_err(|_| format!("probe: {line}"))?;
+                let index: usize = field(&w, "map", line)?.parse().map_err(|_| ToolError::BadOutput(format!("probe: {line}")))?;
                 if index != maps_seen {
-                    return Err(format!("probe: map {index} out of order"));
+                    return Err(ToolError::BadOutput(format!("probe: map {index} out of order")));
                 }
                 maps_seen += 1;
                 if runs.last().is_some_and(|r| r.1.len() == args.len()) {
@@ -333,9 +334,9 @@ pub fn read_probe(output: &str, args: &[Vec<LaunchArg>]) -> Result<Vec<Probed>, 
                 if runs.last().is_some_and(|r| r.1.len() == args.len()) {
                     runs.push((Vec::new(), Vec::new()));
                 }
-                let n = |name: &str, i: usize| -> Result<u32, String> {
-                    let at = w.iter().position(|x| *x == name).ok_or_else(|| format!("probe: no {name} in: {line}"))?;
-                    w.get(at + 1 + i).and_then(|x| x.parse().ok()).ok_or_else(|| format!("probe: unreadable {name} in: {line}"))
+                let n = |name: &str, i: usize| -> Result<u32, ToolError> {
+                    let at = w.iter().position(|x| *x == name).ok_or_else(|| ToolError::BadOutput(format!("probe: no {name} in: {line}")))?;
+                    w.get(at + 1 + i).and_then(|x| x.parse().ok()).ok_or_else(|| ToolError::BadOutput(format!("probe: unreadable {name} in: {line}")))
                 };
                 let launch = n("launch", 0)?;
                 let bytes = hex(field(&w, "bytes", line)?)?;
@@ -345,14 +346,14 @@ pub fn read_probe(output: &str, args: &[Vec<LaunchArg>]) -> Result<Vec<Probed>, 
         }
     }
     if runs.len() != 2 || runs.iter().any(|r| r.1.len() != args.len()) || runs[0].0.len() != runs[1].0.len() {
-        return Err(format!("probe: expected two runs of {} launches, got {:?}", args.len(), runs.iter().map(|r| r.1.len()).collect::<Vec<_>>()));
+        return Err(ToolError::BadOutput(format!("probe: expected two runs of {} launches, got {:?}", args.len(), runs.iter().map(|r| r.1.len()).collect::<Vec<_>>())));
     }
     let (maps, first) = &runs[0];
     let (_, second) = &runs[1];
     let mut out = Vec::with_capacity(args.len());
     for (i, ((launch, grid, block, shared, a), (_, _, _, _, b))) in first.iter().zip(second).enumerate() {
         if *launch as usize != i || a.len() != b.len() {
-            return Err(format!("probe: launch {launch} where {i} was expected"));
+            return Err(ToolError::BadOutput(format!("probe: launch {launch} where {i} was expected")));
         }
         // Patches from the first run's bytes (the second's markers number its own maps); then bytes the two
         // runs disagree on, padding nobody wrote, are zeroed.
@@ -362,10 +363,10 @@ pub fn read_probe(output: &str, args: &[Vec<LaunchArg>]) -> Result<Vec<Probed>, 
         while at + 8 <= a.len() {
             if &a[at..at + 8] == MARKER && at + TENSOR_MAP_BYTES <= a.len() {
                 if &b[at..at + 8] != MARKER {
-                    return Err(format!("probe: launch {i}: the two runs put tensor maps in different places"));
+                    return Err(ToolError::BadOutput(format!("probe: launch {i}: the two runs put tensor maps in different places")));
                 }
                 let index = u32::from_le_bytes(a[at + 8..at + 12].try_into().unwrap()) as usize;
-                let m = maps.get(index).ok_or_else(|| format!("probe: marker of unknown map {index}"))?;
+                let m = maps.get(index).ok_or_else(|| ToolError::BadOutput(format!("probe: marker of unknown map {index}")))?;
                 let mut patch = m.patch.clone();
                 patch.at = at as u32;
                 patch.arg = operand_arg(&args[i], m.operand, m.offset, "a tensor map")?;

@@ -30,8 +30,8 @@ fn probe_output_becomes_patches() {
     let t = &p.params.tensor_maps[0];
     assert_eq!((t.at, t.arg, t.dims.clone(), t.strides.clone(), t.box_dims.clone(), t.swizzle), (128, LaunchArg { index: 1, offset: 0 }, vec![768, 1024, 1], vec![1536, 1572864], vec![64, 128, 1], 3));
     assert!(p.params.bytes.iter().all(|&x| x == 0), "patched places and padding are zero");
-    assert!(read_probe("error 0 needs a workspace\n", &args).unwrap_err().contains("needs a workspace"));
-    assert!(read_probe(&format!("{map}\n{}\n", line_of(0, &a)), &args).unwrap_err().contains("two runs"));
+    assert!(read_probe("error 0 needs a workspace\n", &args).unwrap_err().to_string().contains("needs a workspace"));
+    assert!(read_probe(&format!("{map}\n{}\n", line_of(0, &a)), &args).unwrap_err().to_string().contains("two runs"));
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! Chains are placed by [`crate::backend::library::Places`] (arguments, or scratch for a chain result that
 //! feeds the next chain of a merged partition), so a function is a list of launches as the `cuda` backend's.
 
+use crate::backend::{refuse, Refusal};
 use super::conv;
 use super::hopper::{self, HopperGemm, HopperTile, Problem, Source};
 use super::instance::{alignment, Element, Gemm, Tile};
@@ -38,12 +39,12 @@ pub enum Config {
 
 /// Whether the Hopper kernels run a GEMM: 16-bit elements, rows of A, B and D 16-byte aligned (TMA's global
 /// strides), and batches that each have their own A and B.
-pub fn hopper_runs(element: Element, batch: u64, n: u64, k: u64, a_stride: u64, b_stride: u64) -> Result<(), String> {
+pub fn hopper_runs(element: Element, batch: u64, n: u64, k: u64, a_stride: u64, b_stride: u64) -> Result<(), Refusal> {
     if !element.is_half() {
-        return Err(format!("the Hopper kernels run fp16 and bf16 GEMMs, not {element:?}"));
+        return Err(refuse!("the Hopper kernels run fp16 and bf16 GEMMs, not {element:?}"));
     }
     if n % 8 != 0 || k % 8 != 0 {
-        return Err(format!("TMA needs rows of 16 bytes: K={k} and N={n} must be multiples of 8"));
+        return Err(refuse!("TMA needs rows of 16 bytes: K={k} and N={n} must be multiples of 8"));
     }
     if batch > 1 && (a_stride == 0 || b_stride == 0) {
         return Err("TMA needs a batch stride for each operand: a broadcast batch runs on the sm80 kernels".into());
@@ -53,7 +54,7 @@ pub fn hopper_runs(element: Element, batch: u64, n: u64, k: u64, a_stride: u64, 
 
 /// The element type of a kernel graph's GEMMs (every MatMul of one kernel has the same: the chain rule and
 /// a target's precision agree), or why there is none.
-pub fn element_of(g: &Graph) -> Result<Element, String> {
+pub fn element_of(g: &Graph) -> Result<Element, Refusal> {
     let mut found = None;
     for node in g.nodes.iter().filter(|n| support::is_anchor_op(&n.op)) {
         let dt = g.ty(node.outputs[0]).dtype;
@@ -71,12 +72,12 @@ fn arg(o: Operand) -> LaunchArg {
 }
 
 /// Lowers `g` with `config` into functions named `symbol_k<i>`.
-pub fn lower_kernel(g: &Graph, symbol: &str, config: Config) -> Result<(CutlassCode, FunctionInfo), String> {
+pub fn lower_kernel(g: &Graph, symbol: &str, config: Config) -> Result<(CutlassCode, FunctionInfo), Refusal> {
     let element = element_of(g)?;
     let lasts = chain_ends(g, support::is_anchor_op, |n| support::anchor(g, n))?;
     let uses = g.use_counts();
     let use_of = |v: ValueId| uses[v.index()];
-    let node_err = |n: NodeId, msg: String| format!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name());
+    let node_err = |n: NodeId, msg: Refusal| refuse!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name());
     let mut places = Places::new(g)?;
     let mut code = CutlassCode { types: Vec::new(), source: String::new(), launches: FunctionLaunches::default(), problems: Vec::new() };
     for (i, &last) in lasts.iter().enumerate() {
@@ -90,7 +91,7 @@ pub fn lower_kernel(g: &Graph, symbol: &str, config: Config) -> Result<(CutlassC
         }
         let (batch, m, n, k, a_stride, b_stride) = crate::backend::library::matmul_shape(g, chain.anchor).map_err(|e| node_err(chain.anchor, e))?;
         let node = g.node(chain.anchor);
-        let e = |msg: String| node_err(chain.anchor, msg);
+        let e = |msg: Refusal| node_err(chain.anchor, msg);
         let d_stride = if batch > 1 { m * n } else { 0 };
         let a = places.read(g, node.inputs[0], a_stride).map_err(e)?;
         let b = places.read(g, node.inputs[1], b_stride).map_err(e)?;
@@ -126,7 +127,7 @@ pub fn lower_kernel(g: &Graph, symbol: &str, config: Config) -> Result<(CutlassC
                 continue;
             }
         };
-        let unaligned = || e(format!("extents K={k}, N={n} are not a multiple of any access width of {element:?}"));
+        let unaligned = || e(refuse!("extents K={k}, N={n} are not a multiple of any access width of {element:?}"));
         let gemm = Gemm {
             element,
             tile,
@@ -138,7 +139,7 @@ pub fn lower_kernel(g: &Graph, symbol: &str, config: Config) -> Result<(CutlassC
         let [tm, tn, _] = tile.threadblock;
         let grid = [m.div_ceil(tm as u64), n.div_ceil(tn as u64), batch.min(65535)];
         if grid[0] > i32::MAX as u64 || grid[1] > 65535 {
-            return Err(e(format!("a {m}x{n} result needs a grid of {grid:?} tiles of {tm}x{tn}")));
+            return Err(e(refuse!("a {m}x{n} result needs a grid of {grid:?} tiles of {tm}x{tn}")));
         }
         let type_name = gemm.type_name();
         if !code.types.iter().any(|(t, _)| *t == type_name) {
@@ -180,7 +181,7 @@ pub fn lower_kernel(g: &Graph, symbol: &str, config: Config) -> Result<(CutlassC
 }
 
 /// One convolution chain's launch: `entry(x, w, [c,] y)` on the conv2d template ([`conv`]).
-fn lower_conv(g: &Graph, places: &mut Places, code: &mut CutlassCode, chain: &support::Chain, element: Element, tile: Tile, entry: String) -> Result<(), String> {
+fn lower_conv(g: &Graph, places: &mut Places, code: &mut CutlassCode, chain: &support::Chain, element: Element, tile: Tile, entry: String) -> Result<(), Refusal> {
     let node = g.node(chain.anchor);
     let p = conv::problem(g, chain.anchor)?;
     let x = places.read(g, node.inputs[0], 0)?;

@@ -28,7 +28,7 @@ pub mod toolchain;
 #[cfg(test)]
 mod tests;
 
-use crate::backend::{Backend, BackendError, LoweredKernel, Module, TunableSet};
+use crate::backend::{Backend, BackendError, LoweredKernel, Module, ToolError, TunableSet};
 use crate::ir::{Graph, NodeId};
 use crate::rules::Rule;
 use crate::target::{AttrValue, BackendSpec, Target};
@@ -235,7 +235,7 @@ impl Backend for CutlassBackend {
 
     /// Compiling needs nvcc and the CUTLASS headers; running needs a GPU (the runtime says so).
     fn available(&self) -> Result<(), String> {
-        toolchain::toolchain().map(|_| ())
+        toolchain::toolchain().map(|_| ()).map_err(|e| e.to_string())
     }
 
     fn opt_in(&self) -> Option<&'static str> {
@@ -350,7 +350,7 @@ impl Backend for CutlassBackend {
 
     fn lower_config(&self, target: &Target, kernel: &Graph, symbol: &str, config: &str) -> Result<LoweredKernel, BackendError> {
         check_target(target)?;
-        let fail = |e: String| unsupported(format!("kernel '{symbol}' ({}): {e}", kernel.name));
+        let fail = |e: crate::backend::Refusal| unsupported(format!("kernel '{symbol}' ({}): {e}", kernel.name));
         let config = config_of(target, lower::element_of(kernel).map_err(fail)?, config)?;
         let (code, info) = lower::lower_kernel(kernel, symbol, config).map_err(fail)?;
         Ok(LoweredKernel { info, code: postcard::to_stdvec(&code).expect("cutlass code encodes") })
@@ -358,21 +358,21 @@ impl Backend for CutlassBackend {
 
     fn compile_module(&self, target: &Target, kernels: &[LoweredKernel]) -> Result<Module, BackendError> {
         check_target(target)?;
-        let tools = toolchain::toolchain().map_err(|why| BackendError::toolchain(NAME, "nvcc with the CUTLASS headers", why))?;
+        let tools = toolchain::toolchain().map_err(|why| BackendError::toolchain(NAME, "nvcc with the CUTLASS headers", why.to_string()))?;
         let codes = kernels.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
         // Names are unique across the module (checked on its whole source).
         module_source_of(kernels, &codes)?;
         // One nvcc program per kernel (and one probe per Hopper kernel), compiled in parallel and kept for the
         // process by their text ([`toolchain::Toolchain::compile_for`]): a plan's module takes the cubins the
         // tune stage compiled for the same kernels, and no program waits for another's instantiations.
-        let compiled: Vec<Result<(Vec<u8>, Vec<(usize, hopper::Probed)>), String>> = std::thread::scope(|s| {
+        let compiled: Vec<Result<(Vec<u8>, Vec<(usize, hopper::Probed)>), ToolError>> = std::thread::scope(|s| {
             let handles: Vec<_> = kernels
                 .iter()
                 .zip(&codes)
                 .map(|(k, code)| {
                     s.spawn(move || {
                         let one = std::slice::from_ref(code);
-                        let src = module_source_of(std::slice::from_ref(k), one).map_err(|e| e.to_string())?;
+                        let src = module_source_of(std::slice::from_ref(k), one).map_err(|e| ToolError::Failed(e.to_string()))?;
                         if !is_hopper(one) {
                             return Ok((tools.compile_for(&toolchain::arch(target), &src)?, Vec::new()));
                         }
@@ -392,7 +392,7 @@ impl Backend for CutlassBackend {
                 .collect();
             handles.into_iter().map(|h| h.join().expect("a compile thread does not panic")).collect()
         });
-        let compiled = compiled.into_iter().collect::<Result<Vec<_>, String>>().map_err(|log| BackendError::compile(NAME, "nvcc", kernels, log))?;
+        let compiled = compiled.into_iter().collect::<Result<Vec<_>, ToolError>>().map_err(|log| BackendError::compile(NAME, "nvcc", kernels, log.to_string()))?;
         let hopper = is_hopper(&codes);
         let arch = if hopper { "sm_90a".to_string() } else { toolchain::arch(target) };
         let mut module = CubinModule { arch, cubins: Vec::new(), functions: Vec::new(), launch_cubins: Vec::new(), launch_params: Vec::new() };

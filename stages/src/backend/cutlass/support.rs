@@ -11,6 +11,7 @@
 //! residual of the result's shape), then at most one activation (ReLU, GELU erf or tanh, Sigmoid,
 //! HardSwish), last.
 
+use crate::backend::{refuse, Refusal};
 use super::instance::{alignment, Activation, Element};
 use crate::rules::epilogue::{self as chain, Fusion, Unary};
 use crate::backend::library::matmul_shape;
@@ -41,22 +42,22 @@ pub fn is_anchor_op(op: &Op) -> bool {
 
 /// Whether `n` is a MatMul the template runs: its strided-batch form, an element type, and extents the
 /// mainloop can read.
-pub fn anchor(g: &Graph, n: NodeId) -> Result<(), String> {
+pub fn anchor(g: &Graph, n: NodeId) -> Result<(), Refusal> {
     if matches!(g.node(n).op, Op::NhwcConv(_)) {
         return super::conv::problem(g, n).map(|_| ());
     }
     let (batch, m, nn, k, _, _) = matmul_shape(g, n)?;
     let e = Element::of(g.ty(g.node(n).outputs[0]).dtype).ok_or("cutlass runs f32, f16 and bf16 GEMMs")?;
     if alignment(e, k).is_none() || alignment(e, nn).is_none() {
-        return Err(format!("a {m}x{k} by {k}x{nn} {} GEMM with odd K or N: the sm80 mainloop copies at least two 16-bit elements", g.ty(g.node(n).outputs[0]).dtype));
+        return Err(refuse!("a {m}x{k} by {k}x{nn} {} GEMM with odd K or N: the sm80 mainloop copies at least two 16-bit elements", g.ty(g.node(n).outputs[0]).dtype));
     }
     if [batch, m, nn, k, m * k * batch, k * nn * batch, m * nn * batch].iter().any(|&d| d > i32::MAX as u64) {
-        return Err(format!("a GEMM of {batch}x{m}x{nn}x{k} does not fit 32-bit extents"));
+        return Err(refuse!("a GEMM of {batch}x{m}x{nn}x{k} does not fit 32-bit extents"));
     }
     Ok(())
 }
 
-fn activation(op: Unary) -> Result<Activation, String> {
+fn activation(op: Unary) -> Result<Activation, Refusal> {
     Ok(match op {
         Unary::Relu => Activation::Relu,
         Unary::Gelu(GeluApprox::Erf) => Activation::Gelu,
@@ -69,7 +70,7 @@ fn activation(op: Unary) -> Result<Activation, String> {
 
 /// The chain ending at node `n` (a MatMul alone, or an epilogue node), if the template's epilogue computes
 /// it; `uses` counts the uses of a value.
-pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result<Chain, String> {
+pub fn chain_of(g: &Graph, n: NodeId, uses: &dyn Fn(ValueId) -> usize) -> Result<Chain, Refusal> {
     let mut steps = Vec::new();
     let mut at = n;
     let anchor_node = loop {

@@ -11,6 +11,7 @@
 //! a depthwise conv (one input channel per group) of 1 or 2 spatial dimensions runs the direct `Depthwise2d`
 //! loop, which is several times faster than one tiny GEMM per channel.
 
+use crate::backend::{refuse, Refusal};
 use super::arena::Arena;
 use super::chain::Chain;
 use super::layout::{self, ConvShape};
@@ -64,7 +65,7 @@ fn batch_strides(x: &[usize], batch: &[usize], mat: u64) -> Vec<u64> {
 
 impl<'g> Lowerer<'g> {
     /// Where `v` lives; a constant is inlined into the plan on first use.
-    fn view(&mut self, v: ValueId) -> Result<View, String> {
+    fn view(&mut self, v: ValueId) -> Result<View, Refusal> {
         if let Some(&view) = self.loc.get(&v) {
             return Ok(view);
         }
@@ -72,20 +73,20 @@ impl<'g> Lowerer<'g> {
         match &val.def {
             ValueDef::Const(t) => {
                 if t.dtype() != DType::F32 {
-                    return Err(format!("constant '{}' is {}; the gemm backend runs f32 only", val.name, t.ty));
+                    return Err(refuse!("constant '{}' is {}; the gemm backend runs f32 only", val.name, t.ty));
                 }
                 let view = View { buf: Buf::Const(self.consts.len() as u32), offset: 0 };
                 self.consts.push(t.to_f32_vec());
                 self.loc.insert(v, view);
                 Ok(view)
             }
-            _ => Err(format!("value '{}' is read before it is computed", val.name)),
+            _ => Err(refuse!("value '{}' is read before it is computed", val.name)),
         }
     }
 
     /// The chain's epilogue over its output, channels-last if `nhwc`: a per-channel operand then varies
     /// fastest (`inner` 1); same-shaped operands are channels-last too (see [`layout`]) and scalars have no layout.
-    fn epilogue_ops(&mut self, chain: &Chain, nhwc: bool) -> Result<Vec<EpOp>, String> {
+    fn epilogue_ops(&mut self, chain: &Chain, nhwc: bool) -> Result<Vec<EpOp>, Refusal> {
         let mut ops = Vec::new();
         let anchor = self.g.node(chain.anchor);
         if let (AnchorKind::Conv, Some(&bias)) = (chain.kind, anchor.inputs.get(2)) {
@@ -112,7 +113,7 @@ impl<'g> Lowerer<'g> {
         Ok(ops)
     }
 
-    fn matmul(&mut self, n: NodeId, dest: View, ops: Vec<EpOp>) -> Result<(), String> {
+    fn matmul(&mut self, n: NodeId, dest: View, ops: Vec<EpOp>) -> Result<(), Refusal> {
         let node = self.g.node(n);
         let (av, bv) = (self.view(node.inputs[0])?, self.view(node.inputs[1])?);
         let (sa, sb) = (&self.g.ty(node.inputs[0]).shape, &self.g.ty(node.inputs[1]).shape);
@@ -151,7 +152,7 @@ impl<'g> Lowerer<'g> {
     }
 
     /// `out_nhwc`: whether the chain's result (`dest`) is channels-last.
-    fn conv(&mut self, n: NodeId, a: &ConvAttrs, dest: View, out_nhwc: bool, ops: Vec<EpOp>) -> Result<(), String> {
+    fn conv(&mut self, n: NodeId, a: &ConvAttrs, dest: View, out_nhwc: bool, ops: Vec<EpOp>) -> Result<(), Refusal> {
         let node = self.g.node(n);
         let in_nhwc = self.nhwc.contains(&node.inputs[0]);
         let (xv, wv) = (self.view(node.inputs[0])?, self.view(node.inputs[1])?);
@@ -262,32 +263,32 @@ impl<'g> Lowerer<'g> {
 
 /// Lowers a kernel graph to a plan function named `symbol`, with its signature. The error names the node and
 /// op that cannot be lowered.
-pub fn lower_kernel(kernel: &Graph, symbol: &str) -> Result<(PlanFunction, FunctionInfo), String> {
+pub fn lower_kernel(kernel: &Graph, symbol: &str) -> Result<(PlanFunction, FunctionInfo), Refusal> {
     let g = kernel;
     ir::verify(g).map_err(|e| format!("invalid kernel graph: {e}"))?;
     for (what, list) in [("input", &g.inputs), ("output", &g.outputs)] {
         for (i, &v) in list.iter().enumerate() {
             if g.ty(v).dtype != DType::F32 {
-                return Err(format!("{what} {i} ('{}') is {}; the gemm backend runs f32 only", g.value(v).name, g.ty(v)));
+                return Err(refuse!("{what} {i} ('{}') is {}; the gemm backend runs f32 only", g.value(v).name, g.ty(v)));
             }
         }
     }
     let uses = g.use_counts();
     let use_of = |v: ValueId| uses[v.index()];
-    let node_err = |n: NodeId, msg: String| format!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name());
+    let node_err = |n: NodeId, msg: Refusal| refuse!("node '{}' ({}): {msg}", g.node(n).name, g.node(n).op.name());
 
     // Group nodes into chains.
     let mut chains: Vec<Chain> = Vec::new();
     let mut chain_of: Vec<Option<usize>> = vec![None; g.nodes.len()];
     for (i, node) in g.nodes.iter().enumerate() {
         let n = NodeId(i as u32);
-        let anchor = if matches!(node.op, Op::MatMul | Op::Conv(_)) { Some(support::anchor(g, n).map_err(|e| node_err(n, e))?) } else { None };
+        let anchor = if matches!(node.op, Op::MatMul | Op::Conv(_)) { Some(support::anchor(g, n).map_err(|e| node_err(n, e.into()))?) } else { None };
         if let Some(kind) = anchor {
             chain_of[i] = Some(chains.len());
             chains.push(Chain { anchor: n, kind, eps: Vec::new() });
             continue;
         }
-        let f = support::fusion(g, n, &use_of).map_err(|e| node_err(n, e))?;
+        let f = support::fusion(g, n, &use_of).map_err(|e| node_err(n, e.into()))?;
         let p = g.producer(f.input()).expect("a fused value has a producer");
         let c = chain_of[p.index()].expect("the rule fuses only into a chain found earlier in topological order");
         debug_assert_eq!(chains[c].last(), p);
@@ -302,10 +303,10 @@ pub fn lower_kernel(kernel: &Graph, symbol: &str) -> Result<(PlanFunction, Funct
     }
     for (j, &v) in g.outputs.iter().enumerate() {
         if !matches!(g.value(v).def, ValueDef::Node { .. }) {
-            return Err(format!("output {j} ('{}') is not computed by a node of the kernel", g.value(v).name));
+            return Err(refuse!("output {j} ('{}') is not computed by a node of the kernel", g.value(v).name));
         }
         if lw.loc.insert(v, View { buf: Buf::Arg((g.inputs.len() + j) as u32), offset: 0 }).is_some() {
-            return Err(format!("output {j} ('{}') is listed twice", g.value(v).name));
+            return Err(refuse!("output {j} ('{}') is listed twice", g.value(v).name));
         }
     }
 
