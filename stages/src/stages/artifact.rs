@@ -51,7 +51,7 @@ pub fn build_artifact<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, grap
 pub fn compile_plan<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, graph: &(dyn Fn() -> Result<&'g Graph> + Sync)) -> Result<CompiledPlan> {
     // Nothing below reads a plan's validation report, so a validated plan is built as the plan without it:
     // the trial validation stored and linked already, so its link is a hit (it was a second link of the same
-    // bytes, 0.1-0.5 s of a cold compile; bench/compile_times.md, session 36).
+    // bytes, 0.1-0.5 s of a cold compile; bench/compile_times.md, 2026-11-28).
     let (plan_digest, plan) = match plan.validation {
         Some(_) => {
             let unreported = ExecPlan { validation: None, ..plan.clone() };

@@ -131,7 +131,7 @@ fn channels_last<'a>(ctx: &Ctx<'a>, doc: Digest, graph: &LazyGraph<'a>) -> Resul
 /// transform NCHW operands to NHWC and back inside every call), while the models it lost all have depthwise
 /// layers (MobileNetV2, EfficientNet-B0), which run on our own kernels either way; those still plan both.
 /// Planning one layout halves the partition and tune work of a cold compile (ResNet-50 b1: 8.9 s channels-last
-/// alone against about 30 s for both, bench/compile.md). Reads the graph's structure only (no weights).
+/// alone against about 30 s for both, bench/compile_times.md). Reads the graph's structure only (no weights).
 fn channels_last_by_rule(ctx: &Ctx, doc: &Digest) -> Result<Option<String>> {
     use crate::target::Precision;
     let half = matches!(ctx.targets.precision()?, Precision::Fp16 | Precision::Bf16);

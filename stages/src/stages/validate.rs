@@ -149,7 +149,7 @@ pub fn validate(ctx: &Ctx, g: &Graph, costed: &CostedCandidates, searched: ExecP
     let to_measure: Vec<usize> = (0..trials.len()).filter(|&i| trials[i].skipped.is_none()).collect();
     if to_measure.len() > 1 {
         // The plans compile at once, each on a thread of its own: their modules' compiles (NVRTC programs, one
-        // plan's after another's) were a third of a cold ViT-B/16 compile (bench/compile.md, session 36).
+        // plan's after another's) were a third of a cold ViT-B/16 compile (bench/compile_times.md, 2026-11-28).
         // Plain threads, not rayon tasks: a rayon worker that waits for a module another plan's build is
         // compiling could take that build's own task and wait for itself.
         let (trials_now, plans_now) = (&trials, &plans);

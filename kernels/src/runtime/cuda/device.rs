@@ -125,7 +125,7 @@ pub fn info() -> Result<DeviceInfo, CudaError> {
 
 /// The description of GPU `ordinal`, from the driver's device queries alone: no context is made (making one
 /// took about 0.4 s of a warm rebuild's 0.6 s on an H200, and a warm rebuild needs the description only to
-/// key its measured stages; bench/compile.md).
+/// key its measured stages; bench/compile_times.md).
 pub fn info_of(ordinal: usize) -> Result<DeviceInfo, CudaError> {
     let n = count()?;
     if ordinal >= n {

@@ -48,7 +48,7 @@ pub fn loader(m: &Module) -> Result<Box<dyn LoadedModule>, RuntimeError> {
 
 /// Whether this machine can run GPU artifacts (a driver that sees a GPU); why not, if not. No context is made:
 /// making GPU 0's took about 0.4 s on an H200, which a build that only keys its stages by the GPU has no use
-/// for (bench/compile.md); what opens device state makes its context then.
+/// for (bench/compile_times.md); what opens device state makes its context then.
 pub fn available() -> Result<(), CudaError> {
     device::count().map(|_| ())
 }

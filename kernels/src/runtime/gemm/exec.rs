@@ -136,7 +136,7 @@ fn threads() -> usize {
 /// threaded inside the gemm crate. Measured on MobileNetV2 (2 threads, the 2-core EPYC build machine): the
 /// crate's own threads gave its small deep GEMMs nothing (64x196x384 and 96x196x576: 0.88-0.97x their 1-thread
 /// time); cut here they take 0.50-0.63x the crate-threaded time, and the model's GEMMs 5.7 -> 4.7 ms. With
-/// the GEMMs channels-last (pixels x channels, session 32), 256K rather than 64K took MobileNetV2's 196x576x96
+/// the GEMMs channels-last (pixels x channels), 256K rather than 64K took MobileNetV2's 196x576x96
 /// layers from 84-87 to 64 us and moved no other layer beyond noise; larger GEMMs keep the crate's threading,
 /// which shares one packing of each operand. A part repeats the packing of the operand it does not cut.
 const SPLIT_MAX_OUTPUTS: usize = 256 * 1024;

@@ -352,7 +352,7 @@ fn tiled<'a>(k: &mut Kernel<'a>, p: Problem, grp: &Group) -> Result<Option<Kerne
 /// kernel into 32 registers (full occupancy) and, to do so, sinks the next step's prefetched loads below the
 /// step's FMAs, so every step waits a whole memory round trip. At four blocks (at most 64 registers for 256
 /// threads) the loads go out at the top of the step. Each kernel alone, H200 2026-11-27
-/// (`scripts/gpu/kernel_ab.py`, bench/gpu_templates_s24.md): BERT-base b1's FFN GEMM with bias + GELU 69.6 ->
+/// (`scripts/gpu/kernel_ab.py`, bench/gpu_cuda_templates.md): BERT-base b1's FFN GEMM with bias + GELU 69.6 ->
 /// 62.8 us, its QKV GEMM 68.7 -> 62.3, the split-K ones 27.9 -> 26.4 and 86.5 -> 80.5 (five and six blocks
 /// measured the same within 1%). The 64x64 tile's kernels (ResNet, MobileNetV2, BERT b8) gained 5-16% per
 /// model from the same bound.
