@@ -50,7 +50,7 @@ fn check(model: &str, opts: ModelOptions, layers: usize, want: AttentionAttrs, t
 #[test]
 fn bert_tiny_fuses_every_layer() {
     let opts = ModelOptions { batch: 2, seq: Some(16), image: None };
-    let want = AttentionAttrs { scale: 1.0 / 8.0, k_transposed: false, mask: true, keep_fill: None };
+    let want = AttentionAttrs { scale: 1.0 / 8.0, k_transposed: false, mask: true, keep_fill: None, nan_to_zero: false };
     // The query, key and value projections of each layer merge into one MatMul.
     assert_eq!(check("bert-tiny", opts, 2, want, 1e-5), 2);
 }
@@ -58,13 +58,13 @@ fn bert_tiny_fuses_every_layer() {
 #[test]
 fn gpt2_fuses_causal_attention() {
     let opts = ModelOptions { batch: 1, seq: Some(12), image: None };
-    let want = AttentionAttrs { scale: 1.0 / 8.0, k_transposed: false, mask: true, keep_fill: Some(-10_000.0) };
+    let want = AttentionAttrs { scale: 1.0 / 8.0, k_transposed: false, mask: true, keep_fill: Some(-10_000.0), nan_to_zero: false };
     check("gpt2-2layer", opts, 2, want, 1e-5);
 }
 
 #[test]
 fn vit_tiny_fuses_every_block() {
     let opts = ModelOptions { batch: 1, seq: None, image: None };
-    let want = AttentionAttrs { scale: 1.0 / 8.0, k_transposed: false, mask: false, keep_fill: None };
+    let want = AttentionAttrs { scale: 1.0 / 8.0, k_transposed: false, mask: false, keep_fill: None, nan_to_zero: false };
     check("vit-tiny", opts, 12, want, 1e-5);
 }

@@ -21,6 +21,8 @@ pub struct AttnCase {
     pub mask: Option<Vec<usize>>,
     /// Shape of a bool keep-mask input and its fill.
     pub keep: Option<(Vec<usize>, f32)>,
+    /// NaN probabilities become 0 (the exporters' NaN guard).
+    pub nan_to_zero: bool,
 }
 
 impl AttnCase {
@@ -42,7 +44,7 @@ impl AttnCase {
         if let Some((m, _)) = &self.keep {
             inputs.push(g.add_input("keep", TensorType::new(DType::Bool, m.clone())));
         }
-        let attrs = AttentionAttrs { scale: self.scale, k_transposed: self.k_transposed, mask: self.mask.is_some(), keep_fill: self.keep.as_ref().map(|k| k.1) };
+        let attrs = AttentionAttrs { scale: self.scale, k_transposed: self.k_transposed, mask: self.mask.is_some(), keep_fill: self.keep.as_ref().map(|k| k.1), nan_to_zero: self.nan_to_zero };
         let y = g.add("attention", Op::Attention(attrs), &inputs).unwrap_or_else(|e| panic!("{}: {e}", self.name));
         g.outputs.push(y);
         g
@@ -50,7 +52,7 @@ impl AttnCase {
 
     /// Whether the reference gives NaN rows on random inputs (every key of some row dropped with a -inf fill).
     pub fn may_be_nan(&self) -> bool {
-        self.keep.as_ref().is_some_and(|k| k.1 == f32::NEG_INFINITY)
+        !self.nan_to_zero && self.keep.as_ref().is_some_and(|k| k.1 == f32::NEG_INFINITY)
     }
 }
 
@@ -69,6 +71,7 @@ pub fn cases() -> Vec<AttnCase> {
         k_transposed: true,
         mask: Some(vec![2, 1, 1, 7]),
         keep: None,
+        nan_to_zero: false,
     };
     vec![
         base.clone(),
@@ -89,6 +92,8 @@ pub fn cases() -> Vec<AttnCase> {
             ..base.clone()
         },
         AttnCase { name: "dropped_rows_nan", sq: 6, sk: 2, d: 4, dv: 3, mask: None, keep: Some((vec![2, 1, 6, 2], f32::NEG_INFINITY)), ..base.clone() },
+        // The same rows guarded (SDPA's export): a dropped row gives zeros, the others their values.
+        AttnCase { name: "dropped_rows_zeroed", sq: 6, sk: 2, d: 4, dv: 3, mask: None, keep: Some((vec![2, 1, 6, 2], f32::NEG_INFINITY)), nan_to_zero: true, ..base.clone() },
         AttnCase { name: "no_keys", sk: 0, mask: None, ..base.clone() },
         // Keys a multiple of 8 but not of a tile, K transposed: the tensor-core kernel's 16-byte copies of K.
         AttnCase { name: "aligned_keys", q_lead: vec![1, 2], k_lead: vec![1, 2], v_lead: vec![1, 2], sq: 40, sk: 136, d: 64, dv: 64, mask: Some(vec![1, 1, 1, 136]), keep: Some((vec![1, 1, 40, 136], -10_000.0)), ..base.clone() },
@@ -103,7 +108,7 @@ pub fn cases() -> Vec<AttnCase> {
 pub fn head_chains() -> Vec<(&'static str, Graph)> {
     use crate::ir::{Tensor, UnaryOp};
     let attention = |g: &mut Graph, q, k, v, mask: Option<crate::ir::ValueId>| {
-        let attrs = AttentionAttrs { scale: 0.25, k_transposed: true, mask: mask.is_some(), keep_fill: None };
+        let attrs = AttentionAttrs { scale: 0.25, k_transposed: true, mask: mask.is_some(), keep_fill: None, nan_to_zero: false };
         let mut inputs = vec![q, k, v];
         inputs.extend(mask);
         g.add("attention", Op::Attention(attrs), &inputs).unwrap()

@@ -3,7 +3,8 @@
 //! Softmax (f64 exp and sum, probabilities rounded to f32), then the probabilities times V by the same GEMM.
 //! So the fused op agrees with the graph it replaces up to the rounding of a folded scale (one f32 multiply
 //! instead of a Div, or of two Muls on the operands), and shares its NaN behaviour: a row of all -inf scores
-//! is 0/0 = NaN, `Sk = 0` is an empty sum, 0.
+//! is 0/0 = NaN (0 with `nan_to_zero`, as the guard `Where(IsNaN(p), 0, p)` it replaces), `Sk = 0` is an
+//! empty sum, 0.
 
 use super::layout::{broadcast_strides, broadcast_to, for_each_index};
 use super::linalg::{sgemm, Mat};
@@ -77,6 +78,9 @@ pub(super) fn attention(a: &AttentionAttrs, x: &[&Tensor]) -> Result<Tensor, OpE
             }
             let mut p = vec![0f32; ss];
             softmax_into(&s, &mut p, sq, sk, 1, false);
+            if a.nan_to_zero {
+                p.iter_mut().filter(|x| x.is_nan()).for_each(|x| *x = 0.0);
+            }
             sgemm(sq, sk, dv, Mat::row_major(&p, 0, sk), Mat::row_major(&v, vo[b], dv), 0.0, out, 0);
         };
         let nb = qo.len();

@@ -748,7 +748,7 @@ mod props {
 /// Attention by hand: one query against two keys, with the K layouts, the masks, NaN rows and Sk = 0.
 #[test]
 fn attention_by_hand() {
-    let attrs = |k_transposed, mask, keep_fill| Op::Attention(AttentionAttrs { scale: 2.0, k_transposed, mask, keep_fill });
+    let attrs = |k_transposed, mask, keep_fill| Op::Attention(AttentionAttrs { scale: 2.0, k_transposed, mask, keep_fill, nan_to_zero: false });
     let q = f(&[1, 2], &[0.5, 0.0]);
     let k = f(&[2, 2], &[1.0, 0.0, 0.0, 1.0]);
     let v = f(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
@@ -780,7 +780,7 @@ fn attention_by_hand() {
 
 #[test]
 fn attention_rejects_bad_operands_by_name() {
-    let a = |mask| Op::Attention(AttentionAttrs { scale: 1.0, k_transposed: false, mask, keep_fill: None });
+    let a = |mask| Op::Attention(AttentionAttrs { scale: 1.0, k_transposed: false, mask, keep_fill: None, nan_to_zero: false });
     let q = f(&[2, 3, 4], &[0.0; 24]);
     let k = f(&[2, 5, 4], &[0.0; 40]);
     let v = f(&[2, 5, 6], &[0.0; 60]);
@@ -973,7 +973,7 @@ mod parallel {
         let (q, k, v) = (rnd(DType::F32, &[4, 3, 130, 40], 4), rnd(DType::F32, &[4, 3, 130, 40], 5), rnd(DType::F32, &[4, 3, 130, 24], 6));
         let mask = rnd(DType::F32, &[4, 1, 1, 130], 7);
         let keep = rnd(DType::Bool, &[1, 1, 130, 130], 8);
-        let attn = |k_transposed, mask, keep_fill| Op::Attention(AttentionAttrs { scale: 0.125, k_transposed, mask, keep_fill });
+        let attn = |k_transposed, mask, keep_fill| Op::Attention(AttentionAttrs { scale: 0.125, k_transposed, mask, keep_fill, nan_to_zero: false });
         check(attn(false, true, Some(-1e4)), &[&q, &k, &v, &mask, &keep], &[0, 1, 2, 3], 1);
         let kt = eval1(Op::Transpose { perm: vec![0, 1, 3, 2] }, &[&k]);
         check(attn(true, false, None), &[&q, &kt, &v], &[0, 1, 2], 1);

@@ -153,7 +153,10 @@ pub struct PoolAttrs {
 /// Semantics, exactly the unfused graph's in real arithmetic: `s = scale * (Q Kᵀ)`; where `keep` is false
 /// `s = keep_fill` (ONNX `Where(keep, s, fill)`); `s = s + mask`; softmax over the last axis; times V. So a
 /// query row whose scores are all -inf (or hold a NaN or +inf) gives NaN outputs, as Softmax's 0/0 does in
-/// the unfused graph, and `Sk = 0` gives zeros (an empty sum), as the unfused MatMul does.
+/// the unfused graph, and `Sk = 0` gives zeros (an empty sum), as the unfused MatMul does. With `nan_to_zero`
+/// such a row's probabilities are 0 instead, so its outputs are 0: the NaN guard `Where(IsNaN(p), 0, p)` that
+/// PyTorch's exporters write after the Softmax of `scaled_dot_product_attention` (a softmax row is all NaN or
+/// has none, so zeroing its NaNs is zeroing the row).
 ///
 /// `k_transposed` keeps K in whatever layout the graph had for the scores MatMul (exporters usually
 /// transpose K to `[.., D, Sk]` themselves, with a head-splitting Transpose that stays a node), so the fusion
@@ -167,6 +170,8 @@ pub struct AttentionAttrs {
     /// A bool keep-mask follows (after `mask`, if any); scores where it is false become this value before
     /// the additive mask is added.
     pub keep_fill: Option<f32>,
+    /// Probabilities that are NaN become 0 (see above).
+    pub nan_to_zero: bool,
 }
 
 impl AttentionAttrs {

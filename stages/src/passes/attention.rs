@@ -5,8 +5,10 @@
 //! s = MatMul(q', kt')                 q' = q | Mul(q, c) | Div(q, c)      kt' likewise on kt
 //! s = Div(s, c) | Mul(s, c)           (any number, each c a scalar constant; BERT, GPT-2 divide, ViT multiplies)
 //! s = Where(keep, s, fill)            optional (GPT-2's causal mask); or Where(drop, fill, s) (masked_fill)
-//! s = Add(s, mask)                    optional (BERT's and GPT-2's attention mask, SDPA's float mask)
+//! s = Add(s, mask)                    optional, up to 3 (BERT's and GPT-2's attention mask, SDPA's float mask,
+//!                                     T5's and Swin's position bias then a mask): the masks are summed first
 //! p = Softmax(s, axis = last)
+//! p = Where(IsNaN(p), 0, p)           optional: the NaN guard PyTorch's exporters write for SDPA
 //! y = MatMul(p, v)
 //! ```
 //!
@@ -18,7 +20,7 @@
 //! gives the same outputs before and after up to the rounding of the folded scale.
 
 use super::pattern::{is_binary, producer_if, scalar, split_scalar, Uses};
-use crate::ir::{attention_dims, AttentionAttrs, BinaryOp, Graph, NodeId, Op, UnaryOp, ValueId};
+use crate::ir::{attention_dims, broadcast_shapes, AttentionAttrs, BinaryOp, Graph, NodeId, Op, UnaryOp, ValueId};
 use std::collections::BTreeMap;
 
 /// One matched pattern: what to build and what it replaces.
@@ -34,6 +36,10 @@ struct Match {
     /// The Where's condition, whether it selects the fill where true (masked_fill) rather than where false,
     /// and the fill.
     keep: Option<(ValueId, bool, f32)>,
+    /// The Softmax's output went through the NaN guard.
+    nan_to_zero: bool,
+    /// Further additive masks, added to `mask` in order (the graph added them to the scores one by one).
+    extra_masks: Vec<ValueId>,
     root: ValueId,
     name: String,
 }
@@ -107,6 +113,43 @@ fn scores(g: &Graph, uses: &Uses, mut s: ValueId) -> Option<Scores> {
     Some(Scores { q, kt, scale, keep })
 }
 
+/// If the probabilities `p` are read only by the NaN guard `Where(IsNaN(p), 0, p)` (and its IsNaN), the
+/// guarded value.
+fn nan_guard(g: &Graph, uses: &Uses, p: ValueId) -> Option<ValueId> {
+    let readers = &uses.consumers[p.index()];
+    if uses.is_output(p) || uses.counts[p.index()] != 2 || readers.len() != 2 {
+        return None;
+    }
+    let isnan = *readers.iter().find(|&&n| matches!(g.node(n).op, Op::Unary(UnaryOp::IsNaN)))?;
+    let select = *readers.iter().find(|&&n| matches!(g.node(n).op, Op::Where))?;
+    let cond = g.node(isnan).outputs[0];
+    let ins = &g.node(select).inputs;
+    let zero = scalar(g, ins[1]).is_some_and(|z| z == 0.0);
+    (uses.single(cond) && ins[0] == cond && ins[2] == p && zero && g.ty(g.node(select).outputs[0]) == g.ty(p))
+        .then(|| g.node(select).outputs[0])
+}
+
+/// Additive masks that may be summed in front of the Softmax (T5's and Swin's position bias, then a mask).
+const MAX_MASKS: usize = 3;
+
+/// The scores side of `x` and the additive masks added to it, innermost first: `x` is the scores chain, or an
+/// Add of one to a mask of the same float type (whichever operand is not the chain), any number of times.
+fn masked_scores(g: &Graph, uses: &Uses, x: ValueId, depth: usize) -> Option<(Scores, Vec<ValueId>)> {
+    let xt = g.ty(x);
+    if let Some(add) = producer_if(g, x, |op| is_binary(op, BinaryOp::Add)).filter(|_| depth < MAX_MASKS && (depth == 0 || uses.single(x))) {
+        let ins = &g.node(add).inputs;
+        for (s, m) in [(ins[0], ins[1]), (ins[1], ins[0])] {
+            if g.ty(s) == xt && g.ty(m).dtype == xt.dtype {
+                if let Some((sc, mut masks)) = masked_scores(g, uses, s, depth + 1) {
+                    masks.push(m);
+                    return Some((sc, masks));
+                }
+            }
+        }
+    }
+    Some((scores(g, uses, x)?, Vec::new()))
+}
+
 fn match_at(g: &Graph, uses: &Uses, softmax: NodeId) -> Option<Match> {
     let node = g.node(softmax);
     let Op::Softmax { axis } = node.op else { return None };
@@ -115,29 +158,21 @@ fn match_at(g: &Graph, uses: &Uses, softmax: NodeId) -> Option<Match> {
     if !xt.dtype.is_float() || xt.rank() < 2 || axis != xt.rank() - 1 || !uses.single(x) {
         return None;
     }
-    let probs = node.outputs[0];
+    let (probs, nan_to_zero) = match nan_guard(g, uses, node.outputs[0]) {
+        Some(guarded) => (guarded, true),
+        None => (node.outputs[0], false),
+    };
     let mm = uses.sole_consumer(probs).filter(|&m| matches!(g.node(m).op, Op::MatMul) && g.node(m).inputs[0] == probs)?;
     let v = g.node(mm).inputs[1];
     if g.ty(v).rank() < 2 {
         return None;
     }
-    // The additive mask: whichever operand of an Add is not the scores chain.
-    let mut found = None;
-    if let Some(add) = producer_if(g, x, |op| is_binary(op, BinaryOp::Add)) {
-        let ins = &g.node(add).inputs;
-        for (s, m) in [(ins[0], ins[1]), (ins[1], ins[0])] {
-            if g.ty(s) == xt && g.ty(m).dtype == xt.dtype {
-                if let Some(sc) = scores(g, uses, s) {
-                    found = Some((sc, Some(m)));
-                    break;
-                }
-            }
-        }
+    let (sc, masks) = masked_scores(g, uses, x, 0)?;
+    let mask = masks.first().copied();
+    let extra_masks = masks.get(1..).unwrap_or_default().to_vec();
+    if extra_masks.iter().any(|&m| broadcast_shapes(&xt.shape, &g.ty(m).shape).ok().as_deref() != Some(&xt.shape[..])) {
+        return None;
     }
-    let (sc, mask) = match found {
-        Some(f) => f,
-        None => (scores(g, uses, x)?, None),
-    };
     // K reaches the scores as Kᵀ. When a Transpose made it (used only here), read K in its natural `[.., Sk, D]`
     // layout instead: Kᵀ = Transpose(x, p) means K = Transpose(x, p with its last two swapped), which is x
     // itself when p swaps only the last two axes (BERT's `key.transpose(-1, -2)`), else one Transpose that
@@ -161,11 +196,11 @@ fn match_at(g: &Graph, uses: &Uses, softmax: NodeId) -> Option<Match> {
     if !(sc.scale as f32).is_finite() || sc.scale as f32 == 0.0 {
         return None;
     }
-    let m = Match { q: sc.q, k, v, k_transposed, k_perm, scale: sc.scale, mask, keep: sc.keep, root: g.node(mm).outputs[0], name: node.name.clone() };
+    let m = Match { q: sc.q, k, v, k_transposed, k_perm, scale: sc.scale, mask, keep: sc.keep, nan_to_zero, extra_masks, root: g.node(mm).outputs[0], name: node.name.clone() };
     // The op must accept these operands and give the replaced MatMul's type exactly (no broadcast widened);
     // checked with Kᵀ as the scores read it (a permuted K has the same dims by construction).
     let permuted = m.k_perm.is_some();
-    let checked = Match { q: m.q, k: if permuted { sc.kt } else { m.k }, v: m.v, k_transposed: m.k_transposed || permuted, k_perm: None, scale: m.scale, mask: m.mask, keep: m.keep, root: m.root, name: String::new() };
+    let checked = Match { q: m.q, k: if permuted { sc.kt } else { m.k }, v: m.v, k_transposed: m.k_transposed || permuted, k_perm: None, scale: m.scale, mask: m.mask, keep: m.keep, nan_to_zero, extra_masks: Vec::new(), root: m.root, name: String::new() };
     let (attrs, inputs) = op_of(&checked, m.keep.map(|(c, _, _)| c));
     let types: Vec<_> = inputs.iter().map(|&i| g.ty(i)).collect();
     let dims = attention_dims(&attrs, &types).ok()?;
@@ -174,7 +209,7 @@ fn match_at(g: &Graph, uses: &Uses, softmax: NodeId) -> Option<Match> {
 
 /// The op and its inputs for a match, with `keep` the (possibly negated) keep mask.
 fn op_of(m: &Match, keep: Option<ValueId>) -> (AttentionAttrs, Vec<ValueId>) {
-    let attrs = AttentionAttrs { scale: m.scale as f32, k_transposed: m.k_transposed, mask: m.mask.is_some(), keep_fill: m.keep.map(|(_, _, f)| f) };
+    let attrs = AttentionAttrs { scale: m.scale as f32, k_transposed: m.k_transposed, mask: m.mask.is_some(), keep_fill: m.keep.map(|(_, _, f)| f), nan_to_zero: m.nan_to_zero };
     let mut inputs = vec![m.q, m.k, m.v];
     inputs.extend(m.mask);
     inputs.extend(keep);
@@ -189,9 +224,20 @@ pub fn fuse_attention(g: &mut Graph) -> usize {
     // A match may read another's result (stacked attention): read it through the replacement.
     let mut replaced: BTreeMap<ValueId, ValueId> = BTreeMap::new();
     for mut m in found {
-        for v in [&mut m.q, &mut m.k, &mut m.v].into_iter().chain(m.mask.as_mut()).chain(m.keep.as_mut().map(|k| &mut k.0)) {
+        for v in [&mut m.q, &mut m.k, &mut m.v].into_iter().chain(m.mask.as_mut()).chain(&mut m.extra_masks).chain(m.keep.as_mut().map(|k| &mut k.0)) {
             if let Some(&r) = replaced.get(v) {
                 *v = r;
+            }
+        }
+        // The masks summed first (exact in real arithmetic: the scores plus their sum), so the op adds one.
+        if let Some(first) = m.mask {
+            let mut sum = Ok(first);
+            for (i, &extra) in m.extra_masks.iter().enumerate() {
+                sum = sum.and_then(|s| g.add(format!("{}/attention_mask{i}", m.name), Op::Binary(BinaryOp::Add), &[s, extra]));
+            }
+            match sum {
+                Ok(s) => m.mask = Some(s),
+                Err(_) => continue,
             }
         }
         let keep = match m.keep {

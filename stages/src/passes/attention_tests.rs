@@ -54,6 +54,10 @@ struct Spec {
     keep: Keep,
     /// An additive float mask `[b, 1, 1, sk]` (BERT's) when set.
     mask: bool,
+    /// A position bias `[1, h, sq, sk]` added before the mask (T5's, Swin's).
+    bias: bool,
+    /// The NaN guard `Where(IsNaN(p), 0, p)` after the Softmax (PyTorch's SDPA export).
+    guard: bool,
 }
 
 fn bin(g: &mut Graph, op: BinaryOp, a: ValueId, b: ValueId) -> ValueId {
@@ -105,11 +109,20 @@ fn build(s: Spec) -> Graph {
             x = g.add("where", Op::Where, &ins).unwrap();
         }
     }
+    if s.bias {
+        let m = g.add_input("bias", TensorType::f32([1, s.h, s.sq, s.sk]));
+        x = bin(&mut g, BinaryOp::Add, m, x);
+    }
     if s.mask {
         let m = g.add_input("mask", TensorType::f32([s.b, 1, 1, s.sk]));
         x = bin(&mut g, BinaryOp::Add, x, m);
     }
-    let p = g.add("softmax", Op::Softmax { axis: 3 }, &[x]).unwrap();
+    let mut p = g.add("softmax", Op::Softmax { axis: 3 }, &[x]).unwrap();
+    if s.guard {
+        let nan = g.add("isnan", Op::Unary(UnaryOp::IsNaN), &[p]).unwrap();
+        let zero = g.add_const("zero", Tensor::from_f32([1], &[0.0]));
+        p = g.add("guard", Op::Where, &[nan, zero, p]).unwrap();
+    }
     let y = g.add("context", Op::MatMul, &[p, v]).unwrap();
     g.outputs.push(y);
     g
@@ -152,18 +165,20 @@ fn fuse_and_check(s: Spec) -> AttentionAttrs {
     assert_eq!(ops.len(), 1);
     let a = ops[0].clone();
     // A Not for masked_fill, a Transpose reading K in its natural layout for HeadsFirst.
-    let extra = usize::from(matches!(s.keep, Keep::MaskedFill(_))) + usize::from(matches!(s.k, KForm::HeadsFirst));
+    // The masks' sum when there are two.
+    let extra = usize::from(matches!(s.keep, Keep::MaskedFill(_))) + usize::from(matches!(s.k, KForm::HeadsFirst)) + usize::from(s.mask && s.bias);
+    assert_eq!(a.nan_to_zero, s.guard);
     assert_eq!(g.nodes.len(), 1 + extra, "{s:?}: {:?}", g.nodes.iter().map(|n| n.op.name()).collect::<Vec<_>>());
     assert_same(&g0, &g, 2e-6);
     a
 }
 
-const BERT: Spec = Spec { b: 2, h: 2, sq: 5, sk: 5, d: 8, dv: 8, scale: Scale::Div, k: KForm::Transposed, keep: Keep::None, mask: true };
+const BERT: Spec = Spec { b: 2, h: 2, sq: 5, sk: 5, d: 8, dv: 8, scale: Scale::Div, k: KForm::Transposed, keep: Keep::None, mask: true, bias: false, guard: false };
 
 #[test]
 fn bert_pattern_fuses() {
     let a = fuse_and_check(BERT);
-    assert_eq!(a, AttentionAttrs { scale: 1.0 / 8f32.sqrt(), k_transposed: true, mask: true, keep_fill: None });
+    assert_eq!(a, AttentionAttrs { scale: 1.0 / 8f32.sqrt(), k_transposed: true, mask: true, keep_fill: None, nan_to_zero: false });
 }
 
 #[test]
@@ -207,6 +222,38 @@ fn masked_fill_with_minus_infinity_keeps_nan_rows() {
     let g = build(s);
     let out = run_graph(&g, &random_inputs(&g, 1)).unwrap();
     assert!(out[0].to_f32_vec().iter().any(|v| v.is_nan()), "the seeded keep mask drops a whole row somewhere");
+}
+
+/// PyTorch's SDPA export: scale on both operands, a mask, the NaN guard. With a -inf fill that drops whole rows,
+/// the guarded graph gives zeros there, and so does the fused op (`nan_to_zero`).
+#[test]
+fn sdpa_nan_guard_fuses_and_zeroes_dropped_rows() {
+    let s = Spec { scale: Scale::Operands, keep: Keep::MaskedFill(f32::NEG_INFINITY), guard: true, sk: 2, sq: 7, ..BERT };
+    let a = fuse_and_check(s);
+    assert!(a.nan_to_zero);
+    let mut g = build(s);
+    let inputs = random_inputs(&g, 1);
+    let before = run_graph(&g, &inputs).unwrap();
+    fuse_attention(&mut g);
+    let after = run_graph(&g, &inputs).unwrap()[0].to_f32_vec();
+    assert!(before[0].to_f32_vec().iter().all(|v| !v.is_nan()) && after.iter().all(|v| !v.is_nan()));
+    // The guard only where it is whole: an IsNaN read elsewhere too, or a non-zero replacement, stay.
+    let mut g = build(Spec { guard: true, ..BERT });
+    let isnan = g.nodes.iter().find(|n| matches!(n.op, Op::Unary(UnaryOp::IsNaN))).unwrap().outputs[0];
+    g.outputs.push(isnan);
+    assert_eq!(fuse_attention(&mut g), 0);
+    let mut g = build(Spec { guard: true, ..BERT });
+    let zero = g.nodes.iter().find(|n| matches!(n.op, Op::Where)).unwrap().inputs[1];
+    g.values[zero.index()].def = crate::ir::ValueDef::Const(Tensor::from_f32([1], &[1.0]));
+    assert_eq!(fuse_attention(&mut g), 0);
+}
+
+/// T5's and Swin's position bias, then the mask: both summed into the op's one mask.
+#[test]
+fn position_bias_and_mask_sum_into_one() {
+    let a = fuse_and_check(Spec { bias: true, ..BERT });
+    assert!(a.mask);
+    fuse_and_check(Spec { bias: true, mask: false, scale: Scale::Mul, ..BERT });
 }
 
 #[test]
@@ -289,9 +336,8 @@ fn spec() -> impl Strategy<Value = Spec> {
         Just(Keep::Where(f32::MIN)),
         Just(Keep::MaskedFill(f32::NEG_INFINITY))
     ];
-    ((1usize..3, 1usize..4, 1usize..20, 1usize..20), (1usize..40, 1usize..40), scale, k, keep, any::<bool>()).prop_map(
-        |((b, h, sq, sk), (d, dv), scale, k, keep, mask)| Spec { b, h, sq, sk, d, dv, scale, k, keep, mask },
-    )
+    ((1usize..3, 1usize..4, 1usize..20, 1usize..20), (1usize..40, 1usize..40), scale, k, keep, (any::<bool>(), any::<bool>(), any::<bool>()))
+        .prop_map(|((b, h, sq, sk), (d, dv), scale, k, keep, (mask, bias, guard))| Spec { b, h, sq, sk, d, dv, scale, k, keep, mask, bias, guard })
 }
 
 proptest! {
@@ -332,6 +378,6 @@ fn hf_gpt2_export_with_same_type_casts_fuses_through_simplify() {
     assert_eq!((r.identities, r.attentions), (2, 1), "{r:?}");
     assert_eq!(g.nodes.len(), 1);
     let a = attention_ops(&g)[0].clone();
-    assert_eq!(a, AttentionAttrs { scale: 1.0 / 8f32.sqrt(), k_transposed: false, mask: true, keep_fill: Some(f32::MIN) });
+    assert_eq!(a, AttentionAttrs { scale: 1.0 / 8f32.sqrt(), k_transposed: false, mask: true, keep_fill: Some(f32::MIN), nan_to_zero: false });
     assert_same(&g0, &g, 2e-6);
 }

@@ -9,12 +9,13 @@ mod gelu;
 mod layernorm;
 mod pattern;
 mod siblings;
+mod window_mask;
 pub mod precision;
 pub mod simplify;
 
 /// Version of everything the passes do to a graph: part of every key of a graph they produced. Bump it
 /// whenever folding or a simplification changes its output.
-pub const PASSES_VERSION: u32 = 4;
+pub const PASSES_VERSION: u32 = 5;
 
 /// The passes' code version: [`PASSES_VERSION`] with the digest of their source, part of every key of a graph
 /// they produced.

@@ -9,8 +9,9 @@
 //! 3. [`fold_batchnorm_into_conv`]: inference BatchNormalization after a Conv folds into its weight and bias.
 //! 4. [`fuse_gelu`]: erf- and tanh-GELU written out by exporters become one `Gelu`.
 //! 5. [`fuse_layernorm`]: decomposed layer normalization becomes one `LayerNorm`.
-//! 6. [`fuse_attention`]: scaled dot-product attention (MatMul, scale, masks, Softmax, MatMul) becomes one
-//!    `Attention`.
+//! 6. [`unsplit_masked_adds`]: a mask added in a view that splits the leading axis (Swin's shifted windows)
+//!    is added in the unsplit shape; then [`fuse_attention`]: scaled dot-product attention (MatMul, scale,
+//!    masks, Softmax, the exporters' NaN guard, MatMul) becomes one `Attention`.
 //! 7. [`collapse_reshapes`]: a Reshape of a Reshape reads the first one's input, and a Reshape back to its
 //!    input's shape disappears (exporters flatten rows for a GEMM and restore them; the rewrites above leave
 //!    such pairs between a GELU and the next GEMM).
@@ -27,6 +28,7 @@ pub use super::fold_batchnorm::fold_batchnorm_into_conv;
 pub use super::gelu::fuse_gelu;
 pub use super::layernorm::fuse_layernorm;
 pub use super::siblings::merge_sibling_matmuls;
+pub use super::window_mask::unsplit_masked_adds;
 use super::pattern::Uses;
 use crate::ir::{verify, Graph, Op, ValueDef, VerifyError};
 
@@ -39,6 +41,7 @@ pub struct SimplifyReport {
     pub batchnorms: usize,
     pub gelus: usize,
     pub layernorms: usize,
+    pub window_masks: usize,
     pub attentions: usize,
     pub reshapes: usize,
     pub siblings: usize,
@@ -61,6 +64,8 @@ pub fn simplify(g: &mut Graph) -> Result<SimplifyReport, VerifyError> {
     r.gelus = fuse_gelu(g);
     g.compact();
     r.layernorms = fuse_layernorm(g);
+    g.compact();
+    r.window_masks = unsplit_masked_adds(g);
     g.compact();
     r.attentions = fuse_attention(g);
     g.compact();

@@ -4,7 +4,8 @@
 //! the reference's order), where a dot product per key is a chain of dependent adds. Then the scale, the keep
 //! mask and the additive mask as the reference applies them, the softmax as the Softmax item computes it
 //! (NaN-propagating max, the prelude's float exp, so a row of -inf scores is 0/0 = NaN and `Sk = 0` is an
-//! empty sum, 0), and the probability-weighted sum of V's rows into a row accumulator (contiguous in V's
+//! empty sum, 0; with `nan_to_zero` a row whose sum is not positive, which is all NaN, weighs by 0), and the
+//! probability-weighted sum of V's rows into a row accumulator (contiguous in V's
 //! columns). Scores never leave the item's scratch.
 
 use crate::backend::lowering::cexpr::f32_lit;
@@ -113,7 +114,9 @@ pub fn attention(f: &mut Func, node: NodeId, a: &AttentionAttrs) -> Result<(), R
     row.push_str(&format!("for (long j = 0; j < {sk}; j++) {e}[j] = tsr_expf({s}[j] - m);\n"));
     row.push_str(&format!("const float sum = tsr_row_sum({e}, {sk});\n"));
     row.push_str(&format!("for (long o = 0; o < {dv}; o++) {acc}[o] = 0.0f;\n"));
-    row.push_str(&format!("for (long j = 0; j < {sk}; j++) {{\nconst float p = {e}[j] / sum;\nconst float* vj = vb + j * {dv};\nfor (long o = 0; o < {dv}; o++) {acc}[o] += p * vj[o];\n}}\n"));
+    // The NaN guard: a softmax row is all NaN exactly where its sum is 0 (every score -inf) or NaN.
+    let p = if a.nan_to_zero { format!("sum > 0.0f ? {e}[j] / sum : 0.0f") } else { format!("{e}[j] / sum") };
+    row.push_str(&format!("for (long j = 0; j < {sk}; j++) {{\nconst float p = {p};\nconst float* vj = vb + j * {dv};\nfor (long o = 0; o < {dv}; o++) {acc}[o] += p * vj[o];\n}}\n"));
     row.push_str(&format!("for (long o = 0; o < {dv}; o++) yr[o] = {acc}[o];\n"));
     let rows = batch * sq;
     if parallel {

@@ -1053,7 +1053,7 @@ fn attention_matches_the_reference() {
     let q = node(&mut g, un(UnaryOp::Tanh), &[x]);
     let k = f32in(&mut g, "k", &[2, 16, 4]);
     let v = node(&mut g, Op::Reshape { shape: vec![2, 4, 16] }, &[x]);
-    let a = AttentionAttrs { scale: 0.25, k_transposed: true, mask: false, keep_fill: None };
+    let a = AttentionAttrs { scale: 0.25, k_transposed: true, mask: false, keep_fill: None, nan_to_zero: false };
     let y = node(&mut g, Op::Attention(a), &[q, k, v]);
     let z = node(&mut g, un(UnaryOp::Relu), &[y]);
     g.outputs.push(z);
@@ -1072,7 +1072,7 @@ fn rows_in_parallel_match_the_reference() {
         let q = f32in(&mut g, "q", &[3, 96, 32]);
         let k = f32in(&mut g, "k", if k_transposed { &[3, 32, 80] } else { &[3, 80, 32] });
         let v = f32in(&mut g, "v", &[3, 80, 24]);
-        let a = AttentionAttrs { scale: 0.18, k_transposed, mask: false, keep_fill: None };
+        let a = AttentionAttrs { scale: 0.18, k_transposed, mask: false, keep_fill: None, nan_to_zero: false };
         let y = node(&mut g, Op::Attention(a), &[q, k, v]);
         g.outputs.push(y);
         cases.push(case(name, g));

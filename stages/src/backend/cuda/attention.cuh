@@ -49,7 +49,7 @@ namespace tsr_attention {
  * K_BY_DIM: K is stored [D, Sk] (its tile is copied key-fastest), else [Sk, D]. The lambdas read Q row
  * q0 + r, K key k0 + j and V row k0 + j: q_at(q0, r, t), k_at(k0, j, t), v_at(k0, j, c) (t, c: head dims). */
 template <unsigned BQ, unsigned BK, unsigned THREADS, unsigned SQ, unsigned SK, unsigned D, unsigned DV, unsigned DQ, unsigned KS, unsigned DVP,
-          unsigned K_AT, unsigned V_AT, unsigned P_AT, bool K_BY_DIM, typename QAt, typename KAt, typename VAt, typename Mask, typename Store>
+          unsigned K_AT, unsigned V_AT, unsigned P_AT, bool K_BY_DIM, bool NAN_TO_ZERO, typename QAt, typename KAt, typename VAt, typename Mask, typename Store>
 __device__ __forceinline__ void simt(unsigned q0, float scale, QAt q_at, KAt k_at, VAt v_at, Mask mask, Store store) {
   /* Rows of a warp, keys of a lane in a tile, output columns of a lane. */
   constexpr int RW = BQ / (THREADS / 32), KL = BK / 32, DVL = DVP / 32;
@@ -213,7 +213,8 @@ __device__ __forceinline__ void simt(unsigned q0, float scale, QAt q_at, KAt k_a
       }
     }
   }
-  /* The rows' outputs: acc / l (0 / 0 = NaN for a row of -inf scores, as the reference). */
+  /* The rows' outputs: acc / l (0 / 0 = NaN for a row of -inf scores, as the reference; 0 with NAN_TO_ZERO, the
+   * exporters' guard, where l is 0 or NaN: exactly the rows whose probabilities are all NaN). */
 #pragma unroll
   for (int i = 0; i < RW; i++) {
     const unsigned r = q0 + warp * RW + i;
@@ -221,7 +222,7 @@ __device__ __forceinline__ void simt(unsigned q0, float scale, QAt q_at, KAt k_a
 #pragma unroll
       for (int c = 0; c < DVL; c++) {
         const unsigned col = lane + 32u * c;
-        if (col < DV) store(r, col, acc[i][c] / l[i]);
+        if (col < DV) store(r, col, NAN_TO_ZERO && !(l[i] > 0.f) ? 0.f : acc[i][c] / l[i]);
       }
     }
   }
@@ -299,7 +300,7 @@ __device__ __forceinline__ void stage_tile(unsigned stage_at, unsigned row0, uns
  * c + dc. k_at and v_at: the tiles' elements for stage_tile (K's in its staged layout: rows of head dims,
  * columns of keys when K_BY_DIM), k and v the buffers. */
 template <typename T, unsigned WARPS, unsigned SPLIT, unsigned BK, unsigned SQ, unsigned SK, unsigned D, unsigned DV, unsigned LDK, unsigned LDV,
-          unsigned V_AT, unsigned STAGE, unsigned PARTIAL, bool K_BY_DIM, bool K_ASYNC, bool V_ASYNC, typename QAt, typename KAt, typename VAt, typename Mask,
+          unsigned V_AT, unsigned STAGE, unsigned PARTIAL, bool K_BY_DIM, bool K_ASYNC, bool V_ASYNC, bool NAN_TO_ZERO, typename QAt, typename KAt, typename VAt, typename Mask,
           typename Store>
 __device__ __forceinline__ void mma(unsigned q0, float scale, const T* q, QAt q_at, const T* k, KAt k_at, const T* v, VAt v_at, Mask mask, Store store) {
   /* Head dims rounded up to 16 (the k of one Q K^T step; V's B fragments are loaded two 8-column tiles at
@@ -481,7 +482,8 @@ __device__ __forceinline__ void mma(unsigned q0, float scale, const T* q, QAt q_
       }
     }
   }
-  /* The rows' outputs: the quad's sum of l, then acc / l (0 / 0 = NaN for a row of -inf scores). */
+  /* The rows' outputs: the quad's sum of l, then acc / l (0 / 0 = NaN for a row of -inf scores; 0 with
+   * NAN_TO_ZERO where l is 0 or NaN). */
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -493,7 +495,7 @@ __device__ __forceinline__ void mma(unsigned q0, float scale, const T* q, QAt q_
 #pragma unroll
         for (int e = 0; e < 2; e++) {
           const unsigned c = n * 8u + tq * 2u + e;
-          if (c < DV) store(r, c, acc[n][2 * h + e] / l[h]);
+          if (c < DV) store(r, c, NAN_TO_ZERO && !(l[h] > 0.f) ? 0.f : acc[n][2 * h + e] / l[h]);
         }
     }
   }

@@ -260,12 +260,13 @@ pub fn attention_with(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: A
         super::kernel::st(g.ty(nd.outputs[0]).dtype, "val")
     ));
     b.push_str(&format!(
-        "tsr_attention::simt<{bq}, {bk}, {threads}, {sq}, {sk}, {d}, {dv}, {dq}, {ks}, {dvp}, {}, {}, {}, {}>\
+        "tsr_attention::simt<{bq}, {bk}, {threads}, {sq}, {sk}, {d}, {dv}, {dq}, {ks}, {dvp}, {}, {}, {}, {}, {}>\
          (q0, {}, q_at, k_at, v_at, mask, store);\n",
         lay.k_at,
         lay.v_at,
         lay.p_at,
         a.k_transposed,
+        a.nan_to_zero,
         f32_lit(a.scale)
     ));
     k.body.push_str(&b);

@@ -299,7 +299,8 @@ pub fn attention(k: &mut Kernel, node: NodeId, a: &AttentionAttrs, tiles: MmaTil
     let partial = Layout::partial_floats(dvp);
     b.push_str(&format!(
         "tsr_attention::mma<{t}, {warps}, {split}, {bk}, {sq}, {sk}, {d}, {dv}, {ldk}, {ldv}, {v_at}, {stage}, {partial}, \
-         {k_staged_transposed}, {k_async}, {v_async}>(q0, {}, {}, q_at, {}, k_at, {}, v_at, mask, store);\n",
+         {k_staged_transposed}, {k_async}, {v_async}, {}>(q0, {}, {}, q_at, {}, k_at, {}, v_at, mask, store);\n",
+        a.nan_to_zero,
         f32_lit(a.scale),
         q.buf,
         kp.buf,

@@ -548,6 +548,7 @@ mod tests {
             k_transposed: false,
             mask: Some(vec![2, 70, 1]),
             keep: Some((vec![100], -5.0)),
+            nan_to_zero: false,
         };
         let tiles = [AttnTiles::default(), MID_TILES, SMALL_TILES, AttnTiles { bq: 64, bk: 32, threads: 128 }, AttnTiles { bq: 8, bk: 96, threads: 64 }];
         let g = base.graph();

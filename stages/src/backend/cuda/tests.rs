@@ -292,7 +292,7 @@ fn attention_inside_a_partition_compiles() {
     let x = f32in(&mut g, "x", &[2, 4, 10, 64]);
     let q = node(&mut g, Op::Unary(UnaryOp::Tanh), &[x]);
     let kt = node(&mut g, Op::Transpose { perm: vec![0, 1, 3, 2] }, &[x]);
-    let a = AttentionAttrs { scale: 0.125, k_transposed: true, mask: false, keep_fill: None };
+    let a = AttentionAttrs { scale: 0.125, k_transposed: true, mask: false, keep_fill: None, nan_to_zero: false };
     let y = node(&mut g, Op::Attention(a), &[q, kt, x]);
     let z = node(&mut g, Op::Unary(UnaryOp::Relu), &[y]);
     g.outputs = vec![z];
