@@ -173,6 +173,12 @@ fn match_at(g: &Graph, uses: &Uses, softmax: NodeId) -> Option<Match> {
     if extra_masks.iter().any(|&m| broadcast_shapes(&xt.shape, &g.ty(m).shape).ok().as_deref() != Some(&xt.shape[..])) {
         return None;
     }
+    // Summing the masks first differs from adding them one by one only in rounding, and only where a large term
+    // absorbs part of a small one; with a keep fill (-10000 say) in front of them that is every dropped score, and
+    // a row whose every key is dropped takes its softmax from exactly those roundings. Then they stay separate.
+    if !extra_masks.is_empty() && sc.keep.is_some() {
+        return None;
+    }
     // K reaches the scores as Kᵀ. When a Transpose made it (used only here), read K in its natural `[.., Sk, D]`
     // layout instead: Kᵀ = Transpose(x, p) means K = Transpose(x, p with its last two swapped), which is x
     // itself when p swaps only the last two axes (BERT's `key.transpose(-1, -2)`), else one Transpose that

@@ -6,7 +6,9 @@ pub mod layout;
 // Simplifications run after ONNX import (owned with stages/src/onnx/).
 mod fold_batchnorm;
 mod gelu;
+mod gqa;
 mod layernorm;
+mod movement;
 mod pattern;
 mod siblings;
 mod window_mask;

@@ -10,8 +10,11 @@
 //! 4. [`fuse_gelu`]: erf- and tanh-GELU written out by exporters become one `Gelu`.
 //! 5. [`fuse_layernorm`]: decomposed layer normalization becomes one `LayerNorm`.
 //! 6. [`unsplit_masked_adds`]: a mask added in a view that splits the leading axis (Swin's shifted windows)
-//!    is added in the unsplit shape; then [`fuse_attention`]: scaled dot-product attention (MatMul, scale,
-//!    masks, Softmax, the exporters' NaN guard, MatMul) becomes one `Attention`.
+//!    is added in the unsplit shape; [`collapse_movement`]: a Reshape, Transpose, Reshape chain that is one
+//!    Transpose of a view becomes one (the dynamo exporter's 3-D head moves); then [`fuse_attention`]: scaled
+//!    dot-product attention (MatMul, scale, masks, Softmax, the exporters' NaN guard, MatMul) becomes one
+//!    `Attention`, and [`read_gqa_in_place`]: one whose K and V are key/value heads repeated for their query
+//!    groups (`repeat_kv`) reads them unrepeated.
 //! 7. [`collapse_reshapes`]: a Reshape of a Reshape reads the first one's input, and a Reshape back to its
 //!    input's shape disappears (exporters flatten rows for a GEMM and restore them; the rewrites above leave
 //!    such pairs between a GELU and the next GEMM).
@@ -29,6 +32,8 @@ pub use super::gelu::fuse_gelu;
 pub use super::layernorm::fuse_layernorm;
 pub use super::siblings::merge_sibling_matmuls;
 pub use super::window_mask::unsplit_masked_adds;
+pub use super::gqa::read_gqa_in_place;
+pub use super::movement::collapse_movement;
 use super::pattern::Uses;
 use crate::ir::{verify, Graph, Op, ValueDef, VerifyError};
 
@@ -42,7 +47,9 @@ pub struct SimplifyReport {
     pub gelus: usize,
     pub layernorms: usize,
     pub window_masks: usize,
+    pub movements: usize,
     pub attentions: usize,
+    pub gqa: usize,
     pub reshapes: usize,
     pub siblings: usize,
 }
@@ -67,7 +74,11 @@ pub fn simplify(g: &mut Graph) -> Result<SimplifyReport, VerifyError> {
     g.compact();
     r.window_masks = unsplit_masked_adds(g);
     g.compact();
+    r.movements = collapse_movement(g);
+    g.compact();
     r.attentions = fuse_attention(g);
+    g.compact();
+    r.gqa = read_gqa_in_place(g);
     g.compact();
     r.reshapes = collapse_reshapes(g);
     g.compact();
