@@ -20,7 +20,8 @@ against the same PyTorch measurements (one tessera column per set).
 TESSERA_COSTS (default "measured"): `measured` or `analytical` partition costs.
 Usage: python3 scripts/gpu/side_by_side.py [--precision P[,P...]] TESSERA_BINARY WORKDIR REPORT.md [model ...]
   P: fp16, bf16 or fp32; several (e.g. --precision fp16,bf16) give one row per model and precision, in one run.
-Models: resnet50-b1 resnet50-b32 mobilenetv2-b1 bert-base-s128-b1 bert-base-s128-b8 gpt2-s256-b1 vit-b16-b1 (and
+Models: resnet50-b1 resnet50-b32 mobilenetv2-b1 bert-base-s128-b1 bert-base-s128-b8 gpt2-s256-b1 vit-b16-b1
+llama-s256-b1 llama-s512-b4 (a Llama-style GQA decoder, hidden 768, 8 layers, 12/4 heads) (and
 resnext50-bN, convnext-t-bN, efficientnet-b0-bN for any batch N).
 With TESSERA_PROFILE_DIR set, tessera's per-kernel profile (`tessera bench --profile`) of each model is written there.
 Precision (default fp16): the same on both sides. fp16 (bf16): PyTorch runs the model in half (bfloat16:
@@ -79,6 +80,16 @@ def build(name, torch):
         seq = int(name.split("-s")[1].split("-")[0])
         model = Outputs(GPT2LMHeadModel(GPT2Config(attn_implementation="eager", use_cache=False)))
         args = (torch.randint(0, 50257, (batch, seq)),)
+        names = ["input_ids"]
+    elif name.startswith("llama"):
+        # A Llama-style decoder: hidden 768, 8 layers, grouped-query attention (12 query heads over 4 key/value
+        # heads), the default (SDPA) attention, causal LM logits.
+        from transformers import LlamaConfig, LlamaForCausalLM
+        seq = int(name.split("-s")[1].split("-")[0])
+        cfg = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=12,
+                          num_key_value_heads=4, max_position_embeddings=2048, use_cache=False)
+        model = Outputs(LlamaForCausalLM(cfg))
+        args = (torch.randint(0, 32000, (batch, seq)),)
         names = ["input_ids"]
     else:
         raise SystemExit(f"unknown model {name}")
