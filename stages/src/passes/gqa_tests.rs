@@ -9,7 +9,7 @@ fn gqa(hkv: usize, group: usize, k_transposed: bool, mask_heads: Option<usize>, 
     let h = hkv * group;
     let mut g = Graph::new("gqa");
     let q = g.add_input("q", TensorType::f32([b, h, sq, d]));
-    let mut repeat = |g: &mut Graph, name: &str, rows: usize, cols: usize| {
+    let repeat = |g: &mut Graph, name: &str, rows: usize, cols: usize| {
         let u = g.add_input(name, TensorType::f32([b, hkv, 1, rows, cols]));
         let e = g.add(format!("{name}_expand"), Op::Expand { shape: vec![b, hkv, group, rows, cols] }, &[u]).unwrap();
         g.add(format!("{name}_heads"), Op::Reshape { shape: vec![b, h, rows, cols] }, &[e]).unwrap()
