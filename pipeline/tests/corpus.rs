@@ -6,18 +6,22 @@
 //! - compiled for the CPU (`c` + `gemm`) as one manifest, every artifact gives ONNX Runtime's outputs on the
 //!   recorded inputs (relative error below 1e-4).
 
+mod common {
+    pub mod cli;
+    pub mod toolchain;
+}
+
+use common::toolchain::nvrtc_here;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use tessera_stages::npy;
+
+/// The standard output of `tessera args`, which must succeed.
+fn tessera(args: &[&str]) -> String {
+    common::cli::ok(args, Path::new(env!("CARGO_MANIFEST_DIR")))
+}
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/corpus")
-}
-
-fn tessera(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("tessera runs");
-    assert!(out.status.success(), "tessera {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
 /// The exports (name, attention layers) the manifest records as accepted by their exporter.
@@ -32,22 +36,9 @@ fn exports() -> Vec<(String, usize)> {
         .collect()
 }
 
-/// Whether NVRTC is here (the `cuda` backend plans only where it can compile). CI installs it and sets
-/// TESSERA_REQUIRE_NVRTC, so there a missing NVRTC fails instead of skipping.
-fn nvrtc_here() -> bool {
-    match tessera_kernels::runtime::cuda::libs::toolkit() {
-        Ok(_) => true,
-        Err(why) if std::env::var_os("TESSERA_REQUIRE_NVRTC").is_some() => panic!("TESSERA_REQUIRE_NVRTC is set and NVRTC is not here: {why}"),
-        Err(why) => {
-            eprintln!("SKIPPED: no NVRTC here ({why}); the GPU plans cannot be made");
-            false
-        }
-    }
-}
-
 #[test]
 fn gpu_plans_run_every_attention_layer_as_one_fused_kernel() {
-    if !nvrtc_here() {
+    if !nvrtc_here("the GPU plans cannot be made") {
         return;
     }
     let d = tempfile::tempdir().unwrap();

@@ -10,10 +10,12 @@
 mod common {
     pub mod cli;
     pub mod onnx;
+    pub mod toolchain;
 }
 
 use common::cli::{failure, json, ok, tessera};
 use common::onnx::{f32_initializer, f32_value, node, write};
+use common::toolchain::nvrtc_here;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -143,22 +145,9 @@ fn gpu_fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/frozen")
 }
 
-/// Whether NVRTC is here (the `cuda` backend's artifacts are NVRTC builds). CI installs it and sets
-/// TESSERA_REQUIRE_NVRTC, so there a missing NVRTC fails instead of skipping.
-fn nvrtc_here() -> bool {
-    match tessera_kernels::runtime::cuda::libs::toolkit() {
-        Ok(_) => true,
-        Err(why) if std::env::var_os("TESSERA_REQUIRE_NVRTC").is_some() => panic!("TESSERA_REQUIRE_NVRTC is set and NVRTC is not here: {why}"),
-        Err(why) => {
-            eprintln!("SKIPPED: no NVRTC here ({why}); the GPU build cannot be rebuilt");
-            false
-        }
-    }
-}
-
 #[test]
 fn a_gpu_build_rebuilds_on_the_cpu_from_its_records() {
-    if !nvrtc_here() {
+    if !nvrtc_here("the GPU build cannot be rebuilt") {
         return;
     }
     let fixture = gpu_fixture();
