@@ -234,8 +234,8 @@ fn ctx_with_prefer<'a>(
 }
 
 /// A held-out model whose weights changed (the same graph, every initializer no kernel embeds rewritten)
-/// compiles no kernel and tunes nothing: only the ONNX file's external-data list, load, partition and link
-/// run again, the artifact holds the new weights (it matches the reference interpreter on the changed model),
+/// compiles no kernel, tunes nothing and searches no partitioning (the partition stage is keyed by the graph's
+/// structure): only the ONNX file's external-data list, load and link run again, the artifact holds the new weights (it matches the reference interpreter on the changed model),
 /// and the rebuild costs about what a warm one does. Measured costs, so that the cold build does tune; one
 /// backend, so that no plan validation times artifacts (which embed the weights). tests/gpu.rs has the same
 /// for GPU targets.
@@ -258,7 +258,7 @@ fn changed_weights_compile_no_kernel_and_tune_nothing() {
     assert!(tessera_tests::change_large_initializers(&tessera_tests::bert_tiny_onnx(), &model) >= 10);
     let changed = compile_with(&store, &out, &model, &targets, CostMode::Measured);
     let ran: BTreeSet<&str> = changed.stages.iter().filter(|(_, s)| s.executions > 0).map(|(n, _)| n.as_str()).collect();
-    assert_eq!(ran, BTreeSet::from(["link", "load", "onnx-externals", "partition"]), "{:?}", changed.stages);
+    assert_eq!(ran, BTreeSet::from(["link", "load", "onnx-externals"]), "{:?}", changed.stages);
     // The model's artifact only: validation finds its plans' timings by their identities before linking them.
     assert_eq!(executions(&changed, "link"), 1, "validation linked its trial plans again: {:?}", changed.stages);
     assert_ne!(changed.artifacts[0].digest, cold.artifacts[0].digest, "the weights are in the artifact");
@@ -266,4 +266,24 @@ fn changed_weights_compile_no_kernel_and_tune_nothing() {
     check_against_reference(job, &out.join("bert.tsr"));
     // Bound like a warm rebuild (a loose bound for a shared machine; the figures are in bench/compile_times.md).
     assert!(changed.seconds < 3.0 * warm.seconds + 1.0 && changed.seconds < cold.seconds / 2.0, "cold {:.2} s, warm {:.2} s, changed weights {:.2} s", cold.seconds, warm.seconds, changed.seconds);
+}
+
+/// A fine-tune built after its base model (the plan taken from the base's structure, bound to the new weights)
+/// gives the same bytes as the fine-tune built cold in an empty store: binding is exactly the plan the search
+/// would have made. Analytical costs, so that the cold build's plan is deterministic.
+#[test]
+fn a_fine_tune_built_after_its_base_gives_the_bytes_of_a_cold_build() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("bert.onnx");
+    std::fs::copy(tessera_tests::bert_tiny_onnx(), &model).unwrap();
+    let targets = ["cpu".to_string(), "cpu -compiler=gemm".to_string()];
+    let (store, out) = (tmp.path().join("store"), tmp.path().join("out"));
+    compile_with(&store, &out, &model, &targets, CostMode::Analytical);
+    assert!(tessera_tests::change_large_initializers(&tessera_tests::bert_tiny_onnx(), &model) >= 10);
+    let after = compile_with(&store, &out, &model, &targets, CostMode::Analytical);
+    assert_eq!(executions(&after, "partition"), 0, "{:?}", after.stages);
+    let cold = compile_with(&tmp.path().join("cold-store"), &tmp.path().join("cold-out"), &model, &targets, CostMode::Analytical);
+    assert!(executions(&cold, "partition") > 0);
+    assert_eq!(after.artifacts[0].digest, cold.artifacts[0].digest);
+    assert_eq!(std::fs::read(out.join("bert.tsr")).unwrap(), std::fs::read(tmp.path().join("cold-out/bert.tsr")).unwrap());
 }

@@ -159,7 +159,7 @@ fn compile_prepared(ctx: &Ctx, prepared: &Prepared) -> Result<ModelResult> {
     let PlannedModel { doc, plan_digest, plan, graph, layout, .. } = plan_model(ctx, prepared)?;
     // After the load stage read the model, so a file it cannot read is reported by it, as every build reports it.
     let origin = ModelOrigin::of(job, prepared.file)?;
-    let built = build_artifact(ctx, &plan_digest, &plan, &|| graph.get()).with_context(|| format!("model {}", job.name))?;
+    let built = build_artifact(ctx, &plan_digest, &plan, &|| graph.get(), graph.resident()).with_context(|| format!("model {}", job.name))?;
 
     let (mut by_backend, mut tuned_configs) = (BTreeMap::new(), BTreeMap::new());
     for p in &plan.partitions {

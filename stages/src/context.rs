@@ -94,6 +94,11 @@ impl<'a> LazyGraph<'a> {
         LazyGraph { driver, doc, fresh }
     }
 
+    /// The graph if this process built or loaded it already (nothing is read).
+    pub fn resident(&self) -> Option<&Graph> {
+        self.fresh.get()
+    }
+
     pub fn get(&self) -> Result<&Graph> {
         if let Some(g) = self.fresh.get() {
             return Ok(g);

@@ -55,10 +55,13 @@ pub fn change_large_initializers(from: &std::path::Path, to: &std::path::Path) -
         }
         let change = |v: f32| v * 1.25 + 0.01;
         if let Some(raw) = t.raw_data.as_mut().filter(|r| !r.is_empty()) {
-            for c in raw.chunks_exact_mut(4) {
+            // Raw data is a `Bytes` (shared with the file it was decoded from): changed in a copy.
+            let mut bytes = raw.to_vec();
+            for c in bytes.chunks_exact_mut(4) {
                 let v = change(f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
                 c.copy_from_slice(&v.to_le_bytes());
             }
+            *raw = bytes.into();
         } else {
             t.float_data.iter_mut().for_each(|v| *v = change(*v));
         }

@@ -95,6 +95,26 @@ impl GraphDoc {
         })
     }
 
+    /// The digest of the document's structure: everything but its name and the values of constants of more
+    /// than `inline_max` elements (their types stay). Two documents with the same structure are the same model
+    /// with other weights (a fine-tune): the partition stage is keyed by it, because nothing it decides reads
+    /// such a constant's values (every backend lifts them out of its kernels as arguments, and kernels are
+    /// measured on random inputs), so a fine-tune takes its plan and rebinds the constants
+    /// ([`crate::partition::plan::ExecPlan::bind`]).
+    pub fn structure_digest(&self, inline_max: usize) -> Digest {
+        let lifted = Digest::of(b"tessera: a constant lifted out of the structure");
+        let values = self
+            .values
+            .iter()
+            .map(|v| match v.def {
+                ValueDefDoc::Const(_) if v.ty.numel() > inline_max => ValueDoc { def: ValueDefDoc::Const(lifted), ..v.clone() },
+                _ => v.clone(),
+            })
+            .collect();
+        let skeleton = GraphDoc { name: String::new(), values, ..self.clone() };
+        Digest::of(&postcard::to_stdvec(&skeleton).expect("a graph document serializes"))
+    }
+
     /// Rebuilds the graph, fetching constant bytes with `get`, and verifies it.
     pub fn to_graph(&self, mut get: impl FnMut(&Digest) -> Result<Vec<u8>, String>) -> Result<Graph, GraphDocError> {
         let fail = |msg: String| GraphDocError { graph: self.name.clone(), msg };

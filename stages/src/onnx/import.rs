@@ -9,6 +9,7 @@ use super::proto::{type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto
 use super::tensor::{dtype_from_onnx, tensor_from_proto};
 use super::{ImportOptions, MAX_OPSET, MIN_OPSET};
 use crate::ir::{Graph, TensorType, ValueDef};
+use prost::bytes::Bytes;
 use prost::Message;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,7 +34,7 @@ fn op_label(n: &NodeProto) -> String {
     }
 }
 
-pub fn import(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &ImportOptions) -> Result<Graph, ImportError> {
+pub fn import(bytes: Bytes, base_dir: Option<&Path>, file: &str, opts: &ImportOptions) -> Result<Graph, ImportError> {
     match import_or_check(bytes, base_dir, file, opts, false)? {
         Imported::Graph(g) => Ok(g),
         Imported::Unsupported(mut found) => Err(found.remove(0)),
@@ -44,7 +45,7 @@ pub fn import(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &ImportOp
 /// imports). Where a node cannot be imported, the nodes that read what it would have written are checked for
 /// their op only (their attributes may depend on values that do not exist), so one unsupported node is not
 /// reported again through everything downstream. A model that is not valid ONNX is still an error.
-pub fn check(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &ImportOptions) -> Result<Vec<ImportError>, ImportError> {
+pub fn check(bytes: Bytes, base_dir: Option<&Path>, file: &str, opts: &ImportOptions) -> Result<Vec<ImportError>, ImportError> {
     match import_or_check(bytes, base_dir, file, opts, true)? {
         Imported::Graph(_) => Ok(Vec::new()),
         Imported::Unsupported(found) => Ok(found),
@@ -57,7 +58,11 @@ enum Imported {
     Unsupported(Vec<ImportError>),
 }
 
-fn import_or_check(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &ImportOptions, check: bool) -> Result<Imported, ImportError> {
+/// `bytes` is the model file; decoded from a `Bytes`, every tensor's raw data is a slice of it, not a copy
+/// (BERT-base's import peaked at three copies of its 440 MB of weights: the file, the decoded protobuf, the
+/// graph's tensors).
+fn import_or_check(bytes: Bytes, base_dir: Option<&Path>, file: &str, opts: &ImportOptions, check: bool) -> Result<Imported, ImportError> {
+    let file_len = bytes.len();
     let model = ModelProto::decode(bytes).map_err(|e| err(file, ImportErrorKind::Decode(e)))?;
     let opset = default_opset(&model).map_err(|k| err(file, k))?;
     let Some(graph) = model.graph.as_ref() else {
@@ -74,7 +79,7 @@ fn import_or_check(bytes: &[u8], base_dir: Option<&Path>, file: &str, opts: &Imp
     };
     declare_values(&mut im, graph, base_dir, opts).map_err(|k| err(file, k))?;
     let data: usize = im.g.values.iter().map(|v| if let ValueDef::Const(t) = &v.def { t.bytes().len() } else { 0 }).sum();
-    im.fold_limit = MIN_FOLD_LIMIT.max(bytes.len().saturating_add(data).saturating_mul(2));
+    im.fold_limit = MIN_FOLD_LIMIT.max(file_len.saturating_add(data).saturating_mul(2));
     // Check mode: what the nodes that could not be imported would have written.
     let mut blocked: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut unsupported: Vec<ImportError> = Vec::new();

@@ -91,7 +91,7 @@ pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportErr
     let file = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| ImportError::new(&file, ImportErrorKind::Io(e)))?;
     let base = path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p });
-    import::import(&bytes, base, &file, opts)
+    import::import(bytes.into(), base, &file, opts)
 }
 
 /// Every unsupported op and attribute of a model file at once, each naming its node (empty: the model imports;
@@ -100,13 +100,13 @@ pub fn check_file(path: &Path, opts: &ImportOptions) -> Result<Vec<ImportError>,
     let file = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| ImportError::new(&file, ImportErrorKind::Io(e)))?;
     let base = path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p });
-    import::check(&bytes, base, &file, opts)
+    import::check(bytes.into(), base, &file, opts)
 }
 
 /// Imports a model from memory. `name` stands for the file in errors and names the graph (its file stem);
 /// `base_dir` is where external data files are looked up (`None`: the model must have none).
 pub fn import_bytes(bytes: &[u8], base_dir: Option<&Path>, name: &str, opts: &ImportOptions) -> Result<Graph, ImportError> {
-    import::import(bytes, base_dir, name, opts)
+    import::import(prost::bytes::Bytes::copy_from_slice(bytes), base_dir, name, opts)
 }
 
 /// Reads a serialized `TensorProto` file (such as the backend suite's `input_0.pb`).

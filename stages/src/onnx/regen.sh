@@ -37,7 +37,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (proto_dir, out_dir) = (&args[1], &args[2]);
     let fds = protox::compile(["onnx-ml.proto"], [proto_dir]).expect("onnx-ml.proto compiles");
-    prost_build::Config::new().out_dir(out_dir).compile_fds(fds).expect("prost-build generates code");
+    prost_build::Config::new().out_dir(out_dir).bytes([".onnx.TensorProto.raw_data"]).compile_fds(fds).expect("prost-build generates code");
 }
 RS
 (cd "$work" && cargo run --quiet -- "$work/proto" "$work/out")

@@ -82,12 +82,14 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
         });
     }
     let external = t.data_location == Some(tensor_proto::DataLocation::External as i32);
-    let bytes: Vec<u8> = if external {
-        read_external(t, &what, ty.size_bytes(), base_dir)?
+    // Raw data is copied once, from the file's bytes into the tensor's shared buffer (a `Vec` on the way
+    // was a second copy: the peak of a 500 MB model's import).
+    let bytes: std::sync::Arc<[u8]> = if external {
+        read_external(t, &what, ty.size_bytes(), base_dir)?.into()
     } else if let Some(raw) = &t.raw_data {
-        raw.clone()
+        std::sync::Arc::from(&raw[..])
     } else {
-        typed_data(t, dtype, numel, &what)?
+        typed_data(t, dtype, numel, &what)?.into()
     };
     Tensor::from_bytes(ty, bytes).map_err(|e| invalid(format!("{what}: {e}")))
 }
@@ -193,7 +195,7 @@ pub fn tensor_to_proto(name: &str, t: &Tensor) -> TensorProto {
         dims: t.shape().iter().map(|&d| d as i64).collect(),
         data_type: Some(dtype_to_onnx(t.dtype())),
         name: Some(name.to_string()),
-        raw_data: Some(t.bytes().to_vec()),
+        raw_data: Some(prost::bytes::Bytes::copy_from_slice(t.bytes())),
         ..Default::default()
     }
 }

@@ -650,7 +650,7 @@ fn check_lists_every_unsupported_op_once_with_its_node() {
         &["c", "e"],
         vec![],
     );
-    let found = super::import::check(&b, None, "models/m.onnx", &ImportOptions::default()).unwrap();
+    let found = super::import::check(b.clone().into(), None, "models/m.onnx", &ImportOptions::default()).unwrap();
     let nodes: Vec<(String, String)> = found.iter().map(|e| {
         let l = e.location.as_ref().unwrap();
         (l.node.clone(), l.op.clone())
@@ -663,8 +663,8 @@ fn check_lists_every_unsupported_op_once_with_its_node() {
     assert_eq!(e.location.unwrap().node, "h1");
     // A model that imports has nothing to report; an invalid one is an error.
     let ok = model(17, vec![node("Relu", "r", &["x"], &["y"], vec![])], vec![f32s("x", &[3])], &["y"], vec![]);
-    assert!(super::import::check(&ok, None, "ok.onnx", &ImportOptions::default()).unwrap().is_empty());
-    assert!(super::import::check(b"not onnx", None, "bad.onnx", &ImportOptions::default()).is_err());
+    assert!(super::import::check(ok.clone().into(), None, "ok.onnx", &ImportOptions::default()).unwrap().is_empty());
+    assert!(super::import::check(prost::bytes::Bytes::from_static(b"not onnx"), None, "bad.onnx", &ImportOptions::default()).is_err());
 }
 
 // ---- math ops and Einsum ----------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ use crate::ir::{subgraph_signature, ConstMode, Graph, NodeId, SubgraphSignature,
 use crate::target::Target;
 use tessera_store::Digest;
 
-/// Bump when the plan's content or meaning changes. (6: partitions carry their tuned configuration.)
-pub const PLAN_VERSION: u32 = 6;
+/// Bump when the plan's content or meaning changes. (6: partitions carry their tuned configuration; 7: one
+/// constant slot per graph value, with the value's index, so that a plan binds to other weights.)
+pub const PLAN_VERSION: u32 = 7;
 
 /// Where a kernel argument or a graph output lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -69,8 +70,12 @@ pub struct ExecPlan {
     pub outputs: Vec<(String, PlanRef)>,
     /// Types of the values exchanged between partitions.
     pub values: Vec<TensorType>,
-    /// Lifted constants: the store object holding the bytes, and the type.
+    /// Lifted constants: the store object holding the bytes, and the type; one per graph value (the link
+    /// stores equal bytes once).
     pub constants: Vec<(Digest, TensorType)>,
+    /// The graph value of each constant (an index into the graph document's values): what [`ExecPlan::bind`]
+    /// reads other weights from.
+    pub constant_values: Vec<u32>,
     pub partitions: Vec<PlanPartition>,
     /// How the plan was chosen among whole-model alternatives measured end to end (see
     /// [`super::validate`]); `None` where no such check ran (analytical costs, a single backend, a baseline).
@@ -78,6 +83,27 @@ pub struct ExecPlan {
 }
 
 impl ExecPlan {
+    /// This plan for `doc`, a document of the same structure ([`crate::ir::serial::GraphDoc::structure_digest`])
+    /// with other weights or another name: each constant is the object `doc` has for its value, the model is
+    /// `doc`'s. Fails if `doc`'s value is not a constant of the same type (then the structures differ).
+    pub fn bind(&self, doc: &crate::ir::serial::GraphDoc) -> Result<ExecPlan> {
+        use crate::ir::serial::ValueDefDoc;
+        if self.constants.len() != self.constant_values.len() {
+            bail!("plan of '{}': {} constants but {} constant values", self.model, self.constants.len(), self.constant_values.len());
+        }
+        let mut constants = Vec::with_capacity(self.constants.len());
+        for ((_, ty), &v) in self.constants.iter().zip(&self.constant_values) {
+            match doc.values.get(v as usize) {
+                Some(value) if value.ty == *ty => match value.def {
+                    ValueDefDoc::Const(d) => constants.push((d, ty.clone())),
+                    _ => bail!("model '{}': value {v} ('{}') is not a constant: the plan is for another graph", doc.name, value.name),
+                },
+                _ => bail!("model '{}': value {v} is not a constant of type {ty:?}: the plan is for another graph", doc.name),
+            }
+        }
+        Ok(ExecPlan { model: doc.name.clone(), constants, ..self.clone() })
+    }
+
     /// The plan's own estimate of a run: the sum of its partitions' costs (crossings not included).
     pub fn estimated_us(&self) -> f64 {
         self.partitions.iter().map(|p| p.cost_us).sum()
@@ -151,13 +177,16 @@ pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&crate:
         refs.insert(v, PlanRef::Input(i as u32));
     }
     let mut values: Vec<TensorType> = Vec::new();
+    // One slot per constant value, not per distinct bytes: two values equal in these weights may differ in
+    // another model's (`ExecPlan::bind`); the link stores equal bytes once.
     let mut constants: Vec<(Digest, TensorType)> = Vec::new();
-    let mut const_index: BTreeMap<(Digest, TensorType), u32> = BTreeMap::new();
-    let mut const_ref = |v: ValueId, constants: &mut Vec<(Digest, TensorType)>| -> Option<PlanRef> {
+    let mut constant_values: Vec<u32> = Vec::new();
+    let mut const_index: BTreeMap<ValueId, u32> = BTreeMap::new();
+    let mut const_ref = |v: ValueId, constants: &mut Vec<(Digest, TensorType)>, constant_values: &mut Vec<u32>| -> Option<PlanRef> {
         let t = g.constant(v)?;
-        let key = (const_object(t), t.ty.clone());
-        let idx = *const_index.entry(key.clone()).or_insert_with(|| {
-            constants.push(key);
+        let idx = *const_index.entry(v).or_insert_with(|| {
+            constants.push((const_object(t), t.ty.clone()));
+            constant_values.push(v.0);
             constants.len() as u32 - 1
         });
         Some(PlanRef::Const(idx))
@@ -169,7 +198,7 @@ pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&crate:
         for &v in &sig.inputs {
             let r = match refs.get(&v) {
                 Some(&r) => r,
-                None => match const_ref(v, &mut constants) {
+                None => match const_ref(v, &mut constants, &mut constant_values) {
                     Some(r) => r,
                     None => bail!("partition input '{}' is used before any partition produces it", g.value(v).name),
                 },
@@ -199,7 +228,7 @@ pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&crate:
     for &o in &g.outputs {
         let r = match (refs.get(&o), &g.value(o).def) {
             (Some(&r), _) => r,
-            (None, ValueDef::Const(_)) => const_ref(o, &mut constants).expect("constant"),
+            (None, ValueDef::Const(_)) => const_ref(o, &mut constants, &mut constant_values).expect("constant"),
             _ => bail!("graph output '{}' is produced by no partition", g.value(o).name),
         };
         outputs.push((g.value(o).name.clone(), r));
@@ -213,6 +242,7 @@ pub fn build_plan(g: &Graph, parts: &Partitioning, const_object: &dyn Fn(&crate:
         outputs,
         values,
         constants,
+        constant_values,
         partitions,
         validation: None,
     })

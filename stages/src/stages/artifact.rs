@@ -39,10 +39,17 @@ pub struct CompiledPlan {
 
 /// The stages after partition for one plan (recorded in the store as `plan_digest`): lower each distinct
 /// kernel, compile one module per target, link. `graph` gives the model graph the plan's node indices refer
-/// to; it is only called when a lower misses.
-pub fn build_artifact<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, graph: &(dyn Fn() -> Result<&'g Graph> + Sync)) -> Result<BuiltArtifact> {
+/// to; it is only called when a lower misses. `resident`: that graph where it is in memory already, whose
+/// constants the link takes instead of reading them back from the store.
+pub fn build_artifact<'g>(
+    ctx: &Ctx,
+    plan_digest: &Digest,
+    plan: &ExecPlan,
+    graph: &(dyn Fn() -> Result<&'g Graph> + Sync),
+    resident: Option<&Graph>,
+) -> Result<BuiltArtifact> {
     let compiled = compile_plan(ctx, plan_digest, plan, graph)?;
-    let artifact = link_plan(ctx, &compiled)?;
+    let artifact = link_plan_from(ctx, &compiled, resident)?;
     Ok(BuiltArtifact { artifact, lowered: compiled.lowered, modules: compiled.modules })
 }
 
@@ -95,8 +102,14 @@ pub fn compile_plan<'g>(ctx: &Ctx, plan_digest: &Digest, plan: &ExecPlan, graph:
 
 /// Stage: link a compiled plan into its artifact.
 pub fn link_plan(ctx: &Ctx, compiled: &CompiledPlan) -> Result<Digest> {
+    link_plan_from(ctx, compiled, None)
+}
+
+/// [`link_plan`], the constants taken from `resident` (the plan's graph, in memory) where given: a
+/// weights-only rebuild read its 440 MB of weights back from the store (and verified them) only to link them.
+pub fn link_plan_from(ctx: &Ctx, compiled: &CompiledPlan, resident: Option<&Graph>) -> Result<Digest> {
     let used = used_targets(ctx, &compiled.plan);
-    let input = || link_input(ctx, &compiled.plan, &used, &compiled.modules);
+    let input = || link_input(ctx, &compiled.plan, &used, &compiled.modules, resident);
     run_digest(ctx.driver, &Link { plan_digest: &compiled.plan_digest, modules: &compiled.modules, format_version: FORMAT_VERSION, input: &input }).context("link")
 }
 
@@ -105,13 +118,26 @@ fn used_targets<'c>(ctx: &'c Ctx, plan: &ExecPlan) -> Vec<&'c Target> {
     ctx.targets.targets.iter().filter(|t| plan.partitions.iter().any(|p| &p.target == *t)).collect()
 }
 
-fn link_input(ctx: &Ctx, plan: &ExecPlan, used_targets: &[&Target], module_digests: &[Digest]) -> Result<LinkInput> {
+fn link_input(ctx: &Ctx, plan: &ExecPlan, used_targets: &[&Target], module_digests: &[Digest], resident: Option<&Graph>) -> Result<LinkInput> {
     let store = ctx.driver.store();
     let modules: Vec<Module> = module_digests.iter().map(|d| load::<Compile>(ctx.driver, d)).collect::<Result<_>>()?;
+    // The plan is bound to the resident graph's document: its constant values are that graph's.
+    let in_memory = |i: usize, ty: &crate::ir::TensorType| -> Option<Tensor> {
+        let g = resident?;
+        let v = *plan.constant_values.get(i)? as usize;
+        if v >= g.values.len() {
+            return None;
+        }
+        g.constant(crate::ir::ValueId(v as u32)).filter(|t| t.ty == *ty).cloned()
+    };
     let constants: Vec<Tensor> = plan
         .constants
         .iter()
-        .map(|(d, ty)| Ok(Tensor::from_bytes(ty.clone(), store.get(d)?)?))
+        .enumerate()
+        .map(|(i, (d, ty))| match in_memory(i, ty) {
+            Some(t) => Ok(t),
+            None => Ok(Tensor::from_bytes(ty.clone(), store.get(d)?)?),
+        })
         .collect::<Result<_>>()?;
     let to_ref = |r: &PlanRef| match *r {
         PlanRef::Input(i) => ValueRef::Input(i),

@@ -168,7 +168,7 @@ fn a_build_runs_the_declared_stages_in_an_order_the_dag_allows() {
     crate::stage::run(&driver, &targets::Targets { targets: &targets }).unwrap();
     let planned = crate::build::plan_model(&ctx, &TwoOps).unwrap();
     let graph: &LazyGraph = &planned.graph;
-    artifact::build_artifact(&ctx, &planned.plan_digest, &planned.plan, &|| graph.get()).unwrap();
+    artifact::build_artifact(&ctx, &planned.plan_digest, &planned.plan, &|| graph.get(), None).unwrap();
     let calls = driver.calls.into_inner().unwrap();
     for (i, name) in calls.iter().enumerate() {
         let s = decl(name).unwrap_or_else(|| panic!("the build ran '{name}', which stages::DAG does not declare"));

@@ -188,7 +188,7 @@ fn targets_key_has_the_target_set() {
 #[test]
 fn partition_key_has_every_ingredient() {
     let base = PartitionKeyParams {
-        graph_doc: d("g"),
+        structure: d("g"),
         targets: d("t"),
         cost_mode: CostMode::Measured,
         prefer: None,
@@ -211,7 +211,7 @@ fn partition_key_has_every_ingredient() {
     let m = |f: &dyn Fn(&mut MeasuredParams)| with(&|p| f(p.measured.as_mut().unwrap()));
     all_distinct(&[
         ("base", base.key().unwrap()),
-        ("graph document", with(&|p| p.graph_doc = d("g2"))),
+        ("graph structure", with(&|p| p.structure = d("g2"))),
         ("targets", with(&|p| p.targets = d("t2"))),
         ("cost mode", with(&|p| {
             p.cost_mode = CostMode::Analytical;

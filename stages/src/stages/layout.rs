@@ -17,8 +17,7 @@ use crate::stages::artifact::{compile_plan, link_plan};
 use crate::context::{Ctx, LazyGraph};
 use crate::ir::{serial::GraphDoc, Graph, Tensor};
 use crate::partition::plan::ExecPlan;
-use crate::stages::partition::Partition;
-use crate::stage::{run, run_digest, DevicePolicy, Stage};
+use crate::stage::{run_digest, DevicePolicy, Stage};
 use crate::target::Layout;
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -112,7 +111,7 @@ pub struct Planned<'a> {
 }
 
 fn partition<'a>(ctx: &Ctx<'a>, doc: Digest, graph: LazyGraph<'a>) -> Result<Planned<'a>> {
-    let (plan_digest, plan) = run(ctx.driver, &Partition::new(ctx, &doc, &graph)).context("partition")?;
+    let (plan_digest, plan) = crate::stages::partition::partition_document(ctx, &doc, &graph).context("partition")?;
     Ok(Planned { doc, graph, plan_digest, plan })
 }
 

@@ -6,7 +6,7 @@ use crate::partition::plan::{ExecPlan, PLAN_VERSION};
 use crate::stages::select::{costed_candidates, plan_for, Selection};
 use crate::partition::PARTITIONER_VERSION;
 use crate::context::{CostMode, Ctx, LazyGraph, Tuning};
-use crate::ir::Graph;
+use crate::ir::{serial::GraphDoc, Graph};
 use crate::stage::{DevicePolicy, Stage};
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -20,12 +20,16 @@ pub fn code_version() -> crate::code::CodeVersion {
 
 /// Stage: partition one model's graph for the run's targets. Output: the execution plan.
 ///
-/// With measured costs the plan depends on the machine: the tune stage's version, the fingerprint of every
-/// target's device, the measurement schedule and the validation's constants are key ingredients too.
+/// Keyed by the document's structure, not its weights ([`GraphDoc::structure_digest`]): a model with other
+/// weights (a fine-tune) takes the plan of the first model of its structure, which [`bind`] points at its own
+/// constants. With measured costs the plan depends on the machine: the tune stage's version, the fingerprint
+/// of every target's device, the measurement schedule and the validation's constants are key ingredients too.
 pub struct Partition<'a> {
     pub ctx: &'a Ctx<'a>,
-    /// The graph document's digest (the load stage's output).
+    /// The graph document's digest (the load stage's output, or precision's or layout's).
     pub graph_doc: Digest,
+    /// Its structure's digest (the key ingredient).
+    pub structure: Digest,
     /// The means: the graph behind `graph_doc`.
     pub graph: &'a LazyGraph<'a>,
 }
@@ -33,7 +37,8 @@ pub struct Partition<'a> {
 /// Every ingredient of a partition key, gathered from the context (see [`Partition::params`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PartitionKeyParams {
-    pub graph_doc: Digest,
+    /// The graph document's structure ([`GraphDoc::structure_digest`]).
+    pub structure: Digest,
     pub targets: Digest,
     pub cost_mode: CostMode,
     pub prefer: Option<String>,
@@ -60,8 +65,9 @@ pub struct MeasuredParams {
 }
 
 impl<'a> Partition<'a> {
-    pub fn new(ctx: &'a Ctx<'a>, graph_doc: &Digest, graph: &'a LazyGraph<'a>) -> Self {
-        Partition { ctx, graph_doc: *graph_doc, graph }
+    /// The stage for document `graph_doc`, `doc` decoded.
+    pub fn new(ctx: &'a Ctx<'a>, graph_doc: &Digest, doc: &GraphDoc, graph: &'a LazyGraph<'a>) -> Self {
+        Partition { ctx, graph_doc: *graph_doc, structure: doc.structure_digest(lifted_above(ctx)), graph }
     }
 
     /// The key's ingredients.
@@ -82,7 +88,7 @@ impl<'a> Partition<'a> {
             pruning: crate::stages::prune::constants(),
         });
         PartitionKeyParams {
-            graph_doc: self.graph_doc,
+            structure: self.structure,
             targets: ctx.targets.digest(),
             cost_mode: ctx.costs.keyed(),
             prefer: ctx.prefer.clone(),
@@ -98,7 +104,7 @@ impl PartitionKeyParams {
     pub fn key(&self) -> Result<Digest> {
         let mut k = code_version()
             .key_builder(Partition::NAME)
-            .input_digest("graph", &self.graph_doc)
+            .input_digest("structure", &self.structure)
             .input_digest("targets", &self.targets)
             .input("cost_source", self.cost_mode.name())
             .input("prefer", &self.prefer)
@@ -140,6 +146,25 @@ impl Stage for Partition<'_> {
         }
         Ok(p)
     }
+}
+
+/// The size above which a constant's values are not part of the structure: the most elements any target's
+/// backend keeps inside its kernels ([`crate::backend::Backend::inline_const_max`]; larger ones are kernel
+/// arguments).
+pub fn lifted_above(ctx: &Ctx) -> usize {
+    ctx.targets.targets.iter().map(|t| ctx.backend(t).map_or(crate::backend::INLINE_CONST_MAX, |b| b.inline_const_max())).max().unwrap_or(0)
+}
+
+/// Runs the partition stage for document `doc_digest`: its plan, bound to its own constants, and the plan's
+/// digest (the stage's output where the document computed it; otherwise the bound plan, stored).
+pub fn partition_document(ctx: &Ctx, doc_digest: &Digest, graph: &LazyGraph) -> Result<(Digest, ExecPlan)> {
+    let doc: GraphDoc = crate::stage::load_value(ctx.driver, doc_digest)?;
+    let (digest, plan) = crate::stage::run(ctx.driver, &Partition::new(ctx, doc_digest, &doc, graph))?;
+    let bound = plan.bind(&doc)?;
+    if bound == plan {
+        return Ok((digest, plan));
+    }
+    Ok((ctx.driver.store().put(&postcard::to_stdvec(&bound)?)?, bound))
 }
 
 /// The selections whose plans the partition stage builds from one set of costed candidates: the one it

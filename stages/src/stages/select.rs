@@ -96,7 +96,11 @@ pub fn search_for(ctx: &Ctx, g: &Graph, cands: &[collage::Candidate], cost_us: &
         Selection::Prefer(_) => CrossingModel { device_latency_us: 0.0, device_us_per_byte: 0.0, ..CrossingModel::default() },
         _ => CrossingModel::default(),
     };
-    Ok(collage::search_detailed(g, ctx.targets, cands, &search_costs, &crossing)?)
+    let outcome = collage::search_detailed(g, ctx.targets, cands, &search_costs, &crossing)?;
+    if let Some(w) = outcome.beam {
+        tracing::warn!(model = %g.name, beam = w, "the exact partition search ran past its budget; a beam search chose the plan, which may not be the cheapest");
+    }
+    Ok(outcome)
 }
 
 /// The plan the search finds for `selection` over costed candidates.

@@ -84,6 +84,7 @@ fn plan_with(b: usize, n: usize, weight: &str, output: &str) -> ExecPlan {
         outputs: vec![(output.into(), PlanRef::Value(0))],
         values: vec![x],
         constants: vec![(Digest::of(weight.as_bytes()), TensorType::f32([n]))],
+        constant_values: vec![1],
         partitions: vec![PlanPartition {
             target: crate::target::Target::parse("cpu").unwrap(),
             nodes: vec![0],

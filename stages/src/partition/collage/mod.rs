@@ -20,7 +20,7 @@ pub mod search;
 pub use candidates::{candidates, Candidate};
 pub use eval::Limits;
 pub use merge::{to_partitioning, Chosen};
-pub use search::{search, search_detailed, CrossingModel, SearchOutcome};
+pub use search::{search, search_bounded, search_detailed, CrossingModel, SearchBudget, SearchOutcome};
 
 #[cfg(test)]
 mod tests;

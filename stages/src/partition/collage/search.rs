@@ -18,6 +18,13 @@
 //! the targets span more than one device the state also carries the device of every covered node that still
 //! has an uncovered consumer (the frontier); with one device the state is just the covered set.
 //!
+//! Memory and time are bounded ([`SearchBudget`]): the exact search stops after `max_states` states, and
+//! the search runs again with a beam, keeping at each count of covered nodes only the `beam` states of lowest
+//! estimate; the beam's cover is valid but may cost more than the best (the outcome says which search found
+//! it). Exported graphs of many small nodes (a BERT export before the canonical front end: 6.4 GB of states
+//! on 2026-12-07, then an abort in a HashMap's growth) are why. Past the budget in the beam too, the search
+//! fails with an error naming the graph and the budget.
+//!
 //! Non-finite costs mean "cannot run": such candidates are never chosen. Determinism: candidates are first put
 //! in a canonical order (target, nodes; duplicates keep the cheapest), the queue breaks ties by insertion
 //! order, and of equal-cost paths to one state the first found is kept.
@@ -82,6 +89,26 @@ pub struct SearchOutcome {
     pub states_seen: usize,
     /// Candidates left after dropping non-finite costs and duplicates.
     pub candidates_used: usize,
+    /// `None`: the exact search found the cover (the cheapest); `Some(w)`: the exact search ran past its
+    /// budget and a beam of `w` states per count of covered nodes found it.
+    pub beam: Option<usize>,
+}
+
+/// How far the search may go: the states it may hold (each about 250 bytes with its key, index entry and
+/// queue entries), and the beam it falls back to past them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchBudget {
+    pub max_states: usize,
+    pub beam: usize,
+}
+
+impl Default for SearchBudget {
+    /// A million states (about 250 MB), then a beam of 64. The exact search of every fixture and of the
+    /// exported corpus's canonical graphs stays far below the limit (BERT-base's export: see
+    /// bench/compile_times.md).
+    fn default() -> Self {
+        SearchBudget { max_states: 1_000_000, beam: 64 }
+    }
 }
 
 /// [`search_detailed`], partitions only.
@@ -132,6 +159,7 @@ fn parse_key(key: &[u32]) -> (u32, &[u32], Option<usize>, &[u32]) {
     (key[0], &key[2..2 + k], (last != NONE).then_some(last as usize), &key[3 + k..])
 }
 
+/// [`search_bounded`] within the default budget.
 pub fn search_detailed(
     g: &Graph,
     targets: &TargetSet,
@@ -139,6 +167,21 @@ pub fn search_detailed(
     cost_us: &[f64],
     crossing: &CrossingModel,
 ) -> Result<SearchOutcome, PartitionError> {
+    search_bounded(g, targets, cands, cost_us, crossing, &SearchBudget::default())
+}
+
+/// The cheapest cover found within `budget` (see the module's documentation).
+pub fn search_bounded(
+    g: &Graph,
+    targets: &TargetSet,
+    cands: &[Candidate],
+    cost_us: &[f64],
+    crossing: &CrossingModel,
+    budget: &SearchBudget,
+) -> Result<SearchOutcome, PartitionError> {
+    if budget.max_states == 0 || budget.beam == 0 {
+        return Err(PartitionError(format!("search budget must allow states and a beam: {budget:?}")));
+    }
     let n = g.nodes.len();
     if cands.len() != cost_us.len() {
         return Err(PartitionError(format!("{} candidates but {} costs", cands.len(), cost_us.len())));
@@ -158,7 +201,7 @@ pub fn search_detailed(
         return Err(PartitionError(format!("crossing costs must be non-negative: {crossing:?}")));
     }
     if n == 0 {
-        return Ok(SearchOutcome { chosen: vec![], winners: vec![], total_us: 0.0, states_expanded: 0, states_seen: 0, candidates_used: 0 });
+        return Ok(SearchOutcome { chosen: vec![], winners: vec![], total_us: 0.0, states_expanded: 0, states_seen: 0, candidates_used: 0, beam: None });
     }
     let dag = Dag::new(g);
 
@@ -218,129 +261,174 @@ pub fn search_detailed(
     let is_covered = |f: u32, extras: &[u32], x: u32| x < f || contains(extras, x);
     let bound = |f: u32, extras: &[u32]| (suffix[f as usize] - extras.iter().map(|&e| share[e as usize]).sum::<f64>()).max(0.0);
 
-    let start = vec![0, 0, NONE];
-    let mut states: Vec<State> = vec![State { key: start.clone(), g: 0.0, parent: None, closed: false }];
-    let mut index: HashMap<Vec<u32>, usize> = HashMap::new();
-    index.insert(start, 0);
-    let mut heap: BinaryHeap<Reverse<(Ord64, u64, usize)>> = BinaryHeap::new();
-    let mut seq = 0u64;
-    heap.push(Reverse((Ord64(bound(0, &[])), seq, 0)));
-    let mut expanded = 0usize;
-    let goal = loop {
-        let Some(Reverse((_, _, si))) = heap.pop() else {
-            return Err(PartitionError(format!(
-                "graph '{}': no cover by the candidates keeps the partition graph acyclic (candidates may overlap badly)",
-                g.name
-            )));
+    // One search: exact (`beam` None) or with a beam; `Ok(None)` when it ran past `budget.max_states`.
+    let run = |beam: Option<usize>| -> Result<Option<(Vec<State>, usize, usize)>, PartitionError> {
+        let start = vec![0, 0, NONE];
+        let mut states: Vec<State> = vec![State { key: start.clone(), g: 0.0, parent: None, closed: false }];
+        let mut index: HashMap<Vec<u32>, usize> = HashMap::new();
+        index.insert(start, 0);
+        let mut heap: BinaryHeap<Reverse<(Ord64, u64, usize)>> = BinaryHeap::new();
+        let mut seq = 0u64;
+        heap.push(Reverse((Ord64(bound(0, &[])), seq, 0)));
+        let mut expanded = 0usize;
+        // The beam: per count of covered nodes, the `beam` lowest estimates admitted (a max-heap).
+        let mut admitted: Vec<BinaryHeap<Ord64>> = if beam.is_some() { (0..=n).map(|_| BinaryHeap::new()).collect() } else { Vec::new() };
+        let mut admit = |covered: usize, estimate: f64| -> bool {
+            let Some(w) = beam else { return true };
+            let level = &mut admitted[covered];
+            if level.len() < w {
+                level.push(Ord64(estimate));
+                return true;
+            }
+            if level.peek().is_some_and(|worst| estimate < worst.0) {
+                level.pop();
+                level.push(Ord64(estimate));
+                return true;
+            }
+            false
         };
-        if states[si].closed {
-            continue;
-        }
-        states[si].closed = true;
-        expanded += 1;
-        let key = states[si].key.clone();
-        let (f, extras, last, frontier_dev) = parse_key(&key);
-        if f as usize == n {
-            break si;
-        }
-        // Ready uncovered nodes: f, uncovered roots, uncovered consumers of covered nodes.
-        let mut starts: Vec<u32> = vec![f];
-        starts.extend(roots[roots.partition_point(|&r| r < f)..].iter().copied());
-        for &p in live[f as usize].iter().chain(extras) {
-            starts.extend(dag.succs[p as usize].iter().copied());
-        }
-        starts.sort_unstable();
-        starts.dedup();
-        starts.retain(|&u| !is_covered(f, extras, u) && dag.preds[u as usize].iter().all(|&p| is_covered(f, extras, p)));
-        // A ready node may be left for later only if some candidate could hold it that is not ready now: in
-        // the canonical order the next partition has the smallest first node among the ready ones, so the
-        // partition holding a ready node before the chosen one's first node must be waiting for something.
-        let can_wait: Vec<bool> = starts
-            .iter()
-            .map(|&u| {
-                containing[u as usize].iter().any(|&di| {
-                    let d = &list[di];
-                    !d.nodes.iter().any(|&x| is_covered(f, extras, x)) && d.ext_producers.iter().any(|&p| !is_covered(f, extras, p))
+        let goal = loop {
+            let Some(Reverse((_, _, si))) = heap.pop() else {
+                return Err(PartitionError(match beam {
+                    None => format!("graph '{}': no cover by the candidates keeps the partition graph acyclic (candidates may overlap badly)", g.name),
+                    Some(w) => format!(
+                        "graph '{}': the exact partition search ran past {} states and a beam of {w} found no cover",
+                        g.name, budget.max_states
+                    ),
+                }));
+            };
+            if states[si].closed {
+                continue;
+            }
+            states[si].closed = true;
+            expanded += 1;
+            let key = states[si].key.clone();
+            let (f, extras, last, frontier_dev) = parse_key(&key);
+            if f as usize == n {
+                break si;
+            }
+            // Ready uncovered nodes: f, uncovered roots, uncovered consumers of covered nodes.
+            let mut starts: Vec<u32> = vec![f];
+            starts.extend(roots[roots.partition_point(|&r| r < f)..].iter().copied());
+            for &p in live[f as usize].iter().chain(extras) {
+                starts.extend(dag.succs[p as usize].iter().copied());
+            }
+            starts.sort_unstable();
+            starts.dedup();
+            starts.retain(|&u| !is_covered(f, extras, u) && dag.preds[u as usize].iter().all(|&p| is_covered(f, extras, p)));
+            // A ready node may be left for later only if some candidate could hold it that is not ready now: in
+            // the canonical order the next partition has the smallest first node among the ready ones, so the
+            // partition holding a ready node before the chosen one's first node must be waiting for something.
+            let can_wait: Vec<bool> = starts
+                .iter()
+                .map(|&u| {
+                    containing[u as usize].iter().any(|&di| {
+                        let d = &list[di];
+                        !d.nodes.iter().any(|&x| is_covered(f, extras, x)) && d.ext_producers.iter().any(|&p| !is_covered(f, extras, p))
+                    })
                 })
-            })
-            .collect();
-        for &u in &starts {
-            for &ci in &by_first[u as usize] {
-                let c = &list[ci];
-                if c.nodes.iter().any(|&x| is_covered(f, extras, x)) || !c.ext_producers.iter().all(|&p| is_covered(f, extras, p)) {
-                    continue;
-                }
-                // Canonical order (partial-order reduction): a path lists a cover's partitions as Kahn's
-                // algorithm does when it always takes the ready partition with the smallest first node. In
-                // such a sequence a partition starting before its predecessor must depend on it (it was not
-                // ready before), so other orders of the same cover are skipped; every cover keeps one path.
-                if starts.iter().zip(&can_wait).any(|(&u, &w)| u < c.nodes[0] && !w) {
-                    continue;
-                }
-                if let Some(l) = last {
-                    let prev = &list[l];
-                    if c.nodes[0] < prev.nodes[0] && !c.ext_producers.iter().any(|&p| contains(&prev.nodes, p)) {
+                .collect();
+            for &u in &starts {
+                for &ci in &by_first[u as usize] {
+                    let c = &list[ci];
+                    if c.nodes.iter().any(|&x| is_covered(f, extras, x)) || !c.ext_producers.iter().all(|&p| is_covered(f, extras, p)) {
                         continue;
                     }
-                }
-                // Edge cost.
-                let dev = device_of[c.target];
-                let mut cost = c.cost;
-                for &(p, bytes) in &c.ext_inputs {
-                    let same = !multi || {
-                        let at = frontier_dev.chunks(2).find(|pair| pair[0] == p).expect("a covered producer with an uncovered consumer is on the frontier");
-                        at[1] == dev
-                    };
-                    cost += crossing.cost(bytes, same, targets.targets[c.target].device());
-                }
-                // Next key.
-                let mut covered_after: Vec<u32> = extras.iter().copied().chain(c.nodes.iter().copied()).collect();
-                covered_after.sort_unstable();
-                let mut nf = f;
-                let mut k = 0;
-                while (nf as usize) < n && (k < covered_after.len() && covered_after[k] == nf) {
-                    nf += 1;
-                    k += 1;
-                }
-                let nextras = &covered_after[k..];
-                let mut nkey: Vec<u32> = Vec::with_capacity(3 + nextras.len());
-                nkey.push(nf);
-                nkey.push(nextras.len() as u32);
-                nkey.extend_from_slice(nextras);
-                nkey.push(ci as u32);
-                if multi {
-                    let open = |x: u32| dag.succs[x as usize].iter().any(|&s| !is_covered(nf, nextras, s));
-                    let mut pairs: Vec<(u32, u32)> = frontier_dev.chunks(2).map(|p| (p[0], p[1])).filter(|&(x, _)| open(x)).collect();
-                    pairs.extend(c.nodes.iter().filter(|&&x| open(x)).map(|&x| (x, dev)));
-                    pairs.sort_unstable();
-                    for (x, d) in pairs {
-                        nkey.extend([x, d]);
+                    // Canonical order (partial-order reduction): a path lists a cover's partitions as Kahn's
+                    // algorithm does when it always takes the ready partition with the smallest first node. In
+                    // such a sequence a partition starting before its predecessor must depend on it (it was not
+                    // ready before), so other orders of the same cover are skipped; every cover keeps one path.
+                    if starts.iter().zip(&can_wait).any(|(&u, &w)| u < c.nodes[0] && !w) {
+                        continue;
                     }
-                }
-                let ng = states[si].g + cost;
-                match index.get(&nkey) {
-                    Some(&ti) => {
-                        let t = &mut states[ti];
-                        if t.closed {
+                    if let Some(l) = last {
+                        let prev = &list[l];
+                        if c.nodes[0] < prev.nodes[0] && !c.ext_producers.iter().any(|&p| contains(&prev.nodes, p)) {
                             continue;
                         }
-                        if ng < t.g {
-                            t.g = ng;
-                            t.parent = Some((si, ci));
-                            seq += 1;
-                            heap.push(Reverse((Ord64(ng + bound(nf, nextras)), seq, ti)));
+                    }
+                    // Edge cost.
+                    let dev = device_of[c.target];
+                    let mut cost = c.cost;
+                    for &(p, bytes) in &c.ext_inputs {
+                        let same = !multi || {
+                            let at = frontier_dev
+                                .chunks(2)
+                                .find(|pair| pair[0] == p)
+                                .expect("a covered producer with an uncovered consumer is on the frontier");
+                            at[1] == dev
+                        };
+                        cost += crossing.cost(bytes, same, targets.targets[c.target].device());
+                    }
+                    // Next key.
+                    let mut covered_after: Vec<u32> = extras.iter().copied().chain(c.nodes.iter().copied()).collect();
+                    covered_after.sort_unstable();
+                    let mut nf = f;
+                    let mut k = 0;
+                    while (nf as usize) < n && (k < covered_after.len() && covered_after[k] == nf) {
+                        nf += 1;
+                        k += 1;
+                    }
+                    let nextras = &covered_after[k..];
+                    let mut nkey: Vec<u32> = Vec::with_capacity(3 + nextras.len());
+                    nkey.push(nf);
+                    nkey.push(nextras.len() as u32);
+                    nkey.extend_from_slice(nextras);
+                    nkey.push(ci as u32);
+                    if multi {
+                        let open = |x: u32| dag.succs[x as usize].iter().any(|&s| !is_covered(nf, nextras, s));
+                        let mut pairs: Vec<(u32, u32)> = frontier_dev.chunks(2).map(|p| (p[0], p[1])).filter(|&(x, _)| open(x)).collect();
+                        pairs.extend(c.nodes.iter().filter(|&&x| open(x)).map(|&x| (x, dev)));
+                        pairs.sort_unstable();
+                        for (x, d) in pairs {
+                            nkey.extend([x, d]);
                         }
                     }
-                    None => {
-                        let ti = states.len();
-                        index.insert(nkey.clone(), ti);
-                        states.push(State { key: nkey, g: ng, parent: Some((si, ci)), closed: false });
-                        seq += 1;
-                        heap.push(Reverse((Ord64(ng + bound(nf, nextras)), seq, ti)));
+                    let ng = states[si].g + cost;
+                    let estimate = ng + bound(nf, nextras);
+                    match index.get(&nkey) {
+                        Some(&ti) => {
+                            let t = &mut states[ti];
+                            if t.closed {
+                                continue;
+                            }
+                            if ng < t.g && admit(nf as usize + nextras.len(), estimate) {
+                                t.g = ng;
+                                t.parent = Some((si, ci));
+                                seq += 1;
+                                heap.push(Reverse((Ord64(estimate), seq, ti)));
+                            }
+                        }
+                        None => {
+                            if !admit(nf as usize + nextras.len(), estimate) {
+                                continue;
+                            }
+                            if states.len() >= budget.max_states {
+                                return Ok(None);
+                            }
+                            let ti = states.len();
+                            index.insert(nkey.clone(), ti);
+                            states.push(State { key: nkey, g: ng, parent: Some((si, ci)), closed: false });
+                            seq += 1;
+                            heap.push(Reverse((Ord64(estimate), seq, ti)));
+                        }
                     }
                 }
             }
-        }
+        };
+        Ok(Some((states, goal, expanded)))
+    };
+    let (states, goal, expanded, beam) = match run(None)? {
+        Some((states, goal, expanded)) => (states, goal, expanded, None),
+        None => match run(Some(budget.beam))? {
+            Some((states, goal, expanded)) => (states, goal, expanded, Some(budget.beam)),
+            None => {
+                return Err(PartitionError(format!(
+                    "graph '{}': the partition search ran past {} states, exact and with a beam of {}",
+                    g.name, budget.max_states, budget.beam
+                )))
+            }
+        },
     };
 
     // The path, first candidate first.
@@ -374,5 +462,6 @@ pub fn search_detailed(
         states_expanded: expanded,
         states_seen: states.len(),
         candidates_used: list.len(),
+        beam,
     })
 }

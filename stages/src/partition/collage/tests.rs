@@ -269,6 +269,36 @@ proptest! {
         }
     }
 
+    /// Past a tiny budget the beam's cover is well formed and never cheaper than the exact one; the beam is
+    /// deterministic, and a budget nothing fits is an error naming the graph, not an abort.
+    #[test]
+    fn a_search_past_its_budget_falls_back_to_a_beam(
+        ops in proptest::collection::vec((any::<u8>(), any::<usize>(), any::<usize>()), 4..16),
+        table in proptest::collection::vec(0.1f64..10.0, 31),
+        beam in 1usize..6,
+    ) {
+        let g = random_graph(&ops);
+        let targets = cpu_targets();
+        let cands = cands_of(&g, &targets, &Limits::default()).unwrap();
+        let costs = costs_for(&cands, &targets, &table, 0);
+        let crossing = CrossingModel::default();
+        let exact = search_detailed(&g, &targets, &cands, &costs, &crossing).unwrap();
+        prop_assert_eq!(exact.beam, None);
+        let budget = SearchBudget { max_states: 3, beam };
+        match search_bounded(&g, &targets, &cands, &costs, &crossing, &budget) {
+            Ok(out) => {
+                assert_well_formed(&g, &targets, &cands, &costs, &crossing, &out);
+                prop_assert!(out.total_us >= exact.total_us - 1e-9, "beam {} below exact {}", out.total_us, exact.total_us);
+                prop_assert!(out.states_seen <= 3);
+                if exact.states_seen > 3 {
+                    prop_assert_eq!(out.beam, Some(beam));
+                }
+                prop_assert_eq!(search_bounded(&g, &targets, &cands, &costs, &crossing, &budget).unwrap(), out);
+            }
+            Err(e) => prop_assert!(e.0.contains(&format!("graph '{}'", g.name)) && e.0.contains("3 states"), "{}", e.0),
+        }
+    }
+
     /// Same inputs give the same output; so does any permutation of the candidate list.
     #[test]
     fn search_is_deterministic(
@@ -581,5 +611,11 @@ fn wide_graph_search_stays_small() {
     println!("search {:?}: {} expanded {} seen", t0.elapsed(), out.states_expanded, out.states_seen);
     assert_well_formed(&g, &targets, &cands, &costs, &CrossingModel::default(), &out);
     assert!(out.states_seen < 5_000, "{} states", out.states_seen);
+    // With the exact search held to half of that, a beam of 4 covers it at a cost within 10% of the best.
+    let budget = SearchBudget { max_states: out.states_seen / 2, beam: 4 };
+    let beamed = search_bounded(&g, &targets, &cands, &costs, &CrossingModel::default(), &budget).unwrap();
+    assert_eq!(beamed.beam, Some(4));
+    assert_well_formed(&g, &targets, &cands, &costs, &CrossingModel::default(), &beamed);
+    assert!(beamed.total_us <= out.total_us * 1.1, "beam {} vs exact {}", beamed.total_us, out.total_us);
 }
 
