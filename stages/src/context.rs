@@ -94,6 +94,12 @@ impl<'a> LazyGraph<'a> {
         LazyGraph { driver, doc, fresh }
     }
 
+    /// The same document with nothing resident: what [`LazyGraph::get`] needs it reads again. Keeping a graph
+    /// no stage reads any more held GPT-2's 500 MB of fp32 weights next to their fp16 copy while it was planned.
+    pub fn unloaded(self) -> LazyGraph<'a> {
+        LazyGraph::new(self.driver, self.doc, None)
+    }
+
     /// The graph if this process built or loaded it already (nothing is read).
     pub fn resident(&self) -> Option<&Graph> {
         self.fresh.get()

@@ -169,7 +169,8 @@ pub fn for_targets<'a>(ctx: &Ctx<'a>, model: &str, doc: Digest, graph: LazyGraph
     let stage = ReducePrecision { doc, graph: &graph, precision, overflow, ranges, store: ctx.driver.store(), built: OnceLock::new() };
     let reduced = run_digest(ctx.driver, &stage)?;
     let built = stage.built.into_inner();
-    let calibrated = stage.ranges.map(|(_, ranges)| Calibrated { loaded: graph, ranges });
+    // The loaded graph is read again only for reports (which nodes stayed wide): not kept in memory.
+    let calibrated = stage.ranges.map(|(_, ranges)| Calibrated { loaded: graph.unloaded(), ranges });
     Ok((reduced, LazyGraph::new(ctx.driver, reduced, built), calibrated))
 }
 
