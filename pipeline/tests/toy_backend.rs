@@ -291,7 +291,7 @@ fn a_backend_from_outside_the_crates_compiles_and_runs_its_partitions() {
         }
     }
     let plan_digest = store.put(&postcard::to_stdvec(&plan).unwrap()).unwrap();
-    let built = build_artifact(&ctx, &plan_digest, &plan, &|| Ok(&g)).unwrap();
+    let built = build_artifact(&ctx, &plan_digest, &plan, &|| Ok(&g), None).unwrap();
     let artifact = Artifact::read_owned(store.get(&built.artifact).unwrap(), "toy-mix.tsr").unwrap();
     let formats: Vec<&ModuleFormat> = artifact.body.modules.iter().map(|m| &m.format).collect();
     assert!(formats.contains(&&ModuleFormat::named(FORMAT)), "{formats:?}");

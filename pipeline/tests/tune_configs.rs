@@ -160,7 +160,7 @@ fn the_plan_carries_the_winner_and_the_artifact_runs_it() {
     let plan_digest = store.put(&postcard::to_stdvec(&plan).unwrap()).unwrap();
     let lowered = |memo: &Memo| memo.stats().get("lower").copied().unwrap_or_default();
     let before = lowered(&memo);
-    let built = build_artifact(&ctx, &plan_digest, &plan, &|| Ok(&g)).unwrap();
+    let built = build_artifact(&ctx, &plan_digest, &plan, &|| Ok(&g), None).unwrap();
     // The kernel was lowered in the winning configuration while it was tuned: the build lowers nothing anew.
     let after = lowered(&memo);
     assert_eq!(after.executions, before.executions, "the build lowered again: {before:?} -> {after:?}");
