@@ -517,8 +517,8 @@ fn the_zoo_in_fp16_and_bf16_stays_near_the_reference_in_the_interpreter() {
 /// The GPU side of tests/pipeline.rs's `changed_weights_compile_no_kernel_and_tune_nothing`: a held-out model
 /// compiled for `cuda` (NVRTC) in fp32, and for the default GPU set (with cuBLASLt and cuDNN) in fp16, then
 /// again with every initializer no kernel embeds changed, compiles no kernel (no lower, no compile) and tunes
-/// nothing; the stages that read the weights' document (load, the fp16 calibration and rewrite, layout,
-/// partition, link) run again, and the rebuild costs about what a warm one does. Without a GPU the costs are analytical (nothing
+/// nothing; the stages that read the weights' document (load, the fp16 calibration and rewrite, layout, link)
+/// run again, the partition stage not (its key is the graph's structure), and the rebuild costs about what a warm one does. Without a GPU the costs are analytical (nothing
 /// could be measured); on a GPU they are measured, so the cold build tunes and times plans end to end, and the
 /// rebuild does neither (validation's timings are keyed by the plans' artifacts without their weights).
 #[test]
@@ -553,9 +553,10 @@ fn changed_weights_compile_no_kernel_and_tune_nothing_on_gpu_targets() {
         let measured = (executions(&changed, "tune"), executions(&changed, "time-plans"));
         assert_eq!((measured, executions(&changed, "lower"), executions(&changed, "compile")), ((0, 0), 0, 0), "{what}: {:?}", changed.stages);
         let ran: std::collections::BTreeSet<&str> = changed.stages.iter().filter(|(_, s)| s.executions > 0).map(|(n, _)| n.as_str()).collect();
-        let may = ["calibrate", "layout", "link", "load", "onnx-externals", "partition", "precision"];
+        // The plan is the base's, bound to the new weights (the partition stage is keyed by the structure).
+        let may = ["calibrate", "layout", "link", "load", "onnx-externals", "precision"];
         assert!(ran.iter().all(|s| may.contains(s)), "{what}: {:?}", changed.stages);
-        assert!(["link", "load", "onnx-externals", "partition"].iter().all(|s| ran.contains(s)), "{what}: {:?}", changed.stages);
+        assert!(["link", "load", "onnx-externals"].iter().all(|s| ran.contains(s)), "{what}: {:?}", changed.stages);
         // The model's artifact only: validation finds its plans' timings by their identities before linking them.
         assert_eq!(executions(&changed, "link"), 1, "{what}: {:?}", changed.stages);
         assert_ne!(changed.artifacts[0].digest, cold.artifacts[0].digest, "{what}: the weights are in the artifact");
