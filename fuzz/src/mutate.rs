@@ -95,7 +95,7 @@ fn mutate_tensor(rng: &mut Rng, t: &mut TensorProto) {
         2 => {
             if let Some(r) = t.raw_data.as_mut() {
                 let n = rng.below(r.len() + 1);
-                r.truncate(n); // `Bytes`: the import reads tensor data without copying the file
+                r.truncate(n);
             } else {
                 t.float_data.truncate(rng.below(t.float_data.len() + 1));
             }

@@ -123,12 +123,11 @@ fn link_input(ctx: &Ctx, plan: &ExecPlan, used_targets: &[&Target], module_diges
     let modules: Vec<Module> = module_digests.iter().map(|d| load::<Compile>(ctx.driver, d)).collect::<Result<_>>()?;
     // The plan is bound to the resident graph's document: its constant values are that graph's.
     let in_memory = |i: usize, ty: &crate::ir::TensorType| -> Option<Tensor> {
-        let g = resident?;
-        let v = *plan.constant_values.get(i)? as usize;
-        if v >= g.values.len() {
-            return None;
+        let value = resident?.values.get(*plan.constant_values.get(i)? as usize)?;
+        match &value.def {
+            crate::ir::ValueDef::Const(t) if t.ty == *ty => Some(t.clone()),
+            _ => None,
         }
-        g.constant(crate::ir::ValueId(v as u32)).filter(|t| t.ty == *ty).cloned()
     };
     let constants: Vec<Tensor> = plan
         .constants
